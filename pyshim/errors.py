@@ -1,0 +1,51 @@
+"""Every error pyshim raises on purpose: one base class, a subclass per kind of trouble.
+
+Each carries a message a user can act on ("what happened, what to do"); `hint` holds the "what to do"
+part separately so UIs can show it on its own line.
+"""
+
+from __future__ import annotations
+
+
+class PyshimError(Exception):
+    """Base of all pyshim errors."""
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message if hint is None else f"{message} — {hint}")
+        self.hint = hint
+
+
+class GGUFFormatError(PyshimError):
+    """The bytes are not a GGUF file this reader can trust (bad magic, truncated, absurd sizes...)."""
+
+
+class UnsupportedError(PyshimError):
+    """A valid model that uses something pyshim cannot run (architecture, tensor type, feature)."""
+
+
+class ModelNotFoundError(PyshimError):
+    """A model name or path that resolves to no file."""
+
+
+class SetupError(PyshimError):
+    """`pyshim setup` could not vendor or verify something."""
+
+
+class ChecksumError(SetupError):
+    """A downloaded file's SHA-256 differs from the expected one."""
+
+
+class OutOfMemoryError(PyshimError):
+    """The model (or its KV cache) does not fit the device or the budget."""
+
+
+class ShaderError(PyshimError):
+    """A WGSL source failed to preprocess or compile."""
+
+
+class DeviceLostError(PyshimError):
+    """The GPU device went away (driver reset, tab backgrounded, watchdog)."""
+
+
+class BadRequestError(PyshimError):
+    """An API request with missing or wrong fields."""
