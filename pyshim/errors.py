@@ -49,3 +49,15 @@ class DeviceLostError(PyshimError):
 
 class BadRequestError(PyshimError):
     """An API request with missing or wrong fields."""
+
+
+class MissingTensorError(GGUFFormatError):
+    """The architecture needs a tensor the file does not have."""
+
+
+class TensorShapeError(GGUFFormatError):
+    """A tensor's shape differs from what the model's hyperparameters say it must be."""
+
+
+class ContextOverflowError(BadRequestError):
+    """A prompt (plus what is asked to be generated) longer than the context the model was set up with."""

@@ -1,0 +1,60 @@
+"""The KV cache of the reference executor: per layer, keys and values by position.
+
+Full-attention layers hold `n_ctx` slots (slot = position). Sliding-window layers hold only `window`
+slots used as a ring (slot = position % window): a query never looks further back than the window, so
+older entries can be overwritten. Each slot remembers its position (-1: empty), which is what the
+attention mask is computed from.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class LayerKV:
+    def __init__(self, capacity: int, n_kv_heads: int, head_dim: int, head_dim_v: int):
+        self.capacity = capacity
+        self.k = np.zeros((capacity, n_kv_heads, head_dim), dtype=np.float32)
+        self.v = np.zeros((capacity, n_kv_heads, head_dim_v), dtype=np.float32)
+        self.pos = np.full(capacity, -1, dtype=np.int64)
+        self.filled = 0             # slots [0, filled) may hold entries
+
+    def update(self, positions: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+        """Store k [n, Hkv, hd], v [n, Hkv, hd_v] at `positions` [n]; with n > capacity only the last fit."""
+        if len(positions) > self.capacity:
+            positions, k, v = positions[-self.capacity:], k[-self.capacity:], v[-self.capacity:]
+        slots = positions % self.capacity
+        self.k[slots] = k
+        self.v[slots] = v
+        self.pos[slots] = positions
+        self.filled = max(self.filled, int(slots.max()) + 1)
+
+    def contents(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(k, v, positions) of the slots that may be in use."""
+        n = self.filled
+        return self.k[:n], self.v[:n], self.pos[:n]
+
+    def reset(self) -> None:
+        self.pos[:] = -1
+        self.filled = 0
+
+
+class KVCache:
+    def __init__(self, hp, n_ctx: int):
+        self.n_ctx = n_ctx
+        self.layers = [
+            LayerKV(min(hp.layer_window(il), n_ctx) if hp.layer_window(il) else n_ctx,
+                    hp.n_kv_heads, hp.head_dim, hp.head_dim_v)
+            for il in range(hp.n_layers)
+        ]
+
+    def __getitem__(self, layer: int) -> LayerKV:
+        return self.layers[layer]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(layer.k.nbytes + layer.v.nbytes for layer in self.layers)
+
+    def reset(self) -> None:
+        for layer in self.layers:
+            layer.reset()

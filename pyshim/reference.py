@@ -1,0 +1,198 @@
+"""The reference executor: the ops interface computed immediately with NumPy, in float32.
+
+Weights stay as GGUF blocks in their `ByteSource` and are dequantized with `gguf.quants`:
+- `cache_weights=True` (default in CPython): each matmul weight is dequantized once, on first use, and
+  kept as f32 (Qwen2.5-0.5B: ~2.4 GB) — fast decode;
+- `cache_weights=False` (Pyodide's 2–4 GB wasm heap): dequantized per matmul, `DEQUANT_CHUNK_ROWS` rows
+  at a time, so the peak is one chunk — slow but small.
+Embedding lookups dequantize only the rows asked for. This executor is the oracle every GPU kernel is
+checked against, so it favours plain, obviously right NumPy over speed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+from gguf import GGMLQuantizationType as QT
+from gguf import quants
+
+from pyshim.errors import TensorShapeError, UnsupportedError
+from pyshim.kvcache import KVCache
+from pyshim.ops import ACTIVATIONS, AttnSpec
+from pyshim.rope import RopeSpec, cos_sin
+from pyshim.weights import TensorRef, WeightStore
+
+# The tensor types pyshim runs (the GPU executor has a kernel for each).
+SUPPORTED_TYPES = frozenset({QT.F32, QT.F16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K})
+# Rows dequantized at once when weights are not cached: 4096 rows x 4096 f32 = 64 MiB at most.
+DEQUANT_CHUNK_ROWS = 4096
+GELU_COEF_A = 0.044715
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def dequantize_rows(raw: np.ndarray, qtype: QT) -> np.ndarray:
+    """uint8 blocks (rows, row_bytes) -> f32 (rows, n_in)."""
+    if qtype == QT.F32:
+        return raw.view(np.float32)
+    if qtype == QT.F16:
+        return raw.view(np.float16).astype(np.float32)
+    return quants.dequantize(raw, qtype).astype(np.float32, copy=False)
+
+
+class Weight:
+    """A bound GGUF tensor: its place in the file, and its f32 values once asked for (cached or not)."""
+
+    def __init__(self, store: WeightStore, ref: TensorRef, cache: bool):
+        self.store, self.ref, self.cache = store, ref, cache
+        self.shape = ref.shape
+        self._dense: np.ndarray | None = None
+
+    def dense(self) -> np.ndarray:
+        """All values as f32 in `shape` (cached after the first call when caching)."""
+        if self._dense is not None:
+            return self._dense
+        values = dequantize_rows(self.store.raw(self.ref.name), self.ref.qtype).reshape(self.shape)
+        if self.cache:
+            self._dense = values
+        return values
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows `ids` of a 2-D weight as f32 [len(ids), n_in]."""
+        if self._dense is not None:
+            return self._dense[ids]
+        return dequantize_rows(self.store.raw_rows(self.ref.name, ids), self.ref.qtype)
+
+    def matmul_t(self, x: np.ndarray) -> np.ndarray:
+        """x [n, k] @ self.T -> [n, m]."""
+        if self.cache or self.ref.qtype == QT.F32:
+            return x @ self.dense().T
+        raw = self.store.raw(self.ref.name)
+        out = np.empty((x.shape[0], self.shape[0]), dtype=np.float32)
+        for start in range(0, self.shape[0], DEQUANT_CHUNK_ROWS):
+            chunk = dequantize_rows(raw[start:start + DEQUANT_CHUNK_ROWS], self.ref.qtype)
+            out[:, start:start + chunk.shape[0]] = x @ chunk.T
+        return out
+
+
+class NumpyOps:
+    """`pyshim.ops.Ops` in NumPy. Tensors are float32 ndarrays; tokens and positions int64 arrays."""
+
+    def __init__(self, store: WeightStore, hp, n_ctx: int, cache_weights: bool = True):
+        self.store = store
+        self.cache_weights = cache_weights
+        self.kv = KVCache(hp, n_ctx)
+        self._bound: dict[str, Weight] = {}
+
+    # --- handles made by the executor for the model ---
+    def tokens(self, ids: Sequence[int]) -> np.ndarray:
+        return np.asarray(ids, dtype=np.int64)
+
+    def positions(self, start: int, n: int) -> np.ndarray:
+        return np.arange(start, start + n, dtype=np.int64)
+
+    def read(self, x: np.ndarray) -> np.ndarray:
+        """An activation as a NumPy array (the GPU executor reads back here)."""
+        return x
+
+    def reset(self) -> None:
+        self.kv.reset()
+
+    # --- weights ---
+    def has_weight(self, name: str) -> bool:
+        return name in self.store
+
+    def weight(self, name: str, shape: Sequence[int]) -> Weight:
+        ref = self.store.info(name)
+        if ref.qtype not in SUPPORTED_TYPES:
+            raise UnsupportedError(f"tensor {name!r} has type {ref.qtype.name}, which pyshim does not run",
+                                   hint="supported: " + ", ".join(sorted(t.name for t in SUPPORTED_TYPES)))
+        if tuple(ref.shape) != tuple(shape):
+            raise TensorShapeError(f"tensor {name!r} has shape {tuple(ref.shape)}, expected {tuple(shape)} "
+                                   "(NumPy order)", hint="the file does not match its own hyperparameters")
+        if name not in self._bound:
+            self._bound[name] = Weight(self.store, ref, self.cache_weights)
+        return self._bound[name]
+
+    # --- ops ---
+    def embed(self, table: Weight, tokens: np.ndarray) -> np.ndarray:
+        return table.rows(tokens)
+
+    def matmul(self, x: np.ndarray, w: Weight, bias: Weight | None = None) -> np.ndarray:
+        out = w.matmul_t(x)
+        if bias is not None:
+            out += bias.dense()
+        return out
+
+    def rmsnorm(self, x: np.ndarray, w: Weight, eps: float) -> np.ndarray:
+        ms = np.mean(np.square(x, dtype=np.float64), axis=-1, keepdims=True)
+        return (x / np.sqrt(ms + eps)).astype(np.float32) * w.dense()
+
+    def view(self, x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+        return x.reshape(tuple(shape))
+
+    def split(self, x: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
+        return np.split(x, np.cumsum(sizes)[:-1], axis=-1)
+
+    def rope(self, x: np.ndarray, positions: np.ndarray, spec: RopeSpec, freq_factors: Weight | None = None) -> np.ndarray:
+        ff = freq_factors.dense() if freq_factors is not None else None
+        cos, sin = cos_sin(spec, positions, ff)                 # [n, dims/2]
+        cos, sin = cos[:, None, :], sin[:, None, :]             # broadcast over heads
+        out = x.copy()
+        d = spec.dims
+        if spec.neox:
+            x1, x2 = x[..., : d // 2], x[..., d // 2: d]
+            out[..., : d // 2] = x1 * cos - x2 * sin
+            out[..., d // 2: d] = x2 * cos + x1 * sin
+        else:
+            x1, x2 = x[..., 0:d:2], x[..., 1:d:2]
+            out[..., 0:d:2] = x1 * cos - x2 * sin
+            out[..., 1:d:2] = x2 * cos + x1 * sin
+        return out
+
+    def attention(self, q, k, v, positions, spec: AttnSpec) -> np.ndarray:
+        n, hq, hd = q.shape
+        hkv, group = spec.n_kv_heads, spec.n_heads // spec.n_kv_heads
+        layer = self.kv[spec.layer]
+        # keys = what the cache held before this step, then this step's own (a ring smaller than the
+        # chunk would otherwise lose keys the chunk's first queries still need)
+        ck, cv, cpos = layer.contents()
+        keys = np.concatenate([ck, k]) if len(ck) else k                      # [S, Hkv, hd]
+        vals = np.concatenate([cv, v]) if len(cv) else v                      # [S, Hkv, hd_v]
+        kpos = np.concatenate([cpos, positions]) if len(cpos) else positions  # [S]
+        layer.update(positions, k, v)
+
+        qh = q.reshape(n, hkv, group, hd).transpose(1, 2, 0, 3)               # [Hkv, G, n, hd]
+        scores = qh @ keys.transpose(1, 2, 0)[:, None]                        # [Hkv, G, n, S]
+        scores *= spec.scale
+        if spec.softcap > 0:
+            scores = spec.softcap * np.tanh(scores / spec.softcap)
+        visible = (kpos[None, :] <= positions[:, None]) & (kpos[None, :] >= 0)   # [n, S]
+        if spec.window:
+            visible &= positions[:, None] - kpos[None, :] < spec.window
+        scores = np.where(visible, scores, -np.inf)
+        scores -= scores.max(axis=-1, keepdims=True)
+        probs = np.exp(scores)
+        probs /= probs.sum(axis=-1, keepdims=True)
+        out = probs @ vals.transpose(1, 0, 2)[:, None]                        # [Hkv, G, n, hd_v]
+        return out.transpose(2, 0, 1, 3).reshape(n, spec.n_heads * spec.head_dim_v).astype(np.float32)
+
+    def glu(self, gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:
+        if act == "silu":
+            return gate / (1.0 + np.exp(-gate)) * up
+        if act == "gelu_tanh":
+            return 0.5 * gate * (1.0 + np.tanh(SQRT_2_OVER_PI * gate * (1.0 + GELU_COEF_A * gate * gate))) * up
+        raise UnsupportedError(f"activation {act!r} is not one of {ACTIVATIONS}")
+
+    def add(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return a + b
+
+    def scale(self, x: np.ndarray, s: float) -> np.ndarray:
+        return x * np.float32(s)
+
+    def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
+        return (np.tanh(x / np.float32(cap)) * np.float32(cap)).astype(np.float32)
+
+    def last(self, x: np.ndarray) -> np.ndarray:
+        return x[-1:]
