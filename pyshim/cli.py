@@ -14,6 +14,7 @@ from pyshim.errors import PyshimError
 COMMANDS = {
     "setup": "vendor Pyodide, wheels and the default models into web/vendor and models/",
     "serve": "start the dev server (site, shaders, models with HTTP Range)",
+    "inspect": "show a GGUF model's hyperparameters, tensor types and memory needs",
 }
 
 

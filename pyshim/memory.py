@@ -1,0 +1,123 @@
+"""How many bytes a model needs: weights by tensor type, the KV cache for a context, the largest tensor.
+
+The KV cache holds, per layer, keys [n_ctx, n_kv_heads, head_dim_k] and values [n_ctx, n_kv_heads,
+head_dim_v]; a sliding-window layer only ever needs its last `sliding_window` positions (a ring buffer),
+so its length is capped there. Weights stay in their file types on the GPU, so their bytes are the
+file's bytes. Activations and scratch are small next to these and are left to the planner.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from pyshim.header import TensorInfo
+from pyshim.spec import ModelSpec
+
+# KV element types -> bytes per element. q8/q4 are ggml-style blocks of 32 values along the head
+# dimension with one f16 scale (Q8_0: 34 bytes, Q4_0: 18 bytes per 32 values).
+KV_TYPES: dict[str, Fraction] = {
+    "f32": Fraction(4),
+    "f16": Fraction(2),
+    "q8": Fraction(34, 32),
+    "q4": Fraction(18, 32),
+}
+
+
+def _kv_element_bytes(kv_type: str) -> Fraction:
+    try:
+        return KV_TYPES[kv_type]
+    except KeyError:
+        raise ValueError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(KV_TYPES)}") from None
+
+
+def kv_bytes_per_token(spec: ModelSpec, kv_type: str = "f32") -> int:
+    """Bytes one more position adds to the cache of every layer (ignoring sliding-window caps)."""
+    per_layer = spec.n_kv_heads * (spec.head_dim_k + spec.head_dim_v) * _kv_element_bytes(kv_type)
+    return int(per_layer * spec.n_layers)
+
+
+def kv_cache_bytes(spec: ModelSpec, context: int, kv_type: str = "f32") -> int:
+    """Bytes of a KV cache for `context` positions; sliding-window layers hold at most their window."""
+    per_position = spec.n_kv_heads * (spec.head_dim_k + spec.head_dim_v) * _kv_element_bytes(kv_type)
+    positions = sum(min(context, spec.sliding_window) if local else context for local in spec.swa_layers)
+    return math.ceil(per_position * positions)   # q8/q4 blocks are never split
+
+
+@dataclass(frozen=True)
+class TypeTotal:
+    count: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    weights_by_type: dict[str, TypeTotal]   # tensor type name -> tensors of that type and their bytes
+    weight_bytes: int
+    largest_tensor: TensorInfo              # must fit one GPU storage binding
+    context: int
+    kv_type: str
+    kv_bytes: int
+    kv_bytes_per_token: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weight_bytes + self.kv_bytes
+
+
+def weights_by_type(tensors: Iterable[TensorInfo]) -> dict[str, TypeTotal]:
+    """Tensor count and bytes per tensor type, largest total first."""
+    totals: dict[str, list[int]] = {}
+    for t in tensors:
+        entry = totals.setdefault(t.type.name, [0, 0])
+        entry[0] += 1
+        entry[1] += t.nbytes
+    return {name: TypeTotal(c, b) for name, (c, b) in sorted(totals.items(), key=lambda kv: -kv[1][1])}
+
+
+def estimate(spec: ModelSpec, tensors: Iterable[TensorInfo], *, context: int | None = None, kv_type: str = "f32") -> MemoryEstimate:
+    """Memory for running `spec` with the given tensors at `context` positions (default: the training context)."""
+    tensors = tuple(tensors)
+    if not tensors:
+        raise ValueError("a model with no tensors has nothing to estimate")
+    context = spec.context_length if context is None else context
+    if context <= 0:
+        raise ValueError(f"context must be positive, got {context}")
+    by_type = weights_by_type(tensors)
+    return MemoryEstimate(
+        weights_by_type=by_type,
+        weight_bytes=sum(t.nbytes for t in by_type.values()),
+        largest_tensor=max(tensors, key=lambda t: t.nbytes),
+        context=context,
+        kv_type=kv_type,
+        kv_bytes=kv_cache_bytes(spec, context, kv_type),
+        kv_bytes_per_token=kv_bytes_per_token(spec, kv_type),
+    )
+
+
+@dataclass(frozen=True)
+class Fit:
+    ok: bool
+    reasons: tuple[str, ...]   # why not, each a sentence a user can act on; empty when ok
+
+
+def fits(est: MemoryEstimate, *, budget_bytes: int, max_binding_bytes: int | None = None) -> Fit:
+    """Whether weights + KV cache fit `budget_bytes`, and the largest tensor one storage binding.
+
+    A tensor larger than the binding limit is not fatal in principle (it can be split by rows), but
+    until the planner splits tensors it is reported as not fitting."""
+    reasons = []
+    if est.total_bytes > budget_bytes:
+        reasons.append(f"weights ({_mib(est.weight_bytes)}) plus a {est.context}-token {est.kv_type} KV cache "
+                       f"({_mib(est.kv_bytes)}) need {_mib(est.total_bytes)}, more than the {_mib(budget_bytes)} available; "
+                       "try a shorter context, a smaller KV type, or a smaller quantization")
+    if max_binding_bytes is not None and est.largest_tensor.nbytes > max_binding_bytes:
+        reasons.append(f"tensor '{est.largest_tensor.name}' is {_mib(est.largest_tensor.nbytes)}, more than the device's "
+                       f"largest storage binding ({_mib(max_binding_bytes)})")
+    return Fit(ok=not reasons, reasons=tuple(reasons))
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / (1 << 20):.1f} MiB"
