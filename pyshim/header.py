@@ -201,6 +201,8 @@ class GGUFHeader:
     def file_type_name(self) -> str | None:
         """The quantization mix named by general.file_type ("Q4_K_M", "Q4_1", "F16"...), if present and known."""
         value = self.metadata.get("general.file_type")
+        if isinstance(value, bool) or not isinstance(value, int):
+            return None
         try:
             name = LlamaFileType(value).name
         except ValueError:

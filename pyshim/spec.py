@@ -5,10 +5,15 @@ that a model pyshim runs means what it means in llama.cpp:
 - rope: "normal" (pairs 2i, 2i+1) for llama; NeoX (pairs i, i + dims/2) for qwen2, qwen3, gemma3, phi3.
   Base defaults to 10000, dims to the key head size; scaling type defaults to linear and a factor of 0/1
   means none; YaRN's original context defaults to the training context.
-- gemma3: sliding-window attention on five of every six layers (layer il is local when il % 6 < 5)
-  when `gemma3.attention.sliding_window` > 0; local layers use rope base 10000 without scaling; input
-  embeddings are scaled by sqrt(n_embd); the 27B model (62 layers) scales queries by 1/sqrt(n_embd/n_head).
+- llama: rope must rotate whole heads (llama.cpp refuses other dimension counts).
+- gemma3: when `gemma3.attention.sliding_window` > 0, layers attend locally by the per-layer bool array
+  `gemma3.attention.sliding_window_pattern`, or by that key as a period n (layer il is local when
+  il % n < n - 1; 0: all local), by default 6 (five local layers, then one global). Local layers use
+  rope base `gemma3.rope.freq_base_swa` (default 10000) without context scaling. Input embeddings are
+  scaled by sqrt(n_embd); the 27B model (62 layers) scales queries by 1/sqrt(n_embd/n_head).
 - phi3: a sliding_window key may be present but llama.cpp disables it, and so does pyshim.
+- YaRN's beta/ext/attn/log-multiplier keys are read by llama.cpp only for other architectures (DeepSeek,
+  Grok...), so for these they keep llama.cpp's defaults whatever the file says.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from pyshim.errors import GGUFFormatError, UnsupportedError
 from pyshim.header import GGUFHeader, MissingKeyError
@@ -25,10 +32,10 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "gemma3": True, "phi3
 SUPPORTED_ARCHITECTURES = tuple(ROPE_NEOX)
 
 DEFAULT_ROPE_BASE = 10000.0
-GEMMA3_SWA_PERIOD = 6            # every 6th layer attends globally
+GEMMA3_SWA_PERIOD = 6            # default: every 6th layer attends globally
 GEMMA3_LOCAL_ROPE_BASE = 10000.0
 GEMMA3_27B_LAYERS = 62
-YARN_BETA_FAST = 32.0            # llama.cpp's defaults when the file has no yarn_beta_* keys
+YARN_BETA_FAST = 32.0            # llama.cpp's defaults (its yarn_* keys are not read for these architectures)
 YARN_BETA_SLOW = 1.0
 SCALING_TYPES = ("none", "linear", "yarn", "longrope")
 
@@ -43,7 +50,7 @@ class RopeParams:
     factor: float = 1.0          # context extension factor (llama.cpp's freq_scale = 1/factor)
     n_ctx_orig: int = 0          # context the model was trained with before extension (YaRN)
     attn_factor: float = 1.0     # {arch}.rope.scaling.attn_factor
-    yarn_log_mul: float = 0.0    # {arch}.rope.scaling.yarn_log_multiplier
+    yarn_log_mul: float = 0.0    # (llama.cpp reads {arch}.rope.scaling.yarn_log_multiplier for DeepSeek only)
     yarn_ext_factor: float = -1.0  # < 0: llama.cpp chooses (1 for YaRN, else 0)
     yarn_attn_factor: float = 1.0
     yarn_beta_fast: float = YARN_BETA_FAST
@@ -125,7 +132,7 @@ class _Keys:
                 raise MissingKeyError(f"the file has no '{key}' key, which a {self.arch} model needs",
                                       hint="the file was written by an old or broken converter: convert the model again")
             return default
-        if hasattr(value, "__len__") and not isinstance(value, str):   # per-layer array (llama.cpp: get_key_or_arr)
+        if isinstance(value, np.ndarray) and value.dtype.kind in "iu":   # per-layer array (llama.cpp: get_key_or_arr)
             values = {int(v) for v in value}
             if len(values) != 1:
                 raise UnsupportedError(f"'{key}' differs between layers ({sorted(values)}); pyshim needs one value for all layers")
@@ -183,11 +190,15 @@ def _spec_from_header(header: GGUFHeader) -> ModelSpec:
     final_softcap = None
     embedding_scale = 1.0
     activation = "silu"
+    if arch == "llama" and rope.dims != head_dim_k:
+        raise GGUFFormatError(f"llama.rope.dimension_count is {rope.dims} but the heads have {head_dim_k} dims; "
+                              "llama models rotate whole heads", hint="the file is damaged: convert it again")
     if arch == "gemma3":
         sliding_window = k.integer("attention.sliding_window", 0)
         if sliding_window > 0:
-            swa_layers = tuple(il % GEMMA3_SWA_PERIOD < GEMMA3_SWA_PERIOD - 1 for il in range(n_layers))
-            rope_swa = RopeParams(dims=rope.dims, base=GEMMA3_LOCAL_ROPE_BASE, neox=neox, n_ctx_orig=rope.n_ctx_orig)
+            swa_layers = _swa_pattern(header, arch, n_layers)
+            rope_swa = RopeParams(dims=rope.dims, base=k.number("rope.freq_base_swa", GEMMA3_LOCAL_ROPE_BASE), neox=neox,
+                                  n_ctx_orig=rope.n_ctx_orig)
         if n_layers == GEMMA3_27B_LAYERS:
             attn_scale = 1.0 / math.sqrt(n_embd / n_heads)
         final_softcap = k.number("final_logit_softcapping", 0.0) or None
@@ -197,7 +208,7 @@ def _spec_from_header(header: GGUFHeader) -> ModelSpec:
     has = header.has_tensor
     vocab = header.metadata.get("tokenizer.ggml.tokens")
     n_vocab = len(vocab) if vocab is not None else k.integer("vocab_size", 0)
-    if not n_vocab and has("token_embd.weight"):
+    if not n_vocab and has("token_embd.weight") and len(header.tensor("token_embd.weight").shape) == 2:
         n_vocab = header.tensor("token_embd.weight").shape[1]
     rope_factor_tensors = tuple(name for name in ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
                                 if has(name))
@@ -234,6 +245,19 @@ def _spec_from_header(header: GGUFHeader) -> ModelSpec:
     )
 
 
+def _swa_pattern(header: GGUFHeader, arch: str, n_layers: int) -> tuple[bool, ...]:
+    """Which layers use the sliding window (llama.cpp's load_swa_pattern with gemma3's default period)."""
+    key = f"{arch}.attention.sliding_window_pattern"
+    value = header.metadata.get(key, GEMMA3_SWA_PERIOD)
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biu":
+        # llama.cpp copies the array over all-dense layers: missing entries are global layers
+        return tuple(bool(value[il]) if il < len(value) else False for il in range(n_layers))
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise GGUFFormatError(f"'{key}' should be a period or a per-layer bool array, not {value!r}",
+                              hint="the file is damaged: convert it again")
+    return tuple(value == 0 or il % value < value - 1 for il in range(n_layers))
+
+
 def _rope(k: _Keys, head_dim_k: int, neox: bool, context_length: int) -> RopeParams:
     dims = k.integer("rope.dimension_count", head_dim_k)
     if dims > head_dim_k or dims % 2:
@@ -253,9 +277,4 @@ def _rope(k: _Keys, head_dim_k: int, neox: bool, context_length: int) -> RopePar
         factor=factor or 1.0,
         n_ctx_orig=k.integer("rope.scaling.original_context_length", context_length),
         attn_factor=k.number("rope.scaling.attn_factor", 1.0),
-        yarn_log_mul=k.number("rope.scaling.yarn_log_multiplier", 0.0),
-        yarn_ext_factor=k.number("rope.scaling.yarn_ext_factor", -1.0),
-        yarn_attn_factor=k.number("rope.scaling.yarn_attn_factor", 1.0),
-        yarn_beta_fast=k.number("rope.scaling.yarn_beta_fast", YARN_BETA_FAST),
-        yarn_beta_slow=k.number("rope.scaling.yarn_beta_slow", YARN_BETA_SLOW),
     )
