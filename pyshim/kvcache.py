@@ -40,13 +40,12 @@ class LayerKV:
 
 
 class KVCache:
-    def __init__(self, hp, n_ctx: int):
+    def __init__(self, spec, n_ctx: int):
+        """`spec`: a ModelSpec; `n_ctx`: the longest sequence the cache will hold."""
         self.n_ctx = n_ctx
-        self.layers = [
-            LayerKV(min(hp.layer_window(il), n_ctx) if hp.layer_window(il) else n_ctx,
-                    hp.n_kv_heads, hp.head_dim, hp.head_dim_v)
-            for il in range(hp.n_layers)
-        ]
+        windows = [spec.sliding_window if spec.swa_layers[il] else 0 for il in range(spec.n_layers)]
+        self.layers = [LayerKV(min(w, n_ctx) if w else n_ctx, spec.n_kv_heads, spec.head_dim_k, spec.head_dim_v)
+                       for w in windows]
 
     def __getitem__(self, layer: int) -> LayerKV:
         return self.layers[layer]

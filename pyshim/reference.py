@@ -79,10 +79,10 @@ class Weight:
 class NumpyOps:
     """`pyshim.ops.Ops` in NumPy. Tensors are float32 ndarrays; tokens and positions int64 arrays."""
 
-    def __init__(self, store: WeightStore, hp, n_ctx: int, cache_weights: bool = True):
+    def __init__(self, store: WeightStore, spec, n_ctx: int, cache_weights: bool = True):
         self.store = store
         self.cache_weights = cache_weights
-        self.kv = KVCache(hp, n_ctx)
+        self.kv = KVCache(spec, n_ctx)
         self._bound: dict[str, Weight] = {}
 
     # --- handles made by the executor for the model ---
@@ -98,6 +98,10 @@ class NumpyOps:
 
     def reset(self) -> None:
         self.kv.reset()
+
+    @property
+    def bound_bytes(self) -> int:
+        return sum(w.ref.nbytes for w in self._bound.values())
 
     # --- weights ---
     def has_weight(self, name: str) -> bool:

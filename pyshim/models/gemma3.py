@@ -5,15 +5,14 @@ include Gemma's "+1", so they are plain RMSNorm weights here."""
 
 from __future__ import annotations
 
-import math
-
-from pyshim.models.hparams import HParams
-from pyshim.ops import AttnSpec, Ops
+from pyshim.models.common import layer_attn, layer_rope
+from pyshim.ops import Ops
+from pyshim.spec import ModelSpec
 
 
 class Gemma3Block:
-    def __init__(self, hp: HParams, ops: Ops, il: int):
-        d, hd = hp.n_embd, hp.head_dim
+    def __init__(self, hp: ModelSpec, ops: Ops, il: int):
+        d, hd = hp.n_embd, hp.head_dim_k
         p = f"blk.{il}."
         self.attn_norm = ops.weight(p + "attn_norm.weight", (d,))
         self.attn_q = ops.weight(p + "attn_q.weight", (hp.n_heads * hd, d))
@@ -28,14 +27,12 @@ class Gemma3Block:
         self.ffn_up = ops.weight(p + "ffn_up.weight", (hp.n_ff, d))
         self.ffn_down = ops.weight(p + "ffn_down.weight", (d, hp.n_ff))
         self.post_ffw_norm = ops.weight(p + "post_ffw_norm.weight", (d,))
-        self.rope = hp.layer_rope(il)           # local layers: base 10000; global: the file's base
-        self.attn = AttnSpec(layer=il, n_heads=hp.n_heads, n_kv_heads=hp.n_kv_heads, head_dim=hd,
-                             head_dim_v=hp.head_dim_v, scale=hp.attn_scale, window=hp.layer_window(il),
-                             softcap=hp.attn_softcap)
+        self.rope = layer_rope(hp, il)           # local layers: base 10000; global: the file's base
+        self.attn = layer_attn(hp, il)
 
 
 class Gemma3:
-    def __init__(self, hp: HParams, ops: Ops):
+    def __init__(self, hp: ModelSpec, ops: Ops):
         self.hp = hp
         self.token_embd = ops.weight("token_embd.weight", (hp.n_vocab, hp.n_embd))
         self.output_norm = ops.weight("output_norm.weight", (hp.n_embd,))
@@ -47,25 +44,25 @@ class Gemma3:
         """tokens, positions [n] -> logits [n, vocab] (or [1, vocab], the last position's)."""
         hp = self.hp
         n = tokens.shape[0]
-        x = ops.scale(ops.embed(self.token_embd, tokens), math.sqrt(hp.n_embd))          # [n, d]
+        x = ops.scale(ops.embed(self.token_embd, tokens), hp.embedding_scale)          # [n, d]
         for b in self.blk:
-            h = ops.rmsnorm(x, b.attn_norm, hp.eps)                                      # [n, d]
-            q = ops.view(ops.matmul(h, b.attn_q), (n, hp.n_heads, hp.head_dim))          # [n, Hq, hd]
-            k = ops.view(ops.matmul(h, b.attn_k), (n, hp.n_kv_heads, hp.head_dim))       # [n, Hkv, hd]
+            h = ops.rmsnorm(x, b.attn_norm, hp.norm_eps)                                      # [n, d]
+            q = ops.view(ops.matmul(h, b.attn_q), (n, hp.n_heads, hp.head_dim_k))          # [n, Hq, hd]
+            k = ops.view(ops.matmul(h, b.attn_k), (n, hp.n_kv_heads, hp.head_dim_k))       # [n, Hkv, hd]
             v = ops.view(ops.matmul(h, b.attn_v), (n, hp.n_kv_heads, hp.head_dim_v))
-            q = ops.rope(ops.rmsnorm(q, b.attn_q_norm, hp.eps), positions, b.rope)
-            k = ops.rope(ops.rmsnorm(k, b.attn_k_norm, hp.eps), positions, b.rope)
+            q = ops.rope(ops.rmsnorm(q, b.attn_q_norm, hp.norm_eps), positions, b.rope)
+            k = ops.rope(ops.rmsnorm(k, b.attn_k_norm, hp.norm_eps), positions, b.rope)
             a = ops.attention(q, k, v, positions, b.attn)                                 # [n, Hq * hd_v]
-            a = ops.rmsnorm(ops.matmul(a, b.attn_output), b.post_attention_norm, hp.eps)  # [n, d]
+            a = ops.rmsnorm(ops.matmul(a, b.attn_output), b.post_attention_norm, hp.norm_eps)  # [n, d]
             x = ops.add(x, a)
-            h = ops.rmsnorm(x, b.ffn_norm, hp.eps)
+            h = ops.rmsnorm(x, b.ffn_norm, hp.norm_eps)
             f = ops.glu(ops.matmul(h, b.ffn_gate), ops.matmul(h, b.ffn_up), "gelu_tanh")  # [n, ff]
-            f = ops.rmsnorm(ops.matmul(f, b.ffn_down), b.post_ffw_norm, hp.eps)          # [n, d]
+            f = ops.rmsnorm(ops.matmul(f, b.ffn_down), b.post_ffw_norm, hp.norm_eps)          # [n, d]
             x = ops.add(x, f)
         if not all_logits:
             x = ops.last(x)                                                               # [1, d]
-        x = ops.rmsnorm(x, self.output_norm, hp.eps)
+        x = ops.rmsnorm(x, self.output_norm, hp.norm_eps)
         logits = ops.matmul(x, self.output)                                               # [n | 1, vocab]
-        if hp.final_softcap > 0:
-            logits = ops.softcap(logits, hp.final_softcap)
+        if hp.final_logit_softcap:
+            logits = ops.softcap(logits, hp.final_logit_softcap)
         return logits

@@ -3,13 +3,14 @@ grouped-query attention with normal (adjacent-pair) rope, SwiGLU feed-forward, o
 
 from __future__ import annotations
 
-from pyshim.models.hparams import HParams
-from pyshim.ops import AttnSpec, Ops
+from pyshim.models.common import layer_attn, layer_rope
+from pyshim.ops import Ops
+from pyshim.spec import ModelSpec
 
 
 class LlamaBlock:
-    def __init__(self, hp: HParams, ops: Ops, il: int):
-        d, hd, q_out, kv_out = hp.n_embd, hp.head_dim, hp.n_heads * hp.head_dim, hp.n_kv_heads * hp.head_dim
+    def __init__(self, hp: ModelSpec, ops: Ops, il: int):
+        d, hd, q_out, kv_out = hp.n_embd, hp.head_dim_k, hp.n_heads * hp.head_dim_k, hp.n_kv_heads * hp.head_dim_k
         p = f"blk.{il}."
         self.attn_norm = ops.weight(p + "attn_norm.weight", (d,))
         self.attn_q = ops.weight(p + "attn_q.weight", (q_out, d))
@@ -20,16 +21,14 @@ class LlamaBlock:
         self.ffn_gate = ops.weight(p + "ffn_gate.weight", (hp.n_ff, d))
         self.ffn_up = ops.weight(p + "ffn_up.weight", (hp.n_ff, d))
         self.ffn_down = ops.weight(p + "ffn_down.weight", (d, hp.n_ff))
-        self.rope = hp.layer_rope(il)
-        self.attn = AttnSpec(layer=il, n_heads=hp.n_heads, n_kv_heads=hp.n_kv_heads, head_dim=hd,
-                             head_dim_v=hp.head_dim_v, scale=hp.attn_scale, window=hp.layer_window(il),
-                             softcap=hp.attn_softcap)
+        self.rope = layer_rope(hp, il)
+        self.attn = layer_attn(hp, il)
 
 
 class Llama:
     block = LlamaBlock      # subclasses (qwen2, qwen3) bind extra per-layer weights
 
-    def __init__(self, hp: HParams, ops: Ops):
+    def __init__(self, hp: ModelSpec, ops: Ops):
         self.hp = hp
         self.token_embd = ops.weight("token_embd.weight", (hp.n_vocab, hp.n_embd))
         self.output_norm = ops.weight("output_norm.weight", (hp.n_embd,))
@@ -45,18 +44,18 @@ class Llama:
         n = tokens.shape[0]
         x = ops.embed(self.token_embd, tokens)                                   # [n, d]
         for b in self.blk:
-            h = ops.rmsnorm(x, b.attn_norm, hp.eps)                             # [n, d]
-            q = ops.view(ops.matmul(h, b.attn_q), (n, hp.n_heads, hp.head_dim))  # [n, Hq, hd]
-            k = ops.view(ops.matmul(h, b.attn_k), (n, hp.n_kv_heads, hp.head_dim))
+            h = ops.rmsnorm(x, b.attn_norm, hp.norm_eps)                             # [n, d]
+            q = ops.view(ops.matmul(h, b.attn_q), (n, hp.n_heads, hp.head_dim_k))  # [n, Hq, hd]
+            k = ops.view(ops.matmul(h, b.attn_k), (n, hp.n_kv_heads, hp.head_dim_k))
             v = ops.view(ops.matmul(h, b.attn_v), (n, hp.n_kv_heads, hp.head_dim_v))
             q = ops.rope(q, positions, b.rope, self.rope_freqs)
             k = ops.rope(k, positions, b.rope, self.rope_freqs)
             a = ops.attention(q, k, v, positions, b.attn)                        # [n, Hq * hd_v]
             x = ops.add(x, ops.matmul(a, b.attn_output))                         # [n, d]
-            h = ops.rmsnorm(x, b.ffn_norm, hp.eps)
+            h = ops.rmsnorm(x, b.ffn_norm, hp.norm_eps)
             f = ops.glu(ops.matmul(h, b.ffn_gate), ops.matmul(h, b.ffn_up), "silu")  # [n, ff]
             x = ops.add(x, ops.matmul(f, b.ffn_down))                           # [n, d]
         if not all_logits:
             x = ops.last(x)                                                      # [1, d]
-        x = ops.rmsnorm(x, self.output_norm, hp.eps)
+        x = ops.rmsnorm(x, self.output_norm, hp.norm_eps)
         return ops.matmul(x, self.output)                                        # [n | 1, vocab]

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from pyshim.models.hparams import HParams
 from pyshim.models.llama import Llama, LlamaBlock
 from pyshim.ops import Ops
+from pyshim.spec import ModelSpec
 
 
 class Qwen2Block(LlamaBlock):
-    def __init__(self, hp: HParams, ops: Ops, il: int):
+    def __init__(self, hp: ModelSpec, ops: Ops, il: int):
         super().__init__(hp, ops, il)
         p = f"blk.{il}."
-        self.attn_q_bias = ops.weight(p + "attn_q.bias", (hp.n_heads * hp.head_dim,))
-        self.attn_k_bias = ops.weight(p + "attn_k.bias", (hp.n_kv_heads * hp.head_dim,))
+        self.attn_q_bias = ops.weight(p + "attn_q.bias", (hp.n_heads * hp.head_dim_k,))
+        self.attn_k_bias = ops.weight(p + "attn_k.bias", (hp.n_kv_heads * hp.head_dim_k,))
         self.attn_v_bias = ops.weight(p + "attn_v.bias", (hp.n_kv_heads * hp.head_dim_v,))
 
 
@@ -25,18 +25,18 @@ class Qwen2(Llama):
         n = tokens.shape[0]
         x = ops.embed(self.token_embd, tokens)                                            # [n, d]
         for b in self.blk:
-            h = ops.rmsnorm(x, b.attn_norm, hp.eps)                                      # [n, d]
-            q = ops.view(ops.matmul(h, b.attn_q, b.attn_q_bias), (n, hp.n_heads, hp.head_dim))  # [n, Hq, hd]
-            k = ops.view(ops.matmul(h, b.attn_k, b.attn_k_bias), (n, hp.n_kv_heads, hp.head_dim))
+            h = ops.rmsnorm(x, b.attn_norm, hp.norm_eps)                                      # [n, d]
+            q = ops.view(ops.matmul(h, b.attn_q, b.attn_q_bias), (n, hp.n_heads, hp.head_dim_k))  # [n, Hq, hd]
+            k = ops.view(ops.matmul(h, b.attn_k, b.attn_k_bias), (n, hp.n_kv_heads, hp.head_dim_k))
             v = ops.view(ops.matmul(h, b.attn_v, b.attn_v_bias), (n, hp.n_kv_heads, hp.head_dim_v))
             q = ops.rope(q, positions, b.rope)
             k = ops.rope(k, positions, b.rope)
             a = ops.attention(q, k, v, positions, b.attn)                                 # [n, Hq * hd_v]
             x = ops.add(x, ops.matmul(a, b.attn_output))                                  # [n, d]
-            h = ops.rmsnorm(x, b.ffn_norm, hp.eps)
+            h = ops.rmsnorm(x, b.ffn_norm, hp.norm_eps)
             f = ops.glu(ops.matmul(h, b.ffn_gate), ops.matmul(h, b.ffn_up), "silu")      # [n, ff]
             x = ops.add(x, ops.matmul(f, b.ffn_down))                                    # [n, d]
         if not all_logits:
             x = ops.last(x)                                                               # [1, d]
-        x = ops.rmsnorm(x, self.output_norm, hp.eps)
+        x = ops.rmsnorm(x, self.output_norm, hp.norm_eps)
         return ops.matmul(x, self.output)                                                 # [n | 1, vocab]

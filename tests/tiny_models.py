@@ -1,0 +1,193 @@
+"""Tiny random GGUF models, one per (architecture, tensor type), written with gguf's own writer.
+
+They are small enough for fast tests (n_embd 256 — the K-quant block —, 2–3 layers, 320 tokens) yet
+exercise every feature of each architecture: GQA, tied and separate output heads, q/k/v biases, q/k
+norms, fused projections, partial rope, rope frequency factors, linear and YaRN rope scaling, Gemma's
+sliding window (4 tokens, so a dozen tokens go past it) with its own rope base. The files are
+deterministic (seeded), so llama.cpp's logits for them can be kept as fixtures: `FIXTURE` holds them,
+written by tests/fixtures/make_tiny_logits.py, with each file's SHA-256 to prove it is the same model.
+
+The vocabulary is a minimal SentencePiece-style one (unk, bos, eos, 256 byte tokens, filler pieces)
+so llama.cpp accepts the files; tests feed token ids directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType as QT
+from gguf import GGUFWriter, quants
+
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3")
+QTYPES = (QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.F16, QT.F32)
+FIXTURE = Path(__file__).parent / "fixtures" / "tiny_llamacpp_logits.json"
+
+N_EMBD = 256
+N_HEADS = 4
+N_KV_HEADS = 2
+HEAD_DIM = 64
+N_FF = 512
+N_VOCAB = 320
+N_CTX = 64
+BOS, EOS, UNK = 1, 2, 0
+GEMMA_WINDOW = 4
+GEMMA_SWA_LAYERS = (True, True, False)     # two local layers, then one global
+GEMMA_SOFTCAP = 3.0
+EPS = 1e-6
+# the id sequence every fixture scores: BOS then 15 seeded ids (longer than Gemma's window)
+SEQ_LEN = 16
+
+
+def test_ids() -> list[int]:
+    rng = np.random.default_rng(1234)
+    return [BOS] + [int(i) for i in rng.integers(3, N_VOCAB, SEQ_LEN - 1)]
+
+
+def _vocab(writer: GGUFWriter) -> None:
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    tokens += [f"\u2581w{i}" for i in range(N_VOCAB - len(tokens))]
+    types = [2, 3, 3] + [6] * 256 + [1] * (N_VOCAB - 259)       # unknown, control, byte, normal
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores([0.0] * 259 + [-float(i) for i in range(N_VOCAB - 259)])
+    writer.add_token_types(types)
+    writer.add_bos_token_id(BOS)
+    writer.add_eos_token_id(EOS)
+    writer.add_unk_token_id(UNK)
+    writer.add_add_bos_token(True)
+
+
+# K-quant blocks are written directly (gguf cannot quantize to them): random bytes, then the f16
+# super-block scales set so the values are centred and have the wanted spread.
+# type -> (byte offset of d, byte offset of dmin or None, dmin/d that centres the values)
+_K_LAYOUT = {QT.Q4_K: (0, 2, 7.5), QT.Q5_K: (0, 2, 15.5), QT.Q6_K: (208, None, 0.0)}
+
+
+def _k_quant(rng: np.random.Generator, rows: int, cols: int, qtype: QT, std: float) -> np.ndarray:
+    from gguf import GGML_QUANT_SIZES
+    per_block, block_bytes = GGML_QUANT_SIZES[qtype]
+    blocks = rng.integers(0, 256, (rows * cols // per_block, block_bytes), dtype=np.uint8)
+    d_at, dmin_at, centre = _K_LAYOUT[qtype]
+
+    def set_scales(d: float) -> None:
+        blocks[:, d_at:d_at + 2] = np.full(len(blocks), d, dtype=np.float16).view(np.uint8).reshape(-1, 2)
+        if dmin_at is not None:
+            blocks[:, dmin_at:dmin_at + 2] = np.full(len(blocks), d * centre, dtype=np.float16).view(np.uint8).reshape(-1, 2)
+
+    set_scales(1.0)
+    spread = float(quants.dequantize(blocks, qtype).std())
+    set_scales(std / spread)
+    return blocks.reshape(rows, -1)
+
+
+def _matrix(rng, rows: int, cols: int, qtype: QT, std: float) -> np.ndarray:
+    if qtype in _K_LAYOUT:
+        return _k_quant(rng, rows, cols, qtype, std)
+    values = (rng.standard_normal((rows, cols)) * std).astype(np.float32)
+    if qtype == QT.F32:
+        return values
+    return quants.quantize(values, qtype)
+
+
+def _norm(rng, n: int) -> np.ndarray:
+    return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+
+def _bias(rng, n: int) -> np.ndarray:
+    return (0.1 * rng.standard_normal(n)).astype(np.float32)
+
+
+def _add(writer: GGUFWriter, name: str, data: np.ndarray, qtype: QT) -> None:
+    if data.dtype == np.uint8:
+        writer.add_tensor(name, data, raw_dtype=qtype)
+    else:
+        writer.add_tensor(name, data)
+
+
+def write_tiny_model(directory: str | Path, arch: str, qtype: QT, seed: int = 0) -> Path:
+    """Write `tiny-{arch}-{type}.gguf` into `directory` and return its path (same bytes for the same args)."""
+    path = Path(directory) / f"tiny-{arch}-{qtype.name}.gguf"
+    rng = np.random.default_rng([seed, ARCHS.index(arch), int(qtype)])
+    n_layers = len(GEMMA_SWA_LAYERS) if arch == "gemma3" else 2
+    q_out, kv_out = N_HEADS * HEAD_DIM, N_KV_HEADS * HEAD_DIM
+
+    writer = GGUFWriter(path, arch)
+    writer.add_name(f"tiny {arch} {qtype.name}")
+    writer.add_context_length(N_CTX)
+    writer.add_embedding_length(N_EMBD)
+    writer.add_block_count(n_layers)
+    writer.add_feed_forward_length(N_FF)
+    writer.add_head_count(N_HEADS)
+    writer.add_head_count_kv(N_KV_HEADS)
+    writer.add_layer_norm_rms_eps(EPS)
+    writer.add_rope_freq_base(1_000_000.0 if arch == "gemma3" else 10000.0)
+    if arch == "llama":
+        writer.add_rope_scaling_factor(2.0)          # no type key: llama.cpp reads it as linear
+    elif arch == "qwen3":
+        from gguf import RopeScalingType
+        writer.add_rope_scaling_type(RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(4.0)
+        writer.add_rope_scaling_orig_ctx_len(16)
+    elif arch == "gemma3":
+        writer.add_key_length(HEAD_DIM)
+        writer.add_value_length(HEAD_DIM)
+        writer.add_sliding_window(GEMMA_WINDOW)
+        writer.add_array(f"{arch}.attention.sliding_window_pattern", list(GEMMA_SWA_LAYERS))
+        writer.add_float32(f"{arch}.final_logit_softcapping", GEMMA_SOFTCAP)
+    elif arch == "phi3":
+        writer.add_rope_dimension_count(HEAD_DIM // 2)     # rotate only half of each head
+    _vocab(writer)
+
+    def mat(name: str, rows: int, cols: int) -> None:
+        _add(writer, name, _matrix(rng, rows, cols, qtype, cols ** -0.5), qtype)
+
+    # gemma3 and qwen3 tie the output head to the embeddings: smaller embeddings keep the logits at
+    # unit scale and stop the last input token from always winning through the residual stream
+    tied = arch in ("qwen3", "gemma3")
+    # (Gemma scales embeddings by sqrt(d) and normalizes each layer's output: smaller still)
+    embd_std = (0.2 if arch == "gemma3" else 1.0) * N_EMBD ** -0.5 if tied else 1.0
+    _add(writer, "token_embd.weight", _matrix(rng, N_VOCAB, N_EMBD, qtype, embd_std), qtype)
+    writer.add_tensor("output_norm.weight", _norm(rng, N_EMBD) * (5.0 if arch == "gemma3" else 1.0))
+    if not tied:
+        mat("output.weight", N_VOCAB, N_EMBD)
+    if arch == "llama":
+        writer.add_tensor("rope_freqs.weight", (1.0 + 3.0 * rng.random(HEAD_DIM // 2)).astype(np.float32))
+    for il in range(n_layers):
+        p = f"blk.{il}."
+        writer.add_tensor(p + "attn_norm.weight", _norm(rng, N_EMBD))
+        if arch == "phi3":
+            mat(p + "attn_qkv.weight", q_out + 2 * kv_out, N_EMBD)
+        else:
+            mat(p + "attn_q.weight", q_out, N_EMBD)
+            mat(p + "attn_k.weight", kv_out, N_EMBD)
+            mat(p + "attn_v.weight", kv_out, N_EMBD)
+        if arch == "qwen2":
+            writer.add_tensor(p + "attn_q.bias", _bias(rng, q_out))
+            writer.add_tensor(p + "attn_k.bias", _bias(rng, kv_out))
+            writer.add_tensor(p + "attn_v.bias", _bias(rng, kv_out))
+        if arch in ("qwen3", "gemma3"):
+            writer.add_tensor(p + "attn_q_norm.weight", _norm(rng, HEAD_DIM))
+            writer.add_tensor(p + "attn_k_norm.weight", _norm(rng, HEAD_DIM))
+        mat(p + "attn_output.weight", N_EMBD, q_out)
+        writer.add_tensor(p + "ffn_norm.weight", _norm(rng, N_EMBD))
+        if arch == "phi3":
+            mat(p + "ffn_up.weight", 2 * N_FF, N_EMBD)
+        else:
+            mat(p + "ffn_gate.weight", N_FF, N_EMBD)
+            mat(p + "ffn_up.weight", N_FF, N_EMBD)
+        mat(p + "ffn_down.weight", N_EMBD, N_FF)
+        if arch == "gemma3":
+            writer.add_tensor(p + "post_attention_norm.weight", _norm(rng, N_EMBD))
+            writer.add_tensor(p + "post_ffw_norm.weight", _norm(rng, N_EMBD))
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
