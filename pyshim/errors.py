@@ -61,3 +61,7 @@ class TensorShapeError(GGUFFormatError):
 
 class ContextOverflowError(BadRequestError):
     """A prompt (plus what is asked to be generated) longer than the context the model was set up with."""
+
+
+class GPUUnavailableError(PyshimError):
+    """No WebGPU adapter could be had (WebGPU off, blocklisted GPU, or a transient null adapter)."""

@@ -1,0 +1,98 @@
+"""The device interface both faces implement, and the adapter's capabilities read once at open.
+
+Handles (buffers, pipelines, bind groups) are the face's own objects, opaque to callers. The shape
+follows what a token needs: everything is created at load; a step is `submit()` of one list of
+dispatches (one command buffer, one compute pass) and at most one small `read()`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+# The limits pyshim plans with, by their WebGPU names in snake_case.
+PLANNING_LIMITS = (
+    "max_buffer_size",
+    "max_storage_buffer_binding_size",
+    "max_storage_buffers_per_shader_stage",
+    "max_compute_workgroup_storage_size",
+    "max_compute_invocations_per_workgroup",
+    "max_compute_workgroup_size_x",
+    "max_compute_workgroups_per_dimension",
+    "min_storage_buffer_offset_alignment",
+    "min_uniform_buffer_offset_alignment",
+    "max_uniform_buffer_binding_size",
+)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    face: str                     # "browser" or "native"
+    vendor: str
+    architecture: str
+    description: str
+    backend: str                  # "WebGPU", "Vulkan", "Metal", ...
+    is_fallback: bool             # a CPU adapter (SwiftShader, lavapipe): barrier-free kernels win there
+    features: frozenset[str]
+    limits: dict[str, int] = field(hash=False)
+
+    @property
+    def has_f16(self) -> bool:
+        return "shader-f16" in self.features
+
+    @property
+    def has_subgroups(self) -> bool:
+        return "subgroups" in self.features or "subgroup" in self.features
+
+    @property
+    def has_timestamps(self) -> bool:
+        return "timestamp-query" in self.features
+
+    def summary(self) -> str:
+        kind = "CPU fallback adapter" if self.is_fallback else "GPU"
+        return f"{self.vendor} {self.architecture or self.description} ({self.backend}, {kind}, f16 {'yes' if self.has_f16 else 'no'})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "face": self.face, "vendor": self.vendor, "architecture": self.architecture, "description": self.description,
+            "backend": self.backend, "is_fallback": self.is_fallback, "features": sorted(self.features), "limits": dict(self.limits),
+            "summary": self.summary(),
+        }
+
+
+# A binding is a whole buffer or (buffer, offset, size) in bytes.
+Binding = Any | tuple[Any, int, int]
+Dispatch = tuple[Any, Any, tuple[int, int, int]]  # (pipeline, bind group, workgroup counts)
+
+
+class GPUDevice(ABC):
+    caps: Capabilities
+
+    @abstractmethod
+    def buffer(self, size: int, *, label: str, uniform: bool = False) -> Any:
+        """A storage (or uniform) buffer that can be written, bound and read back."""
+
+    @abstractmethod
+    def write(self, buffer: Any, data, offset: int = 0) -> None:
+        """Queue a write of bytes or a contiguous NumPy array at `offset`."""
+
+    @abstractmethod
+    async def pipeline(self, wgsl: str, *, label: str, entry: str = "main") -> Any:
+        """A compute pipeline; a WGSL error raises ShaderError with the compiler's messages."""
+
+    @abstractmethod
+    def bind_group(self, pipeline: Any, bindings: Sequence[Binding], *, label: str = "") -> Any:
+        """Bindings 0..n-1 of group 0, in order (pyshim's convention: inputs, outputs, params last)."""
+
+    @abstractmethod
+    def submit(self, dispatches: Sequence[Dispatch], *, label: str = "") -> None:
+        """One command buffer with one compute pass running the dispatches in order."""
+
+    @abstractmethod
+    async def read(self, buffer: Any, size: int | None = None, offset: int = 0) -> bytes:
+        """Copy bytes out of a buffer (waits for the work queued before it)."""
+
+    @abstractmethod
+    def destroy(self) -> None:
+        """Release the device; later calls fail."""

@@ -1,0 +1,97 @@
+"""The native face: the `wgpu` package (wgpu-native over Vulkan, Metal or DX12) in CPython.
+
+Same WGSL as the browser, compiled by naga instead of Tint: every shader must satisfy both.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from pyshim.errors import GPUUnavailableError, ShaderError
+from pyshim.gpu.device import PLANNING_LIMITS, Binding, Capabilities, Dispatch, GPUDevice
+
+OPTIONAL_FEATURES = ("shader-f16", "subgroup", "timestamp-query")
+
+
+class NativeDevice(GPUDevice):
+    def __init__(self, wgpu, adapter, device, caps: Capabilities):
+        self._wgpu = wgpu
+        self._adapter = adapter
+        self._device = device
+        self.caps = caps
+
+    @classmethod
+    async def open(cls, *, power_preference: str = "high-performance") -> "NativeDevice":
+        try:
+            import wgpu
+        except ImportError:
+            raise GPUUnavailableError("the native backend needs the `wgpu` package", hint="pip install 'pyshim[dev]'") from None
+        try:
+            adapter = await wgpu.gpu.request_adapter_async(power_preference=power_preference)
+        except Exception as exc:  # wgpu-native raises its own error types for "no adapter"
+            raise GPUUnavailableError(f"no native WebGPU adapter: {exc}",
+                                      hint="install a Vulkan driver (on Debian: apt-get install mesa-vulkan-drivers)") from None
+        if adapter is None:
+            raise GPUUnavailableError("no native WebGPU adapter", hint="install a Vulkan driver (on Debian: apt-get install mesa-vulkan-drivers)")
+        features = frozenset(adapter.features)
+        wanted = [f for f in OPTIONAL_FEATURES if f in features]
+        limits = {name: int(adapter.limits[name.replace("_", "-")]) for name in PLANNING_LIMITS}
+        required = {n.replace("_", "-"): limits[n] for n in ("max_buffer_size", "max_storage_buffer_binding_size",
+                                                               "max_storage_buffers_per_shader_stage", "max_compute_workgroup_storage_size")}
+        device = await adapter.request_device_async(required_features=wanted, required_limits=required)
+        info = adapter.info
+        caps = Capabilities(
+            face="native", vendor=str(info.get("vendor", "")), architecture=str(info.get("architecture", "")),
+            description=str(info.get("device", "")), backend=str(info.get("backend_type", "")),
+            is_fallback=info.get("adapter_type") == "CPU", features=features, limits=limits,
+        )
+        return cls(wgpu, adapter, device, caps)
+
+    def buffer(self, size: int, *, label: str, uniform: bool = False):
+        usage = self._wgpu.BufferUsage
+        kind = usage.UNIFORM if uniform else usage.STORAGE
+        return self._device.create_buffer(label=label, size=max(4, (size + 3) // 4 * 4), usage=kind | usage.COPY_DST | usage.COPY_SRC)
+
+    def write(self, buffer, data, offset: int = 0) -> None:
+        self._device.queue.write_buffer(buffer, offset, memoryview(data).cast("B"))
+
+    async def pipeline(self, wgsl: str, *, label: str, entry: str = "main"):
+        try:
+            module = self._device.create_shader_module(label=label, code=wgsl)
+            return self._device.create_compute_pipeline(label=label, layout="auto", compute={"module": module, "entry_point": entry})
+        except Exception as exc:  # wgpu raises GPUValidationError with naga's report
+            raise ShaderError(f"WGSL {label} does not compile: {exc}") from None
+
+    def bind_group(self, pipeline, bindings: Sequence[Binding], *, label: str = ""):
+        entries = []
+        for i, b in enumerate(bindings):
+            buf, offset, size = b if isinstance(b, tuple) else (b, 0, b.size)
+            entries.append({"binding": i, "resource": {"buffer": buf, "offset": offset, "size": size}})
+        return self._device.create_bind_group(label=label, layout=pipeline.get_bind_group_layout(0), entries=entries)
+
+    def submit(self, dispatches: Sequence[Dispatch], *, label: str = "") -> None:
+        encoder = self._device.create_command_encoder(label=label)
+        compute = encoder.begin_compute_pass()
+        for pipeline, group, (x, y, z) in dispatches:
+            compute.set_pipeline(pipeline)
+            compute.set_bind_group(0, group)
+            compute.dispatch_workgroups(x, y, z)
+        compute.end()
+        self._device.queue.submit([encoder.finish()])
+
+    async def read(self, buffer, size: int | None = None, offset: int = 0) -> bytes:
+        size = buffer.size - offset if size is None else size
+        padded = (size + 3) // 4 * 4
+        usage = self._wgpu.BufferUsage
+        staging = self._device.create_buffer(size=padded, usage=usage.MAP_READ | usage.COPY_DST)
+        encoder = self._device.create_command_encoder()
+        encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, padded)
+        self._device.queue.submit([encoder.finish()])
+        await staging.map_async(self._wgpu.MapMode.READ)
+        data = bytes(staging.read_mapped())[:size]
+        staging.unmap()
+        staging.destroy()
+        return data
+
+    def destroy(self) -> None:
+        self._device.destroy()
