@@ -51,6 +51,10 @@ class BadRequestError(PyshimError):
     """An API request with missing or wrong fields."""
 
 
+class ChatTemplateError(BadRequestError):
+    """A chat template that does not parse, or that refuses the messages (its raise_exception)."""
+
+
 class MissingTensorError(GGUFFormatError):
     """The architecture needs a tensor the file does not have."""
 
