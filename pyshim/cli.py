@@ -15,6 +15,7 @@ COMMANDS = {
     "setup": "vendor Pyodide, wheels and the default models into web/vendor and models/",
     "serve": "start the dev server (site, shaders, models with HTTP Range)",
     "inspect": "show a GGUF model's hyperparameters, tensor types and memory needs",
+    "tokenize": "print a text's token ids for a model (same ids as llama.cpp)",
 }
 
 
