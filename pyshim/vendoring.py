@@ -227,7 +227,7 @@ def write_manifest(vendor: Path = VENDOR_DIR) -> str:
         "pyodide": PYODIDE_VERSION,
         "pyscript": PYSCRIPT_VERSION,
         "pyodide_packages": list(PYODIDE_PACKAGES),
-        "wheels": [{"url": f"/vendor/wheels/{w.name}", "sha256": sha256_file(w), "size": w.stat().st_size} for w in wheels],
+        "wheels": [{"url": f"wheels/{w.name}", "sha256": sha256_file(w), "size": w.stat().st_size} for w in wheels],
     }
     tmp = vendor / "manifest.json.part"
     tmp.write_text(json.dumps(manifest, indent=2))

@@ -30,6 +30,7 @@ def run(args) -> int:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
+    sock.listen(128)  # accept connections (queued until uvicorn runs) before announcing the URL
     port = sock.getsockname()[1]
     # The harness reads this line to learn the port when it asked for 0.
     print(f"pyshim serving http://{args.host}:{port}/ (Ctrl+C to stop)", flush=True)

@@ -1,0 +1,207 @@
+"""Headless Chromium with WebGPU against the dev server: the one harness tests and benchmarks share.
+
+- `DevServer` starts `pyshim serve` on a free port in a subprocess (the real server, as users run it).
+- `launch_chromium()` starts Debian's /usr/bin/chromium with the flags measured to give WebGPU
+  (SwiftShader here) and to keep it off the network.
+- `open_page()` opens a page that records console errors, page errors and every request; any request
+  to a non-local address is blocked and makes `PageWatch.check()` fail.
+- `require_adapter()` checks `navigator.gpu.requestAdapter()`, retrying once (a null adapter was
+  seen once under heavy load) and saying clearly what happened.
+
+This folder is not a Python package on purpose: a package named `playwright` would shadow the
+Playwright library itself. Import it with `sys.path.insert(0, "<repo>/playwright"); import harness`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.request import urlopen
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = os.environ.get("PYSHIM_CHROMIUM", "/usr/bin/chromium")
+# --enable-unsafe-webgpu is the only flag WebGPU needs here; the rest keep Chromium off the network
+# (this machine refuses outside connections, and Chromium retries them noisily otherwise).
+CHROMIUM_FLAGS = [
+    "--enable-unsafe-webgpu",
+    "--no-sandbox",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost",
+]
+SERVER_START_TIMEOUT_S = 60
+ADAPTER_RETRY_DELAY_MS = 2000
+BOOT_TIMEOUT_MS = 180_000  # Pyodide + numpy + wheels on a loaded 2-core machine
+
+
+class HarnessError(RuntimeError):
+    pass
+
+
+class DevServer:
+    """`pyshim serve --port 0` in a subprocess; `url` is its base URL once started."""
+
+    def __init__(self, *, isolated: bool = False, env: dict[str, str] | None = None):
+        self.isolated = isolated
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+        self.log: list[str] = []
+
+    def __enter__(self) -> "DevServer":
+        cmd = [sys.executable, "-m", "pyshim.cli", "serve", "--port", "0"] + (["--isolated"] if self.isolated else [])
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env={**os.environ, **(self.env or {})})
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.log.append(line.rstrip())
+            match = re.search(r"serving (http://\S+/)", line)
+            if match:
+                self.url = match.group(1)
+                break
+        if not self.url:
+            self.__exit__()
+            raise HarnessError("the dev server did not start:\n" + "\n".join(self.log[-20:]))
+        # Keep draining its output so a chatty server never blocks on a full pipe.
+        threading.Thread(target=self._drain, daemon=True).start()
+        with urlopen(self.url + "api/health", timeout=10) as r:
+            if r.status != 200:
+                raise HarnessError(f"dev server health check answered {r.status}")
+        return self
+
+    def _drain(self) -> None:
+        for line in self.proc.stdout:
+            self.log.append(line.rstrip())
+
+    def __exit__(self, *exc) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def launch_chromium(playwright, *, extra_flags: list[str] | None = None, headless: bool = True):
+    if not Path(CHROMIUM).exists():
+        raise HarnessError(f"{CHROMIUM} not found: install Debian's chromium (apt-get install -y chromium); "
+                           "never `playwright install`, it downloads a browser and fails offline")
+    return playwright.chromium.launch(executable_path=CHROMIUM, headless=headless, args=CHROMIUM_FLAGS + (extra_flags or []))
+
+
+def is_local(url: str) -> bool:
+    parts = urlsplit(url)
+    if parts.scheme in ("data", "blob", "about", "chrome", "chrome-extension", "devtools"):
+        return True
+    host = (parts.hostname or "").strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class PageWatch:
+    """What a page did that a test should know about."""
+
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    outside_requests: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+    console: list[str] = field(default_factory=list)
+
+    def check(self, *, allow_console_errors: tuple[str, ...] = ()) -> None:
+        problems = []
+        if self.outside_requests:
+            problems.append(f"requests to non-local addresses: {self.outside_requests}")
+        if self.page_errors:
+            problems.append(f"page errors: {self.page_errors}")
+        errors = [e for e in self.console_errors if not any(a in e for a in allow_console_errors)]
+        if errors:
+            problems.append(f"console errors: {errors}")
+        if problems:
+            raise AssertionError("; ".join(problems))
+
+
+def open_page(context, url: str, *, wait_until: str = "load"):
+    """A new page on `url`, watched. Returns (page, watch)."""
+    watch = PageWatch()
+
+    def guard(route):
+        request_url = route.request.url
+        watch.requests.append(request_url)
+        if is_local(request_url):
+            route.continue_()
+        else:
+            watch.outside_requests.append(request_url)
+            route.abort("blockedbyclient")
+
+    context.route("**/*", guard)
+    page = context.new_page()
+    page.on("console", lambda m: (watch.console.append(f"{m.type}: {m.text}"),
+                                  watch.console_errors.append(m.text) if m.type == "error" else None))
+    page.on("pageerror", lambda e: watch.page_errors.append(str(e)))
+    page.goto(url, wait_until=wait_until)
+    return page, watch
+
+
+ADAPTER_JS = """async (retryDelay) => {
+  if (!navigator.gpu) return {ok: false, reason: "navigator.gpu is missing"};
+  let adapter = await navigator.gpu.requestAdapter();
+  let retried = false;
+  if (!adapter) { retried = true; await new Promise(r => setTimeout(r, retryDelay)); adapter = await navigator.gpu.requestAdapter(); }
+  if (!adapter) return {ok: false, retried, reason: "requestAdapter() returned null twice"};
+  const info = adapter.info || {};
+  return {ok: true, retried, vendor: info.vendor, architecture: info.architecture,
+          isFallbackAdapter: !!(info.isFallbackAdapter ?? adapter.isFallbackAdapter),
+          features: [...adapter.features], maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize};
+}"""
+
+
+def require_adapter(page) -> dict:
+    info = page.evaluate(ADAPTER_JS, ADAPTER_RETRY_DELAY_MS)
+    if not info["ok"]:
+        raise HarnessError(f"WebGPU unavailable in the page: {info['reason']}. Chromium must run with --enable-unsafe-webgpu "
+                           "and without --disable-software-rasterizer; under heavy machine load the adapter can be null — retry the run.")
+    return info
+
+
+def wait_for_boot(page, timeout_ms: int = BOOT_TIMEOUT_MS) -> dict:
+    """Waits for the site's engine Worker to report Python ready; returns its boot report."""
+    page.wait_for_function("() => window.pyshimBoot !== undefined", timeout=timeout_ms)
+    boot = page.evaluate("() => window.pyshimBoot")
+    if "error" in boot:
+        raise HarnessError(f"the engine Worker failed to boot: {boot['error']}")
+    return boot
+
+
+def engine_request(page, kind: str, params: dict | None = None, timeout_ms: int = BOOT_TIMEOUT_MS):
+    """Sends one request to the page's engine Worker and returns its result (raises on an engine error)."""
+    page.set_default_timeout(timeout_ms)
+    outcome = page.evaluate(
+        """async ([kind, params]) => {
+             try { return {ok: true, result: await window.pyshimEngine.request(kind, params)}; }
+             catch (e) { return {ok: false, error: {name: e.name, message: e.message, hint: e.hint}}; }
+           }""",
+        [kind, params or {}],
+    )
+    if not outcome["ok"]:
+        err = outcome["error"]
+        raise HarnessError(f"engine {kind} failed: {err['name']}: {err['message']}")
+    return outcome["result"]

@@ -1,0 +1,42 @@
+"""Shared fixtures. Browser fixtures start the real dev server and Debian's Chromium through
+playwright/harness.py, once per test module (Pyodide takes seconds to boot)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "playwright"))
+
+import harness  # noqa: E402  (playwright/ is deliberately not a package)
+
+
+@pytest.fixture(scope="session")
+def dev_server():
+    if not (ROOT / "web" / "vendor" / "manifest.json").is_file():
+        pytest.fail("web/vendor is missing: run `pyshim setup` (the README's test command does it)")
+    with harness.DevServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = harness.launch_chromium(p)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def site_page(chromium, dev_server):
+    """The site's index page with its engine Worker booted; one per test module."""
+    context = chromium.new_context()
+    page, watch = harness.open_page(context, dev_server.url)
+    boot = harness.wait_for_boot(page)
+    yield page, watch, boot
+    context.close()

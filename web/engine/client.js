@@ -1,0 +1,50 @@
+// The in-page side of the engine Worker: requests by id, replies as promises, events to listeners.
+
+export class EngineError extends Error {
+  constructor({ name, message, hint }) {
+    super(message);
+    this.name = name || "EngineError";
+    this.hint = hint || null;
+  }
+}
+
+export class EngineClient extends EventTarget {
+  constructor(workerURL = new URL("./worker.js", import.meta.url)) {
+    super();
+    this.worker = new Worker(workerURL, { type: "module" });
+    this.nextId = 1;
+    this.pending = new Map();
+    this.worker.onmessage = (e) => this.#receive(e.data);
+    this.worker.onerror = (e) => {
+      // A worker that fails to load (syntax error, missing module) never answers: fail every waiter.
+      const error = new EngineError({ name: "WorkerError", message: e.message || "the engine worker failed to start" });
+      for (const { reject } of this.pending.values()) reject(error);
+      this.pending.clear();
+      this.dispatchEvent(new CustomEvent("error", { detail: error }));
+    };
+  }
+
+  #receive(msg) {
+    if (msg.event) {
+      this.dispatchEvent(new CustomEvent(msg.event, { detail: msg.data }));
+      return;
+    }
+    const waiter = this.pending.get(msg.id);
+    if (!waiter) return;
+    this.pending.delete(msg.id);
+    if (msg.ok) waiter.resolve(msg.result);
+    else waiter.reject(new EngineError(msg.error));
+  }
+
+  request(kind, params = {}) {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.worker.postMessage({ id, kind, params });
+    });
+  }
+
+  terminate() {
+    this.worker.terminate();
+  }
+}
