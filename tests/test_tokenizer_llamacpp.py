@@ -1,0 +1,139 @@
+"""Token ids identical to llama.cpp's.
+
+1. llama.cpp's own test vocabularies (vocab-only GGUFs with .inp/.out pairs, fetched once from the
+   llama-cpp-python sdist by tests/llamacpp_vocabs.py): every vocabulary of a supported type.
+2. The three real models on tests/fixtures/tokenizer_corpus.txt, against ids recorded with llama.cpp
+   (tests/fixtures/make_token_fixtures.py): three tokenize modes, detokenized text, pieces, EOG ids,
+   and the ≈100 KB English benchmark text (as a hash).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyshim.header import read_header_from_file
+from pyshim.tokenizer import Tokenizer
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import llamacpp_vocabs  # noqa: E402
+
+# Every llama.cpp test vocabulary whose type pyshim supports (bert-bge is WordPiece: not supported).
+SUPPORTED_VOCABS = ["command-r", "deepseek-coder", "deepseek-llm", "falcon", "gemma-4", "gpt-2", "llama-bpe",
+                    "llama-spm", "mpt", "phi-3", "qwen2", "qwen35", "refact", "starcoder"]
+MODES = {"plain": (False, False), "add_special": (True, False), "parse_special": (True, True)}
+FIXTURE = HERE / "fixtures" / "token_llamacpp.json"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SUPPORTED_VOCABS)
+def test_llamacpp_vocab_pairs(name):
+    tok = Tokenizer.from_metadata(read_header_from_file(llamacpp_vocabs.gguf_path(name)).metadata)
+    pairs = llamacpp_vocabs.test_pairs(name)
+    assert len(pairs) >= 40
+    wrong = [(text, want, got) for text, want in pairs
+             if (got := tok.encode(text, add_special=False, parse_special=False)) != want]
+    assert not wrong, f"{len(wrong)} of {len(pairs)} differ, first: {wrong[0]}"
+
+
+@pytest.mark.slow
+def test_every_llamacpp_vocab_is_listed():
+    # A new vocabulary in a newer sdist must be either supported or knowingly left out.
+    assert set(llamacpp_vocabs.vocab_names()) - set(SUPPORTED_VOCABS) == {"bert-bge"}
+
+
+def _fixture() -> dict:
+    return json.loads(FIXTURE.read_text("utf-8"))
+
+
+def _tokenizer(rel: str) -> Tokenizer:
+    path = ROOT / rel
+    if not path.is_file():
+        pytest.skip(f"{rel} not placed (run `pyshim setup --test-models`)")
+    return Tokenizer.from_metadata(read_header_from_file(path).metadata)
+
+
+def test_fixture_matches_corpus():
+    fixture = _fixture()
+    corpus = HERE / "fixtures" / "tokenizer_corpus.txt"
+    assert fixture["corpus_sha256"] == hashlib.sha256(corpus.read_bytes()).hexdigest(), \
+        "corpus changed: regenerate with tests/fixtures/make_token_fixtures.py"
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("model", ["smollm2", "gemma3", "qwen2.5"])
+def test_real_model_ids_match_llamacpp(model):
+    expected = _fixture()["models"][model]
+    tok = _tokenizer(expected["file"])
+    for case in expected["cases"]:
+        for mode, (add_special, parse_special) in MODES.items():
+            got = tok.encode(case["text"], add_special=add_special, parse_special=parse_special)
+            assert got == case[mode], (mode, case["text"])
+    assert (tok.bos_id, tok.eos_id) == (expected["bos"], expected["eos"])
+    assert set(expected["eog"]) <= tok.eog_ids
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("model", ["smollm2", "gemma3", "qwen2.5"])
+def test_real_model_decode_matches_llamacpp(model):
+    expected = _fixture()["models"][model]
+    tok = _tokenizer(expected["file"])
+    round_trips = 0
+    for case in expected["cases"]:
+        assert tok.decode_bytes(case["plain"]).hex() == case["decoded_hex"], case["text"]
+        assert tok.decode_bytes(case["parse_special"], special=True).hex() == case["decoded_special_hex"], case["text"]
+        if bytes.fromhex(case["decoded_hex"]) == case["text"].encode("utf-8"):   # llama.cpp round-trips it
+            assert tok.decode(tok.encode(case["text"], add_special=False)) == case["text"]
+            round_trips += 1
+    assert round_trips >= len(expected["cases"]) // 2
+    for token_id, (plain, special) in expected["pieces"].items():
+        assert tok.piece_bytes(int(token_id)).hex() == plain
+        assert tok.piece_bytes(int(token_id), special=True).hex() == special
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("model", ["smollm2", "gemma3", "qwen2.5"])
+def test_real_model_stream_equals_decode(model):
+    expected = _fixture()["models"][model]
+    tok = _tokenizer(expected["file"])
+    for case in expected["cases"]:
+        stream = tok.stream()
+        chunks = [stream.add(i) for i in case["plain"]]
+        text = "".join(chunks) + stream.finish()
+        pieces = b"".join(tok.piece_bytes(i) for i in case["plain"])
+        assert text == pieces.decode("utf-8", "replace"), case["text"]
+        if "\ufffd" not in text:
+            assert all("\ufffd" not in c for c in chunks)
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("model", ["smollm2", "gemma3", "qwen2.5"])
+def test_real_model_long_english_text(model):
+    from english_text import long_english_text, text_sha256
+
+    expected = _fixture()["models"][model]
+    text = long_english_text()
+    if text_sha256(text) != expected["long_text"]["text_sha256"]:
+        pytest.skip("this Python's pydoc text differs from the one recorded (another Python version)")
+    tok = _tokenizer(expected["file"])
+    ids = tok.encode(text, add_special=False)
+    assert len(ids) == expected["long_text"]["n_ids"]
+    assert hashlib.sha256(json.dumps(ids).encode()).hexdigest() == expected["long_text"]["sha256"]
+
+
+@pytest.mark.models
+def test_tokenize_command():
+    if not (ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf").is_file():
+        pytest.skip("smollm2 not placed")
+    out = subprocess.run([sys.executable, "-m", "pyshim.cli", "tokenize", "smollm2", "--text",
+                          "<|im_start|>Hi", "--parse-special", "--json"],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert json.loads(out) == {"ids": [1, 26843]}   # llama.cpp: <|im_start|>, "Hi"
