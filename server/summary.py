@@ -13,30 +13,18 @@ _lock = threading.Lock()
 
 def _describe(path: Path) -> dict:
     from pyshim.header import read_header_from_file
+    from pyshim.probe import quant_summary
 
     header = read_header_from_file(path)
-    by_type: dict[str, int] = {}
-    for t in header.tensors:
-        by_type[t.type.name] = by_type.get(t.type.name, 0) + t.nbytes
-    total = sum(by_type.values()) or 1
-    quant = ", ".join(f"{name} {100 * n / total:.0f}%" for name, n in sorted(by_type.items(), key=lambda kv: -kv[1]))
-    meta = header.metadata
     return {
         "architecture": header.architecture,
-        "model_name": meta.get("general.name"),
-        "quant": quant,
+        "model_name": header.get("general.name"),
+        "quant": quant_summary(header),
         "tensor_count": len(header.tensors),
-        "parameters": sum(_elements(t.shape) for t in header.tensors),
-        "context_length": meta.get(f"{header.architecture}.context_length"),
+        "parameters": sum(t.n_elements for t in header.tensors),
+        "context_length": header.get(f"{header.architecture}.context_length"),
         "error": None,
     }
-
-
-def _elements(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
 
 
 def summarize(path: Path) -> dict:

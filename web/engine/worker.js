@@ -6,6 +6,10 @@
 
 import { bootPython } from "./python.js";
 
+const SITE_ROOT = new URL("../", import.meta.url);  // relative URLs in requests are relative to the site
+const HEADER_FIRST_FETCH = 1 << 20;  // most headers fit; a 262k-token vocabulary needs ~6 MB
+const HEADER_MAX_ROUNDS = 8;
+
 let pyodide = null;
 let booting = null;
 
@@ -37,6 +41,29 @@ const handlers = {
   async "gpu-selftest"() {
     await handlers.boot();
     return runPython("import json\nfrom pyshim.gpu.selftest import selftest\njson.dumps(await selftest())");
+  },
+  // Reads a GGUF header from the start of `url` with Range requests, fetching only as much as the
+  // header needs, and returns Python's summary of it (architecture, sizes, memory).
+  async "read-header"({ url }) {
+    await handlers.boot();
+    url = new URL(url, SITE_ROOT).href;
+    let length = HEADER_FIRST_FETCH;
+    for (let round = 0; round < HEADER_MAX_ROUNDS; round++) {
+      const response = await fetch(url, { headers: { Range: `bytes=0-${length - 1}` } });
+      if (!response.ok) throw Object.assign(new Error(`${url}: HTTP ${response.status}`), { name: "FetchError" });
+      const fileSize = Number((response.headers.get("Content-Range") ?? "").split("/")[1]) || null;
+      const bytes = new Uint8Array(await response.arrayBuffer());
+      pyodide.globals.set("_prefix", bytes);
+      pyodide.globals.set("_file_size", fileSize);
+      const out = await runPython("import json\nfrom pyshim.probe import probe\n" +
+        "_r = json.dumps(probe(_prefix.to_py(), _file_size))\ndel _prefix, _file_size\n_r");
+      if (out.need === undefined) return { ...out, fetched_bytes: bytes.length, rounds: round + 1 };
+      if (response.status === 200 || (fileSize !== null && bytes.length >= fileSize)) {
+        throw Object.assign(new Error("the file ends inside its GGUF header"), { name: "TruncatedError" });
+      }
+      length = Math.max(out.need, 2 * length);
+    }
+    throw Object.assign(new Error("the GGUF header is implausibly large"), { name: "GGUFFormatError" });
   },
   // Runs Python source in the worker and returns the JSON its last expression holds (tests, debugging).
   async exec({ code }) {
