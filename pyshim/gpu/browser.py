@@ -100,7 +100,11 @@ class BrowserDevice(GPUDevice):
 
     def write(self, buffer, data, offset: int = 0) -> None:
         view = memoryview(data).cast("B")
-        self._device.queue.writeBuffer(buffer, offset, to_js(view))
+        body = len(view) // 4 * 4            # WebGPU writes whole 4-byte words: the tail goes zero-padded
+        if body:
+            self._device.queue.writeBuffer(buffer, offset, to_js(view[:body]))
+        if body < len(view):
+            self._device.queue.writeBuffer(buffer, offset + body, to_js(memoryview(bytes(view[body:]).ljust(4, b"\0"))))
 
     async def pipeline(self, wgsl: str, *, label: str, entry: str = "main"):
         module = self._device.createShaderModule(_js({"label": label, "code": wgsl}))

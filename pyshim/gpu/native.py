@@ -53,7 +53,12 @@ class NativeDevice(GPUDevice):
         return self._device.create_buffer(label=label, size=max(4, (size + 3) // 4 * 4), usage=kind | usage.COPY_DST | usage.COPY_SRC)
 
     def write(self, buffer, data, offset: int = 0) -> None:
-        self._device.queue.write_buffer(buffer, offset, memoryview(data).cast("B"))
+        view = memoryview(data).cast("B")
+        body = len(view) // 4 * 4            # WebGPU writes whole 4-byte words: the tail goes zero-padded
+        if body:
+            self._device.queue.write_buffer(buffer, offset, view[:body])
+        if body < len(view):
+            self._device.queue.write_buffer(buffer, offset + body, bytes(view[body:]).ljust(4, b"\0"))
 
     async def pipeline(self, wgsl: str, *, label: str, entry: str = "main"):
         try:

@@ -1,0 +1,132 @@
+"""The kernel catalog: each shader family's params struct, the weight-type defines, and a pipeline cache.
+
+A params struct is a flat run of 4-byte u32/f32 fields, padded to 16 bytes (uniform layout rules are
+then trivially satisfied); `PARAMS[family]` mirrors the WGSL `struct Params` field for field (a test
+parses the shaders and compares). Bindings follow the house order: inputs, outputs, params last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as QT
+
+from pyshim.errors import ShaderError, UnsupportedError
+from pyshim.gpu.device import GPUDevice
+from pyshim.gpu.shaderc import Preprocessor, ShaderKey
+
+WG = 64                 # invocations per workgroup for every barrier-free kernel
+ARGMAX_CHUNK = 256      # logits scanned per invocation in argmax's first pass
+
+# Weight type -> (define, elements per shader block, bytes per shader block). F32/F16 "blocks" are
+# 8 elements: what one call of block_apply reads (two vec4s).
+WEIGHT_TYPES: dict[QT, tuple[str, int, int]] = {
+    QT.F32: ("W_F32", 8, 32),
+    QT.F16: ("W_F16", 8, 16),
+    QT.Q4_0: ("W_Q4_0", *GGML_QUANT_SIZES[QT.Q4_0]),
+    QT.Q4_1: ("W_Q4_1", *GGML_QUANT_SIZES[QT.Q4_1]),
+    QT.Q5_0: ("W_Q5_0", *GGML_QUANT_SIZES[QT.Q5_0]),
+    QT.Q8_0: ("W_Q8_0", *GGML_QUANT_SIZES[QT.Q8_0]),
+    QT.Q4_K: ("W_Q4_K", *GGML_QUANT_SIZES[QT.Q4_K]),
+    QT.Q5_K: ("W_Q5_K", *GGML_QUANT_SIZES[QT.Q5_K]),
+    QT.Q6_K: ("W_Q6_K", *GGML_QUANT_SIZES[QT.Q6_K]),
+}
+
+
+def weight_define(qtype: QT) -> str:
+    try:
+        return WEIGHT_TYPES[QT(qtype)][0]
+    except KeyError:
+        raise UnsupportedError(f"no GPU kernel for tensor type {QT(qtype).name}",
+                               hint="supported: " + ", ".join(t.name for t in WEIGHT_TYPES)) from None
+
+
+def shader_block(qtype: QT) -> tuple[int, int]:
+    """(elements, bytes) of one block_apply call for this type: k must be a multiple of the first."""
+    return WEIGHT_TYPES[QT(qtype)][1:]
+
+
+@dataclass(frozen=True)
+class ParamsLayout:
+    fields: tuple[tuple[str, str], ...]     # (name, "u32" | "f32"), in WGSL order
+
+    @property
+    def nbytes(self) -> int:
+        return (len(self.fields) * 4 + 15) // 16 * 16
+
+    def pack(self, **values) -> np.ndarray:
+        """The struct as uint32 words; unnamed `_pad*` fields are 0, any other missing field is an error."""
+        words = np.zeros(self.nbytes // 4, dtype=np.uint32)
+        names = {n for n, _ in self.fields}
+        unknown = set(values) - names
+        if unknown:
+            raise ValueError(f"unknown params fields {sorted(unknown)}")
+        for i, (name, kind) in enumerate(self.fields):
+            if name not in values:
+                if name.startswith("_pad"):
+                    continue
+                raise ValueError(f"params field {name!r} missing")
+            v = values[name]
+            words[i] = np.float32(v).view(np.uint32) if kind == "f32" else np.uint32(int(v))
+        return words
+
+
+def _layout(spec: str) -> ParamsLayout:
+    """'m:u32 k:u32 eps:f32' -> ParamsLayout."""
+    return ParamsLayout(tuple(tuple(item.split(":")) for item in spec.split()))
+
+
+PARAMS: dict[str, ParamsLayout] = {
+    "matvec": _layout("m:u32 k:u32 n:u32 row_bytes:u32 w_off:u32 x_off:u32 y_off:u32 bias_off:u32"),
+    "embed": _layout("d:u32 n:u32 row_bytes:u32 w_off:u32 tok_off:u32 out_off:u32 _pad0:u32 _pad1:u32"),
+    "rmsnorm": _layout("rows:u32 d:u32 eps:f32 x_off:u32 y_off:u32 w_off:u32 _pad0:u32 _pad1:u32"),
+    "rope": _layout("n:u32 heads:u32 head_dim:u32 dims:u32 mscale:f32 x_off:u32 y_off:u32 pos_off:u32"),
+    "attention": _layout("n:u32 heads:u32 kv_heads:u32 cap:u32 window:u32 scale:f32 softcap:f32 pos_off:u32 "
+                         "q_off:u32 out_off:u32 _pad0:u32 _pad1:u32"),
+    "kv_write": _layout("n:u32 k_row:u32 v_row:u32 cap:u32 pos_off:u32 k_off:u32 v_off:u32 _pad0:u32"),
+    "glu": _layout("n:u32 f:u32 gate_off:u32 gate_stride:u32 up_off:u32 up_stride:u32 out_off:u32 _pad0:u32"),
+    "eltwise": _layout("n:u32 width:u32 a_off:u32 a_stride:u32 b_off:u32 b_stride:u32 y_off:u32 s:f32"),
+    "argmax": _layout("len:u32 chunk:u32 x_off:u32 _pad0:u32"),
+    "stream": _layout("n4:u32 per_thread:u32 _pad0:u32 _pad1:u32"),
+}
+
+
+def groups(n: int, per: int = WG) -> int:
+    return max(1, -(-int(n) // per))
+
+
+class KernelCache:
+    """Pipelines by ShaderKey, compiled once per device (WGSL errors surface as ShaderError)."""
+
+    def __init__(self, device: GPUDevice, sources: Mapping[str, str] | None = None):
+        self.device = device
+        self.pre = Preprocessor(sources)
+        self._pipelines: dict[ShaderKey, object] = {}
+
+    def source(self, key: ShaderKey) -> str:
+        return self.pre.build(key)
+
+    async def get(self, key: ShaderKey):
+        pipeline = self._pipelines.get(key)
+        if pipeline is None:
+            if key.family not in PARAMS:
+                raise ShaderError(f"unknown shader family {key.family!r}")
+            pipeline = await self.device.pipeline(self.source(key), label=key.label)
+            self._pipelines[key] = pipeline
+        return pipeline
+
+    def __len__(self) -> int:
+        return len(self._pipelines)
+
+
+def rope_theta(spec, freq_factors: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """Per rotated pair, the angle per position (f32 [dims/2], computed in f64 then rounded) and mscale:
+    what rope.wgsl multiplies by the position (see pyshim.rope.pair_tables)."""
+    from pyshim.rope import pair_tables
+
+    inv_freq, mix, mscale = pair_tables(spec, freq_factors)
+    theta = inv_freq * (spec.freq_scale * (1.0 - mix) + mix)
+    return theta.astype(np.float32), float(mscale)

@@ -1,0 +1,130 @@
+"""WGSL sources → one expanded module per kernel variant: a tiny preprocessor and a pipeline key.
+
+The shaders live in `shaders/<family>.wgsl` with shared code in `shaders/include/`. A variant is the
+family plus a set of defines (`W_Q4_K`, `WG=64`, ...); the preprocessor understands, one per line:
+
+    #include "include/x.wgsl"     paste that file here (relative to the shader root; once per module)
+    #define NAME value            replace the word NAME by `value` in the lines below (value may be empty)
+    #ifdef NAME / #ifndef NAME / #else / #endif
+
+Defines given by the caller are applied the same way as `#define` lines. Malformed input (an unknown
+directive, an unterminated `#if`, a stray `#else`/`#endif`, a missing include, an include cycle) raises
+ShaderError naming the file and line. Sources come from a mapping {relative path: text}, so the same code
+runs in CPython (read from the repository's `shaders/` directory) and in Pyodide (fetched by the worker).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from pyshim.errors import ShaderError
+
+SHADER_ROOT = Path(__file__).resolve().parents[2] / "shaders"
+_WORD = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
+_INCLUDE = re.compile(r'^#include\s+"([^"]+)"\s*$')
+_DEFINE = re.compile(r"^#define\s+([A-Za-z_][A-Za-z0-9_]*)(?:\s+(.*?))?\s*$")
+_COND = re.compile(r"^#(ifdef|ifndef)\s+([A-Za-z_][A-Za-z0-9_]*)\s*$")
+
+
+def load_sources(root: str | Path = SHADER_ROOT) -> dict[str, str]:
+    """Every `.wgsl` under `root`, keyed by its path relative to root (POSIX separators)."""
+    root = Path(root)
+    return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8") for p in sorted(root.rglob("*.wgsl"))}
+
+
+@dataclass(frozen=True)
+class ShaderKey:
+    """Which pipeline: a shader family and its defines. Hashable (the pipeline cache's key) and readable.
+
+    `defines` is a sorted tuple of (name, value) pairs; a flag define has value "" ."""
+
+    family: str
+    defines: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, family: str, **defines) -> "ShaderKey":
+        """ShaderKey.of("matvec", W_Q4_K=True, WG=64): True gives a flag define, False/None leave it out."""
+        items = []
+        for name, value in defines.items():
+            if value is None or value is False:
+                continue
+            items.append((name, "" if value is True else str(value)))
+        return cls(family, tuple(sorted(items)))
+
+    @property
+    def label(self) -> str:
+        """e.g. `matvec_q4_k_bias_wg64`: the family, the weight type (W_* without its prefix), the other
+        flags, then name+value pairs."""
+        order = sorted(self.defines, key=lambda d: (not d[0].startswith("W_"), d[1] != "", d[0]))
+        parts = [self.family]
+        for name, value in order:
+            word = name[2:] if name.startswith("W_") else name
+            parts.append(word.lower() + (value.lower().replace(".", "p").replace("-", "m") if value else ""))
+        return "_".join(parts)
+
+
+class Preprocessor:
+    def __init__(self, sources: Mapping[str, str] | None = None):
+        self.sources = dict(sources) if sources is not None else load_sources()
+
+    def expand(self, path: str, defines: Mapping[str, str] | None = None) -> str:
+        """The expanded source of `path` (e.g. "matvec.wgsl") under `defines`."""
+        table = dict(defines or {})
+        out: list[str] = []
+        self._expand(path, table, out, stack=(), included=set())
+        return "\n".join(out) + "\n"
+
+    def build(self, key: ShaderKey) -> str:
+        return self.expand(f"{key.family}.wgsl", dict(key.defines))
+
+    def _expand(self, path: str, table: dict[str, str], out: list[str], stack: tuple[str, ...], included: set[str]) -> None:
+        if path in stack:
+            raise ShaderError(f"include cycle: {' -> '.join(stack + (path,))}")
+        if path not in self.sources:
+            where = f" (included from {stack[-1]})" if stack else ""
+            raise ShaderError(f"unknown shader file {path!r}{where}")
+        included.add(path)
+        # conditions: one (active, seen_else, line) per open #if; a line is emitted when all are active
+        conds: list[list] = []
+        for lineno, line in enumerate(self.sources[path].splitlines(), 1):
+            stripped = line.strip()
+            active = all(c[0] for c in conds)
+            if not stripped.startswith("#"):
+                if active:
+                    out.append(_substitute(line, table))
+                continue
+            where = f"{path}:{lineno}"
+            if m := _COND.match(stripped):
+                conds.append([(m.group(2) in table) == (m.group(1) == "ifdef"), False, where])
+            elif stripped == "#else" or stripped.startswith("#else "):
+                if not conds or conds[-1][1]:
+                    raise ShaderError(f"{where}: #else without a matching #ifdef/#ifndef")
+                conds[-1][0], conds[-1][1] = not conds[-1][0], True
+            elif stripped == "#endif" or stripped.startswith("#endif "):
+                if not conds:
+                    raise ShaderError(f"{where}: #endif without a matching #ifdef/#ifndef")
+                conds.pop()
+            elif not active:
+                if not stripped.startswith(("#include", "#define")):
+                    raise ShaderError(f"{where}: unknown directive {stripped.split()[0]!r}")
+            elif m := _INCLUDE.match(stripped):
+                target = m.group(1)
+                if target in stack or target == path:
+                    raise ShaderError(f"{where}: include cycle: {' -> '.join(stack + (path, target))}")
+                if target not in included:       # each file once per module (WGSL has no redefinition)
+                    self._expand(target, table, out, stack + (path,), included)
+            elif m := _DEFINE.match(stripped):
+                table[m.group(1)] = _substitute(m.group(2) or "", table)
+            else:
+                raise ShaderError(f"{where}: malformed or unknown directive {stripped!r}")
+        if conds:
+            raise ShaderError(f"{conds[-1][2]}: #if... is never closed by #endif")
+
+
+def _substitute(line: str, table: Mapping[str, str]) -> str:
+    if not table:
+        return line
+    return _WORD.sub(lambda m: table.get(m.group(0), m.group(0)), line)

@@ -1,0 +1,83 @@
+// Decode attention over the KV cache with an online softmax, one invocation per (query head, token):
+// out[t, h, :] = softmax_j(softcap(scale * q[t,h]·k[j, h/G])) · v[j, h/G] over key positions j in
+// [lo, positions[t]], lo = max(0, pos - window + 1) for sliding-window layers, else 0. Keys live in
+// a ring: position j is in slot j % cap (cap = n_ctx for full layers; >= window + chunk - 1 for
+// windowed ones, so a chunk's own writes never evict a key one of its queries still needs).
+// The cache must already hold this step's keys (kv_write runs first). Barrier-free; real GPUs want
+// the KV length split over a workgroup (a later variant). Defines: WG, HEAD_DIM, HEAD_DIM_V (/4 each
+// as HD4, HDV4), optional SOFTCAP.
+struct Params {
+    n: u32,             // query tokens
+    heads: u32,
+    kv_heads: u32,
+    cap: u32,           // slots in the cache ring
+    window: u32,        // 0: attend to every earlier position
+    scale: f32,
+    softcap: f32,
+    pos_off: u32,
+    q_off: u32,         // element offsets (multiples of 4)
+    out_off: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> kc: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> vc: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> positions: array<u32>;
+@group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(5) var<uniform> params: Params;
+
+const SCORE_FLOOR: f32 = -3.0e38;   // the running max before any key (finite: exp() of differences stays defined)
+const TANH_CLAMP: f32 = 15.0;       // tanh is 1 to f32 precision beyond this; clamping avoids inf/inf in exp-based tanh
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let h = gid.x;
+    let t = gid.y;
+    if (h >= params.heads || t >= params.n) {
+        return;
+    }
+    let kvh = h / (params.heads / params.kv_heads);
+    var qv: array<vec4<f32>, HD4>;
+    let qb = params.q_off / 4u + (t * params.heads + h) * HD4;
+    for (var i = 0u; i < HD4; i++) {
+        qv[i] = q[qb + i];
+    }
+    let pos = positions[params.pos_off + t];
+    var lo = 0u;
+    if (params.window > 0u && pos + 1u > params.window) {
+        lo = pos + 1u - params.window;
+    }
+    var acc: array<vec4<f32>, HDV4>;
+    for (var i = 0u; i < HDV4; i++) {
+        acc[i] = vec4<f32>(0.0);
+    }
+    var m = SCORE_FLOOR;
+    var l = 0.0;
+    for (var j = lo; j <= pos; j++) {
+        let slot = j % params.cap;
+        let kb = (slot * params.kv_heads + kvh) * HD4;
+        var dv = vec4<f32>(0.0);
+        for (var i = 0u; i < HD4; i++) {
+            dv = fma(qv[i], kc[kb + i], dv);
+        }
+        var s = (dv.x + dv.y + dv.z + dv.w) * params.scale;
+#ifdef SOFTCAP
+        s = params.softcap * tanh(clamp(s / params.softcap, -TANH_CLAMP, TANH_CLAMP));
+#endif
+        let m_new = max(m, s);
+        let corr = exp(m - m_new);
+        let p = exp(s - m_new);
+        l = l * corr + p;
+        let vb = (slot * params.kv_heads + kvh) * HDV4;
+        for (var i = 0u; i < HDV4; i++) {
+            acc[i] = fma(vec4<f32>(p), vc[vb + i], acc[i] * corr);
+        }
+        m = m_new;
+    }
+    let ob = params.out_off / 4u + (t * params.heads + h) * HDV4;
+    for (var i = 0u; i < HDV4; i++) {
+        out[ob + i] = acc[i] / l;
+    }
+}

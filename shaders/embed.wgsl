@@ -1,0 +1,35 @@
+// out[t, :] = row tokens[t] of the table W [vocab, d] (GGUF blocks, dequantized). One invocation per
+// (block of the row, token). Defines: one W_<type>, WG.
+#include "include/wtype.wgsl"
+
+struct Params {
+    d: u32,             // row length (a multiple of BLOCK_ELEMS)
+    n: u32,             // tokens
+    row_bytes: u32,
+    w_off: u32,         // bytes (multiple of 4)
+    tok_off: u32,       // index of the first token in `tokens`
+    out_off: u32,       // element offset (multiple of 4)
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read> tokens: array<u32>;
+@group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(3) var<uniform> params: Params;
+
+fn sink(v: vec4<f32>, i: u32, acc: ptr<function, vec4<f32>>) {
+    out[i >> 2u] = v;
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let b = gid.x;
+    let t = gid.y;
+    if (b >= params.d / BLOCK_ELEMS || t >= params.n) {
+        return;
+    }
+    let id = tokens[params.tok_off + t];
+    var unused = vec4<f32>(0.0);
+    block_apply(params.w_off + id * params.row_bytes + b * BLOCK_BYTES, params.out_off + t * params.d + b * BLOCK_ELEMS, &unused);
+}

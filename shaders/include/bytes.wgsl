@@ -1,0 +1,44 @@
+// Reading GGUF blocks straight from a `w: array<u32>` binding (declared by the including family).
+// Blocks of 18, 22, 34 and 210 bytes (Q4_0, Q5_0, Q8_0, Q6_K) start at 2-aligned byte offsets, so a
+// 32-bit field may straddle two words: w_u32 joins them. Weights stay byte-identical to the file.
+
+fn w_u32(byte: u32) -> u32 {
+    let i = byte >> 2u;
+    let sh = (byte & 3u) * 8u;
+    let lo = w[i];
+    if (sh == 0u) {
+        return lo;
+    }
+    return (lo >> sh) | (w[i + 1u] << (32u - sh));
+}
+
+// An f16 at an even byte offset, as f32 (unpack2x16float: no shader-f16 feature needed).
+fn w_f16(byte: u32) -> f32 {
+    let word = w[byte >> 2u];
+    return unpack2x16float(word >> ((byte & 2u) * 8u)).x;
+}
+
+// The 4 low nibbles of the 4 bytes of q (byte order), and the 4 high nibbles.
+fn nib_lo(q: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(q) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(15u));
+}
+
+fn nib_hi(q: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(q) >> vec4<u32>(4u, 12u, 20u, 28u)) & vec4<u32>(15u));
+}
+
+// The 4 bytes of q as signed int8 values.
+fn i8x4(q: u32) -> vec4<f32> {
+    let s = bitcast<vec4<i32>>(vec4<u32>(q) << vec4<u32>(24u, 16u, 8u, 0u));
+    return vec4<f32>(s >> vec4<u32>(24u));
+}
+
+// Bit `shift + 8*b` of q for each byte b, times `scale` (the high bits of Q5_0/Q5_K, Q6_K's 2-bit pairs).
+fn bits_per_byte(q: u32, shift: u32, mask: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(q) >> (vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(shift))) & vec4<u32>(mask));
+}
+
+// Byte k (0..15) of four little-endian words.
+fn byte_of(words: vec4<u32>, k: u32) -> u32 {
+    return (words[k >> 2u] >> ((k & 3u) * 8u)) & 255u;
+}

@@ -1,0 +1,15 @@
+// Q5_0, 22 B: d f16 | qh u32 (bit j = 5th bit of element j) | qs[16] (as Q4_0); x = d*(q-16).
+const BLOCK_ELEMS: u32 = 32u;
+const BLOCK_BYTES: u32 = 22u;
+
+fn block_apply(wb: u32, base: u32, acc: ptr<function, vec4<f32>>) {
+    let d = w_f16(wb);
+    let qh = w_u32(wb + 2u);
+    for (var i = 0u; i < 4u; i++) {
+        let q = w_u32(wb + 6u + 4u * i);
+        let h_lo = vec4<f32>((vec4<u32>(qh) >> (vec4<u32>(0u, 1u, 2u, 3u) + 4u * i)) & vec4<u32>(1u));
+        let h_hi = vec4<f32>((vec4<u32>(qh) >> (vec4<u32>(16u, 17u, 18u, 19u) + 4u * i)) & vec4<u32>(1u));
+        sink(d * (nib_lo(q) + 16.0 * h_lo - 16.0), base + 4u * i, acc);
+        sink(d * (nib_hi(q) + 16.0 * h_hi - 16.0), base + 16u + 4u * i, acc);
+    }
+}

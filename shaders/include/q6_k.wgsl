@@ -1,0 +1,27 @@
+// Q6_K, 210 B: ql[128] low 4 bits | qh[64] high 2 bits | scales[16] int8 | d f16. Two halves of 128:
+// half n uses ql[64n..], qh[32n..], scales[8n..]; for l < 32, with 2-bit fields s of qh[l]:
+// element 128n+l = lo(ql[l]) | s0<<4, +32: lo(ql[l+32]) | s1<<4, +64: hi(ql[l]) | s2<<4,
+// +96: hi(ql[l+32]) | s3<<4, each minus 32, times d*scales[8n + l/16 + 2*(which)].
+const BLOCK_ELEMS: u32 = 256u;
+const BLOCK_BYTES: u32 = 210u;
+
+fn block_apply(wb: u32, base: u32, acc: ptr<function, vec4<f32>>) {
+    let d = w_f16(wb + 208u);
+    let sw = vec4<u32>(w_u32(wb + 192u), w_u32(wb + 196u), w_u32(wb + 200u), w_u32(wb + 204u));
+    for (var n = 0u; n < 2u; n++) {
+        for (var i = 0u; i < 8u; i++) {
+            let a = w_u32(wb + 64u * n + 4u * i);
+            let b = w_u32(wb + 64u * n + 32u + 4u * i);
+            let h = w_u32(wb + 128u + 32u * n + 4u * i);
+            let k = 8u * n + (i >> 2u);
+            let sc = d * vec4<f32>(vec4<i32>(
+                bitcast<i32>(byte_of(sw, k) << 24u) >> 24u, bitcast<i32>(byte_of(sw, k + 2u) << 24u) >> 24u,
+                bitcast<i32>(byte_of(sw, k + 4u) << 24u) >> 24u, bitcast<i32>(byte_of(sw, k + 6u) << 24u) >> 24u));
+            let e = base + 128u * n + 4u * i;
+            sink(sc.x * (nib_lo(a) + 16.0 * bits_per_byte(h, 0u, 3u) - 32.0), e, acc);
+            sink(sc.y * (nib_lo(b) + 16.0 * bits_per_byte(h, 2u, 3u) - 32.0), e + 32u, acc);
+            sink(sc.z * (nib_hi(a) + 16.0 * bits_per_byte(h, 4u, 3u) - 32.0), e + 64u, acc);
+            sink(sc.w * (nib_hi(b) + 16.0 * bits_per_byte(h, 6u, 3u) - 32.0), e + 96u, acc);
+        }
+    }
+}

@@ -1,0 +1,27 @@
+// The adapter's streaming roofline: each invocation sums a contiguous run of `per_thread` vec4s of a
+// large f32 buffer (the same access shape as the barrier-free matvec: one stream per invocation) and
+// writes one float so the reads cannot be optimized away. Defines: WG.
+struct Params {
+    n4: u32,            // vec4s in the buffer
+    per_thread: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+@group(0) @binding(2) var<uniform> params: Params;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let start = gid.x * params.per_thread;
+    if (start >= params.n4) {
+        return;
+    }
+    let end = min(start + params.per_thread, params.n4);
+    var acc = vec4<f32>(0.0);
+    for (var i = start; i < end; i++) {
+        acc += x[i];
+    }
+    y[gid.x] = acc.x + acc.y + acc.z + acc.w;
+}

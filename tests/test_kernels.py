@@ -1,0 +1,256 @@
+"""Every WGSL kernel on the native device (wgpu, lavapipe here) against NumPy: the reference executor
+and gguf.quants. Sizes are deliberately not multiples of the workgroup; one device for the module."""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+from gguf import quants
+
+from pyshim.gpu.kernels import ARGMAX_CHUNK, PARAMS, WEIGHT_TYPES, WG, groups, rope_theta, shader_block
+from pyshim.gpu.shaderc import Preprocessor, ShaderKey
+from pyshim.ops import AttnSpec
+from pyshim.reference import NumpyOps, dequantize_rows
+from pyshim.rope import RopeSpec
+from gpu_helpers import GPU, random_weight
+
+ALL_TYPES = list(WEIGHT_TYPES)
+QUANTIZABLE = [QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0]      # what gguf.quants.quantize implements
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    g = GPU()
+    yield g
+    g.close()
+
+
+def f32(data: bytes, shape=None) -> np.ndarray:
+    a = np.frombuffer(data, dtype=np.float32)
+    return a if shape is None else a[: int(np.prod(shape))].reshape(shape)
+
+
+class Dense:
+    """A reference-executor weight stand-in holding f32 values."""
+
+    def __init__(self, values):
+        self.values = np.asarray(values, dtype=np.float32)
+        self.shape = self.values.shape
+
+    def dense(self):
+        return self.values
+
+
+def run_matvec(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0):
+    """raw uint8 (m, row_bytes); x (n, k) -> y (n, m). Pads put the tensors at offsets in their buffers."""
+    m, row_bytes = raw.shape
+    n, k = x.shape
+    w = np.concatenate([np.zeros(w_pad, np.uint8), raw.reshape(-1)])
+    xs = np.concatenate([np.zeros(x_pad, np.float32), x.reshape(-1)])
+    define = {WEIGHT_TYPES[qtype][0]: True}
+    inputs = [w, xs] + ([bias] if bias is not None else [])
+    key = ShaderKey.of("matvec", **define, WG=WG, BIAS=bias is not None)
+    (out,) = gpu.dispatch(key, inputs, [(y_pad + n * m) * 4],
+                          dict(m=m, k=k, n=n, row_bytes=row_bytes, w_off=w_pad, x_off=x_pad, y_off=y_pad, bias_off=0),
+                          (groups(m), n, 1))
+    return f32(out)[y_pad:].reshape(n, m)
+
+
+def check_close(got, want, rel=2e-5):
+    scale = float(np.max(np.abs(want))) or 1.0
+    np.testing.assert_allclose(got, want, rtol=rel, atol=rel * scale)
+
+
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
+def test_matvec_random_blocks(gpu, qtype):
+    rng = np.random.default_rng(int(qtype))
+    per = shader_block(qtype)[0]
+    k = 3 * max(per, 32) if per < 256 else 512          # odd block counts put rows at 2-aligned offsets
+    m, n = 67, 3
+    raw = random_weight(qtype, m, k, rng)
+    x = rng.standard_normal((n, k), dtype=np.float32)
+    want = x @ dequantize_rows(raw, qtype).reshape(m, k).T
+    check_close(run_matvec(gpu, qtype, raw, x), want)
+
+
+@pytest.mark.parametrize("qtype", QUANTIZABLE, ids=lambda t: t.name)
+def test_matvec_quantized_data(gpu, qtype):
+    rng = np.random.default_rng(7)
+    m, k = 45, 160
+    raw = quants.quantize(rng.standard_normal((m, k), dtype=np.float32), qtype)
+    x = rng.standard_normal((1, k), dtype=np.float32)
+    want = x @ quants.dequantize(raw, qtype).T
+    check_close(run_matvec(gpu, qtype, raw, x), want)
+
+
+@pytest.mark.parametrize("qtype", [QT.Q4_0, QT.Q6_K, QT.F16], ids=lambda t: t.name)
+def test_matvec_bias_and_offsets(gpu, qtype):
+    rng = np.random.default_rng(11)
+    k = 256
+    m, n = 130, 2
+    raw = random_weight(qtype, m, k, rng)
+    x = rng.standard_normal((n, k), dtype=np.float32)
+    bias = rng.standard_normal(m, dtype=np.float32)
+    want = x @ dequantize_rows(raw, qtype).reshape(m, k).T + bias
+    check_close(run_matvec(gpu, qtype, raw, x, bias=bias, w_pad=36, x_pad=8, y_pad=12), want)
+
+
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
+def test_embed(gpu, qtype):
+    rng = np.random.default_rng(3)
+    per = shader_block(qtype)[0]
+    d = 512 if per == 256 else 96
+    vocab = 37
+    raw = random_weight(qtype, vocab, d, rng)
+    tokens = np.array([5, 36, 0, 5, 17], dtype=np.uint32)
+    key = ShaderKey.of("embed", **{WEIGHT_TYPES[qtype][0]: True}, WG=WG)
+    pad = 8
+    (out,) = gpu.dispatch(key, [raw, np.concatenate([np.zeros(1, np.uint32), tokens])], [(pad + len(tokens) * d) * 4],
+                          dict(d=d, n=len(tokens), row_bytes=raw.shape[1], w_off=0, tok_off=1, out_off=pad),
+                          (groups(d // per), len(tokens), 1))
+    want = dequantize_rows(raw[tokens.astype(np.int64)], qtype).reshape(len(tokens), d)
+    np.testing.assert_array_equal(f32(out)[pad:].reshape(len(tokens), d), want)
+
+
+def test_rmsnorm(gpu):
+    rng = np.random.default_rng(5)
+    rows, d = 71, 68
+    x = rng.standard_normal((rows, d), dtype=np.float32) * 3
+    w = rng.standard_normal(d, dtype=np.float32)
+    (out,) = gpu.dispatch(ShaderKey.of("rmsnorm", WG=WG), [x, w], [x.nbytes],
+                          dict(rows=rows, d=d, eps=1e-6, x_off=0, y_off=0, w_off=0), (groups(rows), 1, 1))
+    want = NumpyOps.rmsnorm(None, x, Dense(w), 1e-6)
+    check_close(f32(out, x.shape), want)
+
+
+ROPES = {
+    "normal": RopeSpec(dims=64, base=10000.0, neox=False),
+    "neox_partial": RopeSpec(dims=32, base=1e6, neox=True),
+    "yarn": RopeSpec(dims=64, base=10000.0, neox=True, scaling="yarn", factor=4.0, n_ctx_orig=512, attn_factor=1.0),
+}
+
+
+@pytest.mark.parametrize("name", ROPES)
+def test_rope(gpu, name):
+    spec = ROPES[name]
+    rng = np.random.default_rng(9)
+    n, heads, hd = 3, 5, 64
+    x = rng.standard_normal((n, heads, hd), dtype=np.float32)
+    positions = np.array([0, 17, 1500], dtype=np.int64)
+    theta, mscale = rope_theta(spec)
+    key = ShaderKey.of("rope", WG=WG, NEOX=spec.neox)
+    (out,) = gpu.dispatch(key, [x, positions.astype(np.uint32), theta], [x.nbytes],
+                          dict(n=n, heads=heads, head_dim=hd, dims=spec.dims, mscale=mscale, x_off=0, y_off=0, pos_off=0),
+                          (groups(hd // 2), heads, n))
+    want = NumpyOps.rope(None, x, positions, spec)
+    # angles up to 1500 rad in f32: the GPU's angle differs from the f64 one by ~1e-4 rad
+    np.testing.assert_allclose(f32(out, x.shape), want, atol=5e-4 * np.abs(x).max())
+
+
+def attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, history, n, cap):
+    """Fill a cache ring with `history` earlier positions through kv_write, then attend for n new tokens."""
+    rng = np.random.default_rng(n_heads * 100 + hd + window)
+    spec_m = SimpleNamespace(sliding_window=window, swa_layers=[bool(window)], n_layers=1, n_kv_heads=n_kv,
+                             head_dim_k=hd, head_dim_v=hd)
+    ref = NumpyOps.__new__(NumpyOps)
+    from pyshim.kvcache import KVCache
+
+    ref.kv = KVCache(spec_m, history + n)
+    attn = AttnSpec(layer=0, n_heads=n_heads, n_kv_heads=n_kv, head_dim=hd, head_dim_v=hd, scale=hd ** -0.5,
+                    window=window, softcap=softcap)
+    kc = gpu.device.buffer(cap * n_kv * hd * 4, label="kc")
+    vc = gpu.device.buffer(cap * n_kv * hd * 4, label="vc")
+    kvw = ShaderKey.of("kv_write", WG=WG)
+    kv_pipe = gpu.run(gpu.kernels.get(kvw))
+    # the history goes in chunks the ring can take (window + chunk - 1 <= cap), then the n new tokens
+    chunk = cap - window + 1 if window else history
+    steps = [(s, min(chunk, history - s)) for s in range(0, history, max(chunk, 1))] + [(history, n)]
+    for start, count in steps:
+        positions = np.arange(start, start + count, dtype=np.int64)
+        q = rng.standard_normal((count, n_heads, hd), dtype=np.float32)
+        k = rng.standard_normal((count, n_kv, hd), dtype=np.float32)
+        v = rng.standard_normal((count, n_kv, hd), dtype=np.float32)
+        want = ref.attention(q, k, v, positions, attn)
+        pos_buf = gpu.upload(positions.astype(np.uint32))
+        uniform = gpu.device.buffer(PARAMS["kv_write"].nbytes, label="p", uniform=True)
+        gpu.device.write(uniform, PARAMS["kv_write"].pack(n=count, k_row=n_kv * hd, v_row=n_kv * hd, cap=cap,
+                                                          pos_off=0, k_off=0, v_off=0))
+        group = gpu.device.bind_group(kv_pipe, [gpu.upload(k), gpu.upload(v), pos_buf, kc, vc, uniform])
+        gpu.device.submit([(kv_pipe, group, (groups(n_kv * hd // 4), count, 1))])
+        key = ShaderKey.of("attention", WG=WG, HD4=hd // 4, HDV4=hd // 4, SOFTCAP=softcap > 0)
+        (out,) = gpu.dispatch(key, [q, kc, vc, pos_buf], [want.nbytes],
+                              dict(n=count, heads=n_heads, kv_heads=n_kv, cap=cap, window=window, scale=attn.scale,
+                                   softcap=softcap, pos_off=0, q_off=0, out_off=0), (groups(n_heads), count, 1))
+        check_close(f32(out, want.shape), want, rel=1e-4)
+
+
+def test_attention_gqa_prefill_then_decode(gpu):
+    attention_case(gpu, n_heads=6, n_kv=2, hd=32, window=0, softcap=0.0, history=9, n=1, cap=16)
+    attention_case(gpu, n_heads=6, n_kv=2, hd=32, window=0, softcap=0.0, history=0, n=7, cap=16)
+
+
+def test_attention_sliding_window_ring_and_softcap(gpu):
+    # window 4, chunks of 5 (5, 5, 1 then 5): the ring holds window + chunk - 1 = 8 slots
+    attention_case(gpu, n_heads=4, n_kv=1, hd=16, window=4, softcap=5.0, history=11, n=5, cap=8)
+    attention_case(gpu, n_heads=4, n_kv=2, hd=64, window=3, softcap=0.0, history=6, n=1, cap=3)
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+def test_glu_strided(gpu, act):
+    rng = np.random.default_rng(13)
+    n, f = 3, 84
+    fused = rng.standard_normal((n, 2 * f), dtype=np.float32) * 4     # gate | up, as phi3's fused tensor
+    key = ShaderKey.of("glu", WG=WG, ACT_SILU=act == "silu", ACT_GELU=act == "gelu_tanh")
+    (out,) = gpu.dispatch(key, [fused, fused], [n * f * 4],
+                          dict(n=n, f=f, gate_off=0, gate_stride=2 * f, up_off=f, up_stride=2 * f, out_off=0),
+                          (groups(f // 4), n, 1))
+    want = NumpyOps.glu(None, fused[:, :f], fused[:, f:], act)
+    check_close(f32(out, (n, f)), want)
+
+
+@pytest.mark.parametrize("op", ["OP_ADD", "OP_SCALE", "OP_SOFTCAP", "OP_COPY"])
+def test_eltwise(gpu, op):
+    rng = np.random.default_rng(17)
+    n, width = 2, 300
+    a = rng.standard_normal((n, width), dtype=np.float32) * 40
+    b = rng.standard_normal((n, width), dtype=np.float32)
+    inputs = [a, b] if op == "OP_ADD" else [a]
+    (out,) = gpu.dispatch(ShaderKey.of("eltwise", WG=WG, **{op: True}), inputs, [a.nbytes],
+                          dict(n=n, width=width, a_off=0, a_stride=width, b_off=0, b_stride=width, y_off=0, s=30.0),
+                          (groups(width // 4), n, 1))
+    want = {"OP_ADD": a + b, "OP_SCALE": a * np.float32(30.0), "OP_SOFTCAP": NumpyOps.softcap(None, a, 30.0),
+            "OP_COPY": a}[op]
+    check_close(f32(out, a.shape), want)
+
+
+@pytest.mark.parametrize("length", [1, 1000, 49153])
+def test_argmax_two_pass(gpu, length):
+    rng = np.random.default_rng(length)
+    x = rng.standard_normal(length, dtype=np.float32)
+    x[length // 3] = x[(2 * length) // 3] = 10.0          # a tie: the lower index wins
+    parts = groups(length, ARGMAX_CHUNK)
+    (partial,) = gpu.dispatch(ShaderKey.of("argmax", WG=WG, PASS1=True), [x], [parts * 8],
+                              dict(len=length, chunk=ARGMAX_CHUNK, x_off=0), (groups(parts), 1, 1))
+    (result,) = gpu.dispatch(ShaderKey.of("argmax", WG=WG, PASS2=True), [np.frombuffer(partial, np.uint32)], [4],
+                             dict(len=parts, chunk=0, x_off=0), (1, 1, 1))
+    assert int(np.frombuffer(result, np.uint32)[0]) == int(np.argmax(x))
+
+
+STRUCT = re.compile(r"struct\s+Params\s*\{(.*?)\}", re.S)
+FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(u32|f32|i32)\s*,")
+
+
+def test_params_layouts_match_wgsl():
+    pre = Preprocessor()
+    for family, layout in PARAMS.items():
+        variants = {"matvec": {"W_F32": ""}, "embed": {"W_F32": ""}, "argmax": {"PASS1": ""}}
+        src = pre.expand(f"{family}.wgsl", {"WG": "64", "HD4": "16", "HDV4": "16", **variants.get(family, {})})
+        body = STRUCT.search(src)
+        assert body, family
+        fields = tuple(FIELD.findall(re.sub(r"//[^\n]*", "", body.group(1))))
+        assert fields == layout.fields, family
+        assert layout.nbytes % 16 == 0

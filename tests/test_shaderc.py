@@ -1,0 +1,68 @@
+"""The WGSL preprocessor and the pipeline key (pure Python, no device)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyshim.errors import ShaderError
+from pyshim.gpu.kernels import PARAMS, WEIGHT_TYPES
+from pyshim.gpu.shaderc import Preprocessor, ShaderKey, load_sources
+
+
+def expand(files: dict[str, str], defines=None, main="main.wgsl") -> list[str]:
+    return [line for line in Preprocessor(files).expand(main, defines).splitlines() if line.strip()]
+
+
+def test_ifdef_else_nested_and_defines():
+    src = "#ifdef A\na\n#ifndef B\nnot_b\n#else\nb WG\n#endif\n#else\nno_a\n#endif\n#define WG2 WG*2\nwg WG2\n"
+    assert expand({"main.wgsl": src}, {"A": "", "B": "", "WG": "64"}) == ["a", "b 64", "wg 64*2"]
+    assert expand({"main.wgsl": src}, {"A": "", "WG": "8"}) == ["a", "not_b", "wg 8*2"]
+    assert expand({"main.wgsl": src}, {"WG": "8"}) == ["no_a", "wg 8*2"]
+
+
+def test_substitution_is_whole_word():
+    assert expand({"main.wgsl": "N NN xN N_1 N\n"}, {"N": "3"}) == ["3 NN xN N_1 3"]
+
+
+def test_include_once_and_inside_conditions():
+    files = {"main.wgsl": '#include "inc/a.wgsl"\n#include "inc/a.wgsl"\n#ifdef X\n#include "inc/missing.wgsl"\n#endif\nmain\n',
+             "inc/a.wgsl": "fn a() {}\n"}
+    assert expand(files) == ["fn a() {}", "main"]
+
+
+@pytest.mark.parametrize("src, words", [
+    ("#ifdef A\nx\n", "never closed"),
+    ("x\n#endif\n", "#endif without"),
+    ("#else\n", "#else without"),
+    ("#ifdef A\n#else\n#else\n#endif\n", "#else without"),
+    ("#if A\n#endif\n", "malformed or unknown directive"),
+    ("#pragma once\n", "malformed or unknown directive"),
+    ("#include missing.wgsl\n", "malformed or unknown directive"),
+    ('#include "nope.wgsl"\n', "unknown shader file"),
+    ("#define 1X 2\n", "malformed or unknown directive"),
+])
+def test_malformed_input_raises(src, words):
+    with pytest.raises(ShaderError, match=words):
+        Preprocessor({"main.wgsl": src}).expand("main.wgsl")
+
+
+def test_include_cycle_raises():
+    files = {"main.wgsl": '#include "a.wgsl"\n', "a.wgsl": '#include "b.wgsl"\n', "b.wgsl": '#include "a.wgsl"\n'}
+    with pytest.raises(ShaderError, match="include cycle"):
+        Preprocessor(files).expand("main.wgsl")
+
+
+def test_key_is_hashable_and_labels_read_well():
+    a = ShaderKey.of("matvec", W_Q4_K=True, WG=64, BIAS=False)
+    b = ShaderKey.of("matvec", WG=64, W_Q4_K=True)
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a.label == "matvec_q4_k_wg64"
+    assert ShaderKey.of("attention", HD4=16, SOFTCAP=True, WG=64).label == "attention_softcap_hd416_wg64"
+
+
+def test_every_family_expands_cleanly():
+    pre = Preprocessor(load_sources())
+    for family in PARAMS:
+        for define in (WEIGHT_TYPES[t][0] for t in WEIGHT_TYPES):
+            text = pre.expand(f"{family}.wgsl", {define: "", "WG": "64", "HD4": "16", "HDV4": "16", "PASS1": ""})
+            assert "#" not in text.replace("#[", "")     # every directive consumed
