@@ -27,7 +27,9 @@ class SpmTokenizer:
         self.vocab = vocab
         self.token_to_id = vocab.token_to_id
         self.scores = vocab.scores
-        glue = sorted({t[i - 1] for t in vocab.tokens for i in _space_positions(t) if i > 0 and t[i - 1] != SPACE})
+        # Characters some token has right before a "▁" (one regex pass over all texts at C speed; the
+        # NUL separator may add itself to the set, which only means fewer cuts).
+        glue = sorted(set(re.findall(f"([^{SPACE}]){SPACE}", "\0".join(vocab.tokens))))
         not_glue = "".join(re.escape(c) for c in [SPACE, *glue])
         self._cut = re.compile(rf"(?<=[^{not_glue}])(?={SPACE})")
         self._cache: dict[str, list[int]] = {}
@@ -101,9 +103,3 @@ class SpmTokenizer:
             i = nxt[i]
         return out
 
-
-def _space_positions(token: str):
-    start = token.find(SPACE)
-    while start != -1:
-        yield start
-        start = token.find(SPACE, start + 1)

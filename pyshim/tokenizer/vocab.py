@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from pyshim.errors import GGUFFormatError, UnsupportedError
 from pyshim.tokenizer.pretokenize import Step, pre_tokenizer
 
@@ -112,7 +114,10 @@ def build_vocab(metadata: dict[str, Any]) -> Vocab:
     tokens = metadata.get("tokenizer.ggml.tokens")
     if not tokens:
         raise GGUFFormatError("the model has no vocabulary (tokenizer.ggml.tokens is missing or empty)")
-    tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+    if not all(tokens):
+        tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+    else:
+        tokens = list(tokens)
     n = len(tokens)
     pre_name = metadata.get("tokenizer.ggml.pre") or "default"
 
@@ -153,14 +158,11 @@ def build_vocab(metadata: dict[str, Any]) -> Vocab:
             flags[key] = bool(metadata[value])
 
     scores = _array(metadata, "tokenizer.ggml.scores")
-    scores = [float(s) for s in scores[:n]] if scores is not None else [0.0] * n
+    scores = list(map(float, scores[:n])) if scores is not None else [0.0] * n
     if len(scores) < n:
         raise GGUFFormatError(f"tokenizer.ggml.scores has {len(scores)} entries for {n} tokens")
-    types = _array(metadata, "tokenizer.ggml.token_type")
-    if types is not None and len(types) < n:
-        raise GGUFFormatError(f"tokenizer.ggml.token_type has {len(types)} entries for {n} tokens")
-    attrs = [_TYPE_ATTR.get(t, Attr.UNDEFINED) for t in types[:n]] if types is not None else [Attr.NORMAL] * n
-    token_to_id = {t: i for i, t in enumerate(tokens)}   # a repeated text maps to its last id, as in llama.cpp
+    attrs = _attrs(metadata.get("tokenizer.ggml.token_type"), n)
+    token_to_id = dict(zip(tokens, range(n)))   # a repeated text maps to its last id, as in llama.cpp
 
     ids = _special_ids(metadata, special, n)
     _fix_attrs_by_text(tokens, attrs, token_to_id, ids)
@@ -182,11 +184,24 @@ def build_vocab(metadata: dict[str, Any]) -> Vocab:
         ignore_merges=flags["ignore_merges"], steps=steps, eog_ids=eog,
     )
     special_mask = Attr.CONTROL | Attr.USER_DEFINED | Attr.UNKNOWN
-    cache = [i for i in range(n) if attrs[i] & special_mask]
+    cache = np.flatnonzero(np.asarray(attrs) & special_mask).tolist()
     cache.sort(key=lambda i: -len(tokens[i].encode("utf-8", "surrogateescape")))
     vocab.special_cache = cache
     _model_specific_attrs(metadata, vocab)
     return vocab
+
+
+def _attrs(types, n: int) -> list[int]:
+    """Token types -> attributes, vectorized (this runs over every token of the vocabulary)."""
+    if types is None:
+        return [Attr.NORMAL] * n
+    types = np.asarray(types, dtype=np.int64)
+    if len(types) < n:
+        raise GGUFFormatError(f"tokenizer.ggml.token_type has {len(types)} entries for {n} tokens")
+    lut = np.zeros(len(_TYPE_ATTR) + 2, dtype=np.int64)   # 0 and out-of-range types: UNDEFINED
+    for token_type, attr in _TYPE_ATTR.items():
+        lut[token_type] = attr
+    return lut[np.clip(types[:n], 0, len(lut) - 1)].tolist()
 
 
 def _special_ids(metadata: dict[str, Any], defaults: dict[str, int], n: int) -> dict[str, int | None]:
@@ -219,8 +234,8 @@ def _fix_attrs_by_text(tokens: list[str], attrs: list[int], token_to_id: dict[st
             if found is not None:
                 ids[name] = found
                 _mark_control(attrs, found)
-    for i, text in enumerate(tokens):
-        if attrs[i] & Attr.CONTROL and "unused" in text:
+    for i in np.flatnonzero(np.asarray(attrs) & Attr.CONTROL).tolist():
+        if "unused" in tokens[i]:
             attrs[i] |= Attr.UNUSED
 
 
