@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pyshim.errors import GGUFFormatError, UnsupportedError
+from pyshim.errors import BadRequestError, GGUFFormatError, UnsupportedError
 from pyshim.tokenizer import Tokenizer
 from pyshim.tokenizer.detokenize import clean_up_spaces
 from pyshim.tokenizer.pretokenize import DEFAULT, GPT2, GPT4O, LLAMA3, QWEN2, STARCODER, split
@@ -170,6 +170,13 @@ def test_bpe_add_bos_flag():
                                                   "tokenizer.ggml.add_bos_token": True}))
     assert tok.encode("hello")[0] == 256
     assert tok.encode("hello", add_special=False)[0] != 256
+
+
+def test_decode_refuses_ids_outside_the_vocabulary(bpe):
+    with pytest.raises(BadRequestError, match="outside the vocabulary"):
+        bpe.decode([0, bpe.vocab_size])
+    with pytest.raises(BadRequestError):
+        bpe.stream().add(-1)
 
 
 def test_clean_up_spaces():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import codecs
 
+from pyshim.errors import BadRequestError
 from pyshim.tokenizer.unicode import CHAR_TO_BYTE
 from pyshim.tokenizer.vocab import BPE, Attr, Vocab
 
@@ -22,7 +23,10 @@ class Pieces:
         self._cache: dict[int, bytes] = {}
 
     def get(self, token_id: int, special: bool = False) -> bytes:
-        attr = self.vocab.attrs[token_id]
+        attrs = self.vocab.attrs
+        if not 0 <= token_id < len(attrs):
+            raise BadRequestError(f"token id {token_id} is outside the vocabulary (0..{len(attrs) - 1})")
+        attr = attrs[token_id]
         if not special and attr & _HIDDEN_UNLESS_SPECIAL:
             return b""
         piece = self._cache.get(token_id)

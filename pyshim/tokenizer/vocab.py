@@ -153,9 +153,8 @@ def build_vocab(metadata: dict[str, Any]) -> Vocab:
     else:
         raise UnsupportedError(f"tokenizer type {model!r} is not supported",
                                hint="pyshim reads SentencePiece ('llama') and BPE ('gpt2') vocabularies")
-    for key, value in (("add_space_prefix", "tokenizer.ggml.add_space_prefix"),):
-        if metadata.get(value) is not None:
-            flags[key] = bool(metadata[value])
+    if metadata.get("tokenizer.ggml.add_space_prefix") is not None:
+        flags["add_space_prefix"] = bool(metadata["tokenizer.ggml.add_space_prefix"])
 
     scores = _array(metadata, "tokenizer.ggml.scores")
     scores = list(map(float, scores[:n])) if scores is not None else [0.0] * n
