@@ -9,8 +9,8 @@ struct Params {
     w_off: u32,         // bytes (multiple of 4)
     tok_off: u32,       // index of the first token in `tokens`
     out_off: u32,       // element offset (multiple of 4)
-    _pad0: u32,
-    _pad1: u32,
+    row0: u32,          // this buffer holds table rows [row0, row0 + rows) (tables past the binding limit are split)
+    rows: u32,
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
@@ -30,6 +30,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let id = tokens[params.tok_off + t];
+    if (id < params.row0 || id >= params.row0 + params.rows) {
+        return;
+    }
     var unused = vec4<f32>(0.0);
-    block_apply(params.w_off + id * params.row_bytes + b * BLOCK_BYTES, params.out_off + t * params.d + b * BLOCK_ELEMS, &unused);
+    block_apply(params.w_off + (id - params.row0) * params.row_bytes + b * BLOCK_BYTES, params.out_off + t * params.d + b * BLOCK_ELEMS, &unused);
 }

@@ -12,6 +12,10 @@ struct Params {
     x_off: u32,         // element offsets (multiples of 4)
     y_off: u32,
     bias_off: u32,
+    y_stride: u32,      // elements between tokens' rows of y (m, or the whole width when W is split by rows)
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
@@ -49,5 +53,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 #ifdef BIAS
     r += bias[params.bias_off + row];
 #endif
-    y[params.y_off + t * params.m + row] = r;
+    y[params.y_off + t * params.y_stride + row] = r;
 }

@@ -1,6 +1,7 @@
 // The adapter's streaming roofline: each invocation sums a contiguous run of `per_thread` vec4s of a
 // large f32 buffer (the same access shape as the barrier-free matvec: one stream per invocation) and
-// writes one float so the reads cannot be optimized away. Defines: WG.
+// writes one float so the reads cannot be optimized away. STRIDED: the coalesced order instead (a GPU's
+// best); the benchmark takes the faster of the two as the roofline. Defines: WG, optional STRIDED.
 struct Params {
     n4: u32,            // vec4s in the buffer
     per_thread: u32,
@@ -14,14 +15,25 @@ struct Params {
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    var acc = vec4<f32>(0.0);
+#ifdef STRIDED
+    // invocation g reads vec4s g, g + T, g + 2T, ... (T = invocations): neighbours read neighbours
+    let threads = (params.n4 + params.per_thread - 1u) / params.per_thread;
+    if (gid.x >= threads) {
+        return;
+    }
+    for (var i = gid.x; i < params.n4; i += threads) {
+        acc += x[i];
+    }
+#else
     let start = gid.x * params.per_thread;
     if (start >= params.n4) {
         return;
     }
     let end = min(start + params.per_thread, params.n4);
-    var acc = vec4<f32>(0.0);
     for (var i = start; i < end; i++) {
         acc += x[i];
     }
+#endif
     y[gid.x] = acc.x + acc.y + acc.z + acc.w;
 }

@@ -55,7 +55,7 @@ def run_matvec(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0):
     inputs = [w, xs] + ([bias] if bias is not None else [])
     key = ShaderKey.of("matvec", **define, WG=WG, BIAS=bias is not None)
     (out,) = gpu.dispatch(key, inputs, [(y_pad + n * m) * 4],
-                          dict(m=m, k=k, n=n, row_bytes=row_bytes, w_off=w_pad, x_off=x_pad, y_off=y_pad, bias_off=0),
+                          dict(m=m, k=k, n=n, row_bytes=row_bytes, w_off=w_pad, x_off=x_pad, y_off=y_pad, bias_off=0, y_stride=m),
                           (groups(m), n, 1))
     return f32(out)[y_pad:].reshape(n, m)
 
@@ -110,7 +110,7 @@ def test_embed(gpu, qtype):
     key = ShaderKey.of("embed", **{WEIGHT_TYPES[qtype][0]: True}, WG=WG)
     pad = 8
     (out,) = gpu.dispatch(key, [raw, np.concatenate([np.zeros(1, np.uint32), tokens])], [(pad + len(tokens) * d) * 4],
-                          dict(d=d, n=len(tokens), row_bytes=raw.shape[1], w_off=0, tok_off=1, out_off=pad),
+                          dict(d=d, n=len(tokens), row_bytes=raw.shape[1], w_off=0, tok_off=1, out_off=pad, row0=0, rows=vocab),
                           (groups(d // per), len(tokens), 1))
     want = dequantize_rows(raw[tokens.astype(np.int64)], qtype).reshape(len(tokens), d)
     np.testing.assert_array_equal(f32(out)[pad:].reshape(len(tokens), d), want)

@@ -80,8 +80,9 @@ def _layout(spec: str) -> ParamsLayout:
 
 
 PARAMS: dict[str, ParamsLayout] = {
-    "matvec": _layout("m:u32 k:u32 n:u32 row_bytes:u32 w_off:u32 x_off:u32 y_off:u32 bias_off:u32"),
-    "embed": _layout("d:u32 n:u32 row_bytes:u32 w_off:u32 tok_off:u32 out_off:u32 _pad0:u32 _pad1:u32"),
+    "matvec": _layout("m:u32 k:u32 n:u32 row_bytes:u32 w_off:u32 x_off:u32 y_off:u32 bias_off:u32 y_stride:u32 "
+                      "_pad0:u32 _pad1:u32 _pad2:u32"),
+    "embed": _layout("d:u32 n:u32 row_bytes:u32 w_off:u32 tok_off:u32 out_off:u32 row0:u32 rows:u32"),
     "rmsnorm": _layout("rows:u32 d:u32 eps:f32 x_off:u32 y_off:u32 w_off:u32 _pad0:u32 _pad1:u32"),
     "rope": _layout("n:u32 heads:u32 head_dim:u32 dims:u32 mscale:f32 x_off:u32 y_off:u32 pos_off:u32"),
     "attention": _layout("n:u32 heads:u32 kv_heads:u32 cap:u32 window:u32 scale:f32 softcap:f32 pos_off:u32 "

@@ -1,0 +1,327 @@
+"""The GPU executor: the ops interface recorded into programs of WGSL dispatches.
+
+`GpuOps` implements `pyshim.ops.Ops` by *recording*: each op allocates its output buffer and appends
+a dispatch (shader key, bindings, params, grid) to the program being recorded; nothing runs. A program
+is recorded once per step shape (token count n, all-logits or not) by running the model's forward
+over handles; then `build()` compiles its pipelines (cached by ShaderKey), writes every params struct
+into one uniform arena and creates the bind groups. A step is: write the token ids and positions
+(2 small writes), one submit (one command buffer, one compute pass), one read (logits, or 4 bytes of
+argmax). Weights stay in their GGUF blocks, one buffer per tensor (split by rows past the binding
+limit), uploaded straight from the byte source.
+
+KV cache: per layer a K and a V ring of f32 [cap, kv_heads, head_dim]; cap = n_ctx for full layers,
+window + MAX_CHUNK - 1 for sliding-window layers (a chunk never evicts a key its queries need).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+from gguf import GGMLQuantizationType as QT
+
+from pyshim.errors import OutOfMemoryError, TensorShapeError, UnsupportedError
+from pyshim.gpu.device import GPUDevice
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, WG, KernelCache, groups, rope_theta, shader_block,
+                                weight_define)
+from pyshim.ops import ACTIVATIONS, AttnSpec
+from pyshim.reference import SUPPORTED_TYPES, dequantize_rows
+from pyshim.rope import RopeSpec
+from pyshim.weights import TensorRef, WeightStore
+
+MAX_CHUNK = 256         # most tokens in one recorded step (pyshim.generate.PREFILL_CHUNK)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An activation: `shape` f32 elements, row-major, at element offset `off` of `buf`."""
+
+    buf: Any
+    off: int
+    shape: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+
+class GpuWeight:
+    """A bound tensor: 2-D ones as GGUF blocks in `parts` [(buffer, first row, rows)], 1-D ones (norms,
+    biases, rope factors) as f32 `values` and a buffer of them."""
+
+    def __init__(self, ref: TensorRef, shape: tuple[int, ...]):
+        self.ref = ref
+        self.shape = shape
+        self.parts: list[tuple[Any, int, int]] = []
+        self.values: np.ndarray | None = None
+        self.f32_buf = None
+
+
+@dataclass
+class Dispatch:
+    key: Any                 # ShaderKey
+    bindings: list           # buffers, in binding order, params excluded
+    params: np.ndarray       # uint32 words
+    grid: tuple[int, int, int]
+
+
+class Program:
+    """Recorded dispatches of one step shape, then built into pipelines, bind groups and a uniform arena."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.dispatches: list[Dispatch] = []
+        self.output: Tensor | None = None
+        self.argmax: Any = None          # buffer holding the winning id (when recorded)
+        self.ready: list = []
+
+    async def build(self, device: GPUDevice, kernels: KernelCache) -> None:
+        align = max(16, device.caps.limits.get("min_uniform_buffer_offset_alignment", 256))
+        slots = [(d.params.nbytes + align - 1) // align * align for d in self.dispatches]
+        arena = np.zeros(sum(slots) // 4, dtype=np.uint32)
+        offsets, at = [], 0
+        for d, slot in zip(self.dispatches, slots):
+            arena[at // 4: at // 4 + d.params.size] = d.params
+            offsets.append(at)
+            at += slot
+        uniforms = device.buffer(max(16, arena.nbytes), label=f"params_n{self.n}", uniform=True)
+        device.write(uniforms, arena)
+        self.ready = []
+        for d, off in zip(self.dispatches, offsets):
+            pipeline = await kernels.get(d.key)
+            group = device.bind_group(pipeline, list(d.bindings) + [(uniforms, off, d.params.nbytes)], label=d.key.label)
+            self.ready.append((pipeline, group, d.grid))
+
+
+class GpuOps:
+    """`pyshim.ops.Ops` recorded for the GPU. Tensors are `Tensor` handles; weights `GpuWeight`s."""
+
+    def __init__(self, device: GPUDevice, store: WeightStore, spec, n_ctx: int, kernels: KernelCache | None = None):
+        self.device = device
+        self.kernels = kernels or KernelCache(device)
+        self.store = store
+        self.spec = spec
+        self.n_ctx = n_ctx
+        self.max_binding = int(device.caps.limits["max_storage_buffer_binding_size"])
+        self._bound: dict[str, GpuWeight] = {}
+        self._program: Program | None = None
+        self._theta: dict[tuple, tuple[Any, float]] = {}
+        self.allocated = 0                                 # bytes of buffers made by this executor
+        self.tokens_buf = self._buffer(MAX_CHUNK * 4, "tokens")
+        self.positions_buf = self._buffer(MAX_CHUNK * 4, "positions")
+        self.kv = []                                       # per layer (k ring, v ring, cap)
+        for il in range(spec.n_layers):
+            window = spec.sliding_window if spec.swa_layers[il] else 0
+            cap = min(n_ctx, window + MAX_CHUNK - 1) if window else n_ctx
+            k = self._buffer(cap * spec.n_kv_heads * spec.head_dim_k * 4, f"k{il}")
+            v = self._buffer(cap * spec.n_kv_heads * spec.head_dim_v * 4, f"v{il}")
+            self.kv.append((k, v, cap))
+
+    # --- buffers and recording ---
+    def _buffer(self, nbytes: int, label: str):
+        nbytes = max(16, (int(nbytes) + 15) // 16 * 16)
+        if nbytes > self.device.caps.limits["max_buffer_size"]:
+            raise OutOfMemoryError(f"buffer {label} needs {nbytes} bytes, more than the device allows",
+                                   hint="use a smaller context or prefill chunk")
+        self.allocated += nbytes
+        return self.device.buffer(nbytes, label=label)
+
+    def _tensor(self, shape: Sequence[int], label: str) -> Tensor:
+        shape = tuple(int(s) for s in shape)
+        nbytes = int(np.prod(shape)) * 4
+        if nbytes > self.max_binding:
+            raise OutOfMemoryError(f"activation {label} {shape} is larger than a storage binding ({self.max_binding} B)",
+                                   hint="score or prefill in smaller chunks")
+        return Tensor(self._buffer(nbytes, label), 0, shape)
+
+    def _record(self, family: str, key, bindings: list, grid: tuple[int, int, int], **params) -> None:
+        if self._program is None:
+            raise RuntimeError("GPU ops run only while a program is being recorded")
+        self._program.dispatches.append(Dispatch(key, bindings, PARAMS[family].pack(**params), grid))
+
+    def begin(self, n: int) -> Program:
+        self._program = Program(n)
+        return self._program
+
+    def end(self) -> Program:
+        program, self._program = self._program, None
+        return program
+
+    def tokens(self, n: int) -> Tensor:
+        return Tensor(self.tokens_buf, 0, (n,))
+
+    def positions(self, n: int) -> Tensor:
+        return Tensor(self.positions_buf, 0, (n,))
+
+    @property
+    def bound_bytes(self) -> int:
+        return sum(w.ref.nbytes for w in self._bound.values())
+
+    # --- weights ---
+    def has_weight(self, name: str) -> bool:
+        return name in self.store
+
+    def weight(self, name: str, shape: Sequence[int]) -> GpuWeight:
+        ref = self.store.info(name)
+        if ref.qtype not in SUPPORTED_TYPES:
+            raise UnsupportedError(f"tensor {name!r} has type {ref.qtype.name}, which pyshim does not run",
+                                   hint="supported: " + ", ".join(sorted(t.name for t in SUPPORTED_TYPES)))
+        if tuple(ref.shape) != tuple(shape):
+            raise TensorShapeError(f"tensor {name!r} has shape {tuple(ref.shape)}, expected {tuple(shape)} (NumPy order)",
+                                   hint="the file does not match its own hyperparameters")
+        if name in self._bound:
+            return self._bound[name]
+        w = GpuWeight(ref, tuple(shape))
+        raw = self.store.raw(name)
+        if len(shape) == 1:
+            w.values = dequantize_rows(raw, ref.qtype).reshape(-1).astype(np.float32)
+            w.f32_buf = self._buffer(w.values.nbytes, name)
+            self.device.write(w.f32_buf, w.values)
+        else:
+            if shape[-1] % shader_block(ref.qtype)[0]:
+                raise UnsupportedError(f"tensor {name!r}: rows of {shape[-1]} are not whole {ref.qtype.name} kernel blocks")
+            rows_per_part = max(1, min(self.max_binding, int(self.device.caps.limits["max_buffer_size"])) // ref.row_bytes)
+            for row0 in range(0, shape[0], rows_per_part):
+                rows = min(rows_per_part, shape[0] - row0)
+                buf = self._buffer(rows * ref.row_bytes, f"{name}[{row0}:]")
+                self.device.write(buf, raw[row0:row0 + rows])
+                w.parts.append((buf, row0, rows))
+        self._bound[name] = w
+        return w
+
+    # --- ops ---
+    def embed(self, table: GpuWeight, tokens: Tensor) -> Tensor:
+        n, d = tokens.shape[0], table.shape[1]
+        out = self._tensor((n, d), "embed")
+        per = shader_block(table.ref.qtype)[0]
+        key = self._key("embed", table.ref.qtype)
+        for buf, row0, rows in table.parts:
+            self._record("embed", key, [buf, tokens.buf, out.buf], (groups(d // per), n, 1), d=d, n=n,
+                         row_bytes=table.ref.row_bytes, w_off=0, tok_off=tokens.off, out_off=out.off,
+                         row0=row0, rows=rows)
+        return out
+
+    def matmul(self, x: Tensor, w: GpuWeight, bias: GpuWeight | None = None) -> Tensor:
+        n, k = x.shape
+        m = w.shape[0]
+        out = self._tensor((n, m), "matmul")
+        key = self._key("matvec", w.ref.qtype, BIAS=bias is not None)
+        for buf, row0, rows in w.parts:
+            bindings = [buf, x.buf] + ([bias.f32_buf] if bias is not None else []) + [out.buf]
+            # a part writes its rows of every token: y_off shifts by row0 and the row stride stays m
+            self._record("matvec", key, bindings, (groups(rows), n, 1), m=rows, k=k, n=n, row_bytes=w.ref.row_bytes,
+                         w_off=0, x_off=x.off, y_off=out.off + row0, bias_off=row0, y_stride=m)
+        return out
+
+    def rmsnorm(self, x: Tensor, w: GpuWeight, eps: float) -> Tensor:
+        d = x.shape[-1]
+        rows = x.size // d
+        out = self._tensor(x.shape, "rmsnorm")
+        self._record("rmsnorm", self._key("rmsnorm"), [x.buf, w.f32_buf, out.buf], (groups(rows), 1, 1),
+                     rows=rows, d=d, eps=eps, x_off=x.off, y_off=out.off, w_off=0)
+        return out
+
+    def view(self, x: Tensor, shape: Sequence[int]) -> Tensor:
+        shape = tuple(int(s) for s in shape)
+        if int(np.prod(shape)) != x.size:
+            raise TensorShapeError(f"cannot view {x.shape} as {shape}")
+        return Tensor(x.buf, x.off, shape)
+
+    def split(self, x: Tensor, sizes: Sequence[int]) -> list[Tensor]:
+        n, total = x.shape
+        parts, at = [], 0
+        for size in sizes:
+            if n == 1:
+                parts.append(Tensor(x.buf, x.off + at, (1, size)))
+            else:       # rows of a split are strided: copy them out so every kernel sees contiguous rows
+                out = self._tensor((n, size), "split")
+                self._record("eltwise", self._key("eltwise", OP_COPY=True), [x.buf, out.buf], (groups(size // 4), n, 1),
+                             n=n, width=size, a_off=x.off + at, a_stride=total, b_off=0, b_stride=0, y_off=out.off, s=0.0)
+                parts.append(out)
+            at += size
+        return parts
+
+    def rope(self, x: Tensor, positions: Tensor, spec: RopeSpec, freq_factors: GpuWeight | None = None) -> Tensor:
+        n, heads, hd = x.shape
+        cache_key = (spec, None if freq_factors is None else freq_factors.ref.name)
+        if cache_key not in self._theta:
+            theta, mscale = rope_theta(spec, None if freq_factors is None else freq_factors.values)
+            buf = self._buffer(theta.nbytes, "rope_theta")
+            self.device.write(buf, theta)
+            self._theta[cache_key] = (buf, mscale)
+        theta_buf, mscale = self._theta[cache_key]
+        out = self._tensor(x.shape, "rope")
+        self._record("rope", self._key("rope", NEOX=spec.neox), [x.buf, positions.buf, theta_buf, out.buf],
+                     (groups(hd // 2), heads, n), n=n, heads=heads, head_dim=hd, dims=spec.dims, mscale=mscale,
+                     x_off=x.off, y_off=out.off, pos_off=positions.off)
+        return out
+
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, spec: AttnSpec) -> Tensor:
+        n = q.shape[0]
+        kc, vc, cap = self.kv[spec.layer]
+        k_row, v_row = spec.n_kv_heads * spec.head_dim, spec.n_kv_heads * spec.head_dim_v
+        if spec.head_dim % 4 or spec.head_dim_v % 4:
+            raise UnsupportedError(f"head dims {spec.head_dim}/{spec.head_dim_v} are not multiples of 4")
+        self._record("kv_write", self._key("kv_write"), [k.buf, v.buf, positions.buf, kc, vc],
+                     (groups(max(k_row, v_row) // 4), n, 1), n=n, k_row=k_row, v_row=v_row, cap=cap,
+                     pos_off=positions.off, k_off=k.off, v_off=v.off)
+        out = self._tensor((n, spec.n_heads * spec.head_dim_v), "attention")
+        key = self._key("attention", HD4=spec.head_dim // 4, HDV4=spec.head_dim_v // 4, SOFTCAP=spec.softcap > 0)
+        self._record("attention", key, [q.buf, kc, vc, positions.buf, out.buf], (groups(spec.n_heads), n, 1),
+                     n=n, heads=spec.n_heads, kv_heads=spec.n_kv_heads, cap=cap, window=spec.window, scale=spec.scale,
+                     softcap=spec.softcap, pos_off=positions.off, q_off=q.off, out_off=out.off)
+        return out
+
+    def glu(self, gate: Tensor, up: Tensor, act: str) -> Tensor:
+        if act not in ACTIVATIONS:
+            raise UnsupportedError(f"activation {act!r} is not one of {ACTIVATIONS}")
+        n, f = gate.shape
+        out = self._tensor((n, f), "glu")
+        key = self._key("glu", ACT_SILU=act == "silu", ACT_GELU=act == "gelu_tanh")
+        self._record("glu", key, [gate.buf, up.buf, out.buf], (groups(f // 4), n, 1), n=n, f=f, gate_off=gate.off,
+                     gate_stride=f, up_off=up.off, up_stride=f, out_off=out.off)
+        return out
+
+    def _eltwise(self, op: str, a: Tensor, b: Tensor | None, s: float) -> Tensor:
+        width = a.shape[-1]
+        rows = a.size // width
+        out = self._tensor(a.shape, op.lower())
+        bindings = [a.buf] + ([b.buf] if b is not None else []) + [out.buf]
+        self._record("eltwise", self._key("eltwise", **{op: True}), bindings, (groups(width // 4), rows, 1),
+                     n=rows, width=width, a_off=a.off, a_stride=width, b_off=b.off if b is not None else 0,
+                     b_stride=width, y_off=out.off, s=s)
+        return out
+
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._eltwise("OP_ADD", a, b, 0.0)
+
+    def scale(self, x: Tensor, s: float) -> Tensor:
+        return self._eltwise("OP_SCALE", x, None, s)
+
+    def softcap(self, x: Tensor, cap: float) -> Tensor:
+        return self._eltwise("OP_SOFTCAP", x, None, cap)
+
+    def last(self, x: Tensor) -> Tensor:
+        n, d = x.shape
+        return Tensor(x.buf, x.off + (n - 1) * d, (1, d))
+
+    def record_argmax(self, logits: Tensor):
+        """Greedy sampling of the last row on the GPU; returns the 1-word result buffer."""
+        vocab = logits.shape[-1]
+        off = logits.off + (logits.size // vocab - 1) * vocab
+        parts = groups(vocab, ARGMAX_CHUNK)
+        partial = self._buffer(parts * 8, "argmax_partial")
+        result = self._buffer(16, "argmax")
+        self._record("argmax", self._key("argmax", PASS1=True), [logits.buf, partial], (groups(parts), 1, 1),
+                     len=vocab, chunk=ARGMAX_CHUNK, x_off=off)
+        self._record("argmax", self._key("argmax", PASS2=True), [partial, result], (1, 1, 1), len=parts, chunk=0, x_off=0)
+        return result
+
+    @staticmethod
+    def _key(family: str, qtype: QT | None = None, **defines):
+        from pyshim.gpu.shaderc import ShaderKey
+
+        if qtype is not None:
+            defines[weight_define(qtype)] = True
+        return ShaderKey.of(family, WG=WG, **defines)

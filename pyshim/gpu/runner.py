@@ -1,0 +1,144 @@
+"""A model on the GPU executor: token ids in, logits (or the greedy id) out — the GPU twin of
+`pyshim.loading.Runner`.
+
+Programs are recorded and built once per step shape: (tokens in the step, all logits or the last
+row, greedy or not). Everything that waits is `async` (`forward_async`, `greedy_async`); the sync
+`forward`/`greedy` wrap them on the runner's own event loop and exist for the native CLI only (a
+browser caller awaits the async ones).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+
+from pyshim.errors import BadRequestError, ContextOverflowError
+from pyshim.gpu.device import GPUDevice
+from pyshim.gpu.executor import MAX_CHUNK, GpuOps, Program
+
+
+class GpuRunner:
+    def __init__(self, spec, header, ops: GpuOps, model, n_ctx: int, loop: asyncio.AbstractEventLoop | None = None):
+        self.spec, self.header, self.ops, self.model, self.n_ctx = spec, header, ops, model, n_ctx
+        self._programs: dict[tuple[int, bool, bool], Program] = {}
+        self._loop = loop
+
+    @property
+    def metadata(self) -> dict:
+        return self.header.metadata
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.ops.bound_bytes
+
+    @property
+    def device(self) -> GPUDevice:
+        return self.ops.device
+
+    def reset(self) -> None:
+        """Nothing to clear: a step's attention reads only positions up to its own, all written before."""
+
+    def _rows_per_step(self, all_logits: bool) -> int:
+        if not all_logits:
+            return MAX_CHUNK
+        # an all-logits step holds [n, vocab] f32 in one binding
+        return max(1, min(MAX_CHUNK, self.ops.max_binding // (4 * self.spec.n_vocab)))
+
+    async def _program(self, n: int, all_logits: bool, greedy: bool) -> Program:
+        key = (n, all_logits, greedy)
+        if key not in self._programs:
+            ops = self.ops
+            program = ops.begin(n)
+            logits = self.model.forward(ops, ops.tokens(n), ops.positions(n), all_logits)
+            program.output = logits
+            if greedy:
+                program.argmax = ops.record_argmax(logits)
+            ops.end()
+            await program.build(ops.device, ops.kernels)
+            self._programs[key] = program
+        return self._programs[key]
+
+    def _check(self, ids, start: int) -> None:
+        if len(ids) == 0:
+            raise BadRequestError("no tokens to run")
+        if start + len(ids) > self.n_ctx:
+            raise ContextOverflowError(f"positions up to {start + len(ids)} exceed the context of {self.n_ctx} tokens",
+                                       hint="use a shorter prompt or a larger --ctx")
+
+    async def _run(self, ids, start: int, all_logits: bool, greedy: bool) -> Program:
+        program = await self._program(len(ids), all_logits, greedy)
+        dev = self.device
+        dev.write(self.ops.tokens_buf, np.asarray(ids, dtype=np.uint32))
+        dev.write(self.ops.positions_buf, np.arange(start, start + len(ids), dtype=np.uint32))
+        dev.submit(program.ready, label=f"step_n{len(ids)}")
+        return program
+
+    async def forward_async(self, ids, start: int, all_logits: bool = False) -> np.ndarray:
+        """Logits [len(ids), vocab] (or [1, vocab], the last id's) for ids at positions start..."""
+        self._check(ids, start)
+        step = self._rows_per_step(all_logits)
+        rows = []
+        for at in range(0, len(ids), step):
+            piece = list(ids[at:at + step])
+            last = at + step >= len(ids)
+            program = await self._run(piece, start + at, all_logits, False)
+            if all_logits or last:
+                out = program.output
+                data = await self.device.read(out.buf, out.size * 4, out.off * 4)
+                rows.append(np.frombuffer(data, dtype=np.float32).reshape(out.shape))
+        return np.concatenate(rows) if all_logits else rows[-1]
+
+    async def greedy_async(self, ids, start: int) -> int:
+        """The argmax of the last id's logits, computed on the GPU (4 bytes come back)."""
+        self._check(ids, start)
+        for at in range(0, len(ids) - MAX_CHUNK, MAX_CHUNK):       # earlier chunks only fill the KV cache
+            await self._run(list(ids[at:at + MAX_CHUNK]), start + at, False, False)
+        at = (len(ids) - 1) // MAX_CHUNK * MAX_CHUNK
+        program = await self._run(list(ids[at:]), start + at, False, True)
+        return int(np.frombuffer(await self.device.read(program.argmax, 4), dtype=np.uint32)[0])
+
+    # --- sync wrappers: native CPython only ---
+    def _sync(self, coro):
+        if self._loop is None:
+            raise RuntimeError("this GpuRunner was made for async use: await forward_async/greedy_async")
+        return self._loop.run_until_complete(coro)
+
+    def forward(self, ids, start: int, all_logits: bool = False) -> np.ndarray:
+        return self._sync(self.forward_async(ids, start, all_logits))
+
+    def greedy(self, ids, start: int) -> int:
+        return self._sync(self.greedy_async(ids, start))
+
+
+async def load_gpu_async(path: str | Path | None = None, *, header=None, source=None, n_ctx: int | None = None,
+                         device: GPUDevice | None = None, loop=None) -> GpuRunner:
+    """A GpuRunner for a GGUF file (`path`), or for a parsed header plus a byte source (Pyodide)."""
+    from pyshim.gpu import open_device
+    from pyshim.header import read_header_from_file
+    from pyshim.loading import DEFAULT_N_CTX
+    from pyshim.models import build_model, check_architecture
+    from pyshim.spec import ModelSpec
+    from pyshim.weights import FileSource, WeightStore, tensor_refs_from_header
+
+    if path is not None:
+        header = read_header_from_file(path)
+        source = FileSource(path)
+    if header is None or source is None:
+        raise BadRequestError("load_gpu() needs a path, or a header and a byte source")
+    check_architecture(header.architecture)
+    spec = ModelSpec.from_header(header)
+    n_ctx = min(spec.context_length, DEFAULT_N_CTX) if n_ctx is None else int(n_ctx)
+    if n_ctx < 1:
+        raise BadRequestError(f"the context length must be positive, got {n_ctx}")
+    device = device or await open_device()
+    ops = GpuOps(device, WeightStore(tensor_refs_from_header(header), source), spec, n_ctx)
+    model = build_model(spec, ops)
+    return GpuRunner(spec, header, ops, model, n_ctx, loop)
+
+
+def load_gpu(path: str | Path, *, n_ctx: int | None = None) -> GpuRunner:
+    """Native CPython: open the device and load on a private event loop kept for the sync wrappers."""
+    loop = asyncio.new_event_loop()
+    return loop.run_until_complete(load_gpu_async(path, n_ctx=n_ctx, loop=loop))
