@@ -101,6 +101,22 @@ def test_real_model_decode_matches_llamacpp(model):
 
 @pytest.mark.models
 @pytest.mark.parametrize("model", ["smollm2", "gemma3", "qwen2.5"])
+def test_real_model_random_texts_and_ids(model):
+    # seeded random mixes of tricky fragments (spaces, digits, contractions, scripts, emoji, special-token
+    # texts), and random id sequences detokenized in llama_detokenize's four modes
+    expected = _fixture()["models"][model]
+    tok = _tokenizer(expected["file"])
+    for case in expected["random_cases"]:
+        assert tok.encode(case["text"], add_special=False) == case["plain"], case["text"]
+        assert tok.encode(case["text"], add_special=True, parse_special=True) == case["parse_special"], case["text"]
+    modes = [(remove, special) for remove in (False, True) for special in (False, True)]
+    for case in expected["random_decodes"]:
+        for (remove, special), want in zip(modes, case["decoded_hex"]):
+            assert tok.decode_bytes(case["ids"], special=special, remove_special=remove).hex() == want, case["ids"]
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("model", ["smollm2", "gemma3", "qwen2.5"])
 def test_real_model_stream_equals_decode(model):
     expected = _fixture()["models"][model]
     tok = _tokenizer(expected["file"])
