@@ -97,23 +97,27 @@ class Program:
 class GpuOps:
     """`pyshim.ops.Ops` recorded for the GPU. Tensors are `Tensor` handles; weights `GpuWeight`s."""
 
-    def __init__(self, device: GPUDevice, store: WeightStore, spec, n_ctx: int, kernels: KernelCache | None = None):
+    def __init__(self, device: GPUDevice, store: WeightStore, spec, n_ctx: int, kernels: KernelCache | None = None,
+                 *, max_chunk: int = MAX_CHUNK, max_binding: int | None = None):
+        """`max_chunk`: most tokens per step (sizes the sliding-window rings); `max_binding` lowers the
+        device's storage binding limit (tests use it to force tensors split by rows)."""
         self.device = device
         self.kernels = kernels or KernelCache(device)
         self.store = store
         self.spec = spec
         self.n_ctx = n_ctx
-        self.max_binding = int(device.caps.limits["max_storage_buffer_binding_size"])
+        self.max_chunk = max_chunk
+        self.max_binding = min(int(device.caps.limits["max_storage_buffer_binding_size"]), max_binding or 1 << 62)
         self._bound: dict[str, GpuWeight] = {}
         self._program: Program | None = None
         self._theta: dict[tuple, tuple[Any, float]] = {}
         self.allocated = 0                                 # bytes of buffers made by this executor
-        self.tokens_buf = self._buffer(MAX_CHUNK * 4, "tokens")
-        self.positions_buf = self._buffer(MAX_CHUNK * 4, "positions")
+        self.tokens_buf = self._buffer(max_chunk * 4, "tokens")
+        self.positions_buf = self._buffer(max_chunk * 4, "positions")
         self.kv = []                                       # per layer (k ring, v ring, cap)
         for il in range(spec.n_layers):
             window = spec.sliding_window if spec.swa_layers[il] else 0
-            cap = min(n_ctx, window + MAX_CHUNK - 1) if window else n_ctx
+            cap = min(n_ctx, window + max_chunk - 1) if window else n_ctx
             k = self._buffer(cap * spec.n_kv_heads * spec.head_dim_k * 4, f"k{il}")
             v = self._buffer(cap * spec.n_kv_heads * spec.head_dim_v * 4, f"v{il}")
             self.kv.append((k, v, cap))

@@ -16,7 +16,7 @@ import numpy as np
 
 from pyshim.errors import BadRequestError, ContextOverflowError
 from pyshim.gpu.device import GPUDevice
-from pyshim.gpu.executor import MAX_CHUNK, GpuOps, Program
+from pyshim.gpu.executor import GpuOps, Program
 
 
 class GpuRunner:
@@ -42,9 +42,9 @@ class GpuRunner:
 
     def _rows_per_step(self, all_logits: bool) -> int:
         if not all_logits:
-            return MAX_CHUNK
+            return self.ops.max_chunk
         # an all-logits step holds [n, vocab] f32 in one binding
-        return max(1, min(MAX_CHUNK, self.ops.max_binding // (4 * self.spec.n_vocab)))
+        return max(1, min(self.ops.max_chunk, self.ops.max_binding // (4 * self.spec.n_vocab)))
 
     async def _program(self, n: int, all_logits: bool, greedy: bool) -> Program:
         key = (n, all_logits, greedy)
@@ -93,9 +93,10 @@ class GpuRunner:
     async def greedy_async(self, ids, start: int) -> int:
         """The argmax of the last id's logits, computed on the GPU (4 bytes come back)."""
         self._check(ids, start)
-        for at in range(0, len(ids) - MAX_CHUNK, MAX_CHUNK):       # earlier chunks only fill the KV cache
-            await self._run(list(ids[at:at + MAX_CHUNK]), start + at, False, False)
-        at = (len(ids) - 1) // MAX_CHUNK * MAX_CHUNK
+        chunk = self.ops.max_chunk
+        for at in range(0, len(ids) - chunk, chunk):       # earlier chunks only fill the KV cache
+            await self._run(list(ids[at:at + chunk]), start + at, False, False)
+        at = (len(ids) - 1) // chunk * chunk
         program = await self._run(list(ids[at:]), start + at, False, True)
         return int(np.frombuffer(await self.device.read(program.argmax, 4), dtype=np.uint32)[0])
 
@@ -113,8 +114,9 @@ class GpuRunner:
 
 
 async def load_gpu_async(path: str | Path | None = None, *, header=None, source=None, n_ctx: int | None = None,
-                         device: GPUDevice | None = None, loop=None) -> GpuRunner:
-    """A GpuRunner for a GGUF file (`path`), or for a parsed header plus a byte source (Pyodide)."""
+                         device: GPUDevice | None = None, loop=None, **ops_options) -> GpuRunner:
+    """A GpuRunner for a GGUF file (`path`), or for a parsed header plus a byte source (Pyodide).
+    `ops_options` go to GpuOps (max_chunk, max_binding)."""
     from pyshim.gpu import open_device
     from pyshim.header import read_header_from_file
     from pyshim.loading import DEFAULT_N_CTX
@@ -133,7 +135,7 @@ async def load_gpu_async(path: str | Path | None = None, *, header=None, source=
     if n_ctx < 1:
         raise BadRequestError(f"the context length must be positive, got {n_ctx}")
     device = device or await open_device()
-    ops = GpuOps(device, WeightStore(tensor_refs_from_header(header), source), spec, n_ctx)
+    ops = GpuOps(device, WeightStore(tensor_refs_from_header(header), source), spec, n_ctx, **ops_options)
     model = build_model(spec, ops)
     return GpuRunner(spec, header, ops, model, n_ctx, loop)
 
