@@ -22,8 +22,10 @@ def dev_server():
         yield server
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium():
+    # Module scope on purpose: Playwright's sync API keeps an asyncio loop running while it is open,
+    # and the native-GPU tests need asyncio.run(); closing it after each browser module frees the loop.
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
