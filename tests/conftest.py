@@ -3,7 +3,9 @@ playwright/harness.py, once per test module (Pyodide takes seconds to boot)."""
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,11 +15,19 @@ sys.path.insert(0, str(ROOT / "playwright"))
 
 import harness  # noqa: E402  (playwright/ is deliberately not a package)
 
+# wgpu-native (Mesa) complains on every adapter request when this is unset, as it is under CI.
+os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="xdg-"))
+
 
 @pytest.fixture(scope="session")
 def dev_server():
     if not (ROOT / "web" / "vendor" / "manifest.json").is_file():
         pytest.fail("web/vendor is missing: run `pyshim setup` (the README's test command does it)")
+    # The browser installs pyshim from its wheel: rebuild it so the page runs this checkout's code.
+    from pyshim import vendoring
+
+    vendoring.vendor_pyshim()
+    vendoring.write_manifest()
     with harness.DevServer() as server:
         yield server
 

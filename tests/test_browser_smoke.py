@@ -40,6 +40,25 @@ def test_worker_runs_numpy_and_gguf(site_page):
     assert result["q8_err"] < 0.3
 
 
+# Modules that only make sense in CPython (native GPU, downloads and the dev server's commands).
+CPYTHON_ONLY = ("pyshim.gpu.native", "pyshim.commands.", "pyshim.downloads", "pyshim.vendoring", "pyshim.model_files", "pyshim.cli")
+
+
+def test_every_engine_module_imports_in_pyodide(site_page):
+    page, _, _ = site_page
+    result = harness.engine_request(page, "exec", {"code": (
+        "import importlib, json, pkgutil, pyshim\n"
+        f"skip = {CPYTHON_ONLY!r}\n"
+        "names = [m.name for m in pkgutil.walk_packages(pyshim.__path__, 'pyshim.') if not m.name.startswith(skip)]\n"
+        "failed = {}\n"
+        "for n in names:\n"
+        "    try:\n        importlib.import_module(n)\n"
+        "    except Exception as e:\n        failed[n] = f'{type(e).__name__}: {e}'\n"
+        "json.dumps({'names': names, 'failed': failed})")})
+    assert not result["failed"], result["failed"]
+    assert {"pyshim.header", "pyshim.tokenizer", "pyshim.gpu.browser"} <= set(result["names"])
+
+
 def test_wgsl_from_python_in_worker(site_page):
     page, _, _ = site_page
     result = harness.engine_request(page, "gpu-selftest")
