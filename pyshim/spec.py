@@ -32,6 +32,7 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "gemma3": True, "phi3
 SUPPORTED_ARCHITECTURES = tuple(ROPE_NEOX)
 
 DEFAULT_ROPE_BASE = 10000.0
+MAX_LAYERS = 512                 # llama.cpp's LLAMA_MAX_LAYERS: per-layer tables are sized by it
 GEMMA3_SWA_PERIOD = 6            # default: every 6th layer attends globally
 GEMMA3_LOCAL_ROPE_BASE = 10000.0
 GEMMA3_27B_LAYERS = 62
@@ -171,6 +172,9 @@ def _spec_from_header(header: GGUFHeader) -> ModelSpec:
                                hint=f"supported architectures: {', '.join(SUPPORTED_ARCHITECTURES)}")
     k = _Keys(header, arch)
     n_layers = _positive("block_count", k.integer("block_count"), arch)
+    if n_layers > MAX_LAYERS:
+        raise GGUFFormatError(f"{arch}.block_count is {n_layers}; llama.cpp and pyshim allow at most {MAX_LAYERS} layers",
+                              hint="the file is damaged: convert it again")
     n_embd = _positive("embedding_length", k.integer("embedding_length"), arch)
     n_heads = _positive("attention.head_count", k.integer("attention.head_count"), arch)
     n_kv_heads = _positive("attention.head_count_kv", k.integer("attention.head_count_kv", n_heads), arch)
@@ -207,7 +211,7 @@ def _spec_from_header(header: GGUFHeader) -> ModelSpec:
 
     has = header.has_tensor
     vocab = header.metadata.get("tokenizer.ggml.tokens")
-    n_vocab = len(vocab) if vocab is not None else k.integer("vocab_size", 0)
+    n_vocab = len(vocab) if isinstance(vocab, (list, np.ndarray)) else k.integer("vocab_size", 0)
     if not n_vocab and has("token_embd.weight") and len(header.tensor("token_embd.weight").shape) == 2:
         n_vocab = header.tensor("token_embd.weight").shape[1]
     rope_factor_tensors = tuple(name for name in ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
