@@ -6,6 +6,7 @@ Layout written here:
     web/vendor/pyodide/            the npm runtime + numpy, micropip, packaging wheels (loadPackage finds them by the lock)
     web/vendor/wheels/*.whl        pure wheels installed with micropip (deps=False)
     web/vendor/pyscript/           @pyscript/core's dist/
+    web/vendor/wllama/             @wllama/wllama's ES module and wasm (the benchmark's peer)
     web/vendor/manifest.json       versions, wheel URLs and SHA-256s
 """
 
@@ -213,6 +214,35 @@ def vendor_pyscript(dest: Path = VENDOR_DIR / "pyscript") -> str:
     try:
         _extract_npm(tarball, staged, "package/dist/")
         (staged / ".version").write_text(PYSCRIPT_VERSION)
+        _replace_dir(staged, dest)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return f"from {tarball.name}"
+
+
+# --- wllama (the benchmark's peer: llama.cpp in wasm, run on the same GGUF in the same browser) ----
+
+WLLAMA_VERSION = "3.13.0"
+# Only what web/bench/wllama.js imports: the bundled ES module (its workers are inlined) and the wasm
+# (one file for single- and multi-thread builds), plus the licence.
+WLLAMA_FILES = {"package/esm/index.js": "index.js", "package/esm/wasm/wllama.wasm": "wllama.wasm", "package/LICENCE": "LICENCE"}
+
+
+def vendor_wllama(dest: Path = VENDOR_DIR / "wllama") -> str:
+    stamp = dest / ".version"
+    if stamp.is_file() and stamp.read_text().strip() == WLLAMA_VERSION:
+        return "already there"
+    tarball = npm(f"@wllama/wllama@{WLLAMA_VERSION}")
+    staged = _stage(dest.parent)
+    try:
+        with tarfile.open(tarball) as tar:
+            for member, target in WLLAMA_FILES.items():
+                try:
+                    data = tar.extractfile(member).read()
+                except (KeyError, AttributeError):
+                    raise SetupError(f"{tarball.name} has no {member}") from None
+                (staged / target).write_bytes(data)
+        (staged / ".version").write_text(WLLAMA_VERSION)
         _replace_dir(staged, dest)
     finally:
         shutil.rmtree(staged, ignore_errors=True)

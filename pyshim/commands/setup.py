@@ -28,6 +28,7 @@ def run(args) -> int:
         ("pure wheels: gguf, jinja2, PyYAML, MarkupSafe", vendoring.vendor_wheels),
         ("pyshim wheel (with shaders/)", vendoring.vendor_pyshim),
         (f"@pyscript/core {vendoring.PYSCRIPT_VERSION} (npm)", vendoring.vendor_pyscript),
+        (f"@wllama/wllama {vendoring.WLLAMA_VERSION} (npm; the benchmark's peer)", vendoring.vendor_wllama),
         ("web/vendor/manifest.json", vendoring.write_manifest),
     ]
     if not args.no_models:
