@@ -1,64 +1,52 @@
-// The page: boots the engine Worker and shows what it is doing. UI only; the work happens in the Worker.
+// The page: boots the engine Worker, shows its status, and wires the models and chat panels.
+// UI only; Python and the GPU live in the Worker, the bytes in IndexedDB (web/store).
 
 import { EngineClient } from "./engine/client.js";
+import { h, $ } from "./ui/dom.js";
+import { initModels } from "./ui/models.js";
+import { initChat, setEngine, setModel, settings } from "./ui/chat.js";
 
-const $ = (id) => document.getElementById(id);
 const STEP_NAMES = {
   manifest: "Site manifest", pyodide: "Python runtime (Pyodide)", numpy: "numpy", wheels: "pyshim and its wheels", import: "import pyshim",
 };
 
 function setStatus(state, text, hint) {
-  const el = $("status");
-  el.dataset.state = state;
-  el.textContent = text;
-  if (hint) {
-    const h = document.createElement("span");
-    h.className = "hint";
-    h.textContent = hint;
-    el.append(h);
-  }
+  $("engine-pill").dataset.state = state;
+  $("status").dataset.state = state;
+  $("status").textContent = text;
+  $("engine-pill").title = hint ?? "Engine details";
 }
 
 function showStep({ step, state, ms }) {
   let li = document.querySelector(`#steps li[data-step="${step}"]`);
   if (!li) {
-    li = document.createElement("li");
-    li.dataset.step = step;
-    li.innerHTML = `<span class="label"></span><span class="ms"></span>`;
-    li.querySelector(".label").textContent = STEP_NAMES[step] ?? step;
+    li = h("li", { dataset: { step } }, h("span", { class: "label", text: STEP_NAMES[step] ?? step }), h("span", { class: "ms" }));
     $("steps").append(li);
   }
-  if (state === "done") {
-    li.classList.add("done");
-    li.querySelector(".ms").textContent = `${(ms / 1000).toFixed(2)} s`;
-  } else {
-    li.querySelector(".ms").textContent = "…";
+  li.classList.toggle("done", state === "done");
+  li.querySelector(".ms").textContent = state === "done" ? `${(ms / 1000).toFixed(2)} s` : "…";
+}
+
+// The adapter in words: name, whether it is a software fallback, whether it has shader-f16.
+function adapterLine(adapter) {
+  const name = adapter.description || [adapter.vendor, adapter.architecture].filter(Boolean).join(" ") || "GPU";
+  const f16 = adapter.features?.includes("shader-f16") ? "f16" : "no f16";
+  return `${name}${adapter.is_fallback ? " (software fallback)" : ""} · ${f16}`;
+}
+
+async function registerServiceWorker() {
+  if (!("serviceWorker" in navigator)) {
+    $("fact-offline").textContent = "this browser has no service workers: the site needs the network";
+    return;
   }
-}
-
-function formatBytes(n) {
-  return n >= 1e9 ? `${(n / 1e9).toFixed(2)} GB` : `${(n / 1e6).toFixed(0)} MB`;
-}
-
-async function listModels() {
-  const list = $("models");
   try {
-    const response = await fetch("api/models");
-    if (!response.ok) throw new Error(`HTTP ${response.status}`);
-    const { models } = await response.json();
-    $("models-note").textContent = models.length ? `${models.length} found by the dev server.` : "No GGUF files found. Run `pyshim setup` to place the default models.";
-    for (const m of models) {
-      const li = document.createElement("li");
-      const name = Object.assign(document.createElement("div"), { className: "name", textContent: m.name });
-      const meta = Object.assign(document.createElement("div"), { className: "meta" });
-      meta.textContent = [m.architecture, m.quant, m.size && formatBytes(m.size), m.source].filter(Boolean).join(" · ");
-      li.append(name, meta);
-      if (m.error) li.append(Object.assign(document.createElement("div"), { className: "error", textContent: m.error }));
-      list.append(li);
-    }
+    await navigator.serviceWorker.register("sw.js");
+    await navigator.serviceWorker.ready;
+    $("fact-offline").textContent = "the site and Python are cached: it opens without the network";
+    window.pyshimOffline = true;
   } catch (err) {
-    // Without the dev server (a static host) there is no listing; that is fine.
-    $("models-note").textContent = "No model listing here (the page is not served by `pyshim serve`).";
+    $("fact-offline").textContent = `offline mode unavailable: ${err.message}`;
+    window.pyshimOffline = false;
   }
 }
 
@@ -66,25 +54,45 @@ const engine = new EngineClient();
 window.pyshimEngine = engine; // for the browser tests and the console
 engine.addEventListener("boot-step", (e) => showStep(e.detail));
 
-async function main() {
-  listModels();
+let resolveAdapter;
+const adapter = new Promise((resolve) => { resolveAdapter = resolve; });
+
+async function bootEngine() {
   try {
     const boot = await engine.request("boot");
-    setStatus("ready", `Python ready in ${(boot.total_ms / 1000).toFixed(1)} s`);
+    setStatus("python", `Python ready in ${(boot.total_ms / 1000).toFixed(1)} s · checking the GPU…`);
     $("facts").hidden = false;
     $("fact-python").textContent = `Python ${boot.versions.python}, numpy ${boot.versions.numpy}, pyshim ${boot.versions.pyshim} (Pyodide ${boot.pyodide})`;
     window.pyshimBoot = boot;
   } catch (err) {
     setStatus("error", `Python could not start: ${err.message}`, err.hint);
     window.pyshimBoot = { error: { name: err.name, message: err.message } };
+    resolveAdapter(null);
     return;
   }
   try {
     const gpu = await engine.request("gpu-selftest");
+    resolveAdapter(gpu.adapter);
+    window.pyshimAdapter = gpu.adapter;
+    const python = `Python ready in ${(window.pyshimBoot.total_ms / 1000).toFixed(1)} s`;
+    setStatus(gpu.ok ? "ready" : "error", gpu.ok ? `${python} · ${adapterLine(gpu.adapter)}` : `GPU self-test failed on ${adapterLine(gpu.adapter)}`);
     $("fact-gpu").textContent = `${gpu.adapter.summary} — WGSL self-test ${gpu.ok ? "passed" : "FAILED"}`;
   } catch (err) {
+    resolveAdapter(null);
+    setStatus("nogpu", `Python ready · no WebGPU here: models can be stored, not run`, err.hint ?? err.message);
     $("fact-gpu").textContent = `${err.message}${err.hint ? ` (${err.hint})` : ""}`;
   }
+  const caps = await engine.request("capabilities");
+  setEngine(engine, caps.generate);
+}
+
+function main() {
+  $("engine-pill").addEventListener("click", () => { $("engine-details").hidden = !$("engine-details").hidden; });
+  initChat();
+  setEngine(engine, false);
+  initModels({ engine, adapter, settings, onSelect: setModel });
+  bootEngine();
+  registerServiceWorker();
 }
 
 main();

@@ -26,7 +26,9 @@ export class EngineClient extends EventTarget {
 
   #receive(msg) {
     if (msg.event) {
-      this.dispatchEvent(new CustomEvent(msg.event, { detail: msg.data }));
+      // Events with an id belong to one request (a generation's tokens); the rest are broadcast.
+      if (msg.id !== undefined) this.pending.get(msg.id)?.onEvent?.(msg.event, msg.data);
+      else this.dispatchEvent(new CustomEvent(msg.event, { detail: msg.data }));
       return;
     }
     const waiter = this.pending.get(msg.id);
@@ -36,10 +38,13 @@ export class EngineClient extends EventTarget {
     else waiter.reject(new EngineError(msg.error));
   }
 
-  request(kind, params = {}) {
+  // `onEvent(event, data)` receives the request's own stream (e.g. generate's "token" events);
+  // `onId(id)` learns the request id at once (to abort it later with request("abort", {request_id})).
+  request(kind, params = {}, { onEvent = null, onId = null } = {}) {
     const id = this.nextId++;
+    onId?.(id);
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
+      this.pending.set(id, { resolve, reject, onEvent });
       this.worker.postMessage({ id, kind, params });
     });
   }

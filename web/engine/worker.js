@@ -5,6 +5,7 @@
 // {event, data} messages. Everything is loaded from this site's vendor/ folder: no request leaves it.
 
 import { bootPython } from "./python.js";
+import * as generation from "./generation.js";
 
 const SITE_ROOT = new URL("../", import.meta.url);  // relative URLs in requests are relative to the site
 const HEADER_FIRST_FETCH = 1 << 20;  // most headers fit; a 262k-token vocabulary needs ~6 MB
@@ -65,6 +66,34 @@ const handlers = {
     }
     throw Object.assign(new Error("the GGUF header is implausibly large"), { name: "GGUFFormatError" });
   },
+  // "Will it fit?" from header bytes the page already holds (the model store's first chunk): Python's
+  // probe summary at `context` positions, {need: n} when the header runs past the bytes given, or
+  // {refused: {name, message, hint}}.
+  async "probe-bytes"({ bytes, file_size = null, context = null, kv_type = "f32" }) {
+    await handlers.boot();
+    pyodide.globals.set("_prefix", bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes));
+    pyodide.globals.set("_probe_args", pyodide.toPy({ file_size, context, kv_type }));
+    // A file pyshim cannot use (not GGUF, truncated, unsupported) answers {refused: {name, message, hint}};
+    // anything else that goes wrong in Python is a bug and stays an error.
+    return runPython("import json\nfrom pyshim.errors import PyshimError\nfrom pyshim.probe import probe\n_a = _probe_args\n" +
+      "try:\n    _r = probe(_prefix.to_py(), _a['file_size'], context=_a['context'], kv_type=_a['kv_type'])\n" +
+      "except PyshimError as _e:\n    _r = {'refused': {'name': type(_e).__name__, 'message': str(_e), 'hint': _e.hint}}\n" +
+      "del _prefix, _probe_args, _a\njson.dumps(_r)");
+  },
+  // What this worker can do now; the page shows chat as unavailable until `generate` is true.
+  async capabilities() {
+    return { kinds: Object.keys(handlers), generate: generation.available() };
+  },
+  // Streams a reply: events {id, event: "token", data: {text, token, index}}, then the result
+  // {text, finish_reason: "stop" | "length" | "abort", usage: {prompt_tokens, completion_tokens},
+  //  timings: {load_ms, prefill_ms, ttft_ms, decode_tok_per_s}}. See generation.js for params.
+  async generate(params, id) {
+    return generation.generate(id, params, (event, data) => self.postMessage({ id, event, data }));
+  },
+  // Stops the generation started by request `request_id`; it resolves with finish_reason "abort".
+  async abort({ request_id }) {
+    return { aborted: generation.abort(request_id) };
+  },
   // Runs Python source in the worker and returns the JSON its last expression holds (tests, debugging).
   async exec({ code }) {
     await handlers.boot();
@@ -89,7 +118,7 @@ self.onmessage = async (e) => {
   const handler = handlers[kind];
   try {
     if (!handler) throw Object.assign(new Error(`unknown request kind ${kind}`), { name: "BadRequestError" });
-    const result = await handler(params ?? {});
+    const result = await handler(params ?? {}, id);
     self.postMessage({ id, ok: true, result });
   } catch (err) {
     self.postMessage({ id, ok: false, error: errorFields(err) });

@@ -1,0 +1,155 @@
+// The chat: messages, composer, send/stop, new chat, system prompt and sampling settings.
+//
+// Model text is only ever set with textContent (through markdown.js, which builds text nodes), so a
+// reply containing "<script>" shows those characters and nothing runs.
+
+import { h, $, toast } from "./dom.js";
+import { renderMarkdown } from "./markdown.js";
+
+const SETTINGS_KEY = "pyshim.chatSettings";
+export const DEFAULT_SETTINGS = {
+  system: "You are a helpful assistant.", temperature: 0.7, top_p: 0.95, top_k: 40, max_tokens: 512, seed: "", context: 4096,
+};
+
+let state = { engine: null, canGenerate: false, model: null, messages: [], running: null };
+
+export function settings() {
+  try {
+    return { ...DEFAULT_SETTINGS, ...JSON.parse(localStorage.getItem(SETTINGS_KEY) ?? "{}") };
+  } catch {
+    return { ...DEFAULT_SETTINGS };
+  }
+}
+
+function saveSettings() {
+  const s = {};
+  for (const key of Object.keys(DEFAULT_SETTINGS)) {
+    const el = $(`set-${key}`);
+    s[key] = el.type === "number" ? (el.value === "" ? "" : Number(el.value)) : el.value;
+  }
+  localStorage.setItem(SETTINGS_KEY, JSON.stringify(s));
+}
+
+function loadSettings() {
+  const s = settings();
+  for (const key of Object.keys(DEFAULT_SETTINGS)) $(`set-${key}`).value = s[key];
+}
+
+function messageItem(role, text, stats = null) {
+  const body = h("div", { class: "bubble" });
+  renderMarkdown(body, text);
+  return h("li", { class: `msg ${role}` }, h("div", { class: "who", text: role === "user" ? "You" : "Model" }), body,
+    stats ? h("div", { class: "stats", text: stats }) : null);
+}
+
+function renderNotice() {
+  const notice = $("notice");
+  notice.replaceChildren();
+  let title = null, detail = null;
+  if (!state.canGenerate) {
+    title = "Chat is not available yet";
+    detail = "The WebGPU engine is still being built: models can already be downloaded, stored, checked and deleted here. Chat turns on when the engine lands.";
+  } else if (!state.model) {
+    title = "Pick a model";
+    detail = "Download or import one on the left, then come back here.";
+  } else if (state.model.status !== "ready") {
+    title = `${state.model.name} is not ready`;
+    detail = "Finish its download first.";
+  }
+  notice.hidden = !title;
+  if (title) notice.append(h("strong", { text: title }), h("p", { text: detail }));
+  const usable = state.canGenerate && state.model?.status === "ready";
+  $("prompt").disabled = !usable;
+  $("send").disabled = !usable || Boolean(state.running);
+  $("prompt").placeholder = usable ? `Message ${state.model.name}…` : "Chat turns on when a model is ready and the engine is available";
+  $("chat").dataset.state = usable ? "ready" : "unavailable";
+}
+
+function renderMessages() {
+  const list = $("messages");
+  list.replaceChildren(...state.messages.map((m) => messageItem(m.role, m.content, m.stats)));
+  $("chat-empty").hidden = state.messages.length > 0;
+  list.scrollTop = list.scrollHeight;
+}
+
+async function send() {
+  const text = $("prompt").value.trim();
+  if (!text || state.running) return;
+  $("prompt").value = "";
+  const s = settings();
+  state.messages.push({ role: "user", content: text });
+  const reply = { role: "assistant", content: "" };
+  state.messages.push(reply);
+  renderMessages();
+  const bubble = $("messages").lastElementChild.querySelector(".bubble");
+  const history = [...(s.system ? [{ role: "system", content: s.system }] : []), ...state.messages.slice(0, -1).map(({ role, content }) => ({ role, content }))];
+  state.running = { id: null };
+  $("stop").hidden = false;
+  renderNotice();
+  try {
+    const result = await state.engine.request("generate", {
+      model_id: state.model.id, messages: history, context: s.context,
+      sampling: { temperature: s.temperature, top_p: s.top_p, top_k: s.top_k, max_tokens: s.max_tokens, seed: s.seed === "" ? null : s.seed },
+    }, {
+      onId: (id) => { state.running.id = id; },
+      onEvent: (event, data) => {
+        if (event !== "token") return;
+        reply.content += data.text;
+        renderMarkdown(bubble, reply.content);
+      },
+    });
+    reply.content = result.text ?? reply.content;
+    const t = result.timings ?? {};
+    reply.stats = [t.ttft_ms != null && `first token ${(t.ttft_ms / 1000).toFixed(2)} s`, t.decode_tok_per_s && `${t.decode_tok_per_s.toFixed(1)} tok/s`,
+      result.finish_reason === "abort" && "stopped", result.finish_reason === "length" && "hit max tokens"].filter(Boolean).join(" · ");
+  } catch (err) {
+    state.messages.pop();
+    toast("error", err.message, err.hint);
+  } finally {
+    state.running = null;
+    $("stop").hidden = true;
+    renderMessages();
+    renderNotice();
+  }
+}
+
+function stop() {
+  if (state.running?.id != null) state.engine.request("abort", { request_id: state.running.id });
+}
+
+function newChat() {
+  stop();
+  state.messages = [];
+  renderMessages();
+}
+
+export function setModel(manifest) {
+  state.model = manifest;
+  $("chat-model").textContent = manifest ? manifest.name : "No model selected";
+  $("chat-sub").textContent = manifest ? (manifest.status === "ready" ? "Stored on this computer" : "Downloading…") : "Choose a model on the left";
+  renderNotice();
+}
+
+export function setEngine(engine, canGenerate) {
+  state.engine = engine;
+  state.canGenerate = canGenerate;
+  renderNotice();
+}
+
+export function initChat() {
+  loadSettings();
+  $("settings").addEventListener("change", saveSettings);
+  $("settings-toggle").addEventListener("click", () => {
+    const open = $("settings").hidden;
+    $("settings").hidden = !open;
+    $("settings-toggle").setAttribute("aria-expanded", String(open));
+  });
+  $("composer").addEventListener("submit", (e) => { e.preventDefault(); send(); });
+  $("prompt").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); send(); }
+  });
+  $("stop").addEventListener("click", stop);
+  $("new-chat").addEventListener("click", newChat);
+  renderMessages();
+  renderNotice();
+}

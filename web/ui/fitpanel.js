@@ -1,0 +1,40 @@
+// The "will it fit?" panel: what Python read from the header, against this GPU's limits.
+
+import { h, $ } from "./dom.js";
+import { formatBytes } from "../store/errors.js";
+
+function row(label, value, note = null, bad = false) {
+  return [h("dt", { text: label }), h("dd", { class: bad ? "bad" : null }, value, note ? h("span", { class: "note", text: ` ${note}` }) : null)];
+}
+
+// manifest.probe: probe()'s summary; manifest.fit: judge()'s {ok, reasons, needBytes, budgetBytes, limits}.
+export function renderFit(manifest) {
+  const panel = $("fit-panel");
+  panel.replaceChildren();
+  const { probe, fit } = manifest ?? {};
+  if (!probe && !fit) {
+    panel.hidden = true;
+    return;
+  }
+  panel.hidden = false;
+  panel.dataset.verdict = fit?.ok ? "fits" : "refused";
+  const verdict = fit?.ok
+    ? h("p", { class: "verdict ok" }, h("span", { class: "badge ok", text: "Fits" }), " This model fits this GPU at the chosen context.")
+    : h("p", { class: "verdict bad" }, h("span", { class: "badge bad", text: "Won't run here" }), " ", (fit?.reasons ?? []).join(" "));
+  const facts = h("dl", { class: "fit-facts" });
+  if (probe) {
+    facts.append(...row("Model", probe.name || manifest.name, `${probe.architecture ?? "unknown"}${probe.file_type ? ` · ${probe.file_type}` : ""}`));
+    if (probe.parameters) facts.append(...row("Parameters", `${(probe.parameters / 1e6).toFixed(0)} M`, probe.quant));
+    if (probe.supported) {
+      facts.append(...row("Weights", formatBytes(probe.weight_bytes)));
+      facts.append(...row("KV cache", formatBytes(probe.kv_bytes), `${probe.context} tokens, ${probe.kv_type} (trained on ${probe.context_length})`));
+      if (fit) facts.append(...row("GPU memory", `${formatBytes(fit.needBytes)} of ${formatBytes(fit.budgetBytes)}`, "assumed budget", fit.needBytes > fit.budgetBytes));
+      const binding = fit?.limits?.max_storage_buffer_binding_size;
+      if (probe.largest_tensor) {
+        facts.append(...row("Largest tensor", formatBytes(probe.largest_tensor.bytes),
+          binding ? `limit ${formatBytes(binding)} per binding` : probe.largest_tensor.name, binding && probe.largest_tensor.bytes > binding));
+      }
+    }
+  }
+  panel.append(h("h3", { text: "Will it fit?" }), verdict, facts);
+}

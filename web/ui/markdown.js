@@ -1,0 +1,31 @@
+// A markdown subset for model replies, built from text nodes only: ``` fenced code blocks, `inline
+// code`, **bold**, and paragraphs/line breaks. Anything else stays literal text. No innerHTML, ever.
+
+import { h } from "./dom.js";
+
+const INLINE = /(`[^`\n]+`|\*\*[^*\n]+\*\*)/g;
+
+function inline(text) {
+  return text.split(INLINE).filter(Boolean).map((part) => {
+    if (part.startsWith("`") && part.endsWith("`") && part.length > 2) return h("code", { text: part.slice(1, -1) });
+    if (part.startsWith("**") && part.endsWith("**") && part.length > 4) return h("strong", { text: part.slice(2, -2) });
+    return document.createTextNode(part);
+  });
+}
+
+export function renderMarkdown(el, text) {
+  const nodes = [];
+  // Odd pieces are inside ``` fences (an unclosed fence while streaming still renders as code).
+  text.split(/```[^\n]*\n?/).forEach((piece, i) => {
+    if (i % 2 === 1) {
+      nodes.push(h("pre", {}, h("code", { text: piece.replace(/\n$/, "") })));
+      return;
+    }
+    for (const para of piece.split(/\n{2,}/)) {
+      if (!para.trim()) continue;
+      const lines = para.split("\n");
+      nodes.push(h("p", {}, lines.flatMap((line, j) => (j ? [h("br"), ...inline(line)] : inline(line)))));
+    }
+  });
+  el.replaceChildren(...nodes);
+}
