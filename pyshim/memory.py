@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import NamedTuple
 
 from pyshim.header import TensorInfo
 from pyshim.spec import ModelSpec
@@ -46,8 +47,7 @@ def kv_cache_bytes(spec: ModelSpec, context: int, kv_type: str = "f32") -> int:
     return math.ceil(per_position * positions)   # q8/q4 blocks are never split
 
 
-@dataclass(frozen=True)
-class TypeTotal:
+class TypeTotal(NamedTuple):
     count: int
     nbytes: int
 
