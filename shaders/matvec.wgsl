@@ -1,6 +1,7 @@
 // y[t, r] = sum_k W[r, k] * x[t, k] (+ bias[r]) with W in its GGUF blocks, dequantized on the fly.
-// Barrier-free: one invocation computes one output row for one token (what CPU adapters like lavapipe
-// and SwiftShader want). Grid: x = rows / WG, y = tokens. Defines: one W_<type>, WG, optional BIAS.
+// Barrier-free: one invocation computes ROWS consecutive output rows for one token (what CPU adapters
+// like lavapipe and SwiftShader want). Grid: x = rows / (WG * ROWS), y = tokens.
+// Defines: one W_<type>, WG, ROWS, optional BIAS.
 #include "include/wtype.wgsl"
 
 struct Params {
@@ -36,22 +37,40 @@ fn sink(v: vec4<f32>, i: u32, acc: ptr<function, vec4<f32>>) {
 }
 
 @compute @workgroup_size(WG)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let row = gid.x;
-    let t = gid.y;
-    if (row >= params.m || t >= params.n) {
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    // the token from workgroup_id (workgroup size y is 1): the compiler then knows x's index is the
+    // same in every invocation of the workgroup, and CPU adapters load x once instead of gathering it
+    let t = wid.y;
+    let first = gid.x * ROWS;
+    if (t >= params.n || first >= params.m) {
         return;
     }
     x_base = params.x_off + t * params.k;
-    var acc = vec4<f32>(0.0);
-    let wb = params.w_off + row * params.row_bytes;
     let nb = params.k / BLOCK_ELEMS;
-    for (var b = 0u; b < nb; b++) {
-        block_apply(wb + b * BLOCK_BYTES, b * BLOCK_ELEMS, &acc);
+    // the ROWS rows advance block by block together, so each x vec4 is loaded once for all of them;
+    // rows past m repeat the last row (their results are not stored)
+    var acc: array<vec4<f32>, ROWS>;
+    var wb: array<u32, ROWS>;
+    for (var r = 0u; r < ROWS; r++) {
+        acc[r] = vec4<f32>(0.0);
+        wb[r] = params.w_off + min(first + r, params.m - 1u) * params.row_bytes;
     }
-    var r = acc.x + acc.y + acc.z + acc.w;
+    for (var b = 0u; b < nb; b++) {
+        for (var r = 0u; r < ROWS; r++) {
+            var a = acc[r];         // (naga 29's SPIR-V writer panics on &acc[r] passed to a function)
+            block_apply(wb[r] + b * BLOCK_BYTES, b * BLOCK_ELEMS, &a);
+            acc[r] = a;
+        }
+    }
+    for (var r = 0u; r < ROWS; r++) {
+        let row = first + r;
+        if (row >= params.m) {
+            return;
+        }
+        var y_r = acc[r].x + acc[r].y + acc[r].z + acc[r].w;
 #ifdef BIAS
-    r += bias[params.bias_off + row];
+        y_r += bias[params.bias_off + row];
 #endif
-    y[params.y_off + t * params.y_stride + row] = r;
+        y[params.y_off + t * params.y_stride + row] = y_r;
+    }
 }

@@ -48,7 +48,7 @@ async def timed(device, dispatches, probe, reps: int) -> float:
     return max(await one(2 * reps) - await one(reps), 1e-9) / reps
 
 
-async def bench(rows: int, cols: int, reps: int) -> dict:
+async def bench(rows: int, cols: int, reps: int, only: list[str] = ()) -> dict:
     device = await open_device()
     kernels = KernelCache(device)
     rng = np.random.default_rng(0)
@@ -81,6 +81,8 @@ async def bench(rows: int, cols: int, reps: int) -> dict:
     device.write(x, rng.standard_normal(cols, dtype=np.float32))
     y = device.buffer(rows * 4, label="y")
     for qtype, (define, _, _) in WEIGHT_TYPES.items():
+        if only and qtype.name not in only:
+            continue
         raw = random_weight(qtype, rows, cols, rng)
         w = device.buffer(raw.nbytes, label="w")
         device.write(w, raw)
@@ -107,9 +109,10 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=2048)
     ap.add_argument("--cols", type=int, default=2048)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--types", default="", help="comma-separated subset, e.g. Q8_0,Q4_1")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    r = asyncio.run(bench(args.rows, args.cols, args.reps))
+    r = asyncio.run(bench(args.rows, args.cols, args.reps, [t for t in args.types.split(",") if t]))
     if args.json:
         print(json.dumps(r, indent=1))
         return 0

@@ -19,6 +19,8 @@ from pyshim.rope import RopeSpec
 from gpu_helpers import GPU, random_weight
 
 ALL_TYPES = list(WEIGHT_TYPES)
+# `self` for the reference executor's per-op methods called unbound: plain f32 math, no llama.cpp emulation
+REF = SimpleNamespace(emulate_llama_cpp=False)
 QUANTIZABLE = [QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0]      # what gguf.quants.quantize implements
 
 
@@ -45,7 +47,7 @@ class Dense:
         return self.values
 
 
-def run_matvec(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0):
+def run_matvec(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0, rows_per_thread=1):
     """raw uint8 (m, row_bytes); x (n, k) -> y (n, m). Pads put the tensors at offsets in their buffers."""
     m, row_bytes = raw.shape
     n, k = x.shape
@@ -53,10 +55,10 @@ def run_matvec(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0):
     xs = np.concatenate([np.zeros(x_pad, np.float32), x.reshape(-1)])
     define = {WEIGHT_TYPES[qtype][0]: True}
     inputs = [w, xs] + ([bias] if bias is not None else [])
-    key = ShaderKey.of("matvec", **define, WG=WG, BIAS=bias is not None)
+    key = ShaderKey.of("matvec", **define, WG=WG, BIAS=bias is not None, ROWS=rows_per_thread)
     (out,) = gpu.dispatch(key, inputs, [(y_pad + n * m) * 4],
                           dict(m=m, k=k, n=n, row_bytes=row_bytes, w_off=w_pad, x_off=x_pad, y_off=y_pad, bias_off=0, y_stride=m),
-                          (groups(m), n, 1))
+                          (groups(m, WG * rows_per_thread), n, 1))
     return f32(out)[y_pad:].reshape(n, m)
 
 
@@ -65,8 +67,9 @@ def check_close(got, want, rel=2e-5):
     np.testing.assert_allclose(got, want, rtol=rel, atol=rel * scale)
 
 
+@pytest.mark.parametrize("rows_per_thread", [1, 3])
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
-def test_matvec_random_blocks(gpu, qtype):
+def test_matvec_random_blocks(gpu, qtype, rows_per_thread):
     rng = np.random.default_rng(int(qtype))
     per = shader_block(qtype)[0]
     k = 3 * max(per, 32) if per < 256 else 512          # odd block counts put rows at 2-aligned offsets
@@ -74,7 +77,7 @@ def test_matvec_random_blocks(gpu, qtype):
     raw = random_weight(qtype, m, k, rng)
     x = rng.standard_normal((n, k), dtype=np.float32)
     want = x @ dequantize_rows(raw, qtype).reshape(m, k).T
-    check_close(run_matvec(gpu, qtype, raw, x), want)
+    check_close(run_matvec(gpu, qtype, raw, x, rows_per_thread=rows_per_thread), want)
 
 
 @pytest.mark.parametrize("qtype", QUANTIZABLE, ids=lambda t: t.name)
@@ -96,7 +99,7 @@ def test_matvec_bias_and_offsets(gpu, qtype):
     x = rng.standard_normal((n, k), dtype=np.float32)
     bias = rng.standard_normal(m, dtype=np.float32)
     want = x @ dequantize_rows(raw, qtype).reshape(m, k).T + bias
-    check_close(run_matvec(gpu, qtype, raw, x, bias=bias, w_pad=36, x_pad=8, y_pad=12), want)
+    check_close(run_matvec(gpu, qtype, raw, x, bias=bias, w_pad=36, x_pad=8, y_pad=12, rows_per_thread=2), want)
 
 
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
@@ -123,7 +126,7 @@ def test_rmsnorm(gpu):
     w = rng.standard_normal(d, dtype=np.float32)
     (out,) = gpu.dispatch(ShaderKey.of("rmsnorm", WG=WG), [x, w], [x.nbytes],
                           dict(rows=rows, d=d, eps=1e-6, x_off=0, y_off=0, w_off=0), (groups(rows), 1, 1))
-    want = NumpyOps.rmsnorm(None, x, Dense(w), 1e-6)
+    want = NumpyOps.rmsnorm(REF, x, Dense(w), 1e-6)
     check_close(f32(out, x.shape), want)
 
 
@@ -146,7 +149,7 @@ def test_rope(gpu, name):
     (out,) = gpu.dispatch(key, [x, positions.astype(np.uint32), theta], [x.nbytes],
                           dict(n=n, heads=heads, head_dim=hd, dims=spec.dims, mscale=mscale, x_off=0, y_off=0, pos_off=0),
                           (groups(hd // 2), heads, n))
-    want = NumpyOps.rope(None, x, positions, spec)
+    want = NumpyOps.rope(REF, x, positions, spec)
     # angles up to 1500 rad in f32: the GPU's angle differs from the f64 one by ~1e-4 rad
     np.testing.assert_allclose(f32(out, x.shape), want, atol=5e-4 * np.abs(x).max())
 
@@ -157,6 +160,7 @@ def attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, history, n, cap):
     spec_m = SimpleNamespace(sliding_window=window, swa_layers=[bool(window)], n_layers=1, n_kv_heads=n_kv,
                              head_dim_k=hd, head_dim_v=hd)
     ref = NumpyOps.__new__(NumpyOps)
+    ref.emulate_llama_cpp = False
     from pyshim.kvcache import KVCache
 
     ref.kv = KVCache(spec_m, history + n)
@@ -208,7 +212,7 @@ def test_glu_strided(gpu, act):
     (out,) = gpu.dispatch(key, [fused, fused], [n * f * 4],
                           dict(n=n, f=f, gate_off=0, gate_stride=2 * f, up_off=f, up_stride=2 * f, out_off=0),
                           (groups(f // 4), n, 1))
-    want = NumpyOps.glu(None, fused[:, :f], fused[:, f:], act)
+    want = NumpyOps.glu(REF, fused[:, :f], fused[:, f:], act)
     check_close(f32(out, (n, f)), want)
 
 
@@ -222,7 +226,7 @@ def test_eltwise(gpu, op):
     (out,) = gpu.dispatch(ShaderKey.of("eltwise", WG=WG, **{op: True}), inputs, [a.nbytes],
                           dict(n=n, width=width, a_off=0, a_stride=width, b_off=0, b_stride=width, y_off=0, s=30.0),
                           (groups(width // 4), n, 1))
-    want = {"OP_ADD": a + b, "OP_SCALE": a * np.float32(30.0), "OP_SOFTCAP": NumpyOps.softcap(None, a, 30.0),
+    want = {"OP_ADD": a + b, "OP_SCALE": a * np.float32(30.0), "OP_SOFTCAP": NumpyOps.softcap(REF, a, 30.0),
             "OP_COPY": a}[op]
     check_close(f32(out, a.shape), want)
 
@@ -247,7 +251,7 @@ FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(u32|f32|i32)\s*,")
 def test_params_layouts_match_wgsl():
     pre = Preprocessor()
     for family, layout in PARAMS.items():
-        variants = {"matvec": {"W_F32": ""}, "embed": {"W_F32": ""}, "argmax": {"PASS1": ""}}
+        variants = {"matvec": {"W_F32": "", "ROWS": "2"}, "embed": {"W_F32": ""}, "argmax": {"PASS1": ""}}
         src = pre.expand(f"{family}.wgsl", {"WG": "64", "HD4": "16", "HDV4": "16", **variants.get(family, {})})
         body = STRUCT.search(src)
         assert body, family

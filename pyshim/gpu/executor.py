@@ -23,7 +23,7 @@ from gguf import GGMLQuantizationType as QT
 
 from pyshim.errors import OutOfMemoryError, TensorShapeError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, WG, KernelCache, groups, rope_theta, shader_block,
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, MATVEC_ROWS, PARAMS, WG, KernelCache, groups, rope_theta, shader_block,
                                 weight_define)
 from pyshim.ops import ACTIVATIONS, AttnSpec
 from pyshim.reference import SUPPORTED_TYPES, dequantize_rows
@@ -210,11 +210,11 @@ class GpuOps:
         n, k = x.shape
         m = w.shape[0]
         out = self._tensor((n, m), "matmul")
-        key = self._key("matvec", w.ref.qtype, BIAS=bias is not None)
+        key = self._key("matvec", w.ref.qtype, BIAS=bias is not None, ROWS=MATVEC_ROWS)
         for buf, row0, rows in w.parts:
             bindings = [buf, x.buf] + ([bias.f32_buf] if bias is not None else []) + [out.buf]
             # a part writes its rows of every token: y_off shifts by row0 and the row stride stays m
-            self._record("matvec", key, bindings, (groups(rows), n, 1), m=rows, k=k, n=n, row_bytes=w.ref.row_bytes,
+            self._record("matvec", key, bindings, (groups(rows, WG * MATVEC_ROWS), n, 1), m=rows, k=k, n=n, row_bytes=w.ref.row_bytes,
                          w_off=0, x_off=x.off, y_off=out.off + row0, bias_off=row0, y_stride=m)
         return out
 

@@ -20,6 +20,9 @@ from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 
 WG = 64                 # invocations per workgroup for every barrier-free kernel
 ARGMAX_CHUNK = 256      # logits scanned per invocation in argmax's first pass
+# Output rows per matvec invocation. On lavapipe (CPU time per matvec, 8192x2048) 1, 2 and 4 are within
+# the noise of each other (2 was never worse); FACTS.md found 4 best for f32 on SwiftShader. To autotune.
+MATVEC_ROWS = 2
 
 # Weight type -> (define, elements per shader block, bytes per shader block). F32/F16 "blocks" are
 # 8 elements: what one call of block_apply reads (two vec4s).
