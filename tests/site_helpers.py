@@ -1,0 +1,123 @@
+"""Helpers for the site's browser tests (tests/test_site_*.py): a booted page per module, store calls
+from Python, byte-range serving for crafted files through context.route, request counting, screenshots."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import harness
+from pyshim.catalog import MODELS, model_path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCREENSHOTS = ROOT / "artifacts" / "screenshots"
+CHUNK = 16 << 20                       # the store's default chunk size (web/store/store.js CHUNK_SIZE)
+SMOLLM2 = MODELS["smollm2"]
+SMOLLM2_URL_PATH = f"models/{SMOLLM2.file_name}"
+VIEWPORT = {"width": 1280, "height": 860}
+DOWNLOAD_TIMEOUT_MS = 120_000
+# Offline, the dev server's listing cannot load; Chromium logs the failed fetch as a console error.
+OFFLINE_CONSOLE_NOISE = ("ERR_INTERNET_DISCONNECTED", "Failed to load resource")
+
+
+def smollm2_path() -> Path:
+    path = model_path("smollm2")
+    if not path.is_file():
+        raise AssertionError("SmolLM2 is missing: run `pyshim setup`")
+    return path
+
+
+def open_site(chromium, dev_server, *, wait_gpu: bool = True):
+    """A fresh context (its own IndexedDB) with the site open and Python booted: (context, page, watch)."""
+    context = chromium.new_context(viewport=VIEWPORT)
+    page, watch = harness.open_page(context, dev_server.url)
+    harness.wait_for_boot(page)
+    if wait_gpu:
+        page.wait_for_selector("#status[data-state=ready]", timeout=harness.BOOT_TIMEOUT_MS)
+    page.set_default_timeout(DOWNLOAD_TIMEOUT_MS)
+    return context, page, watch
+
+
+def shot(page, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    return path
+
+
+def store(page, fn: str, *args):
+    """Calls web/store/store.js's `fn(*args)` in the page and returns its (JSON-able) result."""
+    return page.evaluate(
+        """async ([fn, args]) => {
+             const store = await import('./store/store.js');
+             try { return {ok: true, value: await store[fn](...args)}; }
+             catch (e) { return {ok: false, error: {name: e.name, message: e.message, hint: e.hint ?? null}}; }
+           }""",
+        [fn, list(args)],
+    )
+
+
+def store_ok(page, fn: str, *args):
+    out = store(page, fn, *args)
+    assert out["ok"], f"store.{fn} failed: {out['error']}"
+    return out.get("value")
+
+
+def read_range_hex(page, model_id: str, offset: int, size: int) -> str:
+    return page.evaluate(
+        """async ([id, offset, size]) => {
+             const store = await import('./store/store.js');
+             const bytes = await store.readRange(id, offset, size);
+             return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+           }""",
+        [model_id, offset, size],
+    )
+
+
+def model_id(page, url_path: str) -> str:
+    return page.evaluate("(p) => 'url:' + new URL(p, location.href).href", url_path)
+
+
+def wait_status(page, name: str, status: str, timeout_ms: int = DOWNLOAD_TIMEOUT_MS) -> None:
+    page.wait_for_function(
+        """([name, status]) => [...document.querySelectorAll('#stored li')].some(li =>
+             li.dataset.status === status && li.querySelector('.name').textContent === name)""",
+        arg=[name, status], timeout=timeout_ms)
+
+
+def row_text(page, name: str) -> str:
+    return page.evaluate(
+        """(name) => [...document.querySelectorAll('#stored li')].find(li => li.querySelector('.name').textContent === name)?.innerText ?? ''""",
+        name)
+
+
+_RANGE = re.compile(r"bytes=(\d+)-(\d*)")
+
+
+def range_of(headers: dict) -> tuple[int, int] | None:
+    """(first, last) of a request's Range header, or None."""
+    match = _RANGE.fullmatch(headers.get("range", "").strip())
+    if not match:
+        return None
+    return int(match.group(1)), int(match.group(2)) if match.group(2) else -1
+
+
+def serve_bytes(route, data: bytes, *, total: int | None = None, etag: str = '"test-1"', honour_range: bool = True) -> None:
+    """Answers `route` like a static file server holding `data` (claiming `total` bytes, padding with zeros)."""
+    total = len(data) if total is None else total
+    headers = {"Accept-Ranges": "bytes", "ETag": etag, "Content-Type": "application/octet-stream"}
+    wanted = range_of(route.request.headers) if honour_range else None
+    if wanted is None:
+        route.fulfill(status=200, headers=headers, body=data.ljust(total, b"\0"))
+        return
+    first, last = wanted
+    last = total - 1 if last < 0 else min(last, total - 1)
+    body = data[first:last + 1].ljust(last + 1 - first, b"\0")
+    route.fulfill(status=206, headers={**headers, "Content-Range": f"bytes {first}-{last}/{total}"}, body=body)
+
+
+def start_url_download(page, url: str) -> None:
+    """Types `url` into the URL tab and starts the download, as a visitor would."""
+    page.click("[aria-controls=tab-url]")
+    page.fill("#url-input", url)
+    page.click("#url-form button[type=submit]")

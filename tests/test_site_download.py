@@ -1,0 +1,113 @@
+"""The site downloads SmolLM2 from the dev server into IndexedDB, in chunks, verified; the engine's
+slice reader returns the file's bytes; deleting the model frees the storage."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import pytest
+
+from site_helpers import (CHUNK, SMOLLM2, SMOLLM2_URL_PATH, model_id, open_site, read_range_hex, row_text, shot,
+                          smollm2_path, store_ok, wait_status)
+
+pytestmark = [pytest.mark.browser, pytest.mark.models, pytest.mark.slow]
+NAME = "SmolLM2-135M-Instruct.Q4_1"
+THROTTLE_S = 0.4   # per chunk response, so the "downloading" state can be seen and photographed
+
+
+@pytest.fixture(scope="module")
+def site(chromium, dev_server):
+    smollm2_path()
+    context, page, watch = open_site(chromium, dev_server)
+    yield context, page, watch
+    context.close()
+
+
+def test_empty_page_looks_ready(site):
+    _, page, _ = site
+    page.wait_for_selector("#models li")
+    assert page.is_visible("#stored-empty")
+    assert "not available yet" in page.inner_text("#notice")
+    assert "software fallback" in page.inner_text("#status")   # SwiftShader is named as such
+    shot(page, "01-empty")
+
+
+def test_download_from_dev_server_is_chunked_and_verified(site):
+    context, page, _ = site
+    ranges = []
+
+    def throttle(route):
+        ranges.append(route.request.headers.get("range"))
+        response = route.fetch()
+        time.sleep(THROTTLE_S)
+        route.fulfill(response=response)
+
+    context.route("**/models/*.gguf", throttle)
+    try:
+        page.click(f"#models li:has-text('{NAME}') button")
+        page.wait_for_selector("#stored li[data-phase=download]")
+        page.wait_for_function("() => document.querySelector('#stored li .progress-text')?.textContent.includes('MB/s')")
+        shot(page, "02-downloading")
+        text = row_text(page, NAME)
+        assert "of 98.4 MB" in text and "left" in text, text
+        wait_status(page, NAME, "ready")
+    finally:
+        context.unroute("**/models/*.gguf", throttle)
+    n_chunks = -(-SMOLLM2.size // CHUNK)
+    assert len(ranges) == n_chunks and all(r and r.startswith("bytes=") for r in ranges), ranges
+    manifest = store_ok(page, "getModel", model_id(page, SMOLLM2_URL_PATH))
+    assert manifest["status"] == "ready" and manifest["size"] == SMOLLM2.size
+    assert manifest["sha256"] == SMOLLM2.sha256 == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    assert manifest["fit"]["ok"] and manifest["probe"]["architecture"] == "llama"
+    assert "SHA-256" in row_text(page, NAME)
+    page.wait_for_selector("#fit-panel[data-verdict=fits]")
+    shot(page, "03-ready")
+
+
+def test_stored_file_sha256_recomputed_from_indexeddb(site):
+    _, page, _ = site
+    assert store_ok(page, "wholeFileSha256", model_id(page, SMOLLM2_URL_PATH)) == SMOLLM2.sha256
+
+
+def test_read_range_returns_the_file_bytes_across_chunks(site):
+    _, page, _ = site
+    data = smollm2_path().read_bytes()
+    mid = model_id(page, SMOLLM2_URL_PATH)
+    for offset, size in [(0, 64), (CHUNK - 100, 300), (3 * CHUNK - 7, 2 * CHUNK + 11), (SMOLLM2.size - 50, 50)]:
+        assert read_range_hex(page, mid, offset, size) == data[offset:offset + size].hex(), (offset, size)
+
+
+def test_slice_pieces_stream_chunk_by_chunk(site):
+    _, page, _ = site
+    data = smollm2_path().read_bytes()
+    slices = [{"offset": 5 * CHUNK - 10, "size": 20, "buffer": "b"}, {"offset": 100, "size": CHUNK + 5, "buffer": "a"}]
+    pieces = page.evaluate(
+        """async ([id, slices]) => {
+             const store = await import('./store/store.js');
+             const out = [];
+             for await (const {slice, at, bytes} of store.slicePieces(id, slices)) {
+               const d = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
+               out.push({buffer: slice.buffer, at, size: bytes.length, sha: Array.from(d, b => b.toString(16).padStart(2, '0')).join('')});
+             }
+             return out;
+           }""",
+        [model_id(page, SMOLLM2_URL_PATH), slices])
+    # in file order, split at chunk boundaries: slice "a" spans chunks 0-1, slice "b" chunks 4-5
+    assert [(p["buffer"], p["at"], p["size"]) for p in pieces] == [
+        ("a", 0, CHUNK - 100), ("a", CHUNK - 100, 105), ("b", 0, 10), ("b", 10, 10)]
+    for p, (offset, size) in zip(pieces, [(100, CHUNK - 100), (CHUNK, 105), (5 * CHUNK - 10, 10), (5 * CHUNK, 10)]):
+        assert p["sha"] == hashlib.sha256(data[offset:offset + size]).hexdigest()
+
+
+def test_delete_frees_storage(site):
+    _, page, watch = site
+    page.evaluate("() => navigator.storage.estimate()")
+    before = page.evaluate("async () => (await navigator.storage.estimate()).usage")
+    assert before > 90e6   # the model is counted
+    page.click(f"#stored li:has-text('{NAME}') button:has-text('Delete')")
+    page.wait_for_selector("#stored-empty", state="visible")
+    assert store_ok(page, "listModels") == []
+    page.wait_for_function("(before) => navigator.storage.estimate().then(e => e.usage < before - 90e6)", arg=before, timeout=30_000)
+    assert page.evaluate("() => window.pyshimStorage.usage") < before - 90e6
+    watch.check()
