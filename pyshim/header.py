@@ -184,7 +184,7 @@ class GGUFHeader:
     header_size: int                    # bytes up to the end of the tensor table
     data_offset: int                    # header_size rounded up to `alignment`: where tensor data starts
     file_size: int | None = None        # when the reader was told it
-    _by_name: dict[str, TensorInfo] = field(default_factory=dict, repr=False, compare=False)
+    _by_name: dict[str, TensorInfo] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         self._by_name.update((t.name, t) for t in self.tensors)
