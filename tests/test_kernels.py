@@ -258,3 +258,10 @@ def test_params_layouts_match_wgsl():
         fields = tuple(FIELD.findall(re.sub(r"//[^\n]*", "", body.group(1))))
         assert fields == layout.fields, family
         assert layout.nbytes % 16 == 0
+
+
+def test_every_variant_compiles_natively(gpu):
+    from pyshim.gpu.kernels import shader_variants
+
+    for key in shader_variants():
+        gpu.run(gpu.kernels.get(key))

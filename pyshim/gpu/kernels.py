@@ -134,3 +134,21 @@ def rope_theta(spec, freq_factors: np.ndarray | None = None) -> tuple[np.ndarray
     inv_freq, mix, mscale = pair_tables(spec, freq_factors)
     theta = inv_freq * (spec.freq_scale * (1.0 - mix) + mix)
     return theta.astype(np.float32), float(mscale)
+
+
+def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256)) -> list[ShaderKey]:
+    """Every pipeline the executor and the benchmark may ask for (attention per head size): what the
+    compile checks in naga and Tint go through."""
+    keys = []
+    for define, _, _ in WEIGHT_TYPES.values():
+        keys += [ShaderKey.of("matvec", **{define: True}, WG=WG, ROWS=MATVEC_ROWS, BIAS=bias) for bias in (False, True)]
+        keys.append(ShaderKey.of("embed", **{define: True}, WG=WG))
+    keys += [ShaderKey.of("rmsnorm", WG=WG), ShaderKey.of("kv_write", WG=WG)]
+    keys += [ShaderKey.of("rope", WG=WG, NEOX=neox) for neox in (False, True)]
+    keys += [ShaderKey.of("attention", WG=WG, HD4=hd // 4, HDV4=hd // 4, SOFTCAP=cap)
+             for hd in head_dims for cap in (False, True)]
+    keys += [ShaderKey.of("glu", WG=WG, **{act: True}) for act in ("ACT_SILU", "ACT_GELU")]
+    keys += [ShaderKey.of("eltwise", WG=WG, **{op: True}) for op in ("OP_ADD", "OP_SCALE", "OP_SOFTCAP", "OP_COPY")]
+    keys += [ShaderKey.of("argmax", WG=WG, **{p: True}) for p in ("PASS1", "PASS2")]
+    keys += [ShaderKey.of("stream", WG=WG, STRIDED=s) for s in (False, True)]
+    return keys
