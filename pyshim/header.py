@@ -44,6 +44,7 @@ MAX_DIMS = 4                     # ggml tensors have at most 4 dimensions
 # from asking the browser to fetch, or Python to allocate, gigabytes.
 MAX_HEADER_BYTES = 256 << 20
 FIRST_READ_BYTES = 1 << 20       # read_header_from_file's first guess at the header size
+GUESS_MARGIN = 1.25              # NeedMoreBytes.suggested: string lengths vary along a vocabulary
 INT64_MAX = (1 << 63) - 1
 
 # The fewest bytes one more metadata entry / tensor record can take: what NeedMoreBytes adds to the
@@ -93,14 +94,17 @@ def raw_bytes(text: str) -> bytes:
 
 class NeedMoreBytes(PyshimError):
     """The prefix ends inside the header. `needed` is the prefix length to fetch before calling again:
-    it is a lower bound (everything still to come is counted at its smallest possible size), so
-    fetching max(needed, 2 * len(prefix)) converges in a few rounds."""
+    a lower bound (everything still to come is counted at its smallest possible size), so fetching
+    max(needed, 2 * len(prefix)) converges in a few rounds. `suggested` (>= needed) is a guess that
+    saves rounds: when the prefix ends inside a string array (the vocabulary) it assumes the strings
+    still to come are as long on average as those read."""
 
-    def __init__(self, needed: int, have: int):
+    def __init__(self, needed: int, have: int, suggested: int | None = None):
         super().__init__(f"the GGUF header continues past the {have} bytes given; at least {needed} are needed",
                          hint="fetch a longer prefix of the file and read again")
         self.needed = needed
         self.have = have
+        self.suggested = needed if suggested is None else max(needed, suggested)
 
 
 class BadMagicError(GGUFFormatError):
@@ -250,14 +254,15 @@ class _Parser:
         self.rest = 0   # fewest bytes the records after the current one can take
 
     # -- bounds ----------------------------------------------------------------------------------
-    def need(self, end: int, what: str, declared: int | None = None) -> None:
+    def need(self, end: int, what: str, declared: int | None = None, guess: int = 0) -> None:
         """Bytes up to `end` must be in the prefix. `declared` is the count/length read from the file that
-        put `end` where it is (then overshooting the file means a corrupt size, not just a short file)."""
+        put `end` where it is (then overshooting the file means a corrupt size, not just a short file);
+        `guess` is a likelier total than `end` + the minimal rest, for NeedMoreBytes.suggested."""
         if end <= self.have:
             return
         if end > self.limit:
             raise self._overshoot(end, what, declared)
-        raise NeedMoreBytes(min(end + self.rest, self.limit), self.have)
+        raise NeedMoreBytes(min(end + self.rest, self.limit), self.have, min(guess, self.limit))
 
     def _overshoot(self, end: int, what: str, declared: int | None) -> GGUFFormatError:
         if self.file_size is not None and end > self.file_size and self.file_size <= MAX_HEADER_BYTES:
@@ -344,10 +349,12 @@ class _Parser:
             # Item i's length field is not in the prefix: either string i - 1 ran past it, or the prefix
             # ends inside the length itself. need() raises in both cases (that is why unpack failed).
             self.rest += 8 * (count - i)
+            per_item = (pos - start) / max(i, 1)
+            guess = int(pos + GUESS_MARGIN * per_item * (count - i)) + self.rest - 8 * (count - i)
             if pos > self.have:
-                self.need(pos, f"the length of string {i - 1} of array '{key}'", declared=length)
+                self.need(pos, f"the length of string {i - 1} of array '{key}'", declared=length, guess=guess)
             self.rest -= 8
-            self.need(pos + 8, f"the length of string {i} of array '{key}' at byte {pos}")
+            self.need(pos + 8, f"the length of string {i} of array '{key}' at byte {pos}", guess=guess)
             raise
         if pos > self.have:   # the last string read ran past the prefix
             self.need(pos, f"the length of string {count - 1} of array '{key}'", declared=length)
@@ -494,5 +501,5 @@ def read_header_from_file(path: str | os.PathLike) -> GGUFHeader:
                 return read_header(data, file_size=file_size)
             except NeedMoreBytes as more:
                 # needed > len(data) always, and needed <= file_size: the loop ends by the whole file at worst.
-                length = min(file_size, max(more.needed, 2 * len(data)))
+                length = min(file_size, max(more.suggested, 2 * len(data)))
                 data += f.read(length - len(data))

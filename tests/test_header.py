@@ -153,6 +153,16 @@ def test_feeding_needed_converges(small):
     assert isinstance(NeedMoreBytes(10, 5), PyshimError) and not isinstance(NeedMoreBytes(10, 5), GGUFFormatError)
 
 
+def test_suggested_extrapolates_the_vocabulary():
+    data = raw_gguf(minimal() + [kv_str_array("tokenizer.ggml.tokens", [f"token{i:05d}" for i in range(20_000)])])
+    size = read_header(data).header_size
+    with pytest.raises(NeedMoreBytes) as info:
+        read_header(data[:size // 5])
+    more = info.value
+    # the lower bound counts 8 bytes per string still to come; the guess, their average length so far
+    assert more.needed < size <= more.suggested < 1.5 * size
+
+
 def test_read_header_from_file_reads_a_prefix_only(tmp_path, monkeypatch):
     # A file whose tensor data is 1 GiB of holes: the header must come back without reading it.
     body = raw_gguf(minimal() + [kv_str_array("tokenizer.ggml.tokens", [f"tok{i}" for i in range(100_000)])],

@@ -104,7 +104,7 @@ def check(data: bytes, file_size: int | None) -> None:
         header = read_header(data, file_size=file_size)
     except NeedMoreBytes as more:
         assert file_size is None or file_size > len(data)
-        assert len(data) < more.needed <= (MAX_HEADER_BYTES if file_size is None else file_size)
+        assert len(data) < more.needed <= more.suggested <= (MAX_HEADER_BYTES if file_size is None else file_size)
         return
     except GGUFFormatError as error:
         assert str(error)
