@@ -40,7 +40,8 @@ def test_runnable_types_are_ones_gguf_can_dequantize():
     rng = np.random.default_rng(0)
     for t in RUNNABLE_TYPES - {TensorType.F32, TensorType.F16}:
         raw = rng.integers(0, 256, size=(2, t.type_size * (256 // t.block_size)), dtype=np.uint8)
-        assert quants.dequantize(raw, t.gguf).shape == (2, 256)
+        with np.errstate(invalid="ignore", over="ignore"):   # random bytes make some f16 scales NaN/inf
+            assert quants.dequantize(raw, t.gguf).shape == (2, 256)
     assert {t.name for t in RUNNABLE_TYPES} >= {"F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}
     assert not TensorType.IQ2_XS.runnable and TensorType.Q4_K.runnable
     assert TensorType.Q4_K.bits_per_weight == 4.5
