@@ -1,12 +1,15 @@
-"""Kernel benchmark (not a test): matvec GB/s per weight type on the native adapter, against the
-adapter's streaming roofline measured in the same run by a plain vec4 f32 read-and-reduce kernel.
+"""GPU benchmark (not a test): matvec per weight type and whole-model decode on the native adapter,
+against the adapter's streaming roofline measured in the same run by a plain vec4 f32 read-and-reduce.
 
-    .venv/bin/python tests/bench_gpu.py [--rows 2048] [--cols 2048] [--reps 10] [--json]
+    .venv/bin/python tests/bench_gpu.py [--rows 2048] [--cols 2048] [--types Q4_K,Q8_0] [--models smollm2,gemma3] [--json]
 
 Efficiency = max(weight bytes/s ÷ roofline bytes/s, weight elements/s ÷ roofline f32 elements/s): on a
 real GPU bytes bind; on a CPU adapter (lavapipe, SwiftShader) the arithmetic per element does.
-Each timing is the difference of two medians (submits of 2·reps and reps dispatches in one command
-buffer, each ended by a 4-byte read), which cancels the per-submit overhead.
+
+Two clocks: wall time, and — for CPU adapters, whose "GPU" is worker threads of this very process —
+process CPU time, which stays meaningful on a machine shared with other jobs (wall time there mostly
+measures the neighbours). Kernel timings are the difference of two runs (2·reps and reps dispatches in
+one command buffer, each ended by a 4-byte read), which cancels the per-submit overhead.
 """
 
 from __future__ import annotations
@@ -25,81 +28,137 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_helpers import random_weight  # noqa: E402
 from pyshim.gpu import open_device  # noqa: E402
-from pyshim.gpu.kernels import PARAMS, WEIGHT_TYPES, WG, KernelCache, groups  # noqa: E402
+from pyshim.gpu.kernels import MATVEC_ROWS, PARAMS, WEIGHT_TYPES, WG, KernelCache, groups  # noqa: E402
 from pyshim.gpu.shaderc import ShaderKey  # noqa: E402
 
 ROOFLINE_BYTES = 128 << 20        # streamed by the roofline kernel (capped by the binding limit)
-ROOFLINE_PER_THREAD = 256         # vec4s each invocation sums (4 KiB contiguous)
-TRIALS = 5
+ROOFLINE_PER_THREAD = 256         # vec4s each invocation sums in the contiguous variant (4 KiB)
+TRIALS = 3
+DECODE_PROMPT = 16                # tokens before the timed decode steps
+DECODE_STEPS = 16
 
 
-async def timed(device, dispatches, probe, reps: int) -> float:
-    """Seconds per run of a dispatch list: (T(2·reps) − T(reps)) / reps, each T the median of TRIALS
-    submits ended by a 4-byte read. The difference cancels the submit-and-wait overhead."""
-    async def one(count: int) -> float:
-        samples = []
+def clocks() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+async def timed(device, dispatches, probe, reps: int) -> tuple[float, float]:
+    """(wall s, process CPU s) per run of a dispatch list."""
+    async def one(count: int) -> tuple[float, float]:
+        walls, cpus = [], []
         for _ in range(TRIALS):
-            t0 = time.perf_counter()
+            w0, c0 = clocks()
             device.submit(list(dispatches) * count)
             await device.read(probe, 4)
-            samples.append(time.perf_counter() - t0)
-        return statistics.median(samples)
+            w1, c1 = clocks()
+            walls.append(w1 - w0)
+            cpus.append(c1 - c0)
+        return statistics.median(walls), statistics.median(cpus)
 
-    return max(await one(2 * reps) - await one(reps), 1e-9) / reps
+    (w2, c2), (w1, c1) = await one(2 * reps), await one(reps)
+    return max(w2 - w1, 1e-9) / reps, max(c2 - c1, 1e-9) / reps
 
 
-async def bench(rows: int, cols: int, reps: int, only: list[str] = ()) -> dict:
-    device = await open_device()
-    kernels = KernelCache(device)
-    rng = np.random.default_rng(0)
-    probe = device.buffer(16, label="probe")
+def rates(nbytes: int, elements: int, wall: float, cpu: float, roof: dict) -> dict:
+    out = {"ms": wall * 1e3, "cpu_ms": cpu * 1e3}
+    for clock, t in (("wall", wall), ("cpu", cpu)):
+        gbs, gel = nbytes / t / 1e9, elements / t / 1e9
+        out[f"{clock}_GBps"], out[f"{clock}_Gelem_s"] = gbs, gel
+        out[f"{clock}_eff_pct"] = 100 * max(gbs / roof[f"{clock}_GBps"], gel / roof[f"{clock}_Gelem_s"])
+    return out
 
-    # roofline: one binding of up to ROOFLINE_BYTES
+
+async def roofline(device, kernels, reps: int) -> dict:
     limit = device.caps.limits["max_storage_buffer_binding_size"]
-    chunk = min(ROOFLINE_BYTES, limit // 16 * 16)
-    n4 = chunk // 16
-    src = device.buffer(chunk, label="stream")
-    device.write(src, rng.standard_normal(chunk // 4, dtype=np.float32))
+    nbytes = min(ROOFLINE_BYTES, limit // 16 * 16)
+    n4 = nbytes // 16
+    src = device.buffer(nbytes, label="stream")
+    device.write(src, np.random.default_rng(0).standard_normal(nbytes // 4, dtype=np.float32))
     threads = groups(n4, ROOFLINE_PER_THREAD)
     out = device.buffer(threads * 4, label="stream_out")
     params = device.buffer(16, label="p", uniform=True)
     device.write(params, PARAMS["stream"].pack(n4=n4, per_thread=ROOFLINE_PER_THREAD))
-    times = []
-    for strided in (False, True):
+    best = None
+    for strided in (False, True):           # the faster access order is the adapter's roofline
         pipe = await kernels.get(ShaderKey.of("stream", WG=WG, STRIDED=strided))
         group = device.bind_group(pipe, [src, out, params])
-        await timed(device, [(pipe, group, (groups(threads), 1, 1))], out, 1)    # warm-up
-        t = await timed(device, [(pipe, group, (groups(threads), 1, 1))], out, max(1, reps // 2))
-        times.append(t)
-    t = min(times)
-    roof_gbs = chunk / t / 1e9
-    roof_elems = chunk / 4 / t / 1e9
-    report = {"adapter": device.caps.summary(), "roofline_GBps": roof_gbs, "roofline_Gelem_s": roof_elems,
-              "shape": [rows, cols], "types": {}}
+        dispatch = [(pipe, group, (groups(threads), 1, 1))]
+        await timed(device, dispatch, out, 1)                     # warm-up
+        wall, cpu = await timed(device, dispatch, out, reps)
+        if best is None or wall < best[0]:
+            best = (wall, cpu)
+    src.destroy()
+    wall, cpu = best
+    return {"bytes": nbytes, "wall_GBps": nbytes / wall / 1e9, "wall_Gelem_s": nbytes / 4 / wall / 1e9,
+            "cpu_GBps": nbytes / cpu / 1e9, "cpu_Gelem_s": nbytes / 4 / cpu / 1e9}
 
+
+async def bench_matvec(device, kernels, roof: dict, rows: int, cols: int, reps: int, only) -> dict:
+    rng = np.random.default_rng(0)
     x = device.buffer(cols * 4, label="x")
     device.write(x, rng.standard_normal(cols, dtype=np.float32))
     y = device.buffer(rows * 4, label="y")
+    p = device.buffer(PARAMS["matvec"].nbytes, label="p", uniform=True)
+    results = {}
     for qtype, (define, _, _) in WEIGHT_TYPES.items():
         if only and qtype.name not in only:
             continue
         raw = random_weight(qtype, rows, cols, rng)
         w = device.buffer(raw.nbytes, label="w")
         device.write(w, raw)
-        p = device.buffer(PARAMS["matvec"].nbytes, label="p", uniform=True)
-        device.write(p, PARAMS["matvec"].pack(m=rows, k=cols, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=rows))
-        pipe = await kernels.get(ShaderKey.of("matvec", **{define: True}, WG=WG))
-        group = device.bind_group(pipe, [w, x, y, p])
-        await timed(device, [(pipe, group, (groups(rows), 1, 1))], y, 1)         # warm-up (compiles)
-        t = await timed(device, [(pipe, group, (groups(rows), 1, 1))], y, reps)
-        gbs = raw.nbytes / t / 1e9
-        gel = rows * cols / t / 1e9
-        report["types"][qtype.name] = {
-            "ms": t * 1e3, "GBps": gbs, "Gelem_s": gel,
-            "pct_bytes": 100 * gbs / roof_gbs, "pct_elems": 100 * gel / roof_elems,
-            "efficiency_pct": 100 * max(gbs / roof_gbs, gel / roof_elems),
-        }
+        device.write(p, PARAMS["matvec"].pack(m=rows, k=cols, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
+                                              bias_off=0, y_stride=rows))
+        pipe = await kernels.get(ShaderKey.of("matvec", **{define: True}, WG=WG, ROWS=MATVEC_ROWS))
+        dispatch = [(pipe, device.bind_group(pipe, [w, x, y, p]), (groups(rows, WG * MATVEC_ROWS), 1, 1))]
+        await timed(device, dispatch, y, 1)                       # warm-up (compiles)
+        wall, cpu = await timed(device, dispatch, y, reps)
+        results[qtype.name] = rates(raw.nbytes, rows * cols, wall, cpu, roof)
         w.destroy()
+    return results
+
+
+async def bench_decode(device, roof: dict, model: str) -> dict:
+    """Greedy decode steps (argmax on the GPU, 4 bytes read back per token)."""
+    from pyshim.catalog import resolve_model
+    from pyshim.gpu.runner import load_gpu_async
+
+    runner = await load_gpu_async(resolve_model(model), n_ctx=DECODE_PROMPT + DECODE_STEPS + 8, device=device)
+    prompt = list(range(100, 100 + DECODE_PROMPT))
+    w0 = time.perf_counter()
+    token = await runner.greedy_async(prompt, 0)
+    first = time.perf_counter() - w0                              # records and builds programs too
+    await runner.greedy_async([token], DECODE_PROMPT)             # builds the n=1 program
+    pos = DECODE_PROMPT + 1
+    w0, c0 = clocks()
+    host = 0.0
+    for _ in range(DECODE_STEPS):
+        h0 = time.perf_counter()
+        program = await runner._program(1, False, True)
+        device.write(runner.ops.tokens_buf, np.array([token], dtype=np.uint32))
+        device.write(runner.ops.positions_buf, np.array([pos], dtype=np.uint32))
+        device.submit(program.ready)
+        host += time.perf_counter() - h0
+        token = int(np.frombuffer(await device.read(program.argmax, 4), dtype=np.uint32)[0])
+        pos += 1
+    w1, c1 = clocks()
+    wall, cpu = (w1 - w0) / DECODE_STEPS, (c1 - c0) / DECODE_STEPS
+    elements = sum(int(np.prod(w.shape)) for w in runner.ops._bound.values())
+    out = rates(runner.weight_bytes, elements, wall, cpu, roof)
+    out.update({"decode_tok_s": 1 / wall, "decode_tok_per_cpu_s": 1 / cpu, "weight_bytes": runner.weight_bytes,
+                "weight_elements": elements, "dispatches": len(program.ready), "host_ms": host / DECODE_STEPS * 1e3,
+                "host_share_pct": 100 * host / DECODE_STEPS / wall, "first_call_s": first,
+                "buffers_MB": runner.ops.allocated / 1e6})
+    return out
+
+
+async def main_async(args) -> dict:
+    device = await open_device()
+    kernels = KernelCache(device)
+    roof = await roofline(device, kernels, max(1, args.reps // 2))
+    report = {"adapter": device.caps.summary(), "roofline": roof, "shape": [args.rows, args.cols]}
+    only = [t for t in args.types.split(",") if t]
+    report["matvec"] = await bench_matvec(device, kernels, roof, args.rows, args.cols, args.reps, only)
+    report["decode"] = {m: await bench_decode(device, roof, m) for m in args.models.split(",") if m}
     device.destroy()
     return report
 
@@ -108,20 +167,30 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=2048)
     ap.add_argument("--cols", type=int, default=2048)
-    ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--types", default="", help="comma-separated subset, e.g. Q8_0,Q4_1")
+    ap.add_argument("--reps", type=int, default=8)
+    ap.add_argument("--types", default="", help="comma-separated subset of weight types, e.g. Q8_0,Q4_K")
+    ap.add_argument("--models", default="", help="comma-separated models to decode with, e.g. smollm2,gemma3")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    r = asyncio.run(bench(args.rows, args.cols, args.reps, [t for t in args.types.split(",") if t]))
+    r = asyncio.run(main_async(args))
     if args.json:
         print(json.dumps(r, indent=1))
         return 0
+    roof = r["roofline"]
     print(f"adapter: {r['adapter']}")
-    print(f"roofline (vec4 f32 read+reduce): {r['roofline_GBps']:.2f} GB/s = {r['roofline_Gelem_s']:.3f} G f32/s")
-    print(f"matvec {r['shape'][0]}x{r['shape'][1]}, 1 token:")
-    print(f"{'type':6} {'ms':>8} {'GB/s':>7} {'Gelem/s':>8} {'%bytes':>7} {'%elems':>7} {'eff%':>6}")
-    for name, t in r["types"].items():
-        print(f"{name:6} {t['ms']:8.2f} {t['GBps']:7.2f} {t['Gelem_s']:8.3f} {t['pct_bytes']:7.1f} {t['pct_elems']:7.1f} {t['efficiency_pct']:6.1f}")
+    print(f"roofline (vec4 f32 read+reduce, {roof['bytes'] >> 20} MiB): wall {roof['wall_GBps']:.2f} GB/s "
+          f"({roof['wall_Gelem_s']:.3f} G f32/s); per CPU-second {roof['cpu_GBps']:.2f} GB ({roof['cpu_Gelem_s']:.3f} G f32)")
+    print(f"matvec {r['shape'][0]}x{r['shape'][1]}, 1 token, {MATVEC_ROWS} rows/invocation:")
+    print(f"{'type':6} {'ms':>7} {'GB/s':>6} {'Gel/s':>6} {'eff%':>5} | {'cpu ms':>7} {'GB/cs':>6} {'Gel/cs':>6} {'eff%':>5}")
+    for name, t in r["matvec"].items():
+        print(f"{name:6} {t['ms']:7.2f} {t['wall_GBps']:6.2f} {t['wall_Gelem_s']:6.3f} {t['wall_eff_pct']:5.0f} | "
+              f"{t['cpu_ms']:7.2f} {t['cpu_GBps']:6.2f} {t['cpu_Gelem_s']:6.3f} {t['cpu_eff_pct']:5.0f}")
+    for model, d in r["decode"].items():
+        print(f"decode {model}: {d['decode_tok_s']:.1f} tok/s wall ({d['ms']:.0f} ms/token, eff {d['wall_eff_pct']:.0f}%), "
+              f"{d['decode_tok_per_cpu_s']:.1f} tok per CPU-s (eff {d['cpu_eff_pct']:.0f}%); "
+              f"{d['weight_bytes'] / 1e6:.1f} MB and {d['weight_elements'] / 1e6:.1f} M weights per token; "
+              f"{d['dispatches']} dispatches, host {d['host_ms']:.2f} ms/step ({d['host_share_pct']:.1f}%); "
+              f"buffers {d['buffers_MB']:.0f} MB")
     return 0
 
 
