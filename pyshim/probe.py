@@ -25,7 +25,7 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
     try:
         header = read_header(prefix, file_size=file_size)
     except NeedMoreBytes as exc:
-        return {"need": exc.needed}
+        return {"need": exc.suggested}  # a guess of the whole header: usually one more round
     parse_ms = (time.perf_counter() - start) * 1e3
     summary = {
         "architecture": header.architecture,
