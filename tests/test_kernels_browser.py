@@ -1,0 +1,197 @@
+"""The kernels in Chromium (Tint + SwiftShader here) against NumPy: every weight type's matvec and
+embedding, rmsnorm, rope, attention over a wrapped ring, glu and argmax.
+
+Python builds each case (expanded WGSL, input bytes, params, grid) and the expected result; one page runs
+all cases in one batch through plain WebGPU calls and returns the output bytes. One page per module."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+
+import harness
+from gpu_helpers import random_weight
+from pyshim.gpu.kernels import ARGMAX_CHUNK, MATVEC_ROWS, PARAMS, WEIGHT_TYPES, WG, groups, rope_theta, shader_block
+from pyshim.gpu.shaderc import Preprocessor, ShaderKey
+from pyshim.reference import dequantize_rows
+from pyshim.rope import RopeSpec
+
+pytestmark = pytest.mark.browser
+
+RUN_JS = """async (cases) => {
+  const adapter = await navigator.gpu.requestAdapter();
+  if (!adapter) return {error: "no adapter"};
+  const device = await adapter.requestDevice();
+  const U = GPUBufferUsage;
+  const bytes = (b64) => Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+  const pad = (n) => Math.max(16, Math.ceil(n / 16) * 16);
+  const results = [];
+  for (const c of cases) {
+    device.pushErrorScope("validation");
+    const module = device.createShaderModule({code: c.code});
+    const pipeline = await device.createComputePipelineAsync({layout: "auto", compute: {module, entryPoint: "main"}});
+    const buffers = c.inputs.map(b64 => {
+      const data = bytes(b64);
+      const buf = device.createBuffer({size: pad(data.length), usage: U.STORAGE | U.COPY_DST});
+      const padded = new Uint8Array(Math.ceil(data.length / 4) * 4); padded.set(data);
+      device.queue.writeBuffer(buf, 0, padded);
+      return buf;
+    });
+    const outs = c.outputs.map(n => device.createBuffer({size: pad(n), usage: U.STORAGE | U.COPY_SRC}));
+    const params = device.createBuffer({size: pad(bytes(c.params).length), usage: U.UNIFORM | U.COPY_DST});
+    device.queue.writeBuffer(params, 0, bytes(c.params));
+    const all = [...buffers, ...outs, params];
+    const group = device.createBindGroup({layout: pipeline.getBindGroupLayout(0),
+      entries: all.map((buffer, binding) => ({binding, resource: {buffer}}))});
+    const enc = device.createCommandEncoder();
+    const pass = enc.beginComputePass();
+    pass.setPipeline(pipeline); pass.setBindGroup(0, group); pass.dispatchWorkgroups(...c.grid); pass.end();
+    const staging = outs.map(o => device.createBuffer({size: o.size, usage: U.MAP_READ | U.COPY_DST}));
+    outs.forEach((o, i) => enc.copyBufferToBuffer(o, 0, staging[i], 0, o.size));
+    device.queue.submit([enc.finish()]);
+    const got = [];
+    for (const s of staging) {
+      await s.mapAsync(GPUMapMode.READ);
+      got.push(btoa(String.fromCharCode(...new Uint8Array(s.getMappedRange()))));
+      s.unmap();
+    }
+    const err = await device.popErrorScope();
+    results.push({outputs: got, error: err ? err.message : null});
+    [...all, ...staging].forEach(b => b.destroy());
+  }
+  device.destroy();
+  return {adapter: adapter.info.architecture || adapter.info.vendor, results};
+}"""
+
+
+def b64(array) -> str:
+    return base64.b64encode(np.ascontiguousarray(array).tobytes()).decode()
+
+
+class Cases:
+    def __init__(self):
+        self.pre = Preprocessor()
+        self.cases: list[dict] = []
+        self.checks: list = []
+
+    def add(self, name, key, inputs, outputs, params, grid, check):
+        self.cases.append({"code": self.pre.build(key), "inputs": [b64(x) for x in inputs], "outputs": outputs,
+                           "params": b64(PARAMS[key.family].pack(**params)), "grid": list(grid)})
+        self.checks.append((name, check))
+
+
+def close(want, rel=2e-5):
+    scale = float(np.max(np.abs(want))) or 1.0
+
+    def check(outs):
+        got = np.frombuffer(outs[0], dtype=np.float32)[: want.size].reshape(want.shape)
+        np.testing.assert_allclose(got, want, rtol=rel, atol=rel * scale)
+    return check
+
+
+def build_cases() -> Cases:
+    c = Cases()
+    rng = np.random.default_rng(2024)
+    for qtype, (define, _, _) in WEIGHT_TYPES.items():
+        per = shader_block(qtype)[0]
+        k = 3 * max(per, 32) if per < 256 else 512
+        m, n = 67, 2
+        raw = random_weight(qtype, m, k, rng)
+        x = rng.standard_normal((n, k), dtype=np.float32)
+        want = x @ dequantize_rows(raw, qtype).reshape(m, k).T
+        c.add(f"matvec {qtype.name}", ShaderKey.of("matvec", **{define: True}, WG=WG, ROWS=MATVEC_ROWS),
+              [raw, x], [n * m * 4], dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0,
+                                         y_stride=m), (groups(m, WG * MATVEC_ROWS), n, 1), close(want))
+        tokens = np.array([3, 0, 66, 3], dtype=np.uint32)
+        want = dequantize_rows(raw[tokens.astype(np.int64)], qtype).reshape(len(tokens), k)
+        c.add(f"embed {qtype.name}", ShaderKey.of("embed", **{define: True}, WG=WG), [raw, tokens], [want.nbytes],
+              dict(d=k, n=len(tokens), row_bytes=raw.shape[1], w_off=0, tok_off=0, out_off=0, row0=0, rows=m),
+              (groups(k // per), len(tokens), 1), close(want, rel=0))
+
+    rows, d = 9, 64
+    x = rng.standard_normal((rows, d), dtype=np.float32)
+    w = rng.standard_normal(d, dtype=np.float32)
+    want = (x / np.sqrt(np.mean(np.square(x, dtype=np.float64), axis=-1, keepdims=True) + 1e-6)).astype(np.float32) * w
+    c.add("rmsnorm", ShaderKey.of("rmsnorm", WG=WG), [x, w], [x.nbytes],
+          dict(rows=rows, d=d, eps=1e-6, x_off=0, y_off=0, w_off=0), (groups(rows), 1, 1), close(want))
+
+    from pyshim.reference import NumpyOps
+    from types import SimpleNamespace
+    ref = SimpleNamespace(emulate_llama_cpp=False)
+    spec = RopeSpec(dims=32, base=10000.0, neox=True, scaling="yarn", factor=4.0, n_ctx_orig=256)
+    xr = rng.standard_normal((2, 3, 64), dtype=np.float32)
+    pos = np.array([5, 300], dtype=np.int64)
+    theta, mscale = rope_theta(spec)
+    c.add("rope yarn neox", ShaderKey.of("rope", WG=WG, NEOX=True), [xr, pos.astype(np.uint32), theta], [xr.nbytes],
+          dict(n=2, heads=3, head_dim=64, dims=32, mscale=mscale, x_off=0, y_off=0, pos_off=0), (groups(32), 3, 2),
+          close(NumpyOps.rope(ref, xr, pos, spec), rel=5e-4))
+
+    # attention for one query at position 13 over a ring of 6 slots, window 5, GQA 4:2, softcap
+    heads, kvh, hd, cap, window, softcap, p = 4, 2, 32, 6, 5, 4.0, 13
+    q = rng.standard_normal((1, heads, hd), dtype=np.float32)
+    keys = rng.standard_normal((p + 1, kvh, hd), dtype=np.float32)
+    vals = rng.standard_normal((p + 1, kvh, hd), dtype=np.float32)
+    kc, vc = np.zeros((cap, kvh, hd), np.float32), np.zeros((cap, kvh, hd), np.float32)
+    for j in range(p + 1):
+        kc[j % cap], vc[j % cap] = keys[j], vals[j]
+    seen = np.arange(p - window + 1, p + 1)
+    want = np.zeros((1, heads * hd), np.float32)
+    for h in range(heads):
+        s = keys[seen, h // 2] @ q[0, h] * hd ** -0.5
+        s = softcap * np.tanh(s / softcap)
+        e = np.exp(s - s.max())
+        want[0, h * hd:(h + 1) * hd] = (e / e.sum()) @ vals[seen, h // 2]
+    c.add("attention ring window softcap", ShaderKey.of("attention", WG=WG, HD4=hd // 4, HDV4=hd // 4, SOFTCAP=True),
+          [q, kc, vc, np.array([p], np.uint32)], [want.nbytes],
+          dict(n=1, heads=heads, kv_heads=kvh, cap=cap, window=window, scale=hd ** -0.5, softcap=softcap, pos_off=0,
+               q_off=0, out_off=0), (groups(heads), 1, 1), close(want, rel=1e-4))
+
+    g, u = rng.standard_normal((2, 20), dtype=np.float32) * 4, rng.standard_normal((2, 20), dtype=np.float32)
+    for act, define in (("silu", "ACT_SILU"), ("gelu_tanh", "ACT_GELU")):
+        c.add(f"glu {act}", ShaderKey.of("glu", WG=WG, **{define: True}), [g, u], [g.nbytes],
+              dict(n=2, f=20, gate_off=0, gate_stride=20, up_off=0, up_stride=20, out_off=0), (groups(5), 2, 1),
+              close(NumpyOps.glu(ref, g, u, act)))
+
+    logits = rng.standard_normal(5000, dtype=np.float32)
+    logits[4321] = 9.0
+    parts = groups(len(logits), ARGMAX_CHUNK)
+
+    def argmax_check(outs):
+        partial = np.frombuffer(outs[0], dtype=np.uint32)[: 2 * parts].reshape(parts, 2)
+        assert int(partial[np.argmax(partial[:, 0].view(np.float32)), 1]) == 4321
+    c.add("argmax pass 1", ShaderKey.of("argmax", WG=WG, PASS1=True), [logits], [parts * 8],
+          dict(len=len(logits), chunk=ARGMAX_CHUNK, x_off=0), (groups(parts), 1, 1), argmax_check)
+    return c
+
+
+@pytest.fixture(scope="module")
+def browser_results(chromium, dev_server):
+    cases = build_cases()
+    context = chromium.new_context()
+    try:
+        page, _ = harness.open_page(context, dev_server.url + "/manifest.webmanifest")
+        harness.require_adapter(page)
+        page.set_default_timeout(300_000)
+        result = page.evaluate(RUN_JS, cases.cases)
+    finally:
+        context.close()
+    assert "error" not in result, result
+    return cases, result
+
+
+def test_every_kernel_case_in_chromium(browser_results):
+    cases, result = browser_results
+    failures = []
+    for (name, check), res in zip(cases.checks, result["results"]):
+        if res["error"]:
+            failures.append(f"{name}: {res['error']}")
+            continue
+        try:
+            check([base64.b64decode(o) for o in res["outputs"]])
+        except AssertionError as exc:
+            failures.append(f"{name}: {str(exc)[:300]}")
+    assert not failures, f"on {result['adapter']}:\n" + "\n".join(failures)
+    assert len(result["results"]) == len(cases.checks) > 20
