@@ -204,7 +204,9 @@ export async function download(id, { checkFit, file = null, signal = null, onPro
       progress.report("header", manifest);
       let verdict;
       try {
-        ({ manifest, verdict } = await fitCheck(manifest, checkFit, opts, progress));
+        // A resumed download was judged when it started: it goes on without waiting for Python.
+        if (manifest.fit?.ok && manifest.probe) verdict = { ...manifest.fit, summary: manifest.probe };
+        else ({ manifest, verdict } = await fitCheck(manifest, checkFit, opts, progress));
       } catch (err) {
         if (!err.refusal) throw err;   // only the file's own faults (checkFit marks them) refuse it
         await refuse(manifest, err);
