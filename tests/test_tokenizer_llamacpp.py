@@ -50,6 +50,27 @@ def test_every_llamacpp_vocab_is_listed():
     assert set(llamacpp_vocabs.vocab_names()) - set(SUPPORTED_VOCABS) == {"bert-bge"}
 
 
+@pytest.mark.slow
+def test_every_pre_tokenizer_matches_llamacpp():
+    # llama.cpp's Qwen 2 test vocabulary with each `tokenizer.ggml.pre` value pyshim knows, on seeded
+    # random texts (tests/fixtures/make_pretokenizer_fixtures.py stores llama.cpp's ids as digests)
+    from pyshim.tokenizer.pretokenize import supported_pre_tokenizers
+
+    expected = json.loads((HERE / "fixtures" / "pretokenizer_llamacpp.json").read_text("utf-8"))
+    assert set(expected["digests"]) == set(supported_pre_tokenizers()) - {"gemma4"}
+    metadata = read_header_from_file(llamacpp_vocabs.gguf_path(expected["base_vocab"])).metadata
+    wrong = []
+    for name, digests in sorted(expected["digests"].items()):
+        tok = Tokenizer.from_metadata(dict(metadata, **{"tokenizer.ggml.pre": name}))
+        plain = [tok.encode(t, add_special=False) for t in expected["texts"]]
+        special = [tok.encode(t, add_special=True, parse_special=True) for t in expected["texts"]]
+        if hashlib.sha256(json.dumps(plain).encode()).hexdigest() != digests["plain"]:
+            wrong.append((name, "plain"))
+        if hashlib.sha256(json.dumps(special).encode()).hexdigest() != digests["parse_special"]:
+            wrong.append((name, "parse_special"))
+    assert not wrong
+
+
 def _fixture() -> dict:
     return json.loads(FIXTURE.read_text("utf-8"))
 

@@ -72,6 +72,25 @@ TEKKEN = _step(
     rf"|[{N}]| ?[^{S}{L}{N}]+[\r\n/]*|[{S}]*[\r\n]+|{_TAIL_SPACES}"
 )
 
+# Variants of the Qwen 2 pattern.
+UFAKZEKA = _step(rf"[^\r\n{L}{N}]?[{L}]+|[{N}]| ?[^{S}{L}{N}]+[\r\n]*|[{S}]*[\r\n]+|{_TAIL_SPACES}")
+BAILINGMOE = _step(
+    rf"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n{L}{N}]?[{L}]+|[{N}]| ?[^{S}{L}{N}]+[\r\n]*"
+    rf"|[{S}]*[\r\n]|{_TAIL_SPACES}"
+)
+SEED_CODER = _step(
+    rf"(?:{_CONTRACTIONS_ANY_CASE})|[^\r\n{L}{N}]?[{L}]+|[{N}]| ?[^{S}{L}{N}\r\n]+|[{S}]*[\r\n]+|{_TAIL_SPACES}"
+)
+MINICPM5_WORDS = _step(
+    rf"(?:{_CONTRACTIONS_ANY_CASE})|[^\r\n{L}{N}]?[{L}]+|[{N}]+| ?[^{S}{L}{N}]+[\r\n]*|[{S}]*[\r\n]+|{_TAIL_SPACES}"
+)
+# DeepSeek V3 family: an ASCII punctuation mark may lead an ASCII word; marks join letters.
+DEEPSEEK3_WORDS = _step(
+    rf"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{{|}}~][A-Za-z]+|[^\r\n{L}{P}{SYM}]?[{L}{M}]+| ?[{P}{SYM}]+[\r\n]*"
+    rf"|[{S}]*[\r\n]+|{_TAIL_SPACES}"
+)
+KANA_HAN = "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"
+
 SINGLE_DIGIT = _step(rf"[{N}]")
 DIGITS = _step(rf"[{N}]+")
 THREE_ASCII_DIGITS = _step(r"[0-9][0-9][0-9]")
@@ -116,6 +135,10 @@ DEFAULT = [_step(rf"[{P}$+<=>^~|]+"), GPT2, DIGITS, THREE_ASCII_DIGITS]
 STARCODER = [SINGLE_DIGIT, GPT2]
 BLOOM = [_step(" ?[^(\t\n\x0b\x0c\r |.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c)]+", SPACES)]
 
+UP_TO_THREE_DIGITS = _step(rf"[{N}]{{1,3}}")
+DEEPSEEK3 = [UP_TO_THREE_DIGITS, _step(KANA_HAN, SPACES), DEEPSEEK3_WORDS]
+NEWLINE_RUNS = [_step(r"[^\n]+|\n+")]
+
 # tokenizer.ggml.pre -> (steps, flags). Flags mirror llama.cpp's per-vocabulary settings.
 _PRE: dict[str, tuple[list[Step], dict]] = {}
 
@@ -135,20 +158,26 @@ _register(("deepseek-llm",), DEEPSEEK_LLM, clean_spaces=False)
 _register(("deepseek-coder",), DEEPSEEK_CODER, clean_spaces=False)
 _register(("falcon",), FALCON)
 _register(("mpt", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de",
-           "a.x-4.0", "mellum", "olmo", "jais", "exaone4", "trillion", "granite-docling"), [GPT2])
+           "a.x-4.0", "mellum", "olmo", "jais", "exaone4"), [GPT2])
+_register(("trillion", "granite-docling"), [GPT2], clean_spaces=False)
 _register(("starcoder", "refact", "codeshell", "exaone", "minerva-7b", "mellum2"), STARCODER)
 _register(("command-r", "smollm"), STARCODER, clean_spaces=False)
 _register(("qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2"), [QWEN2], clean_spaces=False)
-_register(("stablelm2", "megrez", "hunyuan", "solar-open"), [QWEN2])
+_register(("stablelm2", "megrez"), [QWEN2])
+_register(("hunyuan", "solar-open", "grok-2"), [QWEN2], clean_spaces=False)
 _register(("qwen35",), [QWEN35], clean_spaces=False)
 _register(("gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"), [GPT4O], clean_spaces=False)
 _register(("tekken",), [TEKKEN], clean_spaces=False, ignore_merges=True, add_bos=True)
 _register(("bloom", "gpt3-finnish"), BLOOM)
 _register(("poro-chat",), BLOOM, clean_spaces=False)
 _register(("viking",), BLOOM + [SINGLE_DIGIT], clean_spaces=False)
-
+_register(("deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4"), DEEPSEEK3, clean_spaces=False)
+_register(("ufakzeka",), [UFAKZEKA], clean_spaces=False)
+_register(("bailingmoe", "bailingmoe2", "llada-moe"), [BAILINGMOE], clean_spaces=False)
+_register(("seed-coder",), [SEED_CODER], clean_spaces=False)
+_register(("minicpm5",), [UP_TO_THREE_DIGITS, MINICPM5_WORDS], ignore_merges=True)
+_register(("laguna",), NEWLINE_RUNS + [QWEN2], clean_spaces=False)
 # Gemma 4 style BPE (no byte alphabet, spaces as U+2581): only newline runs are split off.
-NEWLINE_RUNS = [_step(r"[^\n]+|\n+")]
 _register(("gemma4",), NEWLINE_RUNS, escape_whitespaces=True)
 
 
