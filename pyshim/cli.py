@@ -16,6 +16,7 @@ COMMANDS = {
     "serve": "start the dev server (site, shaders, models with HTTP Range)",
     "inspect": "show a GGUF model's hyperparameters, tensor types and memory needs",
     "tokenize": "print a text's token ids for a model (same ids as llama.cpp)",
+    "bench": "measure the engine and its peer (wllama) in headless Chromium; JSON, HTML and Markdown reports",
 }
 
 

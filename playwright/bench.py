@@ -1,0 +1,366 @@
+"""`pyshim bench`: the engine measured the way users meet it — in headless Chromium, against the real
+dev server — next to wllama (llama.cpp in wasm) running the same GGUF in the same browser.
+
+For each model and engine it takes N runs, each in a fresh page or process, and keeps the medians
+(bench_engines.py says what each figure is). Derived per engine: bytes read per decode token (from
+the GGUF header: every weight once, the embedding table whole only when it doubles as the output
+head, plus the f32 KV cache at the mean decode position), achieved GB/s, and % of the device's
+streaming roofline measured in the same run. Writes bench-<stamp>.json (machine, browser, adapter,
+every sample and median), .html (inline SVG charts, opens offline) and .md (the summary table).
+
+Usage: python playwright/bench.py [--models smollm2,gemma3] [--backends browser,gpu,cpu] [--peer wllama]
+                                  [--runs N] [--out DIR] [--quick]          (or `pyshim bench ...`)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import bench_engines  # noqa: E402
+import bench_report  # noqa: E402
+import harness  # noqa: E402
+
+BACKENDS = ("browser", "gpu", "cpu")
+PEERS = ("wllama",)
+PEER_THREADS = (1, 2)
+DEFAULT_OUT = harness.ROOT / "artifacts" / "bench"
+NOT_BUILT = "n/a (not built yet)"
+
+
+@dataclass(frozen=True)
+class Settings:
+    prompt_tokens: tuple[int, ...]     # prefill is measured on each; the first also carries the decode
+    decode_tokens: int
+    roofline_mib: int
+    runs: int
+
+
+FULL = Settings(prompt_tokens=(128, 512), decode_tokens=128, roofline_mib=64, runs=3)
+# CI's run: one small model, few tokens, one run: the benchmark must not rot, its numbers are not asserted.
+QUICK = Settings(prompt_tokens=(32,), decode_tokens=8, roofline_mib=16, runs=1)
+
+
+@dataclass
+class BenchConfig:
+    models: list[str] = field(default_factory=lambda: ["smollm2", "gemma3"])
+    backends: list[str] = field(default_factory=lambda: list(BACKENDS))
+    peer: str | None = "wllama"
+    runs: int = FULL.runs
+    out: Path = DEFAULT_OUT
+    quick: bool = False
+
+    @property
+    def settings(self) -> Settings:
+        base = QUICK if self.quick else FULL
+        return Settings(base.prompt_tokens, base.decode_tokens, base.roofline_mib, self.runs)
+
+
+# --- prompts: the same text for every engine ------------------------------------------------------
+
+# Written for this benchmark; cycled until the prompt has the token count asked for.
+PASSAGE = (
+    "The harbour master kept a ledger of every ship that crossed the bar after dark. "
+    "Most entries were dull: a fishing boat late with the tide, a ferry running empty to keep its schedule. "
+    "In the winter of the long storms the ledger grew thick with names he had never seen before, "
+    "cargo ships from ports that sent no letters and paid their fees in coins of three different kingdoms. "
+    "He wrote each one down with the hour, the wind, and the colour of the lanterns on the mast. "
+    "When the inspectors finally came, they did not ask about the ships at all; they asked about the ink, "
+    "which had changed from black to brown sometime in the second month, and nobody could say why. "
+)
+
+
+def build_prompt(tokenizer, n_tokens: int) -> tuple[str, int]:
+    """A prefix of the passage that the model's tokenizer turns into n_tokens ids (specials included),
+    or as close as re-tokenizing a cut allows. Returns (text, token count)."""
+    text = PASSAGE * (n_tokens // 60 + 2)
+    ids = tokenizer.encode(text, add_special=False)
+    specials = len(tokenizer.encode("x", add_special=True)) - len(tokenizer.encode("x", add_special=False))
+    keep = n_tokens - specials
+    best = None
+    for k in (keep, keep - 1, keep + 1, keep - 2, keep + 2):
+        cut = tokenizer.decode(ids[:k]).rstrip()
+        count = len(tokenizer.encode(cut, add_special=True))
+        if best is None or abs(count - n_tokens) < abs(best[1] - n_tokens):
+            best = (cut, count)
+        if count == n_tokens:
+            break
+    return best
+
+
+def model_facts(name: str, settings: Settings) -> dict:
+    """Header facts of a model and its prompts: path, sizes, bytes and weight elements read per decode token."""
+    from pyshim.catalog import resolve_model
+    from pyshim.header import read_header_from_file
+    from pyshim.memory import kv_cache_bytes
+    from pyshim.spec import ModelSpec
+    from pyshim.tokenizer import Tokenizer
+
+    path = Path(resolve_model(name))
+    header = read_header_from_file(path)
+    spec = ModelSpec.from_header(header)
+    embd = header.tensor("token_embd.weight")
+    weight_bytes = sum(t.nbytes for t in header.tensors)
+    weight_elems = sum(t.n_elements for t in header.tensors)
+    # One embedding row per token; the whole table only when it is also the output head (tied).
+    per_token_bytes = weight_bytes if spec.tied_output else weight_bytes - embd.nbytes + embd.nbytes // spec.n_vocab
+    per_token_elems = weight_elems if spec.tied_output else weight_elems - embd.n_elements + spec.n_embd
+    tokenizer = Tokenizer.from_metadata(header.metadata)
+    workload = []
+    for i, n in enumerate(settings.prompt_tokens):
+        text, count = build_prompt(tokenizer, n)
+        decode = i == 0
+        workload.append({"name": f"p{n}", "tokens": n, "text": text, "token_count": count, "decode": decode,
+                         "max_tokens": settings.decode_tokens if decode else 1})
+    mean_pos = settings.prompt_tokens[0] + settings.decode_tokens // 2
+    kv_read = kv_cache_bytes(spec, mean_pos, "f32")
+    return {
+        "name": name, "file": path.name, "url": f"models/{path.name}", "path": str(path), "file_bytes": path.stat().st_size,
+        "architecture": spec.architecture, "n_layers": spec.n_layers, "n_vocab": spec.n_vocab, "tied_output": spec.tied_output,
+        "weight_bytes": weight_bytes, "weight_bytes_per_token": per_token_bytes, "weight_elems_per_token": per_token_elems,
+        "kv_bytes_per_token_at_mean_pos": kv_read, "bytes_per_token": per_token_bytes + kv_read,
+        "workload": workload,
+    }
+
+
+# --- machine -------------------------------------------------------------------------------------------
+
+def machine_info() -> dict:
+    mem_total = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_total = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=harness.ROOT).stdout.strip()
+    return {
+        "cpu_count": os.cpu_count(), "memory_bytes": mem_total, "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(), "python": platform.python_version(),
+        "load_average_start": list(os.getloadavg()), "git_commit": commit or None,
+    }
+
+
+# --- medians and derived figures ----------------------------------------------------------------------
+
+def medians(samples: list[dict]) -> dict:
+    """Median of every numeric figure over the runs that have it; other values from the first run."""
+    out: dict = {}
+    keys = {k for s in samples for k in s}
+    for key in sorted(keys):
+        values = [s[key] for s in samples if key in s]
+        numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if numbers and len(numbers) == len(values):
+            out[key] = statistics.median(numbers)
+        else:
+            out[key] = values[0]
+    return out
+
+
+def derive(median: dict, facts: dict, roofline: dict | None) -> None:
+    """Achieved GB/s and % of roofline from decode tok/s (in place). Efficiency follows the GPU issue:
+    the higher of bytes/s ÷ roofline bytes/s and weight elements/s ÷ roofline f32 elements/s (a CPU
+    adapter is bound by arithmetic, a real GPU by bytes)."""
+    tok_s = median.get("decode_tok_s")
+    if not tok_s:
+        return
+    median["bytes_per_token"] = facts["bytes_per_token"]
+    median["achieved_GBps"] = tok_s * facts["bytes_per_token"] / 1e9
+    roof_gbs = median.get("roofline_GBps") or (roofline or {}).get("GBps")
+    roof_gel = median.get("roofline_Gelem_s") or (roofline or {}).get("Gelem_s")
+    if roof_gbs:
+        pct_bytes = 100 * median["achieved_GBps"] / roof_gbs
+        pct_elems = 100 * tok_s * facts["weight_elems_per_token"] / 1e9 / roof_gel if roof_gel else 0.0
+        median["roofline_GBps"], median["roofline_Gelem_s"] = roof_gbs, roof_gel
+        median["roofline_pct"] = max(pct_bytes, pct_elems)
+
+
+# --- the run -------------------------------------------------------------------------------------------
+
+def _log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _measure(label: str, runs: int, one) -> dict:
+    """Runs `one()` `runs` times; returns {"status", "samples", "median"} (status: ok | n/a | error)."""
+    samples = []
+    for i in range(runs):
+        try:
+            t0 = time.perf_counter()
+            samples.append(one())
+            _log(f"{label}: run {i + 1}/{runs} done in {time.perf_counter() - t0:.1f} s")
+        except bench_engines.EngineUnavailable as exc:
+            return {"status": f"n/a ({exc})", "samples": [], "median": {}}
+        except Exception as exc:  # noqa: BLE001 — one engine failing must not lose the others' numbers
+            _log(f"{label}: run {i + 1}/{runs} failed: {exc}")
+            return {"status": f"error: {str(exc)[:300]}", "samples": samples, "median": medians(samples) if samples else {}}
+    return {"status": "ok", "samples": samples, "median": medians(samples)}
+
+
+def run_bench(config: BenchConfig) -> dict:
+    from playwright.sync_api import sync_playwright
+
+    settings = config.settings
+    started = time.perf_counter()
+    report: dict = {
+        "schema": 1, "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "config": {**asdict(config), "out": str(config.out), "settings": asdict(settings)},
+        "machine": machine_info(), "models": {}, "results": [], "rooflines": {},
+    }
+    _log(f"models {config.models}, engines {config.backends} + peer {config.peer}, {settings.runs} run(s) each"
+         f"{' (quick)' if config.quick else ''}")
+    facts = {name: model_facts(name, settings) for name in config.models}
+    report["models"] = facts
+
+    # Native engines first: Playwright's sync API keeps an event loop in this process once started.
+    cli = bench_engines.generate_cli_support()
+    report["generate_cli"] = {"backends": sorted(cli["backends"]), "ignore_eos": "--ignore-eos" in cli["flags"]}
+    natives = [b for b in config.backends if b in ("gpu", "cpu")]
+    if "gpu" in natives and "gpu" in cli["backends"]:
+        report["rooflines"]["gpu"] = _safe(lambda: bench_engines.native_roofline(settings.roofline_mib), "native roofline")
+    if "cpu" in natives and "cpu" in cli["backends"]:
+        from bench_roofline import measure_host_bandwidth
+
+        report["rooflines"]["cpu"] = measure_host_bandwidth()
+    for name in config.models:
+        for backend in natives:
+            res = _measure(f"{name} {backend}", settings.runs,
+                           lambda: bench_engines.cli_run(backend, Path(facts[name]["path"]), facts[name]["workload"], cli))
+            _add(report, name, backend, res, facts[name], report["rooflines"].get(backend))
+
+    if "browser" in config.backends:
+        # The page installs pyshim from its vendored wheel: rebuild it so the browser runs this checkout.
+        from pyshim import vendoring
+
+        vendoring.vendor_pyshim()
+        vendoring.write_manifest()
+    with harness.DevServer(isolated=True) as server, sync_playwright() as p:
+        browser = harness.launch_chromium(p)
+        report["browser"] = {"name": "chromium", "version": browser.version, "executable": harness.CHROMIUM,
+                             "flags": harness.CHROMIUM_FLAGS, "isolated": True}
+        for name in config.models:
+            f = facts[name]
+            if "browser" in config.backends:
+                res = _measure(f"{name} browser", settings.runs, lambda: bench_engines.browser_run(
+                    browser, server.url, f["url"], f["workload"], roofline_mib=settings.roofline_mib,
+                    cli_support=cli, model_path=Path(f["path"])))
+                if res["median"].get("generation") == "not built yet":
+                    res["status"] = "partial: " + NOT_BUILT + " for generation"
+                if res["samples"] and res["samples"][0].get("adapter"):
+                    report["adapter"] = res["samples"][0]["adapter"]
+                _add(report, name, "browser", res, f, None)
+            if config.peer == "wllama":
+                for threads in PEER_THREADS:
+                    res = _measure(f"{name} wllama {threads}t", settings.runs, lambda: bench_engines.peer_run(
+                        browser, server.url, f["url"], f["workload"], threads=threads))
+                    _add(report, name, f"wllama-{threads}t", res, f, None, peer=True)
+        browser.close()
+    report["rooflines"]["host"] = report["rooflines"].get("cpu") or _host_roofline()
+    _peer_ratios(report)
+    report["machine"]["load_average_end"] = list(os.getloadavg())
+    report["elapsed_s"] = time.perf_counter() - started
+    return report
+
+
+def _safe(fn, label: str):
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 — a missing roofline leaves % of roofline empty, nothing else
+        _log(f"{label} failed: {exc}")
+        return {"error": str(exc)[:300]}
+
+
+def _host_roofline() -> dict:
+    from bench_roofline import measure_host_bandwidth
+
+    return measure_host_bandwidth()
+
+
+def _add(report: dict, model: str, engine: str, res: dict, facts: dict, roofline: dict | None, peer: bool = False) -> None:
+    if res["median"]:
+        derive(res["median"], facts, roofline)
+    report["results"].append({"model": model, "engine": engine, "peer": peer, **res})
+
+
+def _peer_ratios(report: dict) -> None:
+    """pyshim ÷ peer for decode and prefill, per pyshim engine and peer variant; the peer's % of the host
+    memory bandwidth (its ceiling: it runs on the CPU)."""
+    host = report["rooflines"]["host"]
+    for r in report["results"]:
+        m = r["median"]
+        if r["peer"] and m.get("achieved_GBps") and host.get("GBps"):
+            m["roofline_GBps"] = host["GBps"]
+            m["roofline_pct"] = 100 * m["achieved_GBps"] / host["GBps"]
+    for r in report["results"]:
+        if r["peer"]:
+            continue
+        ratios = {}
+        for peer in report["results"]:
+            if not peer["peer"] or peer["model"] != r["model"]:
+                continue
+            for key in [k for k in r["median"] if k.endswith("tok_s")]:
+                ours, theirs = r["median"].get(key), peer["median"].get(key)
+                if ours and theirs:
+                    ratios[f"{key}_vs_{peer['engine']}"] = ours / theirs
+        r["vs_peer"] = ratios
+
+
+def write_outputs(report: dict, out: Path) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = report["started_at"].replace(":", "").replace("-", "").replace("+0000", "Z")
+    return bench_report.write_all(report, out, f"bench-{stamp}")
+
+
+def parse_args(argv: list[str] | None = None) -> BenchConfig:
+    parser = argparse.ArgumentParser(prog="pyshim bench", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return config_from_args(parser.parse_args(argv))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--models", default=None, help="comma-separated short names (default smollm2,gemma3; --quick: smollm2)")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated: browser,gpu,cpu")
+    parser.add_argument("--peer", default="wllama", choices=PEERS + ("none",), help="the peer engine in the same browser")
+    parser.add_argument("--runs", type=int, default=None, help=f"runs per model and engine, medians kept (default {FULL.runs}; --quick: 1)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for bench-<time>.json/.html/.md")
+    parser.add_argument("--quick", action="store_true", help="one small model, few tokens, one run (what CI runs)")
+
+
+def config_from_args(args) -> BenchConfig:
+    backends = [b for b in args.backends.split(",") if b]
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise SystemExit(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}")
+    models = [m for m in (args.models or ("smollm2" if args.quick else "smollm2,gemma3")).split(",") if m]
+    runs = args.runs or (QUICK.runs if args.quick else FULL.runs)
+    return BenchConfig(models=models, backends=backends, peer=None if args.peer == "none" else args.peer,
+                       runs=max(1, runs), out=args.out, quick=args.quick)
+
+
+def run_and_report(config: BenchConfig) -> int:
+    report = run_bench(config)
+    paths = write_outputs(report, config.out)
+    print()
+    print(bench_report.markdown(report))
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_and_report(parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

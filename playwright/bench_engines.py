@@ -1,0 +1,225 @@
+"""One run of one engine on one model: each function returns a flat *sample* (figure name -> value) for
+bench.py to take medians of. Every run starts fresh: a new browser context (nothing cached, service
+workers blocked so the site's precaching never competes with the measurement) or a new process.
+
+Figure names shared by all engines (absent = not measured by that engine yet):
+    ready_ms            Pyodide + numpy + wheels + `import pyshim` (the Worker's boot report)
+    header_ms           GGUF header read with Range requests and parsed in Python (wall, page side)
+    load_ms             model weights to where they run (GPU buffers; for wllama, download + load)
+    ttft_ms             request → first token of the decode prompt
+    prefill_<N>_tok_s   prompt tokens per second for the N-token prompt
+    decode_tok_s        generated tokens per second after the first (greedy)
+    cpu_share_pct       share of a decode step spent on the CPU side outside GPU waits
+    peak_gpu_bytes, planned_gpu_bytes
+    roofline_GBps, roofline_Gelem_s   the device's streaming ceiling measured in the same run
+
+The browser engine: the site's Worker answers `boot`, `gpu-selftest`, `read-header` and `exec` today.
+Generation is measured through a Worker request named `bench` once the engine offers it
+(`capabilities().kinds` lists it), with params {model_url, prompt, max_tokens, ignore_eos: true} and a
+result holding {prompt_tokens, load_ms, ttft_ms, prefill_ms, decode_tokens, decode_ms, text} and, when
+known, {cpu_ms, peak_gpu_bytes, planned_gpu_bytes}; until then `pyshim generate --backend browser --json`
+is used when the CLI has it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import harness
+
+HERE = Path(__file__).resolve().parent
+BENCH_KIND = "bench"
+PEER_PAGE = "bench/wllama.html"
+PAGE_READY_TIMEOUT_MS = 60_000
+RUN_TIMEOUT_MS = 900_000          # one engine run on a loaded 2-core machine (Gemma 3, 512-token prompt)
+CLI_TIMEOUT_S = 900
+# Fields of `pyshim generate --json` (and of the Worker's `bench` result) copied into a sample when present.
+OPTIONAL_FIGURES = ("load_ms", "ttft_ms", "cpu_share_pct", "peak_gpu_bytes", "planned_gpu_bytes")
+
+
+class EngineUnavailable(Exception):
+    """The engine cannot run this yet (not built); the reason is shown instead of numbers."""
+
+
+def _adapter_brief(adapter: dict) -> dict:
+    limits = adapter.get("limits", {})
+    return {
+        "summary": adapter.get("summary"),
+        "vendor": adapter.get("vendor"),
+        "architecture": adapter.get("architecture"),
+        "description": adapter.get("description"),
+        "backend": adapter.get("backend"),
+        "is_fallback": adapter.get("is_fallback"),
+        "f16": "shader-f16" in adapter.get("features", ()),
+        "timestamps": "timestamp-query" in adapter.get("features", ()),
+        "max_storage_buffer_binding_size": limits.get("max_storage_buffer_binding_size"),
+        "max_buffer_size": limits.get("max_buffer_size"),
+    }
+
+
+def _prefill_figures(sample: dict, prompt: dict, tokens: int, seconds: float) -> None:
+    sample[f"prompt_{prompt['name']}_tokens"] = tokens
+    if seconds > 0:
+        sample[f"prefill_{prompt['tokens']}_tok_s"] = tokens / seconds
+
+
+# --- the CLI (native backends, and the browser backend until the Worker has `bench`) --------------
+
+def generate_cli_support(python: str = sys.executable) -> dict:
+    """What `pyshim generate` offers right now: {"backends": set, "flags": set}; empty when absent."""
+    top = subprocess.run([python, "-m", "pyshim.cli", "--help"], capture_output=True, text=True, cwd=harness.ROOT)
+    if not re.search(r"\bgenerate\b", top.stdout):
+        return {"backends": set(), "flags": set()}
+    sub = subprocess.run([python, "-m", "pyshim.cli", "generate", "--help"], capture_output=True, text=True, cwd=harness.ROOT)
+    text = sub.stdout
+    flags = set(re.findall(r"(--[a-z][a-z0-9-]*)", text))
+    choices = re.search(r"--backend\s+\{([^}]*)\}", text)
+    backends = set(choices.group(1).split(",")) if choices else ({"cpu"} if "--backend" in flags else set())
+    return {"backends": backends, "flags": flags}
+
+
+def cli_run(backend: str, model_path: Path, workload: list[dict], support: dict, python: str = sys.executable) -> dict:
+    """One run through `pyshim generate ... --json` in a fresh process per prompt."""
+    if backend not in support["backends"]:
+        raise EngineUnavailable("not built yet")
+    sample: dict = {}
+    for prompt in workload:
+        cmd = [python, "-m", "pyshim.cli", "generate", str(model_path), "--prompt", prompt["text"],
+               "--max-tokens", str(prompt["max_tokens"]), "--temperature", "0", "--backend", backend, "--json"]
+        if "--ignore-eos" in support["flags"]:
+            cmd.append("--ignore-eos")
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=harness.ROOT, timeout=CLI_TIMEOUT_S)
+        wall = time.perf_counter() - t0
+        if done.returncode != 0:
+            raise RuntimeError(f"pyshim generate --backend {backend} failed: {(done.stderr or done.stdout).strip()[-400:]}")
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+        n_prompt = len(out.get("prompt_ids", ())) or prompt["tokens"]
+        sample[f"prompt_{prompt['name']}_tokens"] = n_prompt
+        if out.get("prefill_tok_s"):
+            sample[f"prefill_{prompt['tokens']}_tok_s"] = out["prefill_tok_s"]
+        if prompt.get("decode"):
+            sample["decode_tok_s"] = out.get("decode_tok_s")
+            sample["decode_tokens"] = len(out.get("ids", ()))
+            sample["text"] = out.get("text", "")
+            if out.get("prefill_tok_s"):
+                sample.setdefault("ttft_ms", 1e3 * n_prompt / out["prefill_tok_s"])
+            # Process start, imports and loading: what the wall clock holds beyond prefill and decode.
+            busy = n_prompt / out["prefill_tok_s"] if out.get("prefill_tok_s") else 0.0
+            busy += sample["decode_tokens"] / out["decode_tok_s"] if out.get("decode_tok_s") else 0.0
+            sample["startup_and_load_ms"] = 1e3 * max(wall - busy, 0.0)
+            for key in OPTIONAL_FIGURES:
+                if isinstance(out.get(key), (int, float)):
+                    sample[key] = out[key]
+    return sample
+
+
+def native_roofline(mib: int, python: str = sys.executable) -> dict:
+    """The native adapter's roofline, in a subprocess (Playwright's sync API holds this process's event loop)."""
+    done = subprocess.run([python, str(HERE / "bench_roofline.py"), "--mib", str(mib)], capture_output=True, text=True,
+                          cwd=harness.ROOT, timeout=CLI_TIMEOUT_S)
+    if done.returncode != 0:
+        raise RuntimeError(f"native roofline failed: {(done.stderr or done.stdout).strip()[-400:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# --- the browser engine (the site's Worker) --------------------------------------------------------
+
+def _roofline_code(mib: int) -> str:
+    # The Worker's `exec` runs Python with top-level await; the module runs in its own namespace so
+    # its `if __name__ == "__main__"` block stays off.
+    source = (HERE / "bench_roofline.py").read_text("utf-8")
+    return ("import json\n_ns = {'__name__': 'bench_roofline'}\n"
+            f"exec(compile({source!r}, 'bench_roofline.py', 'exec'), _ns)\n"
+            f"_r = json.dumps(await _ns['measure_roofline']({int(mib)}))\ndel _ns\n_r")
+
+
+def browser_run(browser, base_url: str, model_url: str, workload: list[dict], *, roofline_mib: int,
+                cli_support: dict, model_path: Path) -> dict:
+    context = browser.new_context(service_workers="block")
+    try:
+        page, watch = harness.open_page(context, base_url)
+        boot = harness.wait_for_boot(page)
+        sample: dict = {"ready_ms": boot["total_ms"]}
+        for step in boot.get("timings", ()):
+            sample[f"boot_{step['step']}_ms"] = step["ms"]
+        sample["cross_origin_isolated"] = page.evaluate("() => self.crossOriginIsolated")
+        selftest = harness.engine_request(page, "gpu-selftest")
+        sample["gpu_selftest_ok"] = bool(selftest.get("ok"))
+        sample["adapter"] = _adapter_brief(selftest.get("adapter", {}))
+        t0 = time.perf_counter()
+        header = harness.engine_request(page, "read-header", {"url": model_url})
+        sample["header_ms"] = 1e3 * (time.perf_counter() - t0)
+        sample["header_parse_ms"] = header.get("parse_ms")
+        try:
+            roof = harness.engine_request(page, "exec", {"code": _roofline_code(roofline_mib)}, timeout_ms=RUN_TIMEOUT_MS)
+            sample["roofline_GBps"], sample["roofline_Gelem_s"] = roof["GBps"], roof["Gelem_s"]
+        except harness.HarnessError as exc:  # the other figures still count; % of roofline stays empty
+            sample["roofline_error"] = str(exc)[:300]
+        caps = harness.engine_request(page, "capabilities")
+        if BENCH_KIND in caps.get("kinds", ()):
+            sample.update(_worker_generation(page, model_url, workload))
+        elif "browser" in cli_support["backends"]:
+            sample.update(cli_run("browser", model_path, workload, cli_support))
+        else:
+            sample["generation"] = "not built yet"
+        sample["page_problems"] = watch.console_errors + watch.page_errors + watch.outside_requests
+        return sample
+    finally:
+        context.close()
+
+
+def _worker_generation(page, model_url: str, workload: list[dict]) -> dict:
+    sample: dict = {}
+    for i, prompt in enumerate(workload):
+        r = harness.engine_request(page, BENCH_KIND, {"model_url": model_url, "prompt": prompt["text"],
+                                                       "max_tokens": prompt["max_tokens"], "ignore_eos": True},
+                                   timeout_ms=RUN_TIMEOUT_MS)
+        if i == 0 and r.get("load_ms") is not None:
+            sample["load_ms"] = r["load_ms"]
+        _prefill_figures(sample, prompt, r["prompt_tokens"], r["prefill_ms"] / 1e3)
+        if prompt.get("decode"):
+            steps = max(r["decode_tokens"] - 1, 0)
+            sample["ttft_ms"] = r.get("ttft_ms")
+            sample["decode_tokens"] = r["decode_tokens"]
+            if steps and r["decode_ms"] > 0:
+                sample["decode_tok_s"] = steps / (r["decode_ms"] / 1e3)
+            if r.get("cpu_ms") is not None and r["decode_ms"] > 0:
+                sample["cpu_share_pct"] = 100 * r["cpu_ms"] / r["decode_ms"]
+            for key in ("peak_gpu_bytes", "planned_gpu_bytes"):
+                if r.get(key) is not None:
+                    sample[key] = r[key]
+            sample["text"] = r.get("text", "")
+    return sample
+
+
+# --- the peer: wllama in the same browser ---------------------------------------------------------
+
+def peer_run(browser, base_url: str, model_url: str, workload: list[dict], *, threads: int) -> dict:
+    context = browser.new_context(service_workers="block")
+    try:
+        page, watch = harness.open_page(context, base_url + PEER_PAGE)
+        page.wait_for_function("() => window.wllamaBench !== undefined", timeout=PAGE_READY_TIMEOUT_MS)
+        page.set_default_timeout(RUN_TIMEOUT_MS)
+        params = {"model_url": "/" + model_url, "n_threads": threads, "n_gpu_layers": 0,
+                  "prompts": [{"name": p["name"], "text": p["text"], "max_tokens": p["max_tokens"]} for p in workload]}
+        r = page.evaluate("(p) => window.wllamaBench.run(p)", params)
+        if threads > 1 and not r["multithread"]:
+            raise RuntimeError("wllama fell back to one thread: the page is not cross-origin isolated (serve with --isolated)")
+        sample: dict = {"load_ms": r["load_ms"], "threads": r["threads"], "cross_origin_isolated": r["cross_origin_isolated"]}
+        for prompt, out in zip(workload, r["prompts"]):
+            _prefill_figures(sample, prompt, out["prompt_tokens"], out["prefill_ms"] / 1e3)
+            if prompt.get("decode"):
+                sample["ttft_ms"] = out["ttft_ms"]
+                sample["decode_tokens"] = out["decode_tokens"]
+                sample["decode_tok_s"] = out["decode_tok_s"]
+                sample["text"] = out["text"]
+        sample["page_problems"] = watch.console_errors + watch.page_errors + watch.outside_requests
+        return sample
+    finally:
+        context.close()

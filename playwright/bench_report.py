@@ -1,0 +1,170 @@
+"""The benchmark's outputs: the JSON (everything), a Markdown summary table (printed to the terminal),
+and an HTML report with inline SVG charts that opens offline (no scripts at all, no external files)."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+ENGINE_COLOURS = {
+    "browser": "#2f6fd6", "gpu": "#1f9e89", "cpu": "#8c6bb1",
+    "wllama-1t": "#e0892b", "wllama-2t": "#c2452d",
+}
+FALLBACK_COLOUR = "#777777"
+BAR_HEIGHT = 18
+BAR_GAP = 6
+LABEL_WIDTH = 190
+PLOT_WIDTH = 420
+VALUE_WIDTH = 150
+
+
+def _fmt(value, digits: int = 1, scale: float = 1.0) -> str:
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "–"
+    v = value * scale
+    return f"{v:,.{digits}f}" if abs(v) < 1e4 else f"{v:,.0f}"
+
+
+def _status_cell(r: dict) -> str:
+    s = r["status"]
+    return "ok" if s == "ok" else s
+
+
+def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
+    """The summary table as (header, rows) of strings: one row per model and engine."""
+    prompts = report["config"]["settings"]["prompt_tokens"]
+    peers = [r["engine"] for r in report["results"] if r["peer"]]
+    peer_names = sorted(set(peers))
+    header = (["model", "engine", "status", "ready s", "header ms", "load s", "TTFT ms"]
+              + [f"prefill {n} tok/s" for n in prompts]
+              + ["decode tok/s", "GB/s", "roofline GB/s", "% roofline"]
+              + [f"decode ×{p}" for p in peer_names])
+    rows = []
+    for r in report["results"]:
+        m = r["median"]
+        decode = _fmt(m.get("decode_tok_s"), 1)
+        if decode == "–" and not r["status"].startswith("error"):
+            decode = "n/a (not built yet)" if r["engine"] in ("browser", "gpu", "cpu") else "–"
+        row = [r["model"], r["engine"], _status_cell(r), _fmt(m.get("ready_ms"), 1, 1e-3), _fmt(m.get("header_ms"), 0),
+               _fmt(m.get("load_ms"), 1, 1e-3), _fmt(m.get("ttft_ms"), 0)]
+        row += [_fmt(m.get(f"prefill_{n}_tok_s"), 1) for n in prompts]
+        row += [decode, _fmt(m.get("achieved_GBps"), 2), _fmt(m.get("roofline_GBps"), 2), _fmt(m.get("roofline_pct"), 1)]
+        row += [_fmt(r.get("vs_peer", {}).get(f"decode_tok_s_vs_{p}"), 2) if not r["peer"] else "" for p in peer_names]
+        rows.append(row)
+    return header, rows
+
+
+def markdown(report: dict) -> str:
+    header, rows = summary_rows(report)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+    m = report["machine"]
+    adapter = (report.get("adapter") or {}).get("summary") or "–"
+    lines.append("")
+    lines.append(f"Machine: {m['cpu_count']} CPUs, {_fmt((m.get('memory_bytes') or 0) / 2**30, 0)} GiB, load average "
+                 f"{m['load_average_start'][0]:.1f} → {m.get('load_average_end', [0])[0]:.1f}; "
+                 f"Chromium {report.get('browser', {}).get('version', '?')}; WebGPU adapter: {adapter}.")
+    host = report["rooflines"].get("host", {})
+    if host.get("GBps"):
+        lines.append(f"Host memory read (NumPy, one core): {host['GBps']:.1f} GB/s — the peer's and the cpu engine's roofline.")
+    lines.append(f"Medians of {report['config']['settings']['runs']} run(s), each in a fresh page or process; "
+                 f"decode = {report['config']['settings']['decode_tokens']} tokens greedy; × = pyshim ÷ peer.")
+    return "\n".join(lines)
+
+
+# --- HTML --------------------------------------------------------------------------------------------
+
+def bar_chart(title: str, bars: list[tuple[str, str, float | None, str]], unit: str) -> str:
+    """A horizontal bar chart as inline SVG. bars: (label, engine, value or None, note for a missing value)."""
+    values = [v for _, _, v, _ in bars if isinstance(v, (int, float))]
+    top = max(values) if values else 1.0
+    height = len(bars) * (BAR_HEIGHT + BAR_GAP) + 30
+    width = LABEL_WIDTH + PLOT_WIDTH + VALUE_WIDTH
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+             f'aria-label="{html.escape(title)}" font-family="sans-serif" font-size="12">',
+             f'<text x="0" y="14" font-weight="bold">{html.escape(title)}</text>']
+    for i, (label, engine, value, note) in enumerate(bars):
+        y = 24 + i * (BAR_HEIGHT + BAR_GAP)
+        parts.append(f'<text x="{LABEL_WIDTH - 6}" y="{y + 13}" text-anchor="end">{html.escape(label)}</text>')
+        if isinstance(value, (int, float)):
+            w = max(1.0, PLOT_WIDTH * value / top)
+            colour = ENGINE_COLOURS.get(engine, FALLBACK_COLOUR)
+            parts.append(f'<rect x="{LABEL_WIDTH}" y="{y}" width="{w:.1f}" height="{BAR_HEIGHT}" fill="{colour}"/>')
+            parts.append(f'<text x="{LABEL_WIDTH + w + 4:.1f}" y="{y + 13}">{_fmt(value, 2 if value < 10 else 1)} {html.escape(unit)}</text>')
+        else:
+            parts.append(f'<text x="{LABEL_WIDTH + 4}" y="{y + 13}" fill="#888">{html.escape(note)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _bars(report: dict, key: str) -> list[tuple[str, str, float | None, str]]:
+    bars = []
+    for r in report["results"]:
+        value = r["median"].get(key)
+        note = "n/a (not built yet)" if r["status"].startswith(("n/a", "partial")) else ("error" if r["status"].startswith("error") else "not measured")
+        bars.append((f"{r['model']} · {r['engine']}", r["engine"], value if isinstance(value, (int, float)) else None, note))
+    return bars
+
+
+def html_report(report: dict) -> str:
+    header, rows = summary_rows(report)
+    prompts = report["config"]["settings"]["prompt_tokens"]
+    charts = [
+        bar_chart("Decode, tokens per second (higher is better)", _bars(report, "decode_tok_s"), "tok/s"),
+        bar_chart(f"Prefill of a {prompts[0]}-token prompt, tokens per second", _bars(report, f"prefill_{prompts[0]}_tok_s"), "tok/s"),
+        bar_chart("Decode: % of the device's streaming roofline", _bars(report, "roofline_pct"), "%"),
+        bar_chart("Python ready in the Worker (Pyodide + packages), seconds", [
+            (label, engine, v / 1e3 if v else None, note) for label, engine, v, note in _bars(report, "ready_ms") if engine == "browser"], "s"),
+    ]
+    m = report["machine"]
+    adapter = report.get("adapter") or {}
+    table = ["<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead><tbody>"]
+    for row in rows:
+        table.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
+    table.append("</tbody></table>")
+    facts = [
+        f"Machine: {m['cpu_count']} CPUs, {_fmt((m.get('memory_bytes') or 0) / 2**30, 0)} GiB memory, {html.escape(m['platform'])}; "
+        f"load average {m['load_average_start'][0]:.1f} at the start, {m.get('load_average_end', [0])[0]:.1f} at the end.",
+        f"Browser: Chromium {html.escape(str(report.get('browser', {}).get('version', '?')))}, headless, cross-origin isolated (COOP/COEP).",
+        f"WebGPU adapter: {html.escape(str(adapter.get('summary') or '–'))}"
+        + (" — a CPU (software) adapter: GPU figures here measure SwiftShader on this machine's cores, not a graphics card."
+           if adapter.get("is_fallback") else ""),
+        "Kernel breakdown (time of a token by kernel): n/a until the engine reports per-kernel timestamps.",
+    ]
+    models = "".join(
+        f"<li>{html.escape(f['name'])}: {html.escape(f['file'])} ({f['file_bytes'] / 1e6:.0f} MB, {html.escape(f['architecture'])}); "
+        f"{f['bytes_per_token'] / 1e6:.1f} MB read per decode token; prompts "
+        + ", ".join(f"{w['name']} = {w['token_count']} tokens" for w in f["workload"]) + "</li>"
+        for f in report["models"].values())
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>pyshim bench {html.escape(report['started_at'])}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; max-width: 1200px; color: #222; }}
+table {{ border-collapse: collapse; font-size: 13px; margin: 1em 0; }}
+th, td {{ border: 1px solid #ccc; padding: 3px 6px; text-align: right; }}
+th:nth-child(-n+3), td:nth-child(-n+3) {{ text-align: left; }}
+.charts svg {{ display: block; margin: 1.5em 0; }}
+pre {{ font-size: 11px; background: #f6f6f6; padding: 1em; overflow-x: auto; }}
+</style></head><body>
+<h1>pyshim benchmark</h1>
+<p>{html.escape(report['started_at'])} · git {html.escape(str(m.get('git_commit')))} · {'quick run' if report['config']['quick'] else 'full run'},
+medians of {report['config']['settings']['runs']} run(s) each in a fresh page or process · took {report.get('elapsed_s', 0):.0f} s</p>
+<ul>{''.join(f'<li>{f}</li>' for f in facts)}</ul>
+<h2>Models</h2><ul>{models}</ul>
+<h2>Summary</h2>{''.join(table)}
+<p>× = pyshim ÷ peer (decode tok/s). The peer (wllama, llama.cpp in wasm) runs on the CPU: its % roofline is of the
+host's single-core memory read bandwidth.</p>
+<div class="charts">{''.join(charts)}</div>
+<h2>Everything measured</h2>
+<details><summary>the JSON report</summary><pre>{html.escape(json.dumps(report, indent=1))}</pre></details>
+</body></html>
+"""
+
+
+def write_all(report: dict, out: Path, stem: str) -> dict[str, Path]:
+    paths = {"json": out / f"{stem}.json", "html": out / f"{stem}.html", "markdown": out / f"{stem}.md"}
+    paths["json"].write_text(json.dumps(report, indent=1))
+    paths["html"].write_text(html_report(report))
+    paths["markdown"].write_text(markdown(report) + "\n")
+    return paths

@@ -1,0 +1,100 @@
+"""The adapter's streaming roofline: how fast it can read a large f32 buffer with the plainest kernel
+(`shaders/stream.wgsl`, a vec4 read-and-reduce), in bytes/s and f32 elements/s. A decode step cannot
+beat it, so "% of roofline" says how much of the device a token uses.
+
+The same source runs in CPython (native `wgpu`; `python bench_roofline.py [--mib N]` prints JSON) and in
+the browser's engine Worker (bench.py sends this file's text to the Worker's `exec` request, which runs
+it with top-level await in Pyodide). So it imports only pyshim and numpy.
+
+Each time is (T(2r) − T(r)) / r with T the median of TRIALS submits ended by a 4-byte read: the
+difference cancels the submit-and-wait overhead (1–2 ms on SwiftShader), which would otherwise
+dominate a 50 ms pass.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+from pyshim.gpu import open_device
+from pyshim.gpu.kernels import PARAMS, WG, KernelCache, groups
+from pyshim.gpu.shaderc import ShaderKey, load_sources
+from pyshim.paths import shaders_dir
+
+ROOFLINE_MIB = 64          # streamed per pass (capped by the binding limit)
+PER_THREAD = 256           # vec4s one invocation sums: 4 KiB contiguous, like a matvec row stream
+TRIALS = 3
+REPS = 2
+
+
+async def _seconds_per_pass(device, dispatch, probe) -> float:
+    async def total(count: int) -> float:
+        samples = []
+        for _ in range(TRIALS):
+            t0 = time.perf_counter()
+            device.submit([dispatch] * count)
+            await device.read(probe, 4)
+            samples.append(time.perf_counter() - t0)
+        return statistics.median(samples)
+
+    await total(1)  # warm-up: first use compiles and faults pages in
+    return max(await total(2 * REPS) - await total(REPS), 1e-9) / REPS
+
+
+async def measure_roofline(mib: int = ROOFLINE_MIB) -> dict:
+    device = await open_device()
+    try:
+        # Sources named explicitly: inside the browser's wheel the WGSL lives in pyshim/shaders/.
+        kernels = KernelCache(device, sources=load_sources(shaders_dir()))
+        limit = device.caps.limits["max_storage_buffer_binding_size"]
+        nbytes = min(mib << 20, limit // 16 * 16)
+        n4 = nbytes // 16
+        src = device.buffer(nbytes, label="roofline-src")
+        device.write(src, np.ones(nbytes // 4, dtype=np.float32))  # values do not matter, only bytes moved
+        threads = groups(n4, PER_THREAD)
+        out = device.buffer(threads * 4, label="roofline-out")
+        params = device.buffer(PARAMS["stream"].nbytes, label="roofline-params", uniform=True)
+        device.write(params, PARAMS["stream"].pack(n4=n4, per_thread=PER_THREAD))
+        seconds = {}
+        # Contiguous runs per invocation (what SwiftShader and lavapipe like) and the coalesced order
+        # (what real GPUs like); the faster is the roofline.
+        for strided in (False, True):
+            pipe = await kernels.get(ShaderKey.of("stream", WG=WG, STRIDED=strided))
+            group = device.bind_group(pipe, [src, out, params])
+            seconds["strided" if strided else "contiguous"] = await _seconds_per_pass(device, (pipe, group, (groups(threads), 1, 1)), out)
+        best = min(seconds.values())
+        return {
+            "adapter": device.caps.as_dict(),
+            "bytes": nbytes,
+            "GBps": nbytes / best / 1e9,
+            "Gelem_s": nbytes / 4 / best / 1e9,
+            "ms_per_pass": {k: v * 1e3 for k, v in seconds.items()},
+        }
+    finally:
+        device.destroy()
+
+
+def measure_host_bandwidth(mib: int = 256, trials: int = 5) -> dict:
+    """The CPU reference executor's ceiling: one core summing a large f32 array with NumPy."""
+    data = np.ones((mib << 20) // 4, dtype=np.float32)
+    data.sum()  # fault the pages in
+    best = min(_timed(data.sum) for _ in range(trials))
+    return {"bytes": data.nbytes, "GBps": data.nbytes / best / 1e9, "Gelem_s": data.size / best / 1e9}
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+if __name__ == "__main__":
+    import argparse
+    import asyncio
+    import json
+
+    parser = argparse.ArgumentParser(description="measure the native adapter's streaming roofline (JSON)")
+    parser.add_argument("--mib", type=int, default=ROOFLINE_MIB)
+    print(json.dumps(asyncio.run(measure_roofline(parser.parse_args().mib))))

@@ -1,0 +1,121 @@
+"""The benchmark never rots: `pyshim bench --quick` runs end to end in headless Chromium (pyshim's
+engines and the wllama peer) and writes its three reports with the right shape. Its numbers are
+printed, never asserted as speeds. The pieces (prompts, medians, derived figures, rendering) are
+checked on their own first."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+import bench
+import bench_report
+from pyshim.catalog import model_path
+
+QUICK_TIMEOUT_S = 600   # the quick run takes ~1.5 min on the loaded 2-core machine; this only stops a hang
+
+
+def _fake_report() -> dict:
+    facts = {"name": "smollm2", "file": "m.gguf", "file_bytes": 98e6, "architecture": "llama", "bytes_per_token": 1e8,
+             "weight_elems_per_token": 1.6e8, "workload": [{"name": "p32", "token_count": 32}]}
+    results = [
+        {"model": "smollm2", "engine": "browser", "peer": False, "status": "ok", "samples": [],
+         "median": {"ready_ms": 9000.0, "header_ms": 250.0, "decode_tok_s": 20.0, "prefill_32_tok_s": 80.0, "roofline_GBps": 2.0}},
+        {"model": "smollm2", "engine": "gpu", "peer": False, "status": "n/a (not built yet)", "samples": [], "median": {}},
+        {"model": "smollm2", "engine": "wllama-1t", "peer": True, "status": "ok", "samples": [],
+         "median": {"decode_tok_s": 8.0, "prefill_32_tok_s": 40.0, "load_ms": 3000.0}},
+    ]
+    for r in results:
+        if r["median"]:
+            bench.derive(r["median"], facts, None)
+    report = {"started_at": "2026-11-30T12:00:00+00:00", "config": {"quick": True, "settings": {"prompt_tokens": [32], "runs": 1, "decode_tokens": 8}},
+              "machine": {"cpu_count": 2, "memory_bytes": 24 * 2**30, "platform": "Linux", "load_average_start": [1.0, 1, 1],
+                          "load_average_end": [2.0, 1, 1], "git_commit": "abc"},
+              "browser": {"version": "156"}, "adapter": {"summary": "google swiftshader", "is_fallback": True},
+              "models": {"smollm2": facts}, "results": results, "rooflines": {"host": {"GBps": 15.0}}}
+    bench._peer_ratios(report)
+    return report
+
+
+def test_derived_figures_follow_from_decode_speed_and_the_roofline():
+    report = _fake_report()
+    browser, gpu, peer = report["results"]
+    assert browser["median"]["achieved_GBps"] == pytest.approx(20.0 * 1e8 / 1e9)
+    # the higher of bytes (2 GB/s of 2 GB/s = 100%) and elements (none measured) wins
+    assert browser["median"]["roofline_pct"] == pytest.approx(100.0)
+    assert browser["vs_peer"]["decode_tok_s_vs_wllama-1t"] == pytest.approx(2.5)
+    assert browser["vs_peer"]["prefill_32_tok_s_vs_wllama-1t"] == pytest.approx(2.0)
+    assert peer["median"]["roofline_pct"] == pytest.approx(100 * 0.8 / 15.0)   # the peer's ceiling is the host's
+    assert "achieved_GBps" not in gpu["median"]
+
+
+def test_medians_take_numbers_per_figure_and_keep_other_values():
+    m = bench.medians([{"a": 1.0, "b": "x"}, {"a": 3.0}, {"a": 2.0, "c": True}])
+    assert m == {"a": 2.0, "b": "x", "c": True}
+
+
+def test_markdown_and_html_reports_have_every_engine_and_open_offline():
+    report = _fake_report()
+    md = bench_report.markdown(report)
+    table = [line for line in md.splitlines() if line.startswith("|")]
+    assert len(table) == 2 + len(report["results"])
+    assert all(line.count("|") == table[0].count("|") for line in table)
+    assert "n/a (not built yet)" in md and "| 2.50 |" in md    # gpu not built; browser = 2.5× the peer
+    page = bench_report.html_report(report)
+    assert "<script" not in page and "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert page.count("<svg") == 4
+    for svg in page.split("<svg")[1:]:
+        ET.fromstring("<svg" + svg.split("</svg>")[0] + "</svg>")  # each chart is well-formed XML
+
+
+@pytest.mark.models
+def test_prompts_have_the_token_counts_asked_for():
+    if not model_path("smollm2").is_file():
+        pytest.fail("smollm2 is missing: run `pyshim setup`")
+    facts = bench.model_facts("smollm2", bench.FULL)
+    counts = [w["token_count"] for w in facts["workload"]]
+    assert [abs(c - n) <= 2 for c, n in zip(counts, bench.FULL.prompt_tokens)] == [True, True]
+    assert facts["tied_output"] and facts["weight_bytes_per_token"] == facts["weight_bytes"]
+    assert facts["bytes_per_token"] > facts["weight_bytes_per_token"]   # the KV cache is read too
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(SystemExit, match="unknown backend"):
+        bench.parse_args(["--backends", "browser,tpu"])
+
+
+@pytest.mark.browser
+@pytest.mark.models
+@pytest.mark.slow
+def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
+    if not model_path("smollm2").is_file():
+        pytest.fail("smollm2 is missing: run `pyshim setup`")
+    done = subprocess.run([sys.executable, "-m", "pyshim.cli", "bench", "--quick", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=QUICK_TIMEOUT_S)
+    print(done.stdout[-6000:], done.stderr[-3000:])
+    assert done.returncode == 0
+    files = {p.suffix: p for p in tmp_path.iterdir()}
+    assert set(files) == {".json", ".html", ".md"}
+    report = json.loads(files[".json"].read_text())
+    assert report["machine"]["cpu_count"] >= 1 and report["browser"]["version"]
+    engines = {r["engine"]: r for r in report["results"]}
+    assert set(engines) == {"browser", "gpu", "cpu", "wllama-1t", "wllama-2t"}
+    # What exists today must have measured: Python ready in the Worker, the header, the adapter's roofline
+    # in a cross-origin-isolated page (WebGPU still works there), and the peer's speeds on both thread counts.
+    browser = engines["browser"]["median"]
+    assert browser["ready_ms"] > 0 and browser["header_ms"] > 0 and browser["cross_origin_isolated"] is True
+    assert browser["gpu_selftest_ok"] is True and browser["roofline_GBps"] > 0
+    for peer in ("wllama-1t", "wllama-2t"):
+        assert engines[peer]["status"] == "ok", engines[peer]["status"]
+        m = engines[peer]["median"]
+        assert m["decode_tok_s"] > 0 and m["prefill_32_tok_s"] > 0 and m["load_ms"] > 0
+        assert m["decode_tokens"] >= 8
+    assert engines["wllama-2t"]["median"]["threads"] == 2
+    for r in report["results"]:
+        assert r["status"] == "ok" or r["status"].startswith(("n/a", "partial")), (r["engine"], r["status"])
+    # The Markdown table printed to the terminal is the one written to the .md file.
+    assert files[".md"].read_text().splitlines()[0] in done.stdout
