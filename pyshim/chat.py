@@ -6,7 +6,7 @@ fallback per model family when the file has none (Gemma 3 base), plus the tokens
     stop = template.stop_ids                                                 # end-of-turn ids
 
 Templates are written for Hugging Face's `apply_chat_template`, so the environment mirrors it:
-trim_blocks and lstrip_blocks, the loop-control extension, `raise_exception`, a `tojson` filter that
+trim_blocks and lstrip_blocks, the loop-control extension, `{% generation %}` blocks, `raise_exception`, a `tojson` filter that
 keeps non-ASCII text, `strftime_now`, and `bos_token` / `eos_token` as the vocabulary's texts. The
 immutable sandbox stops a template (which comes with a downloaded file) from reaching Python internals
 or mutating the caller's messages.
@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from pyshim.errors import ChatTemplateError
@@ -100,9 +102,21 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
+class _GenerationBlocks(Extension):
+    """`{% generation %}...{% endgeneration %}` (Hugging Face marks assistant text with it for training
+    masks): rendered as its plain body."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body, lineno=lineno)
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
+                                        extensions=["jinja2.ext.loopcontrols", _GenerationBlocks])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now

@@ -2,8 +2,9 @@
 
 The sdist (≈75 MB) vendors llama.cpp, whose models/ folder holds vocab-only GGUFs
 (`ggml-vocab-NAME.gguf`) with test pairs (`.gguf.inp`: texts separated by "\\n__ggml_vocab_test__\\n";
-`.gguf.out`: one line of ids per text, tokenized with add_special=False, parse_special=False). Only those
-files are extracted, into ~/.cache/pyshim/llama-cpp-python-0.3.36/ (override with PYSHIM_LLAMACPP_VOCABS).
+`.gguf.out`: one line of ids per text, tokenized with add_special=False, parse_special=False), and the
+chat templates llama.cpp tests (`templates/*.jinja`). Only those files are extracted, into
+~/.cache/pyshim/llama-cpp-python-0.3.36/ (override with PYSHIM_LLAMACPP_VOCABS).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ SEPARATOR = "\n__ggml_vocab_test__\n"
 
 def vocab_dir() -> Path:
     """The folder with the vocab GGUFs and their test pairs, downloading the sdist the first time."""
-    marker = CACHE / ".complete"
+    marker = CACHE / ".complete-v2"   # bump when the set of extracted files changes
     if marker.exists():
         return CACHE
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -35,10 +36,16 @@ def vocab_dir() -> Path:
         with tarfile.open(archive) as tar:
             for member in tar.getmembers():
                 name = member.name.split("/", 1)[-1]
-                if not (member.isfile() and name.startswith(MEMBER_DIR) and "ggml-vocab-" in name):
+                if not (member.isfile() and name.startswith(MEMBER_DIR)):
                     continue
-                source = tar.extractfile(member)
-                (CACHE / Path(name).name).write_bytes(source.read())
+                if "ggml-vocab-" in name:
+                    target = CACHE / Path(name).name
+                elif name.startswith(MEMBER_DIR + "templates/") and name.endswith(".jinja"):
+                    target = CACHE / "templates" / Path(name).name
+                else:
+                    continue
+                target.parent.mkdir(exist_ok=True)
+                target.write_bytes(tar.extractfile(member).read())
     marker.touch()
     return CACHE
 
@@ -46,6 +53,11 @@ def vocab_dir() -> Path:
 def vocab_names() -> list[str]:
     """Names (e.g. "llama-spm") of the vocabularies that come with test pairs."""
     return sorted(p.name[len("ggml-vocab-"):-len(".gguf.inp")] for p in vocab_dir().glob("ggml-vocab-*.gguf.inp"))
+
+
+def chat_templates() -> list[Path]:
+    """The Jinja chat templates of real models that llama.cpp's own tests render."""
+    return sorted((vocab_dir() / "templates").glob("*.jinja"))
 
 
 def gguf_path(name: str) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from pyshim.tokenizer import Tokenizer
 from pyshim.tokenizer.unicode import BYTE_TO_CHAR
 
 ROOT = Path(__file__).parent.parent
+sys.path.insert(0, str(Path(__file__).parent))
 MESSAGES = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Hi ü"},
@@ -82,6 +84,29 @@ def test_template_bos_not_doubled():
     assert template.render(MESSAGES[1:2]).startswith("<|endoftext|>")
     ids = template.encode(tok, MESSAGES[1:2])
     assert ids.count(256) == 1 and ids[0] == 256
+
+
+@pytest.mark.slow
+def test_llamacpp_test_templates_render():
+    # llama.cpp's collection of real chat templates (Llama 3, Qwen, Mistral, DeepSeek, Gemma, ...):
+    # each renders a plain conversation or refuses it with a ChatTemplateError, never anything else.
+    import llamacpp_vocabs
+
+    metadata, tok = chatml_tokenizer()
+    paths = llamacpp_vocabs.chat_templates()
+    assert len(paths) >= 50
+    rendered, refused = 0, []
+    for path in paths:
+        template = ChatTemplate.from_metadata(metadata, tok, override=path.read_text("utf-8"))
+        try:
+            text = template.render([dict(m) for m in MESSAGES])
+        except ChatTemplateError as exc:
+            refused.append((path.name, str(exc)))
+            continue
+        assert "2+2?" in text and "Hello!" in text, path.name
+        rendered += 1
+    # Gemma 2 refuses system messages by design; firefunction-v2 needs a `functions` variable.
+    assert rendered >= len(paths) - 3, refused
 
 
 def _model(rel: str) -> tuple[dict, Tokenizer]:
