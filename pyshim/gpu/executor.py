@@ -23,6 +23,7 @@ from gguf import GGMLQuantizationType as QT
 
 from pyshim.errors import OutOfMemoryError, TensorShapeError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
+from pyshim.gpu.pool import ActivationPool, Slot, physical
 from pyshim.gpu.kernels import (ARGMAX_CHUNK, MATVEC_ROWS, PARAMS, WG, KernelCache, groups, rope_theta, shader_block,
                                 weight_define)
 from pyshim.ops import ACTIVATIONS, AttnSpec
@@ -76,7 +77,9 @@ class Program:
         self.argmax: Any = None          # buffer holding the winning id (when recorded)
         self.ready: list = []
 
-    async def build(self, device: GPUDevice, kernels: KernelCache) -> None:
+    async def build(self, device: GPUDevice, kernels: KernelCache, pool: ActivationPool) -> None:
+        keep = [b for b in (self.output.buf if self.output is not None else None, self.argmax) if isinstance(b, Slot)]
+        pool.assign([d.bindings for d in self.dispatches], keep)
         align = max(16, device.caps.limits.get("min_uniform_buffer_offset_alignment", 256))
         slots = [(d.params.nbytes + align - 1) // align * align for d in self.dispatches]
         arena = np.zeros(sum(slots) // 4, dtype=np.uint32)
@@ -90,7 +93,8 @@ class Program:
         self.ready = []
         for d, off in zip(self.dispatches, offsets):
             pipeline = await kernels.get(d.key)
-            group = device.bind_group(pipeline, list(d.bindings) + [(uniforms, off, d.params.nbytes)], label=d.key.label)
+            bindings = [physical(b) for b in d.bindings] + [(uniforms, off, d.params.nbytes)]
+            group = device.bind_group(pipeline, bindings, label=d.key.label)
             self.ready.append((pipeline, group, d.grid))
 
 
@@ -111,7 +115,8 @@ class GpuOps:
         self._bound: dict[str, GpuWeight] = {}
         self._program: Program | None = None
         self._theta: dict[tuple, tuple[Any, float]] = {}
-        self.allocated = 0                                 # bytes of buffers made by this executor
+        self.allocated = 0                                 # bytes of every buffer made (weights, KV, activation pool...)
+        self.pool = ActivationPool(self._buffer)
         self.tokens_buf = self._buffer(max_chunk * 4, "tokens")
         self.positions_buf = self._buffer(max_chunk * 4, "positions")
         self.kv = []                                       # per layer (k ring, v ring, cap)
@@ -137,7 +142,7 @@ class GpuOps:
         if nbytes > self.max_binding:
             raise OutOfMemoryError(f"activation {label} {shape} is larger than a storage binding ({self.max_binding} B)",
                                    hint="score or prefill in smaller chunks")
-        return Tensor(self._buffer(nbytes, label), 0, shape)
+        return Tensor(Slot(max(16, nbytes), label), 0, shape)
 
     def _record(self, family: str, key, bindings: list, grid: tuple[int, int, int], **params) -> None:
         if self._program is None:
@@ -161,6 +166,14 @@ class GpuOps:
     @property
     def bound_bytes(self) -> int:
         return sum(w.ref.nbytes for w in self._bound.values())
+
+    def memory(self) -> dict[str, int]:
+        """Device bytes by kind (buffer sizes as allocated, rounded up to 16)."""
+        kv = sum(int(k.size) + int(v.size) for k, v, _ in self.kv)
+        weights = sum(int(b.size) for w in self._bound.values() for b, _, _ in w.parts)
+        weights += sum(int(w.f32_buf.size) for w in self._bound.values() if w.f32_buf is not None)
+        return {"weights": weights, "kv": kv, "activations": self.pool.nbytes,
+                "other": self.allocated - weights - kv - self.pool.nbytes, "total": self.allocated}
 
     # --- weights ---
     def has_weight(self, name: str) -> bool:
@@ -315,7 +328,7 @@ class GpuOps:
         vocab = logits.shape[-1]
         off = logits.off + (logits.size // vocab - 1) * vocab
         parts = groups(vocab, ARGMAX_CHUNK)
-        partial = self._buffer(parts * 8, "argmax_partial")
+        partial = Slot(parts * 8, "argmax_partial")
         result = self._buffer(16, "argmax")
         self._record("argmax", self._key("argmax", PASS1=True), [logits.buf, partial], (groups(parts), 1, 1),
                      len=vocab, chunk=ARGMAX_CHUNK, x_off=off)

@@ -17,6 +17,7 @@ import numpy as np
 from pyshim.errors import BadRequestError, ContextOverflowError
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.executor import GpuOps, Program
+from pyshim.gpu.pool import physical
 
 
 class GpuRunner:
@@ -56,7 +57,7 @@ class GpuRunner:
             if greedy:
                 program.argmax = ops.record_argmax(logits)
             ops.end()
-            await program.build(ops.device, ops.kernels)
+            await program.build(ops.device, ops.kernels, ops.pool)
             self._programs[key] = program
         return self._programs[key]
 
@@ -86,7 +87,7 @@ class GpuRunner:
             program = await self._run(piece, start + at, all_logits, False)
             if all_logits or last:
                 out = program.output
-                data = await self.device.read(out.buf, out.size * 4, out.off * 4)
+                data = await self.device.read(physical(out.buf), out.size * 4, out.off * 4)
                 rows.append(np.frombuffer(data, dtype=np.float32).reshape(out.shape))
         return np.concatenate(rows) if all_logits else rows[-1]
 
