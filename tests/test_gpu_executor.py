@@ -107,3 +107,18 @@ def test_smollm2_greedy_32_tokens_equal_cpu(loop, device):
         gpu_seq.append(token)
         logits = ref.forward([want], len(ref_seq) - 1)[-1]
         token = runner.greedy([token], len(gpu_seq) - 1)
+
+
+def test_upload_plan_lets_the_caller_write_the_weights(tmp_path_factory, loop, device):
+    """upload_now=False: the executor writes no quantized weight; following `uploads` gives the same logits."""
+    path = tiny(tmp_path_factory, "qwen2", "Q6_K")
+    ids = tiny_models.test_ids()
+    runner = gpu_runner(loop, device, path, upload_now=False, max_binding=40_000)
+    plan = runner.ops.uploads
+    assert len(plan) > len([w for w in runner.ops._bound.values() if w.parts])     # some tensors were split
+    blob = path.read_bytes()
+    for up in plan:
+        device.write(up.buffer, blob[up.file_offset:up.file_offset + up.nbytes], up.buffer_offset)
+    want = load(path, n_ctx=tiny_models.N_CTX).forward(ids, 0, all_logits=True)
+    got = runner.forward(ids, 0, all_logits=True)
+    np.testing.assert_allclose(got, want, atol=2e-4 * np.abs(want).max(), rtol=1e-3)

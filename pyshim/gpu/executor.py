@@ -47,6 +47,17 @@ class Tensor:
         return int(np.prod(self.shape))
 
 
+@dataclass(frozen=True)
+class Upload:
+    """Copy file bytes [file_offset, file_offset + nbytes) into `buffer` at `buffer_offset`."""
+
+    tensor: str
+    file_offset: int
+    nbytes: int
+    buffer: Any
+    buffer_offset: int
+
+
 class GpuWeight:
     """A bound tensor: 2-D ones as GGUF blocks in `parts` [(buffer, first row, rows)], 1-D ones (norms,
     biases, rope factors) as f32 `values` and a buffer of them."""
@@ -102,9 +113,11 @@ class GpuOps:
     """`pyshim.ops.Ops` recorded for the GPU. Tensors are `Tensor` handles; weights `GpuWeight`s."""
 
     def __init__(self, device: GPUDevice, store: WeightStore, spec, n_ctx: int, kernels: KernelCache | None = None,
-                 *, max_chunk: int = MAX_CHUNK, max_binding: int | None = None):
+                 *, max_chunk: int = MAX_CHUNK, max_binding: int | None = None, upload_now: bool = True):
         """`max_chunk`: most tokens per step (sizes the sliding-window rings); `max_binding` lowers the
-        device's storage binding limit (tests use it to force tensors split by rows)."""
+        device's storage binding limit (tests use it to force tensors split by rows); `upload_now=False`
+        leaves the quantized weights' bytes to the caller, who follows `uploads` (the browser's store
+        writes them from IndexedDB without passing them through Python)."""
         self.device = device
         self.kernels = kernels or KernelCache(device)
         self.store = store
@@ -117,6 +130,8 @@ class GpuOps:
         self._theta: dict[tuple, tuple[Any, float]] = {}
         self.allocated = 0                                 # bytes of every buffer made (weights, KV, activation pool...)
         self.pool = ActivationPool(self._buffer)
+        self.upload_now = upload_now
+        self.uploads: list[Upload] = []                    # every file range -> buffer copy the weights need
         self.tokens_buf = self._buffer(max_chunk * 4, "tokens")
         self.positions_buf = self._buffer(max_chunk * 4, "positions")
         self.kv = []                                       # per layer (k ring, v ring, cap)
@@ -190,9 +205,8 @@ class GpuOps:
         if name in self._bound:
             return self._bound[name]
         w = GpuWeight(ref, tuple(shape))
-        raw = self.store.raw(name)
-        if len(shape) == 1:
-            w.values = dequantize_rows(raw, ref.qtype).reshape(-1).astype(np.float32)
+        if len(shape) == 1:     # norms, biases, rope factors: small, needed as f32 (also on the CPU side)
+            w.values = dequantize_rows(self.store.raw(name), ref.qtype).reshape(-1).astype(np.float32)
             w.f32_buf = self._buffer(w.values.nbytes, name)
             self.device.write(w.f32_buf, w.values)
         else:
@@ -202,7 +216,10 @@ class GpuOps:
             for row0 in range(0, shape[0], rows_per_part):
                 rows = min(rows_per_part, shape[0] - row0)
                 buf = self._buffer(rows * ref.row_bytes, f"{name}[{row0}:]")
-                self.device.write(buf, raw[row0:row0 + rows])
+                upload = Upload(name, ref.offset + row0 * ref.row_bytes, rows * ref.row_bytes, buf, 0)
+                self.uploads.append(upload)
+                if self.upload_now:
+                    self.device.write(buf, self.store.source.read(upload.file_offset, upload.nbytes))
                 w.parts.append((buf, row0, rows))
         self._bound[name] = w
         return w
