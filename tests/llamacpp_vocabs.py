@@ -21,6 +21,9 @@ CACHE = Path(os.environ.get("PYSHIM_LLAMACPP_VOCABS",
                             Path.home() / ".cache" / "pyshim" / "llama-cpp-python-0.3.36"))
 MEMBER_DIR = "vendor/llama.cpp/models/"
 SEPARATOR = "\n__ggml_vocab_test__\n"
+# Every test vocabulary whose type pyshim supports (bert-bge is WordPiece: not supported).
+SUPPORTED_VOCABS = ["command-r", "deepseek-coder", "deepseek-llm", "falcon", "gemma-4", "gpt-2", "llama-bpe",
+                    "llama-spm", "mpt", "phi-3", "qwen2", "qwen35", "refact", "starcoder"]
 
 
 def vocab_dir() -> Path:

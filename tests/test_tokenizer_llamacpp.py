@@ -26,9 +26,7 @@ sys.path.insert(0, str(HERE))
 
 import llamacpp_vocabs  # noqa: E402
 
-# Every llama.cpp test vocabulary whose type pyshim supports (bert-bge is WordPiece: not supported).
-SUPPORTED_VOCABS = ["command-r", "deepseek-coder", "deepseek-llm", "falcon", "gemma-4", "gpt-2", "llama-bpe",
-                    "llama-spm", "mpt", "phi-3", "qwen2", "qwen35", "refact", "starcoder"]
+SUPPORTED_VOCABS = llamacpp_vocabs.SUPPORTED_VOCABS
 MODES = {"plain": (False, False), "add_special": (True, False), "parse_special": (True, True)}
 FIXTURE = HERE / "fixtures" / "token_llamacpp.json"
 
