@@ -1,4 +1,4 @@
-"""Unicode helpers shared by the tokenizers: codepoint classes, the GPT-2 byte alphabet, UTF-8 sizes.
+"""Unicode helpers shared by the tokenizers: codepoint classes and the GPT-2 byte alphabet.
 
 llama.cpp's pre-tokenizers work on a "collapsed" copy of the text in which every non-ASCII codepoint
 is replaced by one byte naming its Unicode class (letter, number, punctuation, ...); the split
@@ -99,7 +99,3 @@ _LATIN1_TO_GPT2 = {b: ch for b, ch in enumerate(BYTE_TO_CHAR)}
 def byte_encode(word: str) -> str:
     """A pre-token in GPT-2's byte alphabet: its UTF-8 bytes, each shown as one printable char."""
     return word.encode("utf-8", "surrogatepass").decode("latin-1").translate(_LATIN1_TO_GPT2)
-
-
-def utf8_len(ch: str) -> int:
-    return len(ch.encode("utf-8", "surrogatepass"))

@@ -95,9 +95,6 @@ class Vocab:
     def size(self) -> int:
         return len(self.tokens)
 
-    def attr(self, token_id: int) -> int:
-        return self.attrs[token_id]
-
 
 def _array(metadata: dict[str, Any], key: str) -> list | None:
     value = metadata.get(key)
