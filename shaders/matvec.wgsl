@@ -1,7 +1,7 @@
 // y[t, r] = sum_k W[r, k] * x[t, k] (+ bias[r]) with W in its GGUF blocks, dequantized on the fly.
 // Barrier-free: one invocation computes ROWS consecutive output rows for one token (what CPU adapters
 // like lavapipe and SwiftShader want). Grid: x = rows / (WG * ROWS), y = tokens.
-// Defines: one W_<type>, WG, ROWS, optional BIAS.
+// Defines: one W_<type>, WG, ROWS, optional BIAS; REDUCE selects the workgroup-reduction variant below.
 #include "include/wtype.wgsl"
 
 struct Params {
@@ -36,6 +36,7 @@ fn sink(v: vec4<f32>, i: u32, acc: ptr<function, vec4<f32>>) {
     *acc = fma(v, x[(x_base + i) >> 2u], *acc);
 }
 
+#ifndef REDUCE
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     // the token from workgroup_id (workgroup size y is 1): the compiler then knows x's index is the
@@ -74,3 +75,48 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         y[params.y_off + t * params.y_stride + row] = y_r;
     }
 }
+#endif
+
+#ifdef REDUCE
+// The variant for real GPUs: a workgroup shares ROWS rows, invocation i takes blocks i, i + WG, ...
+// (neighbours read neighbouring blocks: coalesced), then a shared-memory tree sums the WG partials.
+// Grid: x * z = ceil(m / ROWS) (z when x would pass 65535 workgroups), y = tokens. WG: a power of 2.
+var<workgroup> partial_sums: array<f32, WG * ROWS>;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let t = wid.y;
+    let first = (wid.x + wid.z * nwg.x) * ROWS;
+    if (first >= params.m) {
+        return;
+    }
+    x_base = params.x_off + t * params.k;
+    let nb = params.k / BLOCK_ELEMS;
+    for (var r = 0u; r < ROWS; r++) {
+        let wb = params.w_off + min(first + r, params.m - 1u) * params.row_bytes;
+        var acc = vec4<f32>(0.0);
+        for (var b = lid.x; b < nb; b += WG) {
+            block_apply(wb + b * BLOCK_BYTES, b * BLOCK_ELEMS, &acc);
+        }
+        partial_sums[r * WG + lid.x] = acc.x + acc.y + acc.z + acc.w;
+    }
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
+        if (lid.x < stride) {
+            for (var r = 0u; r < ROWS; r++) {
+                partial_sums[r * WG + lid.x] += partial_sums[r * WG + lid.x + stride];
+            }
+        }
+        workgroupBarrier();
+    }
+    let row = first + lid.x;
+    if (lid.x < ROWS && row < params.m) {
+        var y_r = partial_sums[lid.x * WG];
+#ifdef BIAS
+        y_r += bias[params.bias_off + row];
+#endif
+        y[params.y_off + t * params.y_stride + row] = y_r;
+    }
+}
+#endif

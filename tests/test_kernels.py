@@ -47,7 +47,7 @@ class Dense:
         return self.values
 
 
-def run_matvec(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0, rows_per_thread=1):
+def run_matvec(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0, rows_per_thread=1, reduce=False):
     """raw uint8 (m, row_bytes); x (n, k) -> y (n, m). Pads put the tensors at offsets in their buffers."""
     m, row_bytes = raw.shape
     n, k = x.shape
@@ -55,10 +55,11 @@ def run_matvec(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0, rows
     xs = np.concatenate([np.zeros(x_pad, np.float32), x.reshape(-1)])
     define = {WEIGHT_TYPES[qtype][0]: True}
     inputs = [w, xs] + ([bias] if bias is not None else [])
-    key = ShaderKey.of("matvec", **define, WG=WG, BIAS=bias is not None, ROWS=rows_per_thread)
+    key = ShaderKey.of("matvec", **define, WG=16 if reduce else WG, BIAS=bias is not None, ROWS=rows_per_thread, REDUCE=reduce)
+    grid = (groups(m, rows_per_thread), n, 1) if reduce else (groups(m, WG * rows_per_thread), n, 1)
     (out,) = gpu.dispatch(key, inputs, [(y_pad + n * m) * 4],
                           dict(m=m, k=k, n=n, row_bytes=row_bytes, w_off=w_pad, x_off=x_pad, y_off=y_pad, bias_off=0, y_stride=m),
-                          (groups(m, WG * rows_per_thread), n, 1))
+                          grid)
     return f32(out)[y_pad:].reshape(n, m)
 
 
@@ -67,9 +68,9 @@ def check_close(got, want, rel=2e-5):
     np.testing.assert_allclose(got, want, rtol=rel, atol=rel * scale)
 
 
-@pytest.mark.parametrize("rows_per_thread", [1, 3])
+@pytest.mark.parametrize("variant", ["rows1", "rows3", "reduce_rows3"])
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
-def test_matvec_random_blocks(gpu, qtype, rows_per_thread):
+def test_matvec_random_blocks(gpu, qtype, variant):
     rng = np.random.default_rng(int(qtype))
     per = shader_block(qtype)[0]
     k = 3 * max(per, 32) if per < 256 else 512          # odd block counts put rows at 2-aligned offsets
@@ -77,7 +78,21 @@ def test_matvec_random_blocks(gpu, qtype, rows_per_thread):
     raw = random_weight(qtype, m, k, rng)
     x = rng.standard_normal((n, k), dtype=np.float32)
     want = x @ dequantize_rows(raw, qtype).reshape(m, k).T
-    check_close(run_matvec(gpu, qtype, raw, x, rows_per_thread=rows_per_thread), want)
+    check_close(run_matvec(gpu, qtype, raw, x, rows_per_thread=int(variant[-1]), reduce=variant.startswith("reduce")), want)
+
+
+def test_matvec_reduce_folds_the_grid_past_65535_workgroups(gpu):
+    from pyshim.gpu.kernels import matvec_grid, matvec_key
+
+    rng = np.random.default_rng(1)
+    m, k = 140_001, 8
+    w = rng.standard_normal((m, k), dtype=np.float32)
+    x = rng.standard_normal((1, k), dtype=np.float32)
+    grid = matvec_grid(m, 1, reduce=True)
+    assert grid[2] > 1 and grid[0] <= 65535
+    (out,) = gpu.dispatch(matvec_key(QT.F32, reduce=True), [w.view(np.uint8), x], [m * 4],
+                          dict(m=m, k=k, n=1, row_bytes=k * 4, w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m), grid)
+    check_close(f32(out, (1, m)), x @ w.T)
 
 
 @pytest.mark.parametrize("qtype", QUANTIZABLE, ids=lambda t: t.name)
@@ -100,6 +115,7 @@ def test_matvec_bias_and_offsets(gpu, qtype):
     bias = rng.standard_normal(m, dtype=np.float32)
     want = x @ dequantize_rows(raw, qtype).reshape(m, k).T + bias
     check_close(run_matvec(gpu, qtype, raw, x, bias=bias, w_pad=36, x_pad=8, y_pad=12, rows_per_thread=2), want)
+    check_close(run_matvec(gpu, qtype, raw, x, bias=bias, w_pad=36, x_pad=8, y_pad=12, rows_per_thread=2, reduce=True), want)
 
 
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)

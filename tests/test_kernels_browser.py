@@ -1,5 +1,5 @@
-"""The kernels in Chromium (Tint + SwiftShader here) against NumPy: every weight type's matvec and
-embedding, rmsnorm, rope, attention over a wrapped ring, glu and argmax.
+"""The kernels in Chromium (Tint + SwiftShader here) against NumPy: every weight type's matvec (both
+variants) and embedding, rmsnorm, rope, attention over a wrapped ring, glu and argmax.
 
 Python builds each case (expanded WGSL, input bytes, params, grid) and the expected result; one page runs
 all cases in one batch through plain WebGPU calls and returns the output bytes. One page per module."""
@@ -14,7 +14,8 @@ from gguf import GGMLQuantizationType as QT
 
 import harness
 from gpu_helpers import random_weight
-from pyshim.gpu.kernels import ARGMAX_CHUNK, MATVEC_ROWS, PARAMS, WEIGHT_TYPES, WG, groups, rope_theta, shader_block
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, WEIGHT_TYPES, WG, groups, matvec_grid, matvec_key, rope_theta,
+                                shader_block)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.reference import dequantize_rows
 from pyshim.rope import RopeSpec
@@ -102,9 +103,10 @@ def build_cases() -> Cases:
         raw = random_weight(qtype, m, k, rng)
         x = rng.standard_normal((n, k), dtype=np.float32)
         want = x @ dequantize_rows(raw, qtype).reshape(m, k).T
-        c.add(f"matvec {qtype.name}", ShaderKey.of("matvec", **{define: True}, WG=WG, ROWS=MATVEC_ROWS),
-              [raw, x], [n * m * 4], dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0,
-                                         y_stride=m), (groups(m, WG * MATVEC_ROWS), n, 1), close(want))
+        for reduce in (False, True):
+            c.add(f"matvec {qtype.name}{' reduce' if reduce else ''}", matvec_key(qtype, reduce=reduce),
+                  [raw, x], [n * m * 4], dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
+                                             bias_off=0, y_stride=m), matvec_grid(m, n, reduce), close(want))
         tokens = np.array([3, 0, 66, 3], dtype=np.uint32)
         want = dequantize_rows(raw[tokens.astype(np.int64)], qtype).reshape(len(tokens), k)
         c.add(f"embed {qtype.name}", ShaderKey.of("embed", **{define: True}, WG=WG), [raw, tokens], [want.nbytes],

@@ -24,8 +24,8 @@ from gguf import GGMLQuantizationType as QT
 from pyshim.errors import OutOfMemoryError, TensorShapeError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.pool import ActivationPool, Slot, physical
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, MATVEC_ROWS, PARAMS, WG, KernelCache, groups, rope_theta, shader_block,
-                                weight_define)
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, WG, KernelCache, groups, matvec_grid, matvec_key, rope_theta,
+                                shader_block, weight_define)
 from pyshim.ops import ACTIVATIONS, AttnSpec
 from pyshim.reference import SUPPORTED_TYPES, dequantize_rows
 from pyshim.rope import RopeSpec
@@ -113,17 +113,20 @@ class GpuOps:
     """`pyshim.ops.Ops` recorded for the GPU. Tensors are `Tensor` handles; weights `GpuWeight`s."""
 
     def __init__(self, device: GPUDevice, store: WeightStore, spec, n_ctx: int, kernels: KernelCache | None = None,
-                 *, max_chunk: int = MAX_CHUNK, max_binding: int | None = None, upload_now: bool = True):
+                 *, max_chunk: int = MAX_CHUNK, max_binding: int | None = None, upload_now: bool = True,
+                 reduce: bool | None = None):
         """`max_chunk`: most tokens per step (sizes the sliding-window rings); `max_binding` lowers the
         device's storage binding limit (tests use it to force tensors split by rows); `upload_now=False`
         leaves the quantized weights' bytes to the caller, who follows `uploads` (the browser's store
-        writes them from IndexedDB without passing them through Python)."""
+        writes them from IndexedDB without passing them through Python); `reduce` picks the matvec variant
+        (default: workgroup reductions on real GPUs, barrier-free on CPU adapters)."""
         self.device = device
         self.kernels = kernels or KernelCache(device)
         self.store = store
         self.spec = spec
         self.n_ctx = n_ctx
         self.max_chunk = max_chunk
+        self.reduce = (not device.caps.is_fallback) if reduce is None else reduce
         self.max_binding = min(int(device.caps.limits["max_storage_buffer_binding_size"]), max_binding or 1 << 62)
         self._bound: dict[str, GpuWeight] = {}
         self._program: Program | None = None
@@ -240,11 +243,11 @@ class GpuOps:
         n, k = x.shape
         m = w.shape[0]
         out = self._tensor((n, m), "matmul")
-        key = self._key("matvec", w.ref.qtype, BIAS=bias is not None, ROWS=MATVEC_ROWS)
+        key = matvec_key(w.ref.qtype, bias=bias is not None, reduce=self.reduce)
         for buf, row0, rows in w.parts:
             bindings = [buf, x.buf] + ([bias.f32_buf] if bias is not None else []) + [out.buf]
             # a part writes its rows of every token: y_off shifts by row0 and the row stride stays m
-            self._record("matvec", key, bindings, (groups(rows, WG * MATVEC_ROWS), n, 1), m=rows, k=k, n=n, row_bytes=w.ref.row_bytes,
+            self._record("matvec", key, bindings, matvec_grid(rows, n, self.reduce), m=rows, k=k, n=n, row_bytes=w.ref.row_bytes,
                          w_off=0, x_off=x.off, y_off=out.off + row0, bias_off=row0, y_stride=m)
         return out
 

@@ -23,6 +23,11 @@ ARGMAX_CHUNK = 256      # logits scanned per invocation in argmax's first pass
 # Output rows per matvec invocation. On lavapipe (CPU time per matvec, 8192x2048) 1, 2 and 4 are within
 # the noise of each other (2 was never worse); FACTS.md found 4 best for f32 on SwiftShader. To autotune.
 MATVEC_ROWS = 2
+# The workgroup-reduction matvec (real GPUs): invocations per workgroup and rows per workgroup. Untuned
+# (no GPU was at hand): 32 is one NVIDIA warp; k-quant rows of few blocks leave invocations idle.
+REDUCE_WG = 32
+REDUCE_ROWS = 2
+MAX_GROUPS = 65535      # WebGPU's default maxComputeWorkgroupsPerDimension
 
 # Weight type -> (define, elements per shader block, bytes per shader block). F32/F16 "blocks" are
 # 8 elements: what one call of block_apply reads (two vec4s).
@@ -102,6 +107,21 @@ def groups(n: int, per: int = WG) -> int:
     return max(1, -(-int(n) // per))
 
 
+def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False) -> ShaderKey:
+    """The barrier-free matvec (CPU adapters) or the workgroup-reduction one (`reduce`, real GPUs)."""
+    if reduce:
+        return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=REDUCE_WG, ROWS=REDUCE_ROWS, REDUCE=True, BIAS=bias)
+    return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=WG, ROWS=MATVEC_ROWS, BIAS=bias)
+
+
+def matvec_grid(m: int, n: int, reduce: bool = False) -> tuple[int, int, int]:
+    if not reduce:
+        return groups(m, WG * MATVEC_ROWS), n, 1
+    total = groups(m, REDUCE_ROWS)              # one workgroup per REDUCE_ROWS rows, folded into z past 65535
+    x = min(total, MAX_GROUPS)
+    return x, n, groups(total, x)
+
+
 class KernelCache:
     """Pipelines by ShaderKey, compiled once per device (WGSL errors surface as ShaderError)."""
 
@@ -141,8 +161,8 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256)) -> list[ShaderK
     compile checks in naga and Tint go through."""
     keys = []
     for define, _, _ in WEIGHT_TYPES.values():
-        keys += [ShaderKey.of("matvec", **{define: True}, WG=WG, ROWS=MATVEC_ROWS, BIAS=bias) for bias in (False, True)]
         keys.append(ShaderKey.of("embed", **{define: True}, WG=WG))
+    keys += [matvec_key(q, bias=bias, reduce=reduce) for q in WEIGHT_TYPES for bias in (False, True) for reduce in (False, True)]
     keys += [ShaderKey.of("rmsnorm", WG=WG), ShaderKey.of("kv_write", WG=WG)]
     keys += [ShaderKey.of("rope", WG=WG, NEOX=neox) for neox in (False, True)]
     keys += [ShaderKey.of("attention", WG=WG, HD4=hd // 4, HDV4=hd // 4, SOFTCAP=cap)
