@@ -190,3 +190,40 @@ def test_unknown_pre_tokenizer_and_model():
         Tokenizer.from_metadata({"tokenizer.ggml.model": "bert", "tokenizer.ggml.tokens": ["a"]})
     with pytest.raises(GGUFFormatError):
         Tokenizer.from_metadata({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a"]})
+
+
+# ---- the command line -----------------------------------------------------------------------------
+
+def _write_vocab_gguf(path: Path, metadata: dict) -> Path:
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model(metadata["tokenizer.ggml.model"])
+    writer.add_tokenizer_pre(metadata["tokenizer.ggml.pre"])
+    writer.add_token_list(metadata["tokenizer.ggml.tokens"])
+    writer.add_token_types(metadata["tokenizer.ggml.token_type"])
+    writer.add_token_merges(metadata["tokenizer.ggml.merges"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_tokenize_command(tmp_path, capsys, monkeypatch):
+    import io
+    import json
+
+    from pyshim.cli import main
+
+    model = _write_vocab_gguf(tmp_path / "vocab.gguf", bpe_metadata())
+    tok = Tokenizer.from_metadata(bpe_metadata())
+    assert main(["tokenize", str(model), "--text", "<|im_start|>hello world", "--parse-special", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"ids": tok.encode("<|im_start|>hello world", parse_special=True)}
+    (tmp_path / "in.txt").write_text("hello\n", "utf-8")
+    assert main(["tokenize", str(model), "--file", str(tmp_path / "in.txt"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"ids": tok.encode("hello\n")}
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello"))
+    assert main(["tokenize", str(model), "--file", "-"]) == 0
+    out = capsys.readouterr().out
+    assert f"{tok.token_id('hello'):>8}  'hello'" in out and out.strip().endswith("1 token")

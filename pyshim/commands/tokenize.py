@@ -37,5 +37,5 @@ def run(args) -> int:
         return 0
     for token_id in ids:
         print(f"{token_id:>8}  {tokenizer.token_to_piece(token_id, special=True)!r}")
-    print(f"{len(ids)} tokens")
+    print(f"{len(ids)} token{'' if len(ids) == 1 else 's'}")
     return 0
