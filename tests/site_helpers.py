@@ -121,3 +121,41 @@ def start_url_download(page, url: str) -> None:
     page.click("[aria-controls=tab-url]")
     page.fill("#url-input", url)
     page.click("#url-form button[type=submit]")
+
+
+def header_only_gguf(path: Path, *, n_vocab: int, n_embd: int, n_layers: int, n_ff: int) -> tuple[bytes, int]:
+    """A llama GGUF header (F16 tensors) without its tensor data: (header bytes, the full file's size).
+
+    Serving the header and claiming the full size fakes a model of any size without writing it."""
+    import numpy as np
+    from gguf import GGMLQuantizationType, GGUFWriter
+
+    from pyshim.header import read_header
+
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_name("Oversized test model")
+    writer.add_block_count(n_layers)
+    writer.add_context_length(4096)
+    writer.add_embedding_length(n_embd)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_embd // 128)
+    writer.add_head_count_kv(8)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(n_vocab)
+
+    def tensor(name: str, rows: int, cols: int) -> None:
+        writer.add_tensor_info(name, (rows, cols), np.float16, rows * cols * 2, raw_dtype=GGMLQuantizationType.F16)
+
+    tensor("token_embd.weight", n_vocab, n_embd)
+    for i in range(n_layers):
+        for part, rows, cols in (("attn_q", n_embd, n_embd), ("attn_k", 1024, n_embd), ("attn_v", 1024, n_embd),
+                                 ("attn_output", n_embd, n_embd), ("ffn_gate", n_ff, n_embd), ("ffn_up", n_ff, n_embd),
+                                 ("ffn_down", n_embd, n_ff)):
+            tensor(f"blk.{i}.{part}.weight", rows, cols)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    data = path.read_bytes()
+    header = read_header(data)
+    return data, header.data_offset + max(t.offset + t.nbytes for t in header.tensors)

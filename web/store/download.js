@@ -246,6 +246,7 @@ async function open(manifest, signal) {
     m.lastModified = first.lastModified;
     m.chunks = new Array(Math.ceil(first.size / m.chunkSize)).fill(null);
   });
+  await checkQuota(first.size, manifest.name);   // before the first chunk is kept
   const sha = await sha256Hex(first.bytes);
   return db.putChunk(manifest.id, 0, first.bytes, sha);
 }

@@ -126,7 +126,8 @@ function newChat() {
 export function setModel(manifest) {
   state.model = manifest;
   $("chat-model").textContent = manifest ? manifest.name : "No model selected";
-  $("chat-sub").textContent = manifest ? (manifest.status === "ready" ? "Stored on this computer" : "Downloading…") : "Choose a model on the left";
+  const sub = { ready: "Stored on this computer", refused: "Won't run on this GPU", error: "Download stopped", paused: "Download paused" };
+  $("chat-sub").textContent = manifest ? (sub[manifest.status] ?? "Downloading…") : "Choose a model on the left";
   renderNotice();
 }
 

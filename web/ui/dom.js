@@ -29,6 +29,10 @@ export function formatDuration(seconds) {
 
 export const formatRate = (bytesPerSec) => (bytesPerSec ? `${(bytesPerSec / 1e6).toFixed(1)} MB/s` : "");
 
+const MAX_TOASTS = 3;
+const TOAST_MS = 6000;
+const ERROR_TOAST_MS = 15000;   // errors also stay on the model's row, so the toast can go
+
 // A dismissable message: what happened, and on its own line what to do about it.
 export function toast(kind, message, hint = null) {
   const box = $("toasts");
@@ -37,6 +41,7 @@ export function toast(kind, message, hint = null) {
     h("div", {}, h("strong", { text: message }), hint ? h("div", { class: "hint", text: hint }) : null), close);
   close.addEventListener("click", () => item.remove());
   box.append(item);
-  if (kind !== "error") setTimeout(() => item.remove(), 6000);
+  while (box.children.length > MAX_TOASTS) box.firstElementChild.remove();
+  setTimeout(() => item.remove(), kind === "error" ? ERROR_TOAST_MS : TOAST_MS);
   return item;
 }

@@ -26,7 +26,9 @@ async function checkFit(prefix, size) {
   if (summary.need !== undefined) return summary;
   if (summary.refused) {
     const { name, message, hint } = summary.refused;
-    throw Object.assign(new StoreError(name, message, hint), { refusal: true });
+    // PyshimError's text already ends with " — hint"; the UI shows the hint on its own line.
+    const text = hint && message.endsWith(` — ${hint}`) ? message.slice(0, -hint.length - 3) : message;
+    throw Object.assign(new StoreError(name, text, hint), { refusal: true });
   }
   if (summary.supported && summary.context_length && summary.context_length < context) {
     context = summary.context_length;   // never plan a cache longer than the model was trained for

@@ -1,0 +1,133 @@
+"""Files the site must refuse, each with a message that says why and what to do: not a GGUF, a
+truncated GGUF, a model too big for this GPU (refused after the header, before the body), more
+than the storage quota, a server that ignores Range, and a file that changes mid-download."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from site_helpers import (CHUNK, SMOLLM2, header_only_gguf, model_id, open_site, row_text, serve_bytes, shot,
+                          smollm2_path, start_url_download, store_ok, wait_status)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+FAKE = "fake"   # URL folder the tests answer through context.route; the dev server has no such folder
+
+
+@pytest.fixture(scope="module")
+def site(chromium, dev_server):
+    context, page, watch = open_site(chromium, dev_server)
+    yield context, page, watch
+    context.close()
+
+
+def fake_url(page, name: str) -> str:
+    return page.evaluate("(p) => new URL(p, location.href).href", f"{FAKE}/{name}")
+
+
+WAIT_MS = 60_000
+
+
+def refused_row(page, name: str) -> str:
+    wait_status(page, name, "refused", WAIT_MS)
+    return row_text(page, name)
+
+
+def test_non_gguf_file_is_refused(site):
+    _, page, _ = site
+    start_url_download(page, page.evaluate("() => new URL('vendor/pyodide/pyodide-lock.json', location.href).href"))
+    text = refused_row(page, "pyodide-lock.json")
+    assert "not a GGUF file" in text, text
+    manifest = store_ok(page, "getModel", model_id(page, "vendor/pyodide/pyodide-lock.json"))
+    assert manifest["status"] == "refused" and not any(manifest["chunks"])   # nothing kept
+    shot(page, "05-refused-not-gguf")
+
+
+@pytest.mark.models
+def test_truncated_gguf_is_refused(site):
+    context, page, _ = site
+    prefix = smollm2_path().read_bytes()[:4 << 20]
+    context.route(f"**/{FAKE}/truncated.gguf", lambda route: serve_bytes(route, prefix))
+    start_url_download(page, fake_url(page, "truncated.gguf"))
+    text = refused_row(page, "truncated.gguf")
+    assert "past the end of the file" in text and "download it again" in text, text
+
+
+def test_model_too_big_for_the_gpu_is_refused_after_the_header_only(site, tmp_path):
+    context, page, _ = site
+    # 2.4 GB of F16 weights whose embedding table (2.1 GB) exceeds SwiftShader's 1 GiB storage binding
+    header, total = header_only_gguf(tmp_path / "big.gguf", n_vocab=256_000, n_embd=4096, n_layers=1, n_ff=11008)
+    requests = []
+    context.route(f"**/{FAKE}/big.gguf", lambda route: (requests.append(route.request.headers.get("range")), serve_bytes(route, header, total=total)))
+    start_url_download(page, fake_url(page, "big.gguf"))
+    text = refused_row(page, "big.gguf")
+    assert "largest storage binding" in text and "token_embd.weight" in text, text
+    assert requests == [f"bytes=0-{CHUNK - 1}"]   # the first chunk (the header), never the body
+    page.click("#stored li:has-text('big.gguf') .row-main")
+    page.wait_for_selector("#fit-panel[data-verdict=refused]")
+    assert "Won't run here" in page.inner_text("#fit-panel")
+    manifest = store_ok(page, "getModel", model_id(page, fake_url(page, "big.gguf")))
+    assert not any(manifest["chunks"]) and manifest["probe"]["weight_bytes"] > 2e9
+    shot(page, "06-refused-too-big")
+
+
+@pytest.mark.models
+def test_model_over_the_memory_budget_is_refused(site):
+    context, page, _ = site
+    data = smollm2_path().read_bytes()
+    page.evaluate("() => localStorage.setItem('pyshim.gpuBudgetMiB', '100')")   # a 100 MiB GPU
+    try:
+        context.route(f"**/{FAKE}/budget.gguf", lambda route: serve_bytes(route, data))
+        start_url_download(page, fake_url(page, "budget.gguf"))
+        text = refused_row(page, "budget.gguf")
+    finally:
+        page.evaluate("() => localStorage.removeItem('pyshim.gpuBudgetMiB')")
+    assert "more than the 105 MB of GPU memory assumed available" in text, text
+
+
+def test_more_than_the_quota_is_refused_with_the_space_needed(site, tmp_path):
+    context, page, _ = site
+    header, total = header_only_gguf(tmp_path / "huge.gguf", n_vocab=128_256, n_embd=8192, n_layers=80, n_ff=28672)
+    quota = page.evaluate("async () => (await navigator.storage.estimate()).quota")
+    assert total > quota, "the fake model must exceed this browser's quota"
+    context.route(f"**/{FAKE}/huge.gguf", lambda route: serve_bytes(route, header, total=total))
+    start_url_download(page, fake_url(page, "huge.gguf"))
+    wait_status(page, "huge.gguf", "error", WAIT_MS)
+    text = row_text(page, "huge.gguf")
+    assert re.search(r"needs 13\d\.\d\d GB more storage, but this browser allows this site only", text), text
+    assert "delete stored models or free" in text, text
+    assert not any(store_ok(page, "getModel", model_id(page, fake_url(page, "huge.gguf")))["chunks"])   # nothing kept
+
+
+@pytest.mark.models
+def test_server_ignoring_range_is_explained(site):
+    context, page, _ = site
+    data = smollm2_path().read_bytes()[:20 << 20]
+    context.route(f"**/{FAKE}/norange.gguf", lambda route: serve_bytes(route, data, honour_range=False))
+    start_url_download(page, fake_url(page, "norange.gguf"))
+    wait_status(page, "norange.gguf", "error", WAIT_MS)
+    text = row_text(page, "norange.gguf")
+    assert "ignored the byte-range request (HTTP 200 instead of 206)" in text and "import it as a local file" in text, text
+    shot(page, "07-error-no-range")
+
+
+@pytest.mark.models
+def test_file_changed_during_download_is_detected(site):
+    context, page, watch = site
+    data = smollm2_path().read_bytes()
+
+    def changing(route):
+        if route.request.headers.get("if-range"):   # after the first chunk the file "is replaced"
+            serve_bytes(route, data[::-1], etag='"test-2"') if route.request.headers["if-range"] == '"test-2"' else \
+                route.fulfill(status=200, headers={"ETag": '"test-2"', "Content-Type": "application/octet-stream"}, body=data[:1 << 20])
+        else:
+            serve_bytes(route, data, etag='"test-1"')
+
+    context.route(f"**/{FAKE}/changing.gguf", changing)
+    start_url_download(page, fake_url(page, "changing.gguf"))
+    wait_status(page, "changing.gguf", "error", WAIT_MS)
+    text = row_text(page, "changing.gguf")
+    assert "changed since the download started" in text and "start again" in text, text
+    assert SMOLLM2.size > CHUNK
+    watch.check(allow_console_errors=("Failed to load resource",))
