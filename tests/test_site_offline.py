@@ -1,0 +1,72 @@
+"""A local file imported chunk by chunk (file input and drag-and-drop), then the site offline: after
+one online visit the service worker serves the app and Python, and the stored models are listed."""
+
+from __future__ import annotations
+
+import pytest
+
+import harness
+from site_helpers import OFFLINE_CONSOLE_NOISE, SMOLLM2, open_site, row_text, shot, smollm2_path, store_ok, wait_status
+
+pytestmark = [pytest.mark.browser, pytest.mark.models, pytest.mark.slow]
+FILE_NAME = SMOLLM2.file_name
+
+
+@pytest.fixture(scope="module")
+def site(chromium, dev_server):
+    smollm2_path()
+    context, page, watch = open_site(chromium, dev_server)
+    yield context, page, watch
+    context.set_offline(False)
+    context.close()
+
+
+def test_service_worker_takes_over(site):
+    _, page, _ = site
+    page.wait_for_function("() => window.pyshimOffline === true", timeout=harness.BOOT_TIMEOUT_MS)
+    caches = page.evaluate("() => caches.keys()")
+    assert any(c.startswith("pyshim-shell-") for c in caches), caches
+    cached = page.evaluate("async () => (await (await caches.open((await caches.keys()).find(k => k.startsWith('pyshim-shell-')))).keys()).map(r => r.url)")
+    assert any(u.endswith("pyodide.asm.wasm") for u in cached) and any("pyshim-" in u and u.endswith(".whl") for u in cached)
+    assert not any("/models/" in u for u in cached)
+
+
+def test_import_local_file_through_the_file_input(site):
+    _, page, watch = site
+    page.click("[aria-controls=tab-file]")
+    before = len(watch.requests)
+    page.set_input_files("#file-input", str(smollm2_path()))
+    wait_status(page, FILE_NAME, "ready")
+    assert not any("/models/" in r for r in watch.requests[before:])   # read from the file, not the server
+    models = store_ok(page, "listModels")
+    (manifest,) = [m for m in models if m["name"] == FILE_NAME]
+    assert manifest["source"]["kind"] == "file" and manifest["size"] == SMOLLM2.size
+    assert manifest["sha256"] == SMOLLM2.sha256 and len(manifest["chunks"]) == 6 and all(manifest["chunks"])
+    assert "local file" in row_text(page, FILE_NAME)
+
+
+def test_drag_and_drop_goes_through_the_same_store(site):
+    _, page, _ = site
+    page.evaluate("""() => {
+        const dt = new DataTransfer();
+        dt.items.add(new File(['just some notes, not a model'], 'notes.gguf', {type: 'application/octet-stream'}));
+        document.getElementById('dropzone').dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true, cancelable: true}));
+    }""")
+    wait_status(page, "notes.gguf", "refused", 60_000)
+    assert "not a GGUF file" in row_text(page, "notes.gguf")
+    page.click("#stored li:has-text('notes.gguf') button:has-text('Delete')")
+    page.wait_for_selector("#stored li:has-text('notes.gguf')", state="detached")
+
+
+def test_offline_after_one_visit(site):
+    context, page, watch = site
+    context.set_offline(True)
+    page.reload()
+    boot = harness.wait_for_boot(page)
+    assert boot["versions"]["pyshim"] and boot["total_ms"] > 0
+    wait_status(page, FILE_NAME, "ready", 30_000)
+    page.wait_for_function("() => document.querySelector('#server-note').textContent.includes('No dev server')")
+    page.wait_for_selector("#status[data-state=ready]", timeout=harness.BOOT_TIMEOUT_MS)
+    assert page.evaluate("() => navigator.onLine") is False
+    shot(page, "08-offline-stored-model")
+    watch.check(allow_console_errors=OFFLINE_CONSOLE_NOISE)
