@@ -58,6 +58,65 @@ def test_drag_and_drop_goes_through_the_same_store(site):
     page.wait_for_selector("#stored li:has-text('notes.gguf')", state="detached")
 
 
+# A stand-in for the engine's generate: streams tokens as the worker protocol will, with text that
+# would run script if it were ever parsed as HTML, and honours abort.
+FAKE_ENGINE_JS = """() => {
+  const engine = window.pyshimEngine;
+  const real = engine.request.bind(engine);
+  const aborted = new Set();
+  engine.request = async (kind, params, opts = {}) => {
+    if (kind === 'abort') { aborted.add(params.request_id); return {aborted: true}; }
+    if (kind !== 'generate') return real(kind, params, opts);
+    const id = 'fake-' + Math.random();
+    opts.onId?.(id);
+    window.lastGenerate = params;
+    const last = params.messages[params.messages.length - 1].content;
+    const tokens = last.includes('forever')
+      ? Array.from({length: 400}, (_, i) => `word${i} `)
+      : ['Here is **bold**, ', '<script>window.pwned = 1</script>', ' and <img src=x onerror="window.pwned = 2">', '\\n\\n```python\\nprint(\"hi\")\\n```'];
+    let text = '';
+    for (const [i, t] of tokens.entries()) {
+      if (aborted.has(id)) return {text, finish_reason: 'abort', usage: {}, timings: {ttft_ms: 120}};
+      await new Promise(r => setTimeout(r, 30));
+      text += t;
+      opts.onEvent?.('token', {text: t, token: i, index: i});
+    }
+    return {text, finish_reason: 'stop', usage: {prompt_tokens: 12, completion_tokens: tokens.length},
+            timings: {ttft_ms: 250, decode_tok_per_s: 31.5}};
+  };
+  window.pyshimApp.setEngine(engine, true);
+}"""
+
+
+def test_chat_ui_streams_text_safely_with_a_stand_in_engine(site):
+    _, page, _ = site
+    page.click(f"#stored li:has-text('{FILE_NAME}') .row-main")
+    page.evaluate(FAKE_ENGINE_JS)
+    page.wait_for_selector("#chat[data-state=ready]")
+    assert page.is_hidden("#notice")
+    page.fill("#prompt", "Show me <b>markup</b>")
+    page.click("#send")
+    page.wait_for_selector(".msg.assistant .stats:has-text('tok/s')")
+    reply = page.locator(".msg.assistant .bubble").last
+    assert "<script>window.pwned = 1</script>" in reply.inner_text()
+    assert page.evaluate("() => window.pwned") is None
+    assert page.locator(".messages script, .messages img").count() == 0
+    assert reply.locator("strong").inner_text() == "bold" and reply.locator("pre code").inner_text() == 'print("hi")'
+    assert page.locator(".msg.user .bubble").inner_text() == "Show me <b>markup</b>"
+    sent = page.evaluate("() => window.lastGenerate")
+    assert sent["messages"][0]["role"] == "system" and sent["messages"][-1] == {"role": "user", "content": "Show me <b>markup</b>"}
+    assert set(sent["sampling"]) == {"temperature", "top_p", "top_k", "max_tokens", "seed"}
+    shot(page, "09-chatting-stand-in-engine")
+    page.fill("#prompt", "talk forever")
+    page.click("#send")
+    page.wait_for_selector("#stop:visible")
+    page.click("#stop")
+    page.wait_for_selector(".msg.assistant .stats:has-text('stopped')")
+    assert page.is_hidden("#stop")
+    page.click("#new-chat")
+    assert page.locator(".msg").count() == 0
+
+
 def test_offline_after_one_visit(site):
     context, page, watch = site
     context.set_offline(True)

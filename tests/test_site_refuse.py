@@ -66,7 +66,7 @@ def test_model_too_big_for_the_gpu_is_refused_after_the_header_only(site, tmp_pa
     assert requests == [f"bytes=0-{CHUNK - 1}"]   # the first chunk (the header), never the body
     page.click("#stored li:has-text('big.gguf') .row-main")
     page.wait_for_selector("#fit-panel[data-verdict=refused]")
-    assert "Won't run here" in page.inner_text("#fit-panel")
+    assert "Won't run here" in page.inner_text("#fit-panel") and page.is_visible("#fit-panel .fit-facts")
     manifest = store_ok(page, "getModel", model_id(page, fake_url(page, "big.gguf")))
     assert not any(manifest["chunks"]) and manifest["probe"]["weight_bytes"] > 2e9
     shot(page, "06-refused-too-big")

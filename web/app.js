@@ -52,6 +52,7 @@ async function registerServiceWorker() {
 
 const engine = new EngineClient();
 window.pyshimEngine = engine; // for the browser tests and the console
+window.pyshimApp = { setEngine }; // lets a test put a stand-in engine behind the chat
 engine.addEventListener("boot-step", (e) => showStep(e.detail));
 
 let resolveAdapter;

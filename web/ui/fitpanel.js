@@ -18,9 +18,10 @@ export function renderFit(manifest) {
   }
   panel.hidden = false;
   panel.dataset.verdict = fit?.ok ? "fits" : "refused";
+  const gpu = fit?.needBytes ? ` ${formatBytes(fit.needBytes)} of ${formatBytes(fit.budgetBytes)} GPU memory at ${probe?.context} tokens.` : "";
   const verdict = fit?.ok
-    ? h("p", { class: "verdict ok" }, h("span", { class: "badge ok", text: "Fits" }), " This model fits this GPU at the chosen context.")
-    : h("p", { class: "verdict bad" }, h("span", { class: "badge bad", text: "Won't run here" }), " ", (fit?.reasons ?? []).join(" "));
+    ? h("summary", { class: "verdict ok" }, h("span", { class: "badge ok", text: "Fits" }), ` Will it fit? Yes:${gpu}`)
+    : h("summary", { class: "verdict bad" }, h("span", { class: "badge bad", text: "Won't run here" }), " ", (fit?.reasons ?? []).join(" "));
   const facts = h("dl", { class: "fit-facts" });
   if (probe) {
     facts.append(...row("Model", probe.name || manifest.name, `${probe.architecture ?? "unknown"}${probe.file_type ? ` · ${probe.file_type}` : ""}`));
@@ -36,5 +37,6 @@ export function renderFit(manifest) {
       }
     }
   }
-  panel.append(h("h3", { text: "Will it fit?" }), verdict, facts);
+  // Folded when the answer is yes (the chat needs the room); open when it explains a refusal.
+  panel.append(h("details", { open: !fit?.ok }, verdict, facts));
 }
