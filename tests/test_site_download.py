@@ -100,6 +100,15 @@ def test_slice_pieces_stream_chunk_by_chunk(site):
         assert p["sha"] == hashlib.sha256(data[offset:offset + size]).hexdigest()
 
 
+def test_the_worker_reads_slices_from_indexeddb(site):
+    _, page, _ = site
+    data = smollm2_path().read_bytes()
+    offset, size = CHUNK - 1000, 2 * CHUNK
+    out = page.evaluate("([id, offset, size]) => window.pyshimEngine.request('store-digest', {model_id: id, offset, size})",
+                        [model_id(page, SMOLLM2_URL_PATH), offset, size])
+    assert out == {"sha256": hashlib.sha256(data[offset:offset + size]).hexdigest(), "pieces": 3}
+
+
 def test_delete_frees_storage(site):
     _, page, watch = site
     page.evaluate("() => navigator.storage.estimate()")

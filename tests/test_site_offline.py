@@ -58,6 +58,16 @@ def test_drag_and_drop_goes_through_the_same_store(site):
     page.wait_for_selector("#stored li:has-text('notes.gguf')", state="detached")
 
 
+def test_generate_protocol_answers_until_the_engine_lands(site):
+    _, page, _ = site
+    caps = harness.engine_request(page, "capabilities")
+    assert caps["generate"] is False and {"generate", "abort", "probe-bytes", "store-digest"} <= set(caps["kinds"])
+    err = page.evaluate("""async () => { try { await window.pyshimEngine.request('generate', {messages: []}); }
+                                         catch (e) { return {name: e.name, hint: e.hint}; } }""")
+    assert err["name"] == "EngineUnavailableError" and err["hint"]
+    assert harness.engine_request(page, "abort", {"request_id": 12345}) == {"aborted": False}
+    assert "not available yet" in page.inner_text("#notice")
+
 # A stand-in for the engine's generate: streams tokens as the worker protocol will, with text that
 # would run script if it were ever parsed as HTML, and honours abort.
 FAKE_ENGINE_JS = """() => {

@@ -80,6 +80,19 @@ const handlers = {
       "except PyshimError as _e:\n    _r = {'refused': {'name': type(_e).__name__, 'message': str(_e), 'hint': _e.hint}}\n" +
       "del _prefix, _probe_args, _a\njson.dumps(_r)");
   },
+  // SHA-256 of bytes [offset, offset + size) of a stored model, read in this worker through
+  // store.slicePieces, chunk by chunk: the path the GPU loader takes (each piece -> queue.writeBuffer).
+  async "store-digest"({ model_id, offset, size }) {
+    const { slicePieces } = await import("../store/store.js");
+    const { Sha256 } = await import("../store/sha256.js");
+    const hash = new Sha256();
+    let pieces = 0;
+    for await (const { bytes } of slicePieces(model_id, [{ offset, size }])) {
+      hash.update(bytes);
+      pieces++;
+    }
+    return { sha256: hash.hex(), pieces };
+  },
   // What this worker can do now; the page shows chat as unavailable until `generate` is true.
   async capabilities() {
     return { kinds: Object.keys(handlers), generate: generation.available() };
