@@ -127,6 +127,19 @@ def test_chat_ui_streams_text_safely_with_a_stand_in_engine(site):
     assert page.locator(".msg").count() == 0
 
 
+def test_a_new_version_replaces_the_old_cache(site, dev_server):
+    context, page, _ = site
+    page.evaluate("() => caches.open('pyshim-shell-v0').then(c => c.put('/stale', new Response('old')))")
+    source = (harness.ROOT / "web" / "sw.js").read_text()
+    assert 'const CACHE_VERSION = "v1";' in source
+    upgraded = source.replace('const CACHE_VERSION = "v1";', 'const CACHE_VERSION = "v2-test";')
+    context.route("**/sw.js", lambda route: route.fulfill(status=200, content_type="text/javascript", body=upgraded))
+    try:
+        page.evaluate("async () => (await navigator.serviceWorker.getRegistration()).update()")
+        page.wait_for_function("() => caches.keys().then(k => k.length === 1 && k[0] === 'pyshim-shell-v2-test')", timeout=60_000)
+    finally:
+        context.unroute("**/sw.js")
+
 def test_offline_after_one_visit(site):
     context, page, watch = site
     context.set_offline(True)
