@@ -17,6 +17,8 @@ COMMANDS = {
     "inspect": "show a GGUF model's hyperparameters, tensor types and memory needs",
     "tokenize": "print a text's token ids for a model (same ids as llama.cpp)",
     "bench": "measure the engine and its peer (wllama) in headless Chromium; JSON, HTML and Markdown reports",
+    "generate": "continue a prompt (or --chat) with a model, streaming the text",
+    "score": "teacher-forced top-k logits after every prefix of a text (JSON; compare with llama.cpp)",
 }
 
 

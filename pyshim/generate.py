@@ -140,15 +140,14 @@ class Generation:
     stats: GenerationStats = field(default_factory=GenerationStats)
 
 
-def generate_text(runner, prompt_ids: Sequence[int], decode: Callable[[Sequence[int]], str], *,
-                  max_tokens: int, params: SamplingParams, stop_ids: Sequence[int] = (),
-                  stop_strings: Sequence[str] = (), on_text: Callable[[str], None] | None = None) -> Generation:
-    """Generate and detokenize as it goes. `decode(ids) -> str` turns ids into text; a trailing
-    U+FFFD (an incomplete UTF-8 sequence) is held back until the next token completes it.
+def generate_text(runner, prompt_ids: Sequence[int], stream, *, max_tokens: int, params: SamplingParams,
+                  stop_ids: Sequence[int] = (), stop_strings: Sequence[str] = (),
+                  on_text: Callable[[str], None] | None = None) -> Generation:
+    """Generate and detokenize as it goes. `stream` turns ids into text incrementally: `add(id) -> str`,
+    `finish() -> str` (the tokenizer's StreamingDecoder, which holds back incomplete UTF-8).
     Stop ids end generation and are not part of the text; stop strings cut the text before them."""
     result = Generation(prompt_ids=list(prompt_ids))
     watcher = StopStrings(stop_strings)
-    shown = ""                   # decoded text of result.ids so far, as released to the watcher
     stop = set(int(t) for t in stop_ids)
 
     def emit(piece: str) -> None:
@@ -162,17 +161,12 @@ def generate_text(runner, prompt_ids: Sequence[int], decode: Callable[[Sequence[
             result.stats.finish_reason = "stop"
             break
         result.ids.append(token)
-        full = decode(result.ids)
-        if full.endswith("\ufffd"):
-            continue
-        emit(watcher.feed(full[len(shown):]))
-        shown = full
+        emit(watcher.feed(stream.add(token)))
         if watcher.stopped:
             result.stats.finish_reason = "stop"
             break
     if not watcher.stopped:
-        full = decode(result.ids)
-        emit(watcher.feed(full[len(shown):]) + watcher.flush())
+        emit(watcher.feed(stream.finish()) + watcher.flush())
     return result
 
 

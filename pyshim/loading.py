@@ -53,7 +53,8 @@ class Runner:
 
 
 def load(path: str | Path | None = None, *, header: GGUFHeader | None = None, source: ByteSource | None = None,
-         n_ctx: int | None = None, backend: str = "cpu", cache_weights: bool = True) -> Runner:
+         n_ctx: int | None = None, backend: str = "cpu", cache_weights: bool = True,
+         emulate_llama_cpp: bool = False) -> Runner:
     """A Runner for a GGUF file (`path`), or for a parsed header plus a byte source (Pyodide)."""
     if backend not in BACKENDS:
         raise BadRequestError(f"backend {backend!r} is not available here", hint=f"use one of: {', '.join(BACKENDS)}")
@@ -68,6 +69,7 @@ def load(path: str | Path | None = None, *, header: GGUFHeader | None = None, so
     if n_ctx < 1:
         raise BadRequestError(f"the context length must be positive, got {n_ctx}")
     from pyshim.reference import NumpyOps
-    ops = NumpyOps(WeightStore(tensor_refs_from_header(header), source), spec, n_ctx, cache_weights=cache_weights)
+    ops = NumpyOps(WeightStore(tensor_refs_from_header(header), source), spec, n_ctx, cache_weights=cache_weights,
+                   emulate_llama_cpp=emulate_llama_cpp)
     model = build_model(spec, ops)
     return Runner(spec=spec, header=header, ops=ops, model=model, n_ctx=n_ctx)

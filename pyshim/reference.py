@@ -30,6 +30,7 @@ SUPPORTED_TYPES = frozenset({QT.F32, QT.F16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0,
 DEQUANT_CHUNK_ROWS = 4096
 GELU_COEF_A = 0.044715
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+GELU_TABLE_LIMIT = 10.0
 
 
 def dequantize_rows(raw: np.ndarray, qtype: QT) -> np.ndarray:
@@ -41,11 +42,78 @@ def dequantize_rows(raw: np.ndarray, qtype: QT) -> np.ndarray:
     return quants.dequantize(raw, qtype).astype(np.float32, copy=False)
 
 
+# llama.cpp's CPU backend quantizes the activations of a quantized matmul before the dot products
+# (its "vec_dot_type"). Emulating that (`llama_cpp_activations=True`) makes the reference agree with
+# llama.cpp's logits far more closely; the GPU kernels keep f32 activations, so compare those against
+# the reference with it off.
+_ACT_Q8_0 = frozenset({QT.Q4_0, QT.Q5_0, QT.Q8_0})
+_ACT_Q8_1 = frozenset({QT.Q4_1})       # Q8_0's values plus a per-block sum kept as f16
+_ACT_Q8_K = frozenset({QT.Q4_K, QT.Q5_K, QT.Q6_K})
+Q8_BLOCK = 32
+Q8_K_BLOCK = 256
+
+
+def _q8_0_roundtrip(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ggml's x86 quantize_row_q8_0 then dequantize; also each block's (q, f32 scale) for Q8_1's sum."""
+    blocks = x.reshape(-1, Q8_BLOCK).astype(np.float32)
+    amax = np.abs(blocks).max(axis=1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax == 0, np.float32(0), np.float32(127.0) / amax).astype(np.float32)
+    q = np.rint(blocks * inv)                                   # round half to even, like _mm256_round_ps
+    d = (amax / np.float32(127.0)).astype(np.float32)
+    values = (q * d.astype(np.float16).astype(np.float32)).reshape(x.shape)
+    return values, q.sum(axis=1).reshape(*x.shape[:-1], -1) * d.reshape(*x.shape[:-1], -1)
+
+
+def _q8_k_roundtrip(x: np.ndarray) -> np.ndarray:
+    """ggml's quantize_row_q8_K then dequantize: per 256 values, scale so the largest magnitude is -127."""
+    blocks = x.reshape(-1, Q8_K_BLOCK).astype(np.float32)
+    at = np.argmax(np.abs(blocks), axis=1)
+    biggest = blocks[np.arange(len(blocks)), at][:, None]
+    with np.errstate(divide="ignore"):
+        iscale = np.where(biggest == 0, np.float32(0), np.float32(-127.0) / biggest).astype(np.float32)
+        d = np.where(iscale == 0, np.float32(0), np.float32(1.0) / iscale).astype(np.float32)
+    q = np.minimum(127, np.rint(iscale * blocks))              # ggml's nearest_int rounds half to even
+    return (q * d).astype(np.float32).reshape(x.shape)
+
+
+def llama_cpp_activations(x: np.ndarray, qtype: QT) -> np.ndarray:
+    """x as llama.cpp's CPU matmul sees it against a weight of type `qtype`."""
+    if qtype in _ACT_Q8_0 or qtype in _ACT_Q8_1:
+        return _q8_0_roundtrip(x)[0]
+    if qtype in _ACT_Q8_K:
+        return _q8_k_roundtrip(x)
+    if qtype == QT.F16:
+        return x.astype(np.float16).astype(np.float32)
+    return x
+
+
+def q8_1_sum_correction(x: np.ndarray, mins: np.ndarray) -> np.ndarray:
+    """What llama.cpp adds to a Q4_1 matmul beyond dequantized-activations @ dequantized-weights: it
+    multiplies each weight block's min by the activation block's sum rounded to f16, not the exact sum.
+    x [n, k]; mins [m, k / 32] -> [n, m]."""
+    values, sums = _q8_0_roundtrip(x)
+    exact = values.reshape(x.shape[0], -1, Q8_BLOCK).sum(axis=2, dtype=np.float64)
+    rounded = sums.astype(np.float16).astype(np.float64)
+    return ((rounded - exact) @ mins.T.astype(np.float64)).astype(np.float32)
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)))
+
+
+def _gelu_llama_cpp(x: np.ndarray) -> np.ndarray:
+    """ggml's CPU GELU: a table over f16 inputs with f16 outputs, exact outside (-10, 10)."""
+    table = _gelu_tanh(x.astype(np.float16).astype(np.float32)).astype(np.float16).astype(np.float32)
+    return np.where(x <= -GELU_TABLE_LIMIT, 0.0, np.where(x >= GELU_TABLE_LIMIT, x, table)).astype(np.float32)
+
+
 class Weight:
     """A bound GGUF tensor: its place in the file, and its f32 values once asked for (cached or not)."""
 
-    def __init__(self, store: WeightStore, ref: TensorRef, cache: bool):
+    def __init__(self, store: WeightStore, ref: TensorRef, cache: bool, emulate_llama_cpp: bool = False):
         self.store, self.ref, self.cache = store, ref, cache
+        self.emulate_llama_cpp = emulate_llama_cpp
         self.shape = ref.shape
         self._dense: np.ndarray | None = None
 
@@ -66,6 +134,19 @@ class Weight:
 
     def matmul_t(self, x: np.ndarray) -> np.ndarray:
         """x [n, k] @ self.T -> [n, m]."""
+        if self.emulate_llama_cpp:
+            out = self._matmul_t(llama_cpp_activations(x, self.ref.qtype))
+            if self.ref.qtype in _ACT_Q8_1:
+                out += q8_1_sum_correction(x, self._block_mins())
+            return out
+        return self._matmul_t(x)
+
+    def _block_mins(self) -> np.ndarray:
+        """Each Q4_1 block's min (f16 at bytes 2..4 of its 20): [rows, blocks]."""
+        blocks = self.store.raw(self.ref.name).reshape(self.shape[0], -1, self.ref.block[1])
+        return blocks[:, :, 2:4].copy().view(np.float16)[:, :, 0].astype(np.float32)
+
+    def _matmul_t(self, x: np.ndarray) -> np.ndarray:
         if self.cache or self.ref.qtype == QT.F32:
             return x @ self.dense().T
         raw = self.store.raw(self.ref.name)
@@ -79,9 +160,11 @@ class Weight:
 class NumpyOps:
     """`pyshim.ops.Ops` in NumPy. Tensors are float32 ndarrays; tokens and positions int64 arrays."""
 
-    def __init__(self, store: WeightStore, spec, n_ctx: int, cache_weights: bool = True):
+    def __init__(self, store: WeightStore, spec, n_ctx: int, cache_weights: bool = True,
+                 emulate_llama_cpp: bool = False):
         self.store = store
         self.cache_weights = cache_weights
+        self.emulate_llama_cpp = emulate_llama_cpp
         self.kv = KVCache(spec, n_ctx)
         self._bound: dict[str, Weight] = {}
 
@@ -116,7 +199,7 @@ class NumpyOps:
             raise TensorShapeError(f"tensor {name!r} has shape {tuple(ref.shape)}, expected {tuple(shape)} "
                                    "(NumPy order)", hint="the file does not match its own hyperparameters")
         if name not in self._bound:
-            self._bound[name] = Weight(self.store, ref, self.cache_weights)
+            self._bound[name] = Weight(self.store, ref, self.cache_weights, self.emulate_llama_cpp)
         return self._bound[name]
 
     # --- ops ---
@@ -186,7 +269,9 @@ class NumpyOps:
         if act == "silu":
             return gate / (1.0 + np.exp(-gate)) * up
         if act == "gelu_tanh":
-            return 0.5 * gate * (1.0 + np.tanh(SQRT_2_OVER_PI * gate * (1.0 + GELU_COEF_A * gate * gate))) * up
+            if self.emulate_llama_cpp:
+                return _gelu_llama_cpp(gate) * up
+            return _gelu_tanh(gate) * up
         raise UnsupportedError(f"activation {act!r} is not one of {ACTIVATIONS}")
 
     def add(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType as QT
-from gguf import GGUFWriter, quants
+from gguf import GGML_QUANT_SIZES, GGUFWriter, quants
 
 ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3")
 QTYPES = (QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.F16, QT.F32)
@@ -66,7 +66,6 @@ _K_LAYOUT = {QT.Q4_K: (0, 2, 7.5), QT.Q5_K: (0, 2, 15.5), QT.Q6_K: (208, None, 0
 
 
 def _k_quant(rng: np.random.Generator, rows: int, cols: int, qtype: QT, std: float) -> np.ndarray:
-    from gguf import GGML_QUANT_SIZES
     per_block, block_bytes = GGML_QUANT_SIZES[qtype]
     blocks = rng.integers(0, 256, (rows * cols // per_block, block_bytes), dtype=np.uint8)
     d_at, dmin_at, centre = _K_LAYOUT[qtype]
@@ -106,15 +105,21 @@ def _add(writer: GGUFWriter, name: str, data: np.ndarray, qtype: QT) -> None:
         writer.add_tensor(name, data)
 
 
-def write_tiny_model(directory: str | Path, arch: str, qtype: QT, seed: int = 0) -> Path:
-    """Write `tiny-{arch}-{type}.gguf` into `directory` and return its path (same bytes for the same args)."""
-    path = Path(directory) / f"tiny-{arch}-{qtype.name}.gguf"
+def write_tiny_model(directory: str | Path, arch: str, qtype: QT, seed: int = 0, *, name: str | None = None,
+                     arch_name: str | None = None, drop: frozenset[str] = frozenset(),
+                     retype: dict[str, QT] | None = None, truncate: frozenset[str] = frozenset()) -> Path:
+    """Write `tiny-{arch}-{type}.gguf` into `directory` and return its path (same bytes for the same args).
+
+    For bad-input tests: `arch_name` writes another general.architecture; `drop` leaves tensors out;
+    `retype` stores tensors in other types (raw bytes of the right size); `truncate` stores matrices one row short."""
+    path = Path(directory) / (name or f"tiny-{arch}-{qtype.name}.gguf")
+    retype = retype or {}
     rng = np.random.default_rng([seed, ARCHS.index(arch), int(qtype)])
     n_layers = len(GEMMA_SWA_LAYERS) if arch == "gemma3" else 2
     q_out, kv_out = N_HEADS * HEAD_DIM, N_KV_HEADS * HEAD_DIM
 
-    writer = GGUFWriter(path, arch)
-    writer.add_name(f"tiny {arch} {qtype.name}")
+    writer = GGUFWriter(path, arch_name or arch)
+    writer.add_name("tiny random model")     # (llama.cpp special-cases vocabularies by names like "phi3")
     writer.add_context_length(N_CTX)
     writer.add_embedding_length(N_EMBD)
     writer.add_block_count(n_layers)
@@ -140,23 +145,37 @@ def write_tiny_model(directory: str | Path, arch: str, qtype: QT, seed: int = 0)
         writer.add_rope_dimension_count(HEAD_DIM // 2)     # rotate only half of each head
     _vocab(writer)
 
+    def put(name: str, data: np.ndarray) -> None:
+        if name in drop:
+            return
+        if name in truncate:
+            data = data[:-1]
+        if name in retype:      # zeros of the right byte size in another type
+            per_block, block_bytes = GGML_QUANT_SIZES[retype[name]]
+            rows, cols = data.reshape(-1 if data.ndim == 2 else 1, data.shape[-1]).shape
+            if data.dtype == np.uint8:          # quant blocks: count the elements they hold
+                cols = cols // GGML_QUANT_SIZES[qtype][1] * GGML_QUANT_SIZES[qtype][0]
+            writer.add_tensor(name, np.zeros((rows, cols // per_block * block_bytes), np.uint8), raw_dtype=retype[name])
+            return
+        _add(writer, name, data, qtype)
+
     def mat(name: str, rows: int, cols: int) -> None:
-        _add(writer, name, _matrix(rng, rows, cols, qtype, cols ** -0.5), qtype)
+        put(name, _matrix(rng, rows, cols, qtype, cols ** -0.5))
 
     # gemma3 and qwen3 tie the output head to the embeddings: smaller embeddings keep the logits at
     # unit scale and stop the last input token from always winning through the residual stream
     tied = arch in ("qwen3", "gemma3")
     # (Gemma scales embeddings by sqrt(d) and normalizes each layer's output: smaller still)
     embd_std = (0.2 if arch == "gemma3" else 1.0) * N_EMBD ** -0.5 if tied else 1.0
-    _add(writer, "token_embd.weight", _matrix(rng, N_VOCAB, N_EMBD, qtype, embd_std), qtype)
-    writer.add_tensor("output_norm.weight", _norm(rng, N_EMBD) * (5.0 if arch == "gemma3" else 1.0))
+    put("token_embd.weight", _matrix(rng, N_VOCAB, N_EMBD, qtype, embd_std))
+    put("output_norm.weight", _norm(rng, N_EMBD) * (5.0 if arch == "gemma3" else 1.0))
     if not tied:
         mat("output.weight", N_VOCAB, N_EMBD)
     if arch == "llama":
-        writer.add_tensor("rope_freqs.weight", (1.0 + 3.0 * rng.random(HEAD_DIM // 2)).astype(np.float32))
+        put("rope_freqs.weight", (1.0 + 3.0 * rng.random(HEAD_DIM // 2)).astype(np.float32))
     for il in range(n_layers):
         p = f"blk.{il}."
-        writer.add_tensor(p + "attn_norm.weight", _norm(rng, N_EMBD))
+        put(p + "attn_norm.weight", _norm(rng, N_EMBD))
         if arch == "phi3":
             mat(p + "attn_qkv.weight", q_out + 2 * kv_out, N_EMBD)
         else:
@@ -164,14 +183,14 @@ def write_tiny_model(directory: str | Path, arch: str, qtype: QT, seed: int = 0)
             mat(p + "attn_k.weight", kv_out, N_EMBD)
             mat(p + "attn_v.weight", kv_out, N_EMBD)
         if arch == "qwen2":
-            writer.add_tensor(p + "attn_q.bias", _bias(rng, q_out))
-            writer.add_tensor(p + "attn_k.bias", _bias(rng, kv_out))
-            writer.add_tensor(p + "attn_v.bias", _bias(rng, kv_out))
+            put(p + "attn_q.bias", _bias(rng, q_out))
+            put(p + "attn_k.bias", _bias(rng, kv_out))
+            put(p + "attn_v.bias", _bias(rng, kv_out))
         if arch in ("qwen3", "gemma3"):
-            writer.add_tensor(p + "attn_q_norm.weight", _norm(rng, HEAD_DIM))
-            writer.add_tensor(p + "attn_k_norm.weight", _norm(rng, HEAD_DIM))
+            put(p + "attn_q_norm.weight", _norm(rng, HEAD_DIM))
+            put(p + "attn_k_norm.weight", _norm(rng, HEAD_DIM))
         mat(p + "attn_output.weight", N_EMBD, q_out)
-        writer.add_tensor(p + "ffn_norm.weight", _norm(rng, N_EMBD))
+        put(p + "ffn_norm.weight", _norm(rng, N_EMBD))
         if arch == "phi3":
             mat(p + "ffn_up.weight", 2 * N_FF, N_EMBD)
         else:
@@ -179,8 +198,8 @@ def write_tiny_model(directory: str | Path, arch: str, qtype: QT, seed: int = 0)
             mat(p + "ffn_up.weight", N_FF, N_EMBD)
         mat(p + "ffn_down.weight", N_EMBD, N_FF)
         if arch == "gemma3":
-            writer.add_tensor(p + "post_attention_norm.weight", _norm(rng, N_EMBD))
-            writer.add_tensor(p + "post_ffw_norm.weight", _norm(rng, N_EMBD))
+            put(p + "post_attention_norm.weight", _norm(rng, N_EMBD))
+            put(p + "post_ffw_norm.weight", _norm(rng, N_EMBD))
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -1,0 +1,40 @@
+"""`pyshim score MODEL --text T --json`: teacher-forced top-k predictions after every prefix (how pyshim
+is compared with llama.cpp)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="a .gguf path or a short name (smollm2, gemma3, qwen2.5)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--text", help="the text to score")
+    source.add_argument("--file", type=Path, help="a UTF-8 file holding the text to score")
+    parser.add_argument("--top-k", type=int, default=10)
+    parser.add_argument("--ctx", type=int, default=None, help="context length (default: min(model's, 4096))")
+    parser.add_argument("--backend", default="cpu", help="cpu (the NumPy reference executor)")
+    parser.add_argument("--json", action="store_true", help="print JSON (the only output format)")
+    parser.add_argument("--like-llama-cpp", action="store_true",
+                        help="round matmul activations the way llama.cpp's CPU backend does (closer agreement)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pyshim.catalog import resolve_model
+    from pyshim.errors import BadRequestError
+    from pyshim.generate import score
+    from pyshim.loading import load
+    from pyshim.tokenizer import Tokenizer
+
+    if args.top_k < 1:
+        raise BadRequestError("--top-k must be at least 1")
+    text = args.text if args.text is not None else args.file.read_text(encoding="utf-8")
+    runner = load(resolve_model(args.model), n_ctx=args.ctx, backend=args.backend,
+                  emulate_llama_cpp=args.like_llama_cpp)
+    ids = Tokenizer.from_metadata(runner.metadata).encode(text, add_special=True)
+    top_ids, top_logits = score(runner, ids, args.top_k)
+    print(json.dumps({"ids": ids, "top_ids": top_ids.tolist(),
+                      "top_logits": [[round(float(v), 5) for v in row] for row in top_logits]}))
+    return 0
