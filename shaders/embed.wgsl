@@ -18,7 +18,9 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;
 @group(0) @binding(3) var<uniform> params: Params;
 
-fn sink(v: vec4<f32>, i: u32, acc: ptr<function, vec4<f32>>) {
+alias Acc = vec4<f32>;      // unused here: the decoders' accumulator type
+
+fn sink(v: vec4<f32>, i: u32, acc: ptr<function, Acc>) {
     out[i >> 2u] = v;
 }
 

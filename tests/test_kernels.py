@@ -11,7 +11,8 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf import quants
 
-from pyshim.gpu.kernels import ARGMAX_CHUNK, PARAMS, WEIGHT_TYPES, WG, groups, rope_theta, shader_block
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, WEIGHT_TYPES, WG, groups, matvec_grid, matvec_key, rope_theta,
+                                shader_block)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.ops import AttnSpec
 from pyshim.reference import NumpyOps, dequantize_rows
@@ -47,7 +48,7 @@ class Dense:
         return self.values
 
 
-def run_matvec(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0, rows_per_thread=1, reduce=False):
+def run_matvec(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0, rows_per_thread=1, reduce=False, multi=False):
     """raw uint8 (m, row_bytes); x (n, k) -> y (n, m). Pads put the tensors at offsets in their buffers."""
     m, row_bytes = raw.shape
     n, k = x.shape
@@ -57,6 +58,8 @@ def run_matvec(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0, rows
     inputs = [w, xs] + ([bias] if bias is not None else [])
     key = ShaderKey.of("matvec", **define, WG=16 if reduce else WG, BIAS=bias is not None, ROWS=rows_per_thread, REDUCE=reduce)
     grid = (groups(m, rows_per_thread), n, 1) if reduce else (groups(m, WG * rows_per_thread), n, 1)
+    if multi:
+        key, grid = matvec_key(qtype, bias=bias is not None, multi=True), matvec_grid(m, n, multi=True)
     (out,) = gpu.dispatch(key, inputs, [(y_pad + n * m) * 4],
                           dict(m=m, k=k, n=n, row_bytes=row_bytes, w_off=w_pad, x_off=x_pad, y_off=y_pad, bias_off=0, y_stride=m),
                           grid)
@@ -68,22 +71,22 @@ def check_close(got, want, rel=2e-5):
     np.testing.assert_allclose(got, want, rtol=rel, atol=rel * scale)
 
 
-@pytest.mark.parametrize("variant", ["rows1", "rows3", "reduce_rows3"])
+@pytest.mark.parametrize("variant", ["rows1", "rows3", "reduce_rows3", "multi"])
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
 def test_matvec_random_blocks(gpu, qtype, variant):
     rng = np.random.default_rng(int(qtype))
     per = shader_block(qtype)[0]
     k = 3 * max(per, 32) if per < 256 else 512          # odd block counts put rows at 2-aligned offsets
-    m, n = 67, 3
+    m, n = 67, 11 if variant == "multi" else 3        # 11 tokens: one full group of 8 and a partial one
     raw = random_weight(qtype, m, k, rng)
     x = rng.standard_normal((n, k), dtype=np.float32)
     want = x @ dequantize_rows(raw, qtype).reshape(m, k).T
-    check_close(run_matvec(gpu, qtype, raw, x, rows_per_thread=int(variant[-1]), reduce=variant.startswith("reduce")), want)
+    rows = 1 if variant == "multi" else int(variant[-1])
+    check_close(run_matvec(gpu, qtype, raw, x, rows_per_thread=rows, reduce=variant.startswith("reduce"),
+                           multi=variant == "multi"), want)
 
 
 def test_matvec_reduce_folds_the_grid_past_65535_workgroups(gpu):
-    from pyshim.gpu.kernels import matvec_grid, matvec_key
-
     rng = np.random.default_rng(1)
     m, k = 140_001, 8
     w = rng.standard_normal((m, k), dtype=np.float32)
@@ -116,6 +119,7 @@ def test_matvec_bias_and_offsets(gpu, qtype):
     want = x @ dequantize_rows(raw, qtype).reshape(m, k).T + bias
     check_close(run_matvec(gpu, qtype, raw, x, bias=bias, w_pad=36, x_pad=8, y_pad=12, rows_per_thread=2), want)
     check_close(run_matvec(gpu, qtype, raw, x, bias=bias, w_pad=36, x_pad=8, y_pad=12, rows_per_thread=2, reduce=True), want)
+    check_close(run_matvec(gpu, qtype, raw, x, bias=bias, w_pad=36, x_pad=8, y_pad=12, multi=True), want)
 
 
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)

@@ -1,4 +1,4 @@
-"""The kernels in Chromium (Tint + SwiftShader here) against NumPy: every weight type's matvec (both
+"""The kernels in Chromium (Tint + SwiftShader here) against NumPy: every weight type's matvec (all three
 variants) and embedding, rmsnorm, rope, attention over a wrapped ring, glu and argmax.
 
 Python builds each case (expanded WGSL, input bytes, params, grid) and the expected result; one page runs
@@ -103,10 +103,10 @@ def build_cases() -> Cases:
         raw = random_weight(qtype, m, k, rng)
         x = rng.standard_normal((n, k), dtype=np.float32)
         want = x @ dequantize_rows(raw, qtype).reshape(m, k).T
-        for reduce in (False, True):
-            c.add(f"matvec {qtype.name}{' reduce' if reduce else ''}", matvec_key(qtype, reduce=reduce),
+        for reduce, multi in ((False, False), (True, False), (False, True)):
+            c.add(f"matvec {qtype.name} reduce={reduce} multi={multi}", matvec_key(qtype, reduce=reduce, multi=multi),
                   [raw, x], [n * m * 4], dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
-                                             bias_off=0, y_stride=m), matvec_grid(m, n, reduce), close(want))
+                                             bias_off=0, y_stride=m), matvec_grid(m, n, reduce, multi), close(want))
         tokens = np.array([3, 0, 66, 3], dtype=np.uint32)
         want = dequantize_rows(raw[tokens.astype(np.int64)], qtype).reshape(len(tokens), k)
         c.add(f"embed {qtype.name}", ShaderKey.of("embed", **{define: True}, WG=WG), [raw, tokens], [want.nbytes],

@@ -114,12 +114,13 @@ class GpuOps:
 
     def __init__(self, device: GPUDevice, store: WeightStore, spec, n_ctx: int, kernels: KernelCache | None = None,
                  *, max_chunk: int = MAX_CHUNK, max_binding: int | None = None, upload_now: bool = True,
-                 reduce: bool | None = None):
+                 reduce: bool | None = None, multi_token: bool = False):
         """`max_chunk`: most tokens per step (sizes the sliding-window rings); `max_binding` lowers the
         device's storage binding limit (tests use it to force tensors split by rows); `upload_now=False`
         leaves the quantized weights' bytes to the caller, who follows `uploads` (the browser's store
         writes them from IndexedDB without passing them through Python); `reduce` picks the matvec variant
-        (default: workgroup reductions on real GPUs, barrier-free on CPU adapters)."""
+        (default: workgroup reductions on real GPUs, barrier-free on CPU adapters); `multi_token` uses the
+        many-token matvec for steps of several tokens (slower on lavapipe, see kernels.MATMUL_TOKENS)."""
         self.device = device
         self.kernels = kernels or KernelCache(device)
         self.store = store
@@ -127,6 +128,7 @@ class GpuOps:
         self.n_ctx = n_ctx
         self.max_chunk = max_chunk
         self.reduce = (not device.caps.is_fallback) if reduce is None else reduce
+        self.multi_token = multi_token
         self.max_binding = min(int(device.caps.limits["max_storage_buffer_binding_size"]), max_binding or 1 << 62)
         self._bound: dict[str, GpuWeight] = {}
         self._program: Program | None = None
@@ -243,11 +245,12 @@ class GpuOps:
         n, k = x.shape
         m = w.shape[0]
         out = self._tensor((n, m), "matmul")
-        key = matvec_key(w.ref.qtype, bias=bias is not None, reduce=self.reduce)
+        multi = self.multi_token and n > 1      # several tokens per invocation share each decoded weight
+        key = matvec_key(w.ref.qtype, bias=bias is not None, reduce=self.reduce, multi=multi)
         for buf, row0, rows in w.parts:
             bindings = [buf, x.buf] + ([bias.f32_buf] if bias is not None else []) + [out.buf]
             # a part writes its rows of every token: y_off shifts by row0 and the row stride stays m
-            self._record("matvec", key, bindings, matvec_grid(rows, n, self.reduce), m=rows, k=k, n=n, row_bytes=w.ref.row_bytes,
+            self._record("matvec", key, bindings, matvec_grid(rows, n, self.reduce, multi), m=rows, k=k, n=n, row_bytes=w.ref.row_bytes,
                          w_off=0, x_off=x.off, y_off=out.off + row0, bias_off=row0, y_stride=m)
         return out
 

@@ -23,11 +23,17 @@ ARGMAX_CHUNK = 256      # logits scanned per invocation in argmax's first pass
 # Output rows per matvec invocation. On lavapipe (CPU time per matvec, 8192x2048) 1, 2 and 4 are within
 # the noise of each other (2 was never worse); FACTS.md found 4 best for f32 on SwiftShader. To autotune.
 MATVEC_ROWS = 2
+MATVEC_WG = 64          # invocations per workgroup of the barrier-free matvec
 # The workgroup-reduction matvec (real GPUs): invocations per workgroup and rows per workgroup. Untuned
 # (no GPU was at hand): 32 is one NVIDIA warp; k-quant rows of few blocks leave invocations idle.
 REDUCE_WG = 32
 REDUCE_ROWS = 2
 MAX_GROUPS = 65535      # WebGPU's default maxComputeWorkgroupsPerDimension
+# Tokens per invocation of the many-token matvec (prefill, n > 1): each decoded weight serves this many.
+# Measured on lavapipe (SmolLM2, 64-token prefill, process CPU time): 9.2-10.9 s for 2, 4 or 8 tokens
+# against 4.7 s for one token per invocation (its per-token accumulator array is not kept in registers),
+# so the executor uses it only when asked (GpuOps(multi_token=True)); unmeasured on real GPUs.
+MATMUL_TOKENS = 4
 
 # Weight type -> (define, elements per shader block, bytes per shader block). F32/F16 "blocks" are
 # 8 elements: what one call of block_apply reads (two vec4s).
@@ -107,16 +113,21 @@ def groups(n: int, per: int = WG) -> int:
     return max(1, -(-int(n) // per))
 
 
-def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False) -> ShaderKey:
-    """The barrier-free matvec (CPU adapters) or the workgroup-reduction one (`reduce`, real GPUs)."""
+def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False, multi: bool = False) -> ShaderKey:
+    """The barrier-free matvec (CPU adapters), the workgroup-reduction one (`reduce`, real GPUs), or the
+    many-token one (`multi`: prefill steps, MATMUL_TOKENS tokens per invocation)."""
+    if multi:
+        return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=WG, MULTI=True, TOKENS=MATMUL_TOKENS, BIAS=bias)
     if reduce:
         return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=REDUCE_WG, ROWS=REDUCE_ROWS, REDUCE=True, BIAS=bias)
-    return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=WG, ROWS=MATVEC_ROWS, BIAS=bias)
+    return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=MATVEC_WG, ROWS=MATVEC_ROWS, BIAS=bias)
 
 
-def matvec_grid(m: int, n: int, reduce: bool = False) -> tuple[int, int, int]:
+def matvec_grid(m: int, n: int, reduce: bool = False, multi: bool = False) -> tuple[int, int, int]:
+    if multi:
+        return groups(m, WG), groups(n, MATMUL_TOKENS), 1
     if not reduce:
-        return groups(m, WG * MATVEC_ROWS), n, 1
+        return groups(m, MATVEC_WG * MATVEC_ROWS), n, 1
     total = groups(m, REDUCE_ROWS)              # one workgroup per REDUCE_ROWS rows, folded into z past 65535
     x = min(total, MAX_GROUPS)
     return x, n, groups(total, x)
@@ -162,7 +173,8 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256)) -> list[ShaderK
     keys = []
     for define, _, _ in WEIGHT_TYPES.values():
         keys.append(ShaderKey.of("embed", **{define: True}, WG=WG))
-    keys += [matvec_key(q, bias=bias, reduce=reduce) for q in WEIGHT_TYPES for bias in (False, True) for reduce in (False, True)]
+    keys += [matvec_key(q, bias=bias, reduce=reduce, multi=multi) for q in WEIGHT_TYPES for bias in (False, True)
+             for reduce, multi in ((False, False), (True, False), (False, True))]
     keys += [ShaderKey.of("rmsnorm", WG=WG), ShaderKey.of("kv_write", WG=WG)]
     keys += [ShaderKey.of("rope", WG=WG, NEOX=neox) for neox in (False, True)]
     keys += [ShaderKey.of("attention", WG=WG, HD4=hd // 4, HDV4=hd // 4, SOFTCAP=cap)

@@ -2,7 +2,7 @@
 const BLOCK_ELEMS: u32 = 32u;
 const BLOCK_BYTES: u32 = 20u;
 
-fn block_apply(wb: u32, base: u32, acc: ptr<function, vec4<f32>>) {
+fn block_apply(wb: u32, base: u32, acc: ptr<function, Acc>) {
     let dm = unpack2x16float(w[wb >> 2u]);
     for (var i = 0u; i < 4u; i++) {
         let q = w[(wb >> 2u) + 1u + i];

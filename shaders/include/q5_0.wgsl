@@ -2,7 +2,7 @@
 const BLOCK_ELEMS: u32 = 32u;
 const BLOCK_BYTES: u32 = 22u;
 
-fn block_apply(wb: u32, base: u32, acc: ptr<function, vec4<f32>>) {
+fn block_apply(wb: u32, base: u32, acc: ptr<function, Acc>) {
     let d = w_f16(wb);
     let qh = w_u32(wb + 2u);
     for (var i = 0u; i < 4u; i++) {

@@ -4,7 +4,7 @@
 const BLOCK_ELEMS: u32 = 256u;
 const BLOCK_BYTES: u32 = 176u;
 
-fn block_apply(wb: u32, base: u32, acc: ptr<function, vec4<f32>>) {
+fn block_apply(wb: u32, base: u32, acc: ptr<function, Acc>) {
     let i0 = wb >> 2u;                      // 176 is a multiple of 4: this block is word-aligned
     let dm = unpack2x16float(w[i0]);
     let s = vec4<u32>(w[i0 + 1u], w[i0 + 2u], w[i0 + 3u], 0u);

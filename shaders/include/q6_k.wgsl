@@ -5,7 +5,7 @@
 const BLOCK_ELEMS: u32 = 256u;
 const BLOCK_BYTES: u32 = 210u;
 
-fn block_apply(wb: u32, base: u32, acc: ptr<function, vec4<f32>>) {
+fn block_apply(wb: u32, base: u32, acc: ptr<function, Acc>) {
     let d = w_f16(wb + 208u);
     let sw = vec4<u32>(w_u32(wb + 192u), w_u32(wb + 196u), w_u32(wb + 200u), w_u32(wb + 204u));
     for (var n = 0u; n < 2u; n++) {
