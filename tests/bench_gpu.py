@@ -127,6 +127,10 @@ async def bench_decode(device, roof: dict, model: str) -> dict:
     w0 = time.perf_counter()
     token = await runner.greedy_async(prompt, 0)
     first = time.perf_counter() - w0                              # records and builds programs too
+    w0, c0 = clocks()
+    await runner.greedy_async(prompt, 0)                          # the prefill again, programs built
+    w1, c1 = clocks()
+    prefill_wall, prefill_cpu = w1 - w0, c1 - c0
     await runner.greedy_async([token], DECODE_PROMPT)             # builds the n=1 program
     pos = DECODE_PROMPT + 1
     w0, c0 = clocks()
@@ -144,10 +148,11 @@ async def bench_decode(device, roof: dict, model: str) -> dict:
     wall, cpu = (w1 - w0) / DECODE_STEPS, (c1 - c0) / DECODE_STEPS
     elements = sum(int(np.prod(w.shape)) for w in runner.ops._bound.values())
     out = rates(runner.weight_bytes, elements, wall, cpu, roof)
-    out.update({"decode_tok_s": 1 / wall, "decode_tok_per_cpu_s": 1 / cpu, "weight_bytes": runner.weight_bytes,
+    out.update({"prefill_tokens": DECODE_PROMPT, "prefill_tok_s": DECODE_PROMPT / prefill_wall,
+                "prefill_tok_per_cpu_s": DECODE_PROMPT / prefill_cpu, "decode_tok_s": 1 / wall, "decode_tok_per_cpu_s": 1 / cpu, "weight_bytes": runner.weight_bytes,
                 "weight_elements": elements, "dispatches": len(program.ready), "host_ms": host / DECODE_STEPS * 1e3,
                 "host_share_pct": 100 * host / DECODE_STEPS / wall, "first_call_s": first,
-                "buffers_MB": runner.ops.allocated / 1e6})
+                "memory_MB": {k: v / 1e6 for k, v in runner.ops.memory().items()}})
     return out
 
 
@@ -186,11 +191,13 @@ def main() -> int:
         print(f"{name:6} {t['ms']:7.2f} {t['wall_GBps']:6.2f} {t['wall_Gelem_s']:6.3f} {t['wall_eff_pct']:5.0f} | "
               f"{t['cpu_ms']:7.2f} {t['cpu_GBps']:6.2f} {t['cpu_Gelem_s']:6.3f} {t['cpu_eff_pct']:5.0f}")
     for model, d in r["decode"].items():
+        print(f"prefill {model} ({d['prefill_tokens']} tokens): {d['prefill_tok_s']:.1f} tok/s wall, "
+              f"{d['prefill_tok_per_cpu_s']:.1f} tok per CPU-s")
         print(f"decode {model}: {d['decode_tok_s']:.1f} tok/s wall ({d['ms']:.0f} ms/token, eff {d['wall_eff_pct']:.0f}%), "
               f"{d['decode_tok_per_cpu_s']:.1f} tok per CPU-s (eff {d['cpu_eff_pct']:.0f}%); "
               f"{d['weight_bytes'] / 1e6:.1f} MB and {d['weight_elements'] / 1e6:.1f} M weights per token; "
               f"{d['dispatches']} dispatches, host {d['host_ms']:.2f} ms/step ({d['host_share_pct']:.1f}%); "
-              f"buffers {d['buffers_MB']:.0f} MB")
+              "device memory MB: " + ", ".join(f"{k} {v:.1f}" for k, v in d["memory_MB"].items()))
     return 0
 
 
