@@ -226,6 +226,7 @@ def run_bench(config: BenchConfig) -> dict:
     # Native engines first: Playwright's sync API keeps an event loop in this process once started.
     cli = bench_engines.generate_cli_support()
     report["generate_cli"] = {"backends": sorted(cli["backends"]), "ignore_eos": "--ignore-eos" in cli["flags"]}
+    config.out.mkdir(parents=True, exist_ok=True)
     natives = [b for b in config.backends if b in ("gpu", "cpu")]
     if "gpu" in natives and "gpu" in cli["backends"]:
         report["rooflines"]["gpu"] = _safe(lambda: bench_engines.native_roofline(settings.roofline_mib), "native roofline")
@@ -238,6 +239,14 @@ def run_bench(config: BenchConfig) -> dict:
             res = _measure(f"{name} {backend}", settings.runs,
                            lambda: bench_engines.cli_run(backend, Path(facts[name]["path"]), facts[name]["workload"], cli))
             _add(report, name, backend, res, facts[name], report["rooflines"].get(backend))
+    llama_python = bench_engines.llamacpp_python() if config.peer and not config.quick else None
+    report["llamacpp_python"] = llama_python
+    for name in config.models if llama_python else ():
+        for threads in PEER_THREADS:
+            res = _measure(f"{name} llama.cpp {threads}t", settings.runs, lambda: bench_engines.llamacpp_run(
+                llama_python, Path(facts[name]["path"]), facts[name]["workload"], threads=threads,
+                scratch=config.out / ".workload.json"))
+            _add(report, name, f"llamacpp-{threads}t", res, facts[name], None, peer=True)
 
     if "browser" in config.backends:
         # The page installs pyshim from its vendored wheel: rebuild it so the browser runs this checkout.
@@ -266,6 +275,8 @@ def run_bench(config: BenchConfig) -> dict:
                         browser, server.url, f["url"], f["workload"], threads=threads))
                     _add(report, name, f"wllama-{threads}t", res, f, None, peer=True)
         browser.close()
+    order = list(BACKENDS) + [f"{peer}-{t}t" for peer in ("wllama", "llamacpp") for t in PEER_THREADS]
+    report["results"].sort(key=lambda r: (config.models.index(r["model"]), order.index(r["engine"])))
     report["rooflines"]["host"] = report["rooflines"].get("cpu") or _host_roofline()
     _peer_ratios(report)
     report["machine"]["load_average_end"] = list(os.getloadavg())

@@ -78,9 +78,15 @@ def generate_cli_support(python: str = sys.executable) -> dict:
     sub = subprocess.run([python, "-m", "pyshim.cli", "generate", "--help"], capture_output=True, text=True, cwd=harness.ROOT)
     text = sub.stdout
     flags = set(re.findall(r"(--[a-z][a-z0-9-]*)", text))
-    choices = re.search(r"--backend\s+\{([^}]*)\}", text)
-    backends = set(choices.group(1).split(",")) if choices else ({"cpu"} if "--backend" in flags else set())
-    return {"backends": backends, "flags": flags}
+    if "--backend" not in flags:
+        return {"backends": {"cpu"}, "flags": flags}     # the reference executor is the only one without the flag
+    # The backends named in --backend's help (choices or prose), and those pyshim.loading accepts.
+    line = re.search(r"--backend\b[^\n]*(?:\n {20,}[^\n]*)*", text)
+    named = {b for b in ("cpu", "gpu", "browser") if line and re.search(rf"\b{b}\b", line.group(0))}
+    probe = subprocess.run([python, "-c", "from pyshim.loading import BACKENDS; print(','.join(BACKENDS))"],
+                           capture_output=True, text=True, cwd=harness.ROOT)
+    loadable = set(probe.stdout.strip().split(",")) if probe.returncode == 0 else set()
+    return {"backends": (named | loadable) - {""}, "flags": flags}
 
 
 def cli_run(backend: str, model_path: Path, workload: list[dict], support: dict, python: str = sys.executable) -> dict:
@@ -111,7 +117,7 @@ def cli_run(backend: str, model_path: Path, workload: list[dict], support: dict,
                 sample.setdefault("ttft_ms", 1e3 * n_prompt / out["prefill_tok_s"])
             # Process start, imports and loading: what the wall clock holds beyond prefill and decode.
             busy = n_prompt / out["prefill_tok_s"] if out.get("prefill_tok_s") else 0.0
-            busy += sample["decode_tokens"] / out["decode_tok_s"] if out.get("decode_tok_s") else 0.0
+            busy += (sample["decode_tokens"] - 1) / out["decode_tok_s"] if out.get("decode_tok_s") else 0.0
             sample["startup_and_load_ms"] = 1e3 * max(wall - busy, 0.0)
             for key in OPTIONAL_FIGURES:
                 if isinstance(out.get(key), (int, float)):
@@ -125,6 +131,28 @@ def native_roofline(mib: int, python: str = sys.executable) -> dict:
                           cwd=harness.ROOT, timeout=CLI_TIMEOUT_S)
     if done.returncode != 0:
         raise RuntimeError(f"native roofline failed: {(done.stderr or done.stdout).strip()[-400:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# --- native llama.cpp (optional extra rows) -----------------------------------------------------------
+
+def llamacpp_python() -> str | None:
+    """A Python with llama-cpp-python: $PYSHIM_LLAMA_CPP_PYTHON, or this one if it has the package."""
+    import importlib.util
+    import os
+
+    chosen = os.environ.get("PYSHIM_LLAMA_CPP_PYTHON")
+    if chosen:
+        return chosen if Path(chosen).is_file() else None
+    return sys.executable if importlib.util.find_spec("llama_cpp") else None
+
+
+def llamacpp_run(python: str, model_path: Path, workload: list[dict], *, threads: int, scratch: Path) -> dict:
+    scratch.write_text(json.dumps(workload))
+    done = subprocess.run([python, str(HERE / "bench_llamacpp.py"), str(model_path), str(scratch), "--threads", str(threads)],
+                          capture_output=True, text=True, cwd=harness.ROOT, timeout=CLI_TIMEOUT_S)
+    if done.returncode != 0:
+        raise RuntimeError(f"llama.cpp run failed: {(done.stderr or done.stdout).strip()[-400:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 ENGINE_COLOURS = {
     "browser": "#2f6fd6", "gpu": "#1f9e89", "cpu": "#8c6bb1",
-    "wllama-1t": "#e0892b", "wllama-2t": "#c2452d",
+    "wllama-1t": "#e0892b", "wllama-2t": "#c2452d", "llamacpp-1t": "#9a9a9a", "llamacpp-2t": "#5a5a5a",
 }
 FALLBACK_COLOUR = "#777777"
 BAR_HEIGHT = 18
@@ -153,8 +153,9 @@ medians of {report['config']['settings']['runs']} run(s) each in a fresh page or
 <ul>{''.join(f'<li>{f}</li>' for f in facts)}</ul>
 <h2>Models</h2><ul>{models}</ul>
 <h2>Summary</h2>{''.join(table)}
-<p>× = pyshim ÷ peer (decode tok/s). The peer (wllama, llama.cpp in wasm) runs on the CPU: its % roofline is of the
-host's single-core memory read bandwidth.</p>
+<p>× = pyshim ÷ peer (decode tok/s). wllama-Nt: the peer, llama.cpp compiled to wasm, in the same browser on N threads
+(CPU only, no WebGPU offload). llamacpp-Nt, when present: native llama.cpp (llama-cpp-python) on this machine, for context.
+Peers run on the CPU: their % roofline is of the host's single-core memory read bandwidth.</p>
 <div class="charts">{''.join(charts)}</div>
 <h2>Everything measured</h2>
 <details><summary>the JSON report</summary><pre>{html.escape(json.dumps(report, indent=1))}</pre></details>
