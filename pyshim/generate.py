@@ -175,6 +175,14 @@ def score(runner, ids: Sequence[int], top_k: int = 10) -> tuple[np.ndarray, np.n
     _check_fits(runner, len(ids), "text")
     runner.reset()
     logits = prefill(runner, ids, all_logits=True)                       # [n, vocab]
-    k = min(top_k, logits.shape[1])
-    top = np.argsort(-logits, axis=1, kind="stable")[:, :k]
+    return top_k_rows(logits, top_k)
+
+
+def top_k_rows(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the k largest logits, best first (ties: lower id first): (ids [n, k], logits [n, k])."""
+    k = min(k, logits.shape[1])
+    part = np.argpartition(-logits, k - 1, axis=1)[:, :k]             # O(vocab) per row, unordered
+    vals = np.take_along_axis(logits, part, axis=1)
+    order = np.lexsort((part, -vals), axis=1)
+    top = np.take_along_axis(part, order, axis=1)
     return top, np.take_along_axis(logits, top, axis=1)
