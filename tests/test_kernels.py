@@ -11,8 +11,8 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf import quants
 
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, WEIGHT_TYPES, WG, groups, matvec_grid, matvec_key, rope_theta,
-                                shader_block)
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, UNIFORM_X_BYTES, WEIGHT_TYPES, WG, groups, matvec_grid,
+                                matvec_key, rope_theta, shader_block)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.ops import AttnSpec
 from pyshim.reference import NumpyOps, dequantize_rows
@@ -48,18 +48,26 @@ class Dense:
         return self.values
 
 
-def run_matvec(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0, rows_per_thread=1, reduce=False, multi=False):
+def run_matvec(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0, rows_per_thread=1, reduce=False, multi=False,
+               uniform_x=False):
     """raw uint8 (m, row_bytes); x (n, k) -> y (n, m). Pads put the tensors at offsets in their buffers."""
     m, row_bytes = raw.shape
     n, k = x.shape
     w = np.concatenate([np.zeros(w_pad, np.uint8), raw.reshape(-1)])
     xs = np.concatenate([np.zeros(x_pad, np.float32), x.reshape(-1)])
     define = {WEIGHT_TYPES[qtype][0]: True}
-    inputs = [w, xs] + ([bias] if bias is not None else [])
+    x_in = xs
+    if uniform_x:       # x bound as the 64 KiB uniform array the executor binds for one-token steps
+        x_in = gpu.device.buffer(UNIFORM_X_BYTES, label="x", also_uniform=True)
+        gpu.device.write(x_in, xs)
+        x_in = (x_in, 0, UNIFORM_X_BYTES)
+    inputs = [w, x_in] + ([bias] if bias is not None else [])
     key = ShaderKey.of("matvec", **define, WG=16 if reduce else WG, BIAS=bias is not None, ROWS=rows_per_thread, REDUCE=reduce)
     grid = (groups(m, rows_per_thread), n, 1) if reduce else (groups(m, WG * rows_per_thread), n, 1)
     if multi:
         key, grid = matvec_key(qtype, bias=bias is not None, multi=True), matvec_grid(m, n, multi=True)
+    if uniform_x:
+        key, grid = matvec_key(qtype, bias=bias is not None, uniform_x=True), matvec_grid(m, n)
     (out,) = gpu.dispatch(key, inputs, [(y_pad + n * m) * 4],
                           dict(m=m, k=k, n=n, row_bytes=row_bytes, w_off=w_pad, x_off=x_pad, y_off=y_pad, bias_off=0, y_stride=m),
                           grid)
@@ -71,7 +79,7 @@ def check_close(got, want, rel=2e-5):
     np.testing.assert_allclose(got, want, rtol=rel, atol=rel * scale)
 
 
-@pytest.mark.parametrize("variant", ["rows1", "rows3", "reduce_rows3", "multi"])
+@pytest.mark.parametrize("variant", ["rows1", "rows3", "reduce_rows3", "multi", "uniform_x"])
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
 def test_matvec_random_blocks(gpu, qtype, variant):
     rng = np.random.default_rng(int(qtype))
@@ -81,9 +89,9 @@ def test_matvec_random_blocks(gpu, qtype, variant):
     raw = random_weight(qtype, m, k, rng)
     x = rng.standard_normal((n, k), dtype=np.float32)
     want = x @ dequantize_rows(raw, qtype).reshape(m, k).T
-    rows = 1 if variant == "multi" else int(variant[-1])
+    rows = int(variant[-1]) if variant[-1].isdigit() else 1
     check_close(run_matvec(gpu, qtype, raw, x, rows_per_thread=rows, reduce=variant.startswith("reduce"),
-                           multi=variant == "multi"), want)
+                           multi=variant == "multi", uniform_x=variant == "uniform_x"), want)
 
 
 def test_matvec_reduce_folds_the_grid_past_65535_workgroups(gpu):
@@ -120,6 +128,7 @@ def test_matvec_bias_and_offsets(gpu, qtype):
     check_close(run_matvec(gpu, qtype, raw, x, bias=bias, w_pad=36, x_pad=8, y_pad=12, rows_per_thread=2), want)
     check_close(run_matvec(gpu, qtype, raw, x, bias=bias, w_pad=36, x_pad=8, y_pad=12, rows_per_thread=2, reduce=True), want)
     check_close(run_matvec(gpu, qtype, raw, x, bias=bias, w_pad=36, x_pad=8, y_pad=12, multi=True), want)
+    check_close(run_matvec(gpu, qtype, raw, x[:1], bias=bias, w_pad=36, x_pad=8, y_pad=12, uniform_x=True), want[:1])
 
 
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)

@@ -1,5 +1,5 @@
-"""The kernels in Chromium (Tint + SwiftShader here) against NumPy: every weight type's matvec (all three
-variants) and embedding, rmsnorm, rope, attention over a wrapped ring, glu and argmax.
+"""The kernels in Chromium (Tint + SwiftShader here) against NumPy: every weight type's matvec (every
+variant) and embedding, rmsnorm, rope, attention over a wrapped ring, glu and argmax.
 
 Python builds each case (expanded WGSL, input bytes, params, grid) and the expected result; one page runs
 all cases in one batch through plain WebGPU calls and returns the output bytes. One page per module."""
@@ -34,9 +34,11 @@ RUN_JS = """async (cases) => {
     device.pushErrorScope("validation");
     const module = device.createShaderModule({code: c.code});
     const pipeline = await device.createComputePipelineAsync({layout: "auto", compute: {module, entryPoint: "main"}});
-    const buffers = c.inputs.map(b64 => {
+    const buffers = c.inputs.map((b64, i) => {
       const data = bytes(b64);
-      const buf = device.createBuffer({size: pad(data.length), usage: U.STORAGE | U.COPY_DST});
+      const asUniform = (c.uniform || []).includes(i);     // bound as a 64 KiB uniform array
+      const buf = device.createBuffer({size: asUniform ? Math.max(65536, pad(data.length)) : pad(data.length),
+                                       usage: U.STORAGE | U.COPY_DST | (asUniform ? U.UNIFORM : 0)});
       const padded = new Uint8Array(Math.ceil(data.length / 4) * 4); padded.set(data);
       device.queue.writeBuffer(buf, 0, padded);
       return buf;
@@ -78,9 +80,9 @@ class Cases:
         self.cases: list[dict] = []
         self.checks: list = []
 
-    def add(self, name, key, inputs, outputs, params, grid, check):
+    def add(self, name, key, inputs, outputs, params, grid, check, uniform=()):
         self.cases.append({"code": self.pre.build(key), "inputs": [b64(x) for x in inputs], "outputs": outputs,
-                           "params": b64(PARAMS[key.family].pack(**params)), "grid": list(grid)})
+                           "params": b64(PARAMS[key.family].pack(**params)), "grid": list(grid), "uniform": list(uniform)})
         self.checks.append((name, check))
 
 
@@ -107,6 +109,9 @@ def build_cases() -> Cases:
             c.add(f"matvec {qtype.name} reduce={reduce} multi={multi}", matvec_key(qtype, reduce=reduce, multi=multi),
                   [raw, x], [n * m * 4], dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
                                              bias_off=0, y_stride=m), matvec_grid(m, n, reduce, multi), close(want))
+        c.add(f"matvec {qtype.name} uniform x", matvec_key(qtype, uniform_x=True), [raw, x], [n * m * 4],
+              dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m),
+              matvec_grid(m, n), close(want), uniform=[1])
         tokens = np.array([3, 0, 66, 3], dtype=np.uint32)
         want = dequantize_rows(raw[tokens.astype(np.int64)], qtype).reshape(len(tokens), k)
         c.add(f"embed {qtype.name}", ShaderKey.of("embed", **{define: True}, WG=WG), [raw, tokens], [want.nbytes],

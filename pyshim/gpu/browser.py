@@ -92,9 +92,9 @@ class BrowserDevice(GPUDevice):
             messages, self._uncaptured = self._uncaptured, []
             raise PyshimError("WebGPU reported: " + " | ".join(messages))
 
-    def buffer(self, size: int, *, label: str, uniform: bool = False):
+    def buffer(self, size: int, *, label: str, uniform: bool = False, also_uniform: bool = False):
         usage = js.GPUBufferUsage
-        kind = usage.UNIFORM if uniform else usage.STORAGE
+        kind = usage.UNIFORM if uniform else usage.STORAGE | (usage.UNIFORM if also_uniform else 0)
         return self._device.createBuffer(_js({"label": label, "size": max(4, (size + 3) // 4 * 4),
                                                "usage": kind | usage.COPY_DST | usage.COPY_SRC}))
 

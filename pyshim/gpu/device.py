@@ -70,8 +70,9 @@ class GPUDevice(ABC):
     caps: Capabilities
 
     @abstractmethod
-    def buffer(self, size: int, *, label: str, uniform: bool = False) -> Any:
-        """A storage (or uniform) buffer that can be written, bound and read back."""
+    def buffer(self, size: int, *, label: str, uniform: bool = False, also_uniform: bool = False) -> Any:
+        """A storage (or uniform) buffer that can be written, bound and read back; `also_uniform`: a storage
+        buffer that may also be bound as a uniform (the decode matvec reads x that way on CPU adapters)."""
 
     @abstractmethod
     def write(self, buffer: Any, data, offset: int = 0) -> None:

@@ -25,7 +25,7 @@ from pyshim.errors import OutOfMemoryError, TensorShapeError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.pool import ActivationPool, Slot, physical
 from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, WG, KernelCache, groups, matvec_grid, matvec_key, rope_theta,
-                                shader_block, weight_define)
+                                shader_block, weight_define, UNIFORM_X_BYTES, UNIFORM_X_VEC4)
 from pyshim.ops import ACTIVATIONS, AttnSpec
 from pyshim.reference import SUPPORTED_TYPES, dequantize_rows
 from pyshim.rope import RopeSpec
@@ -134,7 +134,7 @@ class GpuOps:
         self._program: Program | None = None
         self._theta: dict[tuple, tuple[Any, float]] = {}
         self.allocated = 0                                 # bytes of every buffer made (weights, KV, activation pool...)
-        self.pool = ActivationPool(self._buffer)
+        self.pool = ActivationPool(lambda n, label: self._buffer(n, label, also_uniform=True), UNIFORM_X_BYTES)
         self.upload_now = upload_now
         self.uploads: list[Upload] = []                    # every file range -> buffer copy the weights need
         self.tokens_buf = self._buffer(max_chunk * 4, "tokens")
@@ -148,13 +148,13 @@ class GpuOps:
             self.kv.append((k, v, cap))
 
     # --- buffers and recording ---
-    def _buffer(self, nbytes: int, label: str):
+    def _buffer(self, nbytes: int, label: str, also_uniform: bool = False):
         nbytes = max(16, (int(nbytes) + 15) // 16 * 16)
         if nbytes > self.device.caps.limits["max_buffer_size"]:
             raise OutOfMemoryError(f"buffer {label} needs {nbytes} bytes, more than the device allows",
                                    hint="use a smaller context or prefill chunk")
         self.allocated += nbytes
-        return self.device.buffer(nbytes, label=label)
+        return self.device.buffer(nbytes, label=label, also_uniform=also_uniform)
 
     def _tensor(self, shape: Sequence[int], label: str) -> Tensor:
         shape = tuple(int(s) for s in shape)
@@ -246,9 +246,12 @@ class GpuOps:
         m = w.shape[0]
         out = self._tensor((n, m), "matmul")
         multi = self.multi_token and n > 1      # several tokens per invocation share each decoded weight
-        key = matvec_key(w.ref.qtype, bias=bias is not None, reduce=self.reduce, multi=multi)
+        uniform_x = (not self.reduce and not multi and n == 1 and isinstance(x.buf, Slot)
+                     and x.off + k <= 4 * UNIFORM_X_VEC4)
+        key = matvec_key(w.ref.qtype, bias=bias is not None, reduce=self.reduce, multi=multi, uniform_x=uniform_x)
+        x_binding = (x.buf, 0, UNIFORM_X_BYTES) if uniform_x else x.buf
         for buf, row0, rows in w.parts:
-            bindings = [buf, x.buf] + ([bias.f32_buf] if bias is not None else []) + [out.buf]
+            bindings = [buf, x_binding] + ([bias.f32_buf] if bias is not None else []) + [out.buf]
             # a part writes its rows of every token: y_off shifts by row0 and the row stride stays m
             self._record("matvec", key, bindings, matvec_grid(rows, n, self.reduce, multi), m=rows, k=k, n=n, row_bytes=w.ref.row_bytes,
                          w_off=0, x_off=x.off, y_off=out.off + row0, bias_off=row0, y_stride=m)

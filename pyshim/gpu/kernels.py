@@ -29,6 +29,10 @@ MATVEC_WG = 64          # invocations per workgroup of the barrier-free matvec
 REDUCE_WG = 32
 REDUCE_ROWS = 2
 MAX_GROUPS = 65535      # WebGPU's default maxComputeWorkgroupsPerDimension
+# The uniform-x matvec binds x as array<vec4<f32>, UNIFORM_X_VEC4>: 64 KiB, WebGPU's guaranteed
+# maxUniformBufferBindingSize; activation buffers are at least this big so any of them can be bound so.
+UNIFORM_X_VEC4 = 4096
+UNIFORM_X_BYTES = UNIFORM_X_VEC4 * 16
 # Tokens per invocation of the many-token matvec (prefill, n > 1): each decoded weight serves this many.
 # Measured on lavapipe (SmolLM2, 64-token prefill, process CPU time): 9.2-10.9 s for 2, 4 or 8 tokens
 # against 4.7 s for one token per invocation (its per-token accumulator array is not kept in registers),
@@ -113,14 +117,17 @@ def groups(n: int, per: int = WG) -> int:
     return max(1, -(-int(n) // per))
 
 
-def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False, multi: bool = False) -> ShaderKey:
-    """The barrier-free matvec (CPU adapters), the workgroup-reduction one (`reduce`, real GPUs), or the
-    many-token one (`multi`: prefill steps, MATMUL_TOKENS tokens per invocation)."""
+def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False, multi: bool = False,
+               uniform_x: bool = False) -> ShaderKey:
+    """The barrier-free matvec (CPU adapters; `uniform_x`: x bound as a 64 KiB uniform), the
+    workgroup-reduction one (`reduce`, real GPUs), or the many-token one (`multi`: MATMUL_TOKENS tokens
+    per invocation)."""
     if multi:
         return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=WG, MULTI=True, TOKENS=MATMUL_TOKENS, BIAS=bias)
     if reduce:
         return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=REDUCE_WG, ROWS=REDUCE_ROWS, REDUCE=True, BIAS=bias)
-    return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=MATVEC_WG, ROWS=MATVEC_ROWS, BIAS=bias)
+    return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=MATVEC_WG, ROWS=MATVEC_ROWS, BIAS=bias,
+                        UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None)
 
 
 def matvec_grid(m: int, n: int, reduce: bool = False, multi: bool = False) -> tuple[int, int, int]:
@@ -175,6 +182,7 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256)) -> list[ShaderK
         keys.append(ShaderKey.of("embed", **{define: True}, WG=WG))
     keys += [matvec_key(q, bias=bias, reduce=reduce, multi=multi) for q in WEIGHT_TYPES for bias in (False, True)
              for reduce, multi in ((False, False), (True, False), (False, True))]
+    keys += [matvec_key(q, bias=bias, uniform_x=True) for q in WEIGHT_TYPES for bias in (False, True)]
     keys += [ShaderKey.of("rmsnorm", WG=WG), ShaderKey.of("kv_write", WG=WG)]
     keys += [ShaderKey.of("rope", WG=WG, NEOX=neox) for neox in (False, True)]
     keys += [ShaderKey.of("attention", WG=WG, HD4=hd // 4, HDV4=hd // 4, SOFTCAP=cap)

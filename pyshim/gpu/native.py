@@ -47,9 +47,9 @@ class NativeDevice(GPUDevice):
         )
         return cls(wgpu, adapter, device, caps)
 
-    def buffer(self, size: int, *, label: str, uniform: bool = False):
+    def buffer(self, size: int, *, label: str, uniform: bool = False, also_uniform: bool = False):
         usage = self._wgpu.BufferUsage
-        kind = usage.UNIFORM if uniform else usage.STORAGE
+        kind = usage.UNIFORM if uniform else usage.STORAGE | (usage.UNIFORM if also_uniform else 0)
         return self._device.create_buffer(label=label, size=max(4, (size + 3) // 4 * 4), usage=kind | usage.COPY_DST | usage.COPY_SRC)
 
     def write(self, buffer, data, offset: int = 0) -> None:

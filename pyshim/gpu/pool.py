@@ -30,15 +30,19 @@ class Slot:
         return self.nbytes
 
 
-def physical(buf):
-    """The device buffer behind a binding (a Slot's assigned buffer, or the buffer itself)."""
-    return buf.phys if isinstance(buf, Slot) else buf
+def physical(binding):
+    """The device binding behind a recorded one: a Slot's assigned buffer, (Slot, offset, size) with the
+    buffer in place of the Slot, anything else unchanged."""
+    if isinstance(binding, tuple):
+        return (physical(binding[0]),) + tuple(binding[1:])
+    return binding.phys if isinstance(binding, Slot) else binding
 
 
 class ActivationPool:
-    def __init__(self, make_buffer):
-        """`make_buffer(nbytes, label)` creates a device buffer."""
+    def __init__(self, make_buffer, min_bytes: int = 0):
+        """`make_buffer(nbytes, label)` creates a device buffer; every buffer has at least `min_bytes`."""
         self._make = make_buffer
+        self.min_bytes = min_bytes
         self.buffers: list[tuple[int, Any]] = []      # (nbytes, buffer), every buffer ever made
 
     @property
@@ -49,6 +53,7 @@ class ActivationPool:
         """`uses[i]`: the bindings of dispatch i. Gives every Slot among them a physical buffer; slots in
         `keep` (the program's outputs) stay live to the end."""
         last: dict[Slot, int] = {}
+        uses = [[b[0] if isinstance(b, tuple) else b for b in bindings] for bindings in uses]
         for i, bindings in enumerate(uses):
             for b in bindings:
                 if isinstance(b, Slot):
@@ -67,7 +72,7 @@ class ActivationPool:
                         j = min(fits, key=lambda j: self.buffers[j][0])
                         free.remove(j)
                     else:
-                        size = (b.nbytes + POOL_ALIGN - 1) // POOL_ALIGN * POOL_ALIGN
+                        size = (max(b.nbytes, self.min_bytes) + POOL_ALIGN - 1) // POOL_ALIGN * POOL_ALIGN
                         self.buffers.append((size, self._make(size, f"act{len(self.buffers)}")))
                         j = len(self.buffers) - 1
                     b.phys = self.buffers[j][1]
