@@ -18,7 +18,7 @@ from pyshim.spec import ModelSpec
 from pyshim.weights import ByteSource, FileSource, WeightStore, tensor_refs_from_header
 
 DEFAULT_N_CTX = 4096     # KV cache length when the caller does not ask (the model may allow more)
-BACKENDS = ("cpu",)
+BACKENDS = ("cpu", "gpu")   # gpu: the WebGPU executor (pyshim.gpu) through native wgpu
 
 
 @dataclass
@@ -58,6 +58,11 @@ def load(path: str | Path | None = None, *, header: GGUFHeader | None = None, so
     """A Runner for a GGUF file (`path`), or for a parsed header plus a byte source (Pyodide)."""
     if backend not in BACKENDS:
         raise BadRequestError(f"backend {backend!r} is not available here", hint=f"use one of: {', '.join(BACKENDS)}")
+    if backend == "gpu":
+        if emulate_llama_cpp:
+            raise BadRequestError("emulating llama.cpp's activation rounding is a cpu-backend option")
+        from pyshim.gpu.runner import load_gpu
+        return load_gpu(path, header=header, source=source, n_ctx=n_ctx)
     if path is not None:
         header = read_header_from_file(path)
         source = FileSource(path)

@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--ctx", type=int, default=None, help="context length (default: min(model's, 4096))")
-    parser.add_argument("--backend", default="cpu", help="cpu (the NumPy reference executor)")
+    parser.add_argument("--backend", default="cpu", help="cpu (the NumPy reference executor) or gpu (WGSL kernels through native wgpu)")
     parser.add_argument("--chat", action="store_true", help="apply the model's chat template to the prompt")
     parser.add_argument("--json", action="store_true",
                         help='print one JSON object {"text", "ids", "prompt_ids", "prefill_tok_s", "decode_tok_s"}')

@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--file", type=Path, help="a UTF-8 file holding the text to score")
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--ctx", type=int, default=None, help="context length (default: min(model's, 4096))")
-    parser.add_argument("--backend", default="cpu", help="cpu (the NumPy reference executor)")
+    parser.add_argument("--backend", default="cpu", help="cpu (the NumPy reference executor) or gpu (WGSL kernels through native wgpu)")
     parser.add_argument("--json", action="store_true", help="print JSON (the only output format)")
     parser.add_argument("--like-llama-cpp", action="store_true",
                         help="round matmul activations the way llama.cpp's CPU backend does (closer agreement)")

@@ -141,7 +141,7 @@ async def load_gpu_async(path: str | Path | None = None, *, header=None, source=
     return GpuRunner(spec, header, ops, model, n_ctx, loop)
 
 
-def load_gpu(path: str | Path, *, n_ctx: int | None = None) -> GpuRunner:
+def load_gpu(path: str | Path | None = None, *, header=None, source=None, n_ctx: int | None = None, **ops_options) -> GpuRunner:
     """Native CPython: open the device and load on a private event loop kept for the sync wrappers."""
     loop = asyncio.new_event_loop()
-    return loop.run_until_complete(load_gpu_async(path, n_ctx=n_ctx, loop=loop))
+    return loop.run_until_complete(load_gpu_async(path, header=header, source=source, n_ctx=n_ctx, loop=loop, **ops_options))
