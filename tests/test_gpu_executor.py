@@ -124,3 +124,19 @@ def test_upload_plan_lets_the_caller_write_the_weights(tmp_path_factory, loop, d
     want = load(path, n_ctx=tiny_models.N_CTX).forward(ids, 0, all_logits=True)
     got = runner.forward(ids, 0, all_logits=True)
     np.testing.assert_allclose(got, want, atol=2e-4 * np.abs(want).max(), rtol=1e-3)
+
+
+def test_load_backend_gpu_generates_like_cpu(tmp_path_factory):
+    """`pyshim.loading.load(backend="gpu")` (what `generate`/`score --backend gpu` use) gives a runner the
+    generation loop drives exactly like the cpu one."""
+    from pyshim.generate import generate_ids
+    from pyshim.sampling import SamplingParams
+
+    path = tiny(tmp_path_factory, "gemma3", "Q8_0")
+    prompt = tiny_models.test_ids()[:6]
+    out = {}
+    for backend in ("cpu", "gpu"):
+        runner = load(path, n_ctx=tiny_models.N_CTX, backend=backend)
+        out[backend] = list(generate_ids(runner, prompt, 20, SamplingParams(temperature=0.0)))
+    assert isinstance(runner, GpuRunner)
+    assert out["gpu"] == out["cpu"] and len(out["cpu"]) == 20
