@@ -117,6 +117,27 @@ def test_the_worker_reads_slices_from_indexeddb(site):
     assert out == {"sha256": hashlib.sha256(data[offset:offset + size]).hexdigest(), "pieces": 3}
 
 
+def test_will_it_fit_follows_the_context_and_budget_settings(site):
+    _, page, _ = site
+    page.click("#settings-toggle")
+    page.fill("#set-context", "8192")
+    page.dispatch_event("#set-context", "change")
+    page.wait_for_function("() => document.querySelector('#fit-panel').innerText.includes('8192 tokens')")
+    manifest = store_ok(page, "getModel", model_id(page, SMOLLM2_URL_PATH))
+    assert manifest["probe"]["context"] == 8192 and manifest["probe"]["kv_bytes"] == 2 * 188_743_680
+    page.fill("#set-gpu-budget", "200")
+    page.dispatch_event("#set-gpu-budget", "change")
+    page.wait_for_selector("#fit-panel[data-verdict=refused]")
+    assert "more than the 210 MB of GPU memory assumed available" in page.inner_text("#fit-panel")
+    shot(page, "04-fit-refused-by-settings")
+    page.fill("#set-gpu-budget", "4096")
+    page.dispatch_event("#set-gpu-budget", "change")
+    page.fill("#set-context", "4096")
+    page.dispatch_event("#set-context", "change")
+    page.wait_for_function("() => document.querySelector('#fit-panel').dataset.verdict === 'fits' && "
+                           "document.querySelector('#fit-panel').innerText.includes('4096 tokens')")
+    page.click("#settings-toggle")
+
 def test_delete_frees_storage(site):
     _, page, watch = site
     page.evaluate("() => navigator.storage.estimate()")

@@ -3,7 +3,7 @@
 //   createFromURL(url, {name, expectedSha256, expectedChunks, chunkSize}) -> manifest   (no network yet)
 //   createFromFile(file, {expectedSha256, chunkSize})                     -> manifest
 //   download(id, {checkFit, file, signal, onProgress, ...})               -> manifest "ready" (download.js)
-//   listModels() / getModel(id) / deleteModel(id)
+//   listModels() / getModel(id) / deleteModel(id) / setFit(id, probe, fit)
 //   storageEstimate() -> {usage, quota, persisted}    requestPersist() -> bool
 //   readRange(id, offset, size) -> Uint8Array          (a copy; for headers and small reads)
 //   slicePieces(id, slices)  async iterator of {slice, at, bytes}: each slice {offset, size, ...}
@@ -69,6 +69,9 @@ export async function createFromFile(file, options = {}) {
 export const listModels = () => db.allManifests().then((ms) => ms.sort((a, b) => a.created - b.created));
 export const getModel = (id) => db.getManifest(id);
 export const deleteModel = (id) => db.deleteModel(id);
+
+// Records a new "will it fit?" answer (after the context or the memory budget changed).
+export const setFit = (id, probe, fit) => db.updateManifest(id, (m) => { m.probe = probe; m.fit = fit; });
 
 export async function storageEstimate() {
   const storage = navigator.storage;

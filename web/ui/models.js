@@ -3,7 +3,7 @@
 
 import * as store from "../store/store.js";
 import { StoreError, formatBytes, RETRYABLE } from "../store/errors.js";
-import { judge, DEFAULT_CONTEXT } from "../engine/fit.js";
+import { judge, budgetBytes, setBudgetMiB, DEFAULT_CONTEXT } from "../engine/fit.js";
 import { h, $, formatDuration, formatRate, toast } from "./dom.js";
 import { CATALOG, expectedSha256 } from "./catalog.js";
 import { renderFit } from "./fitpanel.js";
@@ -260,12 +260,39 @@ async function resumeInterrupted(models) {
 export async function initModels(context) {
   ctx = context;
   wirePicker();
+  wireBudget();
   showCatalog();
   listServerModels();
   const models = await refresh();
   const ready = models.filter((m) => m.status === "ready");
   if (ready.length) select(ready[ready.length - 1].id);
   resumeInterrupted(models);
+}
+
+// The context or the memory budget changed: judge the selected stored model again from its header
+// bytes (already in IndexedDB), so the panel always answers for the current settings.
+async function rejudgeSelected() {
+  const m = selectedId ? await store.getModel(selectedId) : null;
+  if (!m?.probe?.header_bytes || !m.chunks[0]) return;
+  try {
+    const header = await store.readRange(m.id, 0, Math.min(m.size, Math.max(m.probe.header_bytes, m.chunkSize)));
+    const { summary = null, ...fit } = await checkFit(header, m.size);
+    await store.setFit(m.id, summary, { reasons: [], ...fit });
+  } catch (err) {
+    toast("error", err.message, err.hint);
+  }
+  await refresh();
+}
+
+function wireBudget() {
+  const input = $("set-gpu-budget");
+  input.value = Math.round(budgetBytes() / 2 ** 20);
+  input.addEventListener("change", () => {
+    setBudgetMiB(Number(input.value));
+    rejudgeSelected();
+  });
+  // On the form, so chat.js's listener (added first) has saved the new context before this reads it.
+  $("settings").addEventListener("change", (e) => { if (e.target.id === "set-context") rejudgeSelected(); });
 }
 
 export const selectedModel = () => (selectedId ? store.getModel(selectedId) : Promise.resolve(null));
