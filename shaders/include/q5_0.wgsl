@@ -4,12 +4,18 @@ const BLOCK_BYTES: u32 = 22u;
 
 fn block_apply(wb: u32, base: u32, acc: ptr<function, Acc>) {
     let d = w_f16(wb);
-    let qh = w_u32(wb + 2u);
+    // qh and qs start 2 bytes into a word half the time: slide a two-word window over them (6 loads)
+    let i0 = (wb + 2u) >> 2u;
+    let sh = ((wb + 2u) & 3u) * 8u;
+    var lo = w[i0 + 1u];
+    let qh = funnel(w[i0], lo, sh);
     for (var i = 0u; i < 4u; i++) {
-        let q = w_u32(wb + 6u + 4u * i);
+        let hi = w[i0 + i + 2u];
+        let q = funnel(lo, hi, sh);
         let h_lo = vec4<f32>((vec4<u32>(qh) >> (vec4<u32>(0u, 1u, 2u, 3u) + 4u * i)) & vec4<u32>(1u));
         let h_hi = vec4<f32>((vec4<u32>(qh) >> (vec4<u32>(16u, 17u, 18u, 19u) + 4u * i)) & vec4<u32>(1u));
         sink(d * (nib_lo(q) + 16.0 * h_lo - 16.0), base + 4u * i, acc);
         sink(d * (nib_hi(q) + 16.0 * h_hi - 16.0), base + 16u + 4u * i, acc);
+        lo = hi;
     }
 }
