@@ -294,3 +294,13 @@ def test_every_variant_compiles_natively(gpu):
 
     for key in shader_variants():
         gpu.run(gpu.kernels.get(key))
+
+
+def test_device_errors_become_pyshim_errors(gpu):
+    from pyshim.errors import PyshimError, ShaderError
+
+    with pytest.raises(ShaderError):
+        gpu.run(gpu.device.pipeline("fn main( {", label="broken"))
+    pipeline = gpu.run(gpu.kernels.get(ShaderKey.of("rmsnorm", WG=WG)))
+    with pytest.raises(PyshimError, match="bind group"):
+        gpu.device.bind_group(pipeline, [gpu.upload(np.zeros(4, np.float32))], label="too_few")

@@ -5,12 +5,27 @@ Same WGSL as the browser, compiled by naga instead of Tint: every shader must sa
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Sequence
 
-from pyshim.errors import GPUUnavailableError, ShaderError
+from pyshim.errors import GPUUnavailableError, OutOfMemoryError, PyshimError, ShaderError
 from pyshim.gpu.device import PLANNING_LIMITS, Binding, Capabilities, Dispatch, GPUDevice
 
 OPTIONAL_FEATURES = ("shader-f16", "subgroup", "timestamp-query")
+
+
+@contextmanager
+def _gpu_errors(what: str):
+    """wgpu's errors become PyshimErrors at the boundary (out of memory keeps its own class)."""
+    import wgpu
+
+    try:
+        yield
+    except wgpu.GPUOutOfMemoryError as exc:
+        raise OutOfMemoryError(f"the GPU ran out of memory ({what}): {exc}",
+                               hint="use a smaller model or context") from None
+    except wgpu.GPUError as exc:
+        raise PyshimError(f"WebGPU rejected {what}: {exc}") from None
 
 
 class NativeDevice(GPUDevice):
@@ -50,7 +65,8 @@ class NativeDevice(GPUDevice):
     def buffer(self, size: int, *, label: str, uniform: bool = False, also_uniform: bool = False):
         usage = self._wgpu.BufferUsage
         kind = usage.UNIFORM if uniform else usage.STORAGE | (usage.UNIFORM if also_uniform else 0)
-        return self._device.create_buffer(label=label, size=max(4, (size + 3) // 4 * 4), usage=kind | usage.COPY_DST | usage.COPY_SRC)
+        with _gpu_errors(f"buffer {label} ({size} bytes)"):
+            return self._device.create_buffer(label=label, size=max(4, (size + 3) // 4 * 4), usage=kind | usage.COPY_DST | usage.COPY_SRC)
 
     def write(self, buffer, data, offset: int = 0) -> None:
         view = memoryview(data).cast("B")
@@ -72,17 +88,19 @@ class NativeDevice(GPUDevice):
         for i, b in enumerate(bindings):
             buf, offset, size = b if isinstance(b, tuple) else (b, 0, b.size)
             entries.append({"binding": i, "resource": {"buffer": buf, "offset": offset, "size": size}})
-        return self._device.create_bind_group(label=label, layout=pipeline.get_bind_group_layout(0), entries=entries)
+        with _gpu_errors(f"bind group {label}"):
+            return self._device.create_bind_group(label=label, layout=pipeline.get_bind_group_layout(0), entries=entries)
 
     def submit(self, dispatches: Sequence[Dispatch], *, label: str = "") -> None:
-        encoder = self._device.create_command_encoder(label=label)
-        compute = encoder.begin_compute_pass()
-        for pipeline, group, (x, y, z) in dispatches:
-            compute.set_pipeline(pipeline)
-            compute.set_bind_group(0, group)
-            compute.dispatch_workgroups(x, y, z)
-        compute.end()
-        self._device.queue.submit([encoder.finish()])
+        with _gpu_errors(f"command buffer {label}"):
+            encoder = self._device.create_command_encoder(label=label)
+            compute = encoder.begin_compute_pass()
+            for pipeline, group, (x, y, z) in dispatches:
+                compute.set_pipeline(pipeline)
+                compute.set_bind_group(0, group)
+                compute.dispatch_workgroups(x, y, z)
+            compute.end()
+            self._device.queue.submit([encoder.finish()])
 
     async def read(self, buffer, size: int | None = None, offset: int = 0) -> bytes:
         size = buffer.size - offset if size is None else size
