@@ -46,6 +46,10 @@ class Runner:
     def reset(self) -> None:
         self.ops.reset()
 
+    def prepare(self) -> None:
+        """Do the executor's one-time work (dequantizing cached weights) before anything is timed."""
+        self.ops.prepare()
+
     @property
     def weight_bytes(self) -> int:
         """Bytes of GGUF weights streamed per token (each bound tensor once)."""

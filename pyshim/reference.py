@@ -182,6 +182,13 @@ class NumpyOps:
     def reset(self) -> None:
         self.kv.reset()
 
+    def prepare(self) -> None:
+        """Dequantize every cached weight now (else the first forward pays for it); no-op when not caching."""
+        if self.cache_weights:
+            for w in self._bound.values():
+                if len(w.shape) == 2:
+                    w.dense()
+
     @property
     def bound_bytes(self) -> int:
         return sum(w.ref.nbytes for w in self._bound.values())

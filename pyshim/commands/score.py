@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
+
+from pyshim.commands.generate import limit_blas_threads
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    limit_blas_threads()
     from pyshim.catalog import resolve_model
     from pyshim.errors import BadRequestError
     from pyshim.generate import score
