@@ -26,15 +26,21 @@ fn nib_hi(q: u32) -> vec4<f32> {
     return vec4<f32>((vec4<u32>(q) >> vec4<u32>(4u, 12u, 20u, 28u)) & vec4<u32>(15u));
 }
 
+// The 4 bytes of q as unsigned values.
+fn u8x4(q: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(q) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(255u));
+}
+
+// Bits 0..3 of b moved to bits 0, 8, 16, 24 (one bit per byte): b * (1 + 2^7 + 2^14 + 2^21) puts bit j
+// at bit 8j among stray copies that the mask clears.
+fn spread4(b: u32) -> u32 {
+    return ((b & 15u) * 0x00204081u) & 0x01010101u;
+}
+
 // The 4 bytes of q as signed int8 values.
 fn i8x4(q: u32) -> vec4<f32> {
     let s = bitcast<vec4<i32>>(vec4<u32>(q) << vec4<u32>(24u, 16u, 8u, 0u));
     return vec4<f32>(s >> vec4<u32>(24u));
-}
-
-// Bit `shift + 8*b` of q for each byte b, times `scale` (the high bits of Q5_0/Q5_K, Q6_K's 2-bit pairs).
-fn bits_per_byte(q: u32, shift: u32, mask: u32) -> vec4<f32> {
-    return vec4<f32>((vec4<u32>(q) >> (vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(shift))) & vec4<u32>(mask));
 }
 
 // Byte k (0..15) of four little-endian words.

@@ -12,10 +12,11 @@ fn block_apply(wb: u32, base: u32, acc: ptr<function, Acc>) {
     for (var i = 0u; i < 4u; i++) {
         let hi = w[i0 + i + 2u];
         let q = funnel(lo, hi, sh);
-        let h_lo = vec4<f32>((vec4<u32>(qh) >> (vec4<u32>(0u, 1u, 2u, 3u) + 4u * i)) & vec4<u32>(1u));
-        let h_hi = vec4<f32>((vec4<u32>(qh) >> (vec4<u32>(16u, 17u, 18u, 19u) + 4u * i)) & vec4<u32>(1u));
-        sink(d * (nib_lo(q) + 16.0 * h_lo - 16.0), base + 4u * i, acc);
-        sink(d * (nib_hi(q) + 16.0 * h_hi - 16.0), base + 16u + 4u * i, acc);
+        // the 5-bit values, one per byte: nibble | (its qh bit << 4), built in scalar registers
+        let q_lo = (q & 0x0F0F0F0Fu) | (spread4(qh >> (4u * i)) << 4u);
+        let q_hi = ((q >> 4u) & 0x0F0F0F0Fu) | (spread4(qh >> (16u + 4u * i)) << 4u);
+        sink(d * (u8x4(q_lo) - 16.0), base + 4u * i, acc);
+        sink(d * (u8x4(q_hi) - 16.0), base + 16u + 4u * i, acc);
         lo = hi;
     }
 }

@@ -18,8 +18,11 @@ fn block_apply(wb: u32, base: u32, acc: ptr<function, Acc>) {
         for (var i = 0u; i < 8u; i++) {
             let q = w[i0 + 12u + 8u * c + i];
             let h = w[i0 + 4u + i];
-            sink(d1 * (nib_lo(q) + 16.0 * bits_per_byte(h, 2u * c, 1u)) - m1, base + 64u * c + 4u * i, acc);
-            sink(d2 * (nib_hi(q) + 16.0 * bits_per_byte(h, 2u * c + 1u, 1u)) - m2, base + 64u * c + 32u + 4u * i, acc);
+            // the 5-bit values, one per byte, built in scalar registers
+            let q_lo = (q & 0x0F0F0F0Fu) | (((h >> (2u * c)) & 0x01010101u) << 4u);
+            let q_hi = ((q >> 4u) & 0x0F0F0F0Fu) | (((h >> (2u * c + 1u)) & 0x01010101u) << 4u);
+            sink(d1 * u8x4(q_lo) - m1, base + 64u * c + 4u * i, acc);
+            sink(d2 * u8x4(q_hi) - m2, base + 64u * c + 32u + 4u * i, acc);
         }
     }
 }

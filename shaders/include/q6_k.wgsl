@@ -32,10 +32,15 @@ fn block_apply(wb: u32, base: u32, acc: ptr<function, Acc>) {
                 bitcast<i32>(byte_of(sw, k) << 24u) >> 24u, bitcast<i32>(byte_of(sw, k + 2u) << 24u) >> 24u,
                 bitcast<i32>(byte_of(sw, k + 4u) << 24u) >> 24u, bitcast<i32>(byte_of(sw, k + 6u) << 24u) >> 24u));
             let e = base + 128u * n + 4u * i;
-            sink(sc.x * (nib_lo(a) + 16.0 * bits_per_byte(h, 0u, 3u) - 32.0), e, acc);
-            sink(sc.y * (nib_lo(b) + 16.0 * bits_per_byte(h, 2u, 3u) - 32.0), e + 32u, acc);
-            sink(sc.z * (nib_hi(a) + 16.0 * bits_per_byte(h, 4u, 3u) - 32.0), e + 64u, acc);
-            sink(sc.w * (nib_hi(b) + 16.0 * bits_per_byte(h, 6u, 3u) - 32.0), e + 96u, acc);
+            // the 6-bit values, one per byte, built in scalar registers
+            let v1 = (a & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4u);
+            let v2 = (b & 0x0F0F0F0Fu) | (((h >> 2u) & 0x03030303u) << 4u);
+            let v3 = ((a >> 4u) & 0x0F0F0F0Fu) | (((h >> 4u) & 0x03030303u) << 4u);
+            let v4 = ((b >> 4u) & 0x0F0F0F0Fu) | (((h >> 6u) & 0x03030303u) << 4u);
+            sink(sc.x * (u8x4(v1) - 32.0), e, acc);
+            sink(sc.y * (u8x4(v2) - 32.0), e + 32u, acc);
+            sink(sc.z * (u8x4(v3) - 32.0), e + 64u, acc);
+            sink(sc.w * (u8x4(v4) - 32.0), e + 96u, acc);
         }
     }
 }
