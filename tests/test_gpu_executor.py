@@ -137,6 +137,7 @@ def test_load_backend_gpu_generates_like_cpu(tmp_path_factory):
     out = {}
     for backend in ("cpu", "gpu"):
         runner = load(path, n_ctx=tiny_models.N_CTX, backend=backend)
+        runner.prepare()
         out[backend] = list(generate_ids(runner, prompt, 20, SamplingParams(temperature=0.0)))
     assert isinstance(runner, GpuRunner)
     assert out["gpu"] == out["cpu"] and len(out["cpu"]) == 20

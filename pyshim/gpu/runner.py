@@ -41,6 +41,11 @@ class GpuRunner:
     def reset(self) -> None:
         """Nothing to clear: a step's attention reads only positions up to its own, all written before."""
 
+    async def prepare_async(self) -> None:
+        """One-time work before anything is timed: record and build the one-token (decode) programs."""
+        for greedy in (False, True):
+            await self._program(1, False, greedy)
+
     def _rows_per_step(self, all_logits: bool) -> int:
         if not all_logits:
             return self.ops.max_chunk
@@ -112,6 +117,9 @@ class GpuRunner:
 
     def greedy(self, ids, start: int) -> int:
         return self._sync(self.greedy_async(ids, start))
+
+    def prepare(self) -> None:
+        self._sync(self.prepare_async())
 
 
 async def load_gpu_async(path: str | Path | None = None, *, header=None, source=None, n_ctx: int | None = None,
