@@ -91,11 +91,12 @@ def test_greedy_on_gpu_equals_argmax_of_reference(tmp_path_factory, loop, device
 
 @pytest.mark.models
 @pytest.mark.slow
-def test_smollm2_greedy_32_tokens_equal_cpu(loop, device):
+@pytest.mark.parametrize("name", ["smollm2", "gemma3"])
+def test_greedy_32_tokens_equal_cpu(loop, device, name):
     from pyshim.catalog import resolve_model
     from pyshim.tokenizer import Tokenizer
 
-    path = resolve_model("smollm2")
+    path = resolve_model(name)
     ref = load(path, n_ctx=256)
     runner = loop.run_until_complete(load_gpu_async(path, n_ctx=256, device=device, loop=loop))
     prompt = Tokenizer.from_metadata(ref.metadata).encode("The capital of France is")
