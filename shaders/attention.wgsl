@@ -1,11 +1,13 @@
-// Decode attention over the KV cache with an online softmax, one invocation per (query head, token):
-// out[t, h, :] = softmax_j(softcap(scale * q[t,h]·k[j, h/G])) · v[j, h/G] over key positions j in
-// [lo, positions[t]], lo = max(0, pos - window + 1) for sliding-window layers, else 0. Keys live in
-// a ring: position j is in slot j % cap (cap = n_ctx for full layers; >= window + chunk - 1 for
-// windowed ones, so a chunk's own writes never evict a key one of its queries still needs).
-// The cache must already hold this step's keys (kv_write runs first). Barrier-free; real GPUs want
-// the KV length split over a workgroup (a later variant). Defines: WG, HEAD_DIM, HEAD_DIM_V (/4 each
-// as HD4, HDV4), optional SOFTCAP.
+// Decode attention over the KV cache with an online softmax, one invocation per (query head, token,
+// split of the key range): out[t, h, :] = softmax_j(softcap(scale * q[t,h]·k[j, h/G])) · v[j, h/G] over
+// key positions j in [lo, positions[t]], lo = max(0, pos - window + 1) for sliding-window layers, else 0.
+// Keys live in a ring: position j is in slot j % cap (cap = n_ctx for full layers; >= window + chunk - 1
+// for windowed ones, so a chunk's own writes never evict a key one of its queries still needs).
+// The cache must already hold this step's keys (kv_write runs first). Barrier-free.
+// SPLITS = 1: the invocation writes out[] itself. SPLITS > 1 (long contexts, real GPUs): split s covers
+// its share of [lo, pos] and writes (max, sum, unnormalized output) to `partial`; the COMBINE variant
+// (one invocation per head and token) merges the splits into out[].
+// Defines: WG, HEAD_DIM/4 as HD4, HEAD_DIM_V/4 as HDV4, SPLITS, optional SOFTCAP; COMBINE for pass 2.
 struct Params {
     n: u32,             // query tokens
     heads: u32,
@@ -21,6 +23,12 @@ struct Params {
     _pad1: u32,
 }
 
+// one split's record in `partial`: vec4(max, sum, 0, 0), then HDV4 vec4s of the unnormalized output
+const RECORD: u32 = HDV4 + 1u;
+const SCORE_FLOOR: f32 = -3.0e38;   // the running max before any key (finite: exp() of differences stays defined)
+const TANH_CLAMP: f32 = 15.0;       // tanh is 1 to f32 precision beyond this; clamping avoids inf/inf in exp-based tanh
+
+#ifndef COMBINE
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> kc: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> vc: array<vec4<f32>>;
@@ -28,13 +36,11 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
 @group(0) @binding(5) var<uniform> params: Params;
 
-const SCORE_FLOOR: f32 = -3.0e38;   // the running max before any key (finite: exp() of differences stays defined)
-const TANH_CLAMP: f32 = 15.0;       // tanh is 1 to f32 precision beyond this; clamping avoids inf/inf in exp-based tanh
-
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let h = gid.x;
     let t = gid.y;
+    let split = gid.z;
     if (h >= params.heads || t >= params.n) {
         return;
     }
@@ -49,13 +55,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (params.window > 0u && pos + 1u > params.window) {
         lo = pos + 1u - params.window;
     }
+    let share = (pos + 1u - lo + SPLITS - 1u) / SPLITS;       // keys per split
+    let first = lo + split * share;
+    let end = min(first + share, pos + 1u);
     var acc: array<vec4<f32>, HDV4>;
     for (var i = 0u; i < HDV4; i++) {
         acc[i] = vec4<f32>(0.0);
     }
     var m = SCORE_FLOOR;
     var l = 0.0;
-    for (var j = lo; j <= pos; j++) {
+    for (var j = first; j < end; j++) {
         let slot = j % params.cap;
         let kb = (slot * params.kv_heads + kvh) * HD4;
         var dv = vec4<f32>(0.0);
@@ -76,8 +85,54 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
         m = m_new;
     }
+    if (SPLITS == 1u) {
+        let ob = params.out_off / 4u + (t * params.heads + h) * HDV4;
+        for (var i = 0u; i < HDV4; i++) {
+            out[ob + i] = acc[i] / l;
+        }
+        return;
+    }
+    let rb = ((t * params.heads + h) * SPLITS + split) * RECORD;
+    out[rb] = vec4<f32>(m, l, 0.0, 0.0);
+    for (var i = 0u; i < HDV4; i++) {
+        out[rb + 1u + i] = acc[i];
+    }
+}
+#endif
+
+#ifdef COMBINE
+@group(0) @binding(0) var<storage, read> partial: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(2) var<uniform> params: Params;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let h = gid.x;
+    let t = gid.y;
+    if (h >= params.heads || t >= params.n) {
+        return;
+    }
+    let rb = (t * params.heads + h) * SPLITS * RECORD;
+    var m = SCORE_FLOOR;
+    for (var s = 0u; s < SPLITS; s++) {
+        m = max(m, partial[rb + s * RECORD].x);
+    }
+    var l = 0.0;
+    var acc: array<vec4<f32>, HDV4>;
+    for (var i = 0u; i < HDV4; i++) {
+        acc[i] = vec4<f32>(0.0);
+    }
+    for (var s = 0u; s < SPLITS; s++) {
+        let head = partial[rb + s * RECORD];
+        let wgt = exp(head.x - m);          // an empty split has sum 0 and contributes nothing
+        l += head.y * wgt;
+        for (var i = 0u; i < HDV4; i++) {
+            acc[i] = fma(vec4<f32>(wgt), partial[rb + s * RECORD + 1u + i], acc[i]);
+        }
+    }
     let ob = params.out_off / 4u + (t * params.heads + h) * HDV4;
     for (var i = 0u; i < HDV4; i++) {
         out[ob + i] = acc[i] / l;
     }
 }
+#endif

@@ -59,11 +59,13 @@ def test_all_logits_match_reference(tmp_path_factory, loop, device, arch, qtype)
 def test_chunked_prefill_then_decode_with_split_tensors(tmp_path_factory, loop, device, arch, qtype, reduce):
     """Small steps (rings wrap past Gemma's window), tensors split by rows (a 40 kB binding limit),
     then one token at a time: the last logits of every step equal the reference's all-at-once ones.
-    `reduce`: the real-GPU options (workgroup-reduction matvec, many-token matvec for prefill steps)."""
+    `reduce`: the real-GPU options (workgroup-reduction matvec, many-token matvec for prefill steps,
+    attention split over the keys)."""
     path = tiny(tmp_path_factory, arch, qtype)
     ids = tiny_models.test_ids() + [5, 77, 300, 9, 12, 41, 42, 43]
     want = load(path, n_ctx=tiny_models.N_CTX).forward(ids, 0, all_logits=True)
-    runner = gpu_runner(loop, device, path, max_chunk=SMALL_CHUNK, max_binding=40_000, reduce=reduce, multi_token=reduce)
+    runner = gpu_runner(loop, device, path, max_chunk=SMALL_CHUNK, max_binding=40_000, reduce=reduce, multi_token=reduce,
+                        attn_splits=5 if reduce else None)
     assert any(len(w.parts) > 1 for w in runner.ops._bound.values())
     split = 11
     got = [runner.forward(ids[:split], 0)[-1]]

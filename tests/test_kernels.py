@@ -11,8 +11,8 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf import quants
 
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, UNIFORM_X_BYTES, WEIGHT_TYPES, WG, groups, matvec_grid,
-                                matvec_key, rope_theta, shader_block)
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, UNIFORM_X_BYTES, WEIGHT_TYPES, WG, attention_keys,
+                                attention_record_bytes, groups, matvec_grid, matvec_key, rope_theta, shader_block)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.ops import AttnSpec
 from pyshim.reference import NumpyOps, dequantize_rows
@@ -183,7 +183,7 @@ def test_rope(gpu, name):
     np.testing.assert_allclose(f32(out, x.shape), want, atol=5e-4 * np.abs(x).max())
 
 
-def attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, history, n, cap):
+def attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, history, n, cap, splits=1):
     """Fill a cache ring with `history` earlier positions through kv_write, then attend for n new tokens."""
     rng = np.random.default_rng(n_heads * 100 + hd + window)
     spec_m = SimpleNamespace(sliding_window=window, swa_layers=[bool(window)], n_layers=1, n_kv_heads=n_kv,
@@ -214,10 +214,14 @@ def attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, history, n, cap):
                                                           pos_off=0, k_off=0, v_off=0))
         group = gpu.device.bind_group(kv_pipe, [gpu.upload(k), gpu.upload(v), pos_buf, kc, vc, uniform])
         gpu.device.submit([(kv_pipe, group, (groups(n_kv * hd // 4), count, 1))])
-        key = ShaderKey.of("attention", WG=WG, HD4=hd // 4, HDV4=hd // 4, SOFTCAP=softcap > 0)
-        (out,) = gpu.dispatch(key, [q, kc, vc, pos_buf], [want.nbytes],
-                              dict(n=count, heads=n_heads, kv_heads=n_kv, cap=cap, window=window, scale=attn.scale,
-                                   softcap=softcap, pos_off=0, q_off=0, out_off=0), (groups(n_heads), count, 1))
+        key, combine = attention_keys(hd, hd, softcap > 0, splits)
+        params = dict(n=count, heads=n_heads, kv_heads=n_kv, cap=cap, window=window, scale=attn.scale,
+                      softcap=softcap, pos_off=0, q_off=0, out_off=0)
+        size = want.nbytes if combine is None else count * n_heads * splits * attention_record_bytes(hd)
+        (out,) = gpu.dispatch(key, [q, kc, vc, pos_buf], [size], params, (groups(n_heads), count, splits))
+        if combine is not None:
+            (out,) = gpu.dispatch(combine, [np.frombuffer(out, np.float32)], [want.nbytes], params,
+                                  (groups(n_heads), count, 1))
         check_close(f32(out, want.shape), want, rel=1e-4)
 
 
@@ -230,6 +234,14 @@ def test_attention_sliding_window_ring_and_softcap(gpu):
     # window 4, chunks of 5 (5, 5, 1 then 5): the ring holds window + chunk - 1 = 8 slots
     attention_case(gpu, n_heads=4, n_kv=1, hd=16, window=4, softcap=5.0, history=11, n=5, cap=8)
     attention_case(gpu, n_heads=4, n_kv=2, hd=64, window=3, softcap=0.0, history=6, n=1, cap=3)
+
+
+@pytest.mark.parametrize("splits", [3, 16])
+def test_attention_split_over_keys_then_combined(gpu, splits):
+    # 16 splits of at most 17 keys leave some splits empty (and every split empty for early queries)
+    attention_case(gpu, n_heads=6, n_kv=2, hd=32, window=0, softcap=0.0, history=9, n=1, cap=16, splits=splits)
+    attention_case(gpu, n_heads=6, n_kv=2, hd=32, window=0, softcap=0.0, history=0, n=7, cap=16, splits=splits)
+    attention_case(gpu, n_heads=4, n_kv=1, hd=16, window=4, softcap=5.0, history=11, n=5, cap=8, splits=splits)
 
 
 @pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
@@ -281,7 +293,7 @@ def test_params_layouts_match_wgsl():
     pre = Preprocessor()
     for family, layout in PARAMS.items():
         variants = {"matvec": {"W_F32": "", "ROWS": "2"}, "embed": {"W_F32": ""}, "argmax": {"PASS1": ""}}
-        src = pre.expand(f"{family}.wgsl", {"WG": "64", "HD4": "16", "HDV4": "16", **variants.get(family, {})})
+        src = pre.expand(f"{family}.wgsl", {"WG": "64", "HD4": "16", "HDV4": "16", "SPLITS": "1", **variants.get(family, {})})
         body = STRUCT.search(src)
         assert body, family
         fields = tuple(FIELD.findall(re.sub(r"//[^\n]*", "", body.group(1))))

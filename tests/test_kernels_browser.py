@@ -14,8 +14,8 @@ from gguf import GGMLQuantizationType as QT
 
 import harness
 from gpu_helpers import random_weight
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, WEIGHT_TYPES, WG, groups, matvec_grid, matvec_key, rope_theta,
-                                shader_block)
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, WEIGHT_TYPES, WG, attention_keys, groups, matvec_grid,
+                                matvec_key, rope_theta, shader_block)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.reference import dequantize_rows
 from pyshim.rope import RopeSpec
@@ -151,10 +151,29 @@ def build_cases() -> Cases:
         s = softcap * np.tanh(s / softcap)
         e = np.exp(s - s.max())
         want[0, h * hd:(h + 1) * hd] = (e / e.sum()) @ vals[seen, h // 2]
-    c.add("attention ring window softcap", ShaderKey.of("attention", WG=WG, HD4=hd // 4, HDV4=hd // 4, SOFTCAP=True),
-          [q, kc, vc, np.array([p], np.uint32)], [want.nbytes],
-          dict(n=1, heads=heads, kv_heads=kvh, cap=cap, window=window, scale=hd ** -0.5, softcap=softcap, pos_off=0,
-               q_off=0, out_off=0), (groups(heads), 1, 1), close(want, rel=1e-4))
+    params = dict(n=1, heads=heads, kv_heads=kvh, cap=cap, window=window, scale=hd ** -0.5, softcap=softcap, pos_off=0,
+                  q_off=0, out_off=0)
+    key, _ = attention_keys(hd, hd, True, 1)
+    c.add("attention ring window softcap", key, [q, kc, vc, np.array([p], np.uint32)], [want.nbytes], params,
+          (groups(heads), 1, 1), close(want, rel=1e-4))
+    # the same split over 3 key ranges: pass 1 here, then the combine pass on a record buffer built in
+    # NumPy the way pass 1 lays it out (each pass checked on its own)
+    splits = 3
+    key, combine = attention_keys(hd, hd, True, splits)
+    share = -(-window // splits)
+    records = np.zeros((heads, splits, hd // 4 + 1, 4), np.float32)
+    for h in range(heads):
+        for sp in range(splits):
+            js = seen[sp * share:(sp + 1) * share]
+            s = softcap * np.tanh(keys[js, h // 2] @ q[0, h] * hd ** -0.5 / softcap)
+            mx = s.max() if len(js) else -3.0e38
+            e = np.exp(s - mx)
+            records[h, sp, 0, :2] = mx, e.sum()
+            records[h, sp, 1:] = (e @ vals[js, h // 2]).reshape(-1, 4) if len(js) else 0
+    c.add("attention split pass", key, [q, kc, vc, np.array([p], np.uint32)], [records.nbytes], params,
+          (groups(heads), 1, splits), close(records, rel=1e-4))
+    c.add("attention combine pass", combine, [records], [want.nbytes], params, (groups(heads), 1, 1),
+          close(want, rel=1e-4))
 
     g, u = rng.standard_normal((2, 20), dtype=np.float32) * 4, rng.standard_normal((2, 20), dtype=np.float32)
     for act, define in (("silu", "ACT_SILU"), ("gelu_tanh", "ACT_GELU")):

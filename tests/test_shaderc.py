@@ -64,5 +64,5 @@ def test_every_family_expands_cleanly():
     pre = Preprocessor(load_sources())
     for family in PARAMS:
         for define in (WEIGHT_TYPES[t][0] for t in WEIGHT_TYPES):
-            text = pre.expand(f"{family}.wgsl", {define: "", "WG": "64", "ROWS": "2", "HD4": "16", "HDV4": "16", "PASS1": ""})
+            text = pre.expand(f"{family}.wgsl", {define: "", "WG": "64", "ROWS": "2", "HD4": "16", "HDV4": "16", "SPLITS": "1", "PASS1": ""})
             assert "#" not in text.replace("#[", "")     # every directive consumed

@@ -24,7 +24,8 @@ from gguf import GGMLQuantizationType as QT
 from pyshim.errors import OutOfMemoryError, TensorShapeError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.pool import ActivationPool, Slot, physical
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, WG, KernelCache, groups, matvec_grid, matvec_key, rope_theta,
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, ATTN_SPLITS_GPU, PARAMS, WG, KernelCache, attention_keys,
+                                attention_record_bytes, groups, matvec_grid, matvec_key, rope_theta,
                                 shader_block, weight_define, UNIFORM_X_BYTES, UNIFORM_X_VEC4)
 from pyshim.ops import ACTIVATIONS, AttnSpec
 from pyshim.reference import SUPPORTED_TYPES, dequantize_rows
@@ -114,13 +115,14 @@ class GpuOps:
 
     def __init__(self, device: GPUDevice, store: WeightStore, spec, n_ctx: int, kernels: KernelCache | None = None,
                  *, max_chunk: int = MAX_CHUNK, max_binding: int | None = None, upload_now: bool = True,
-                 reduce: bool | None = None, multi_token: bool = False):
+                 reduce: bool | None = None, multi_token: bool = False, attn_splits: int | None = None):
         """`max_chunk`: most tokens per step (sizes the sliding-window rings); `max_binding` lowers the
         device's storage binding limit (tests use it to force tensors split by rows); `upload_now=False`
         leaves the quantized weights' bytes to the caller, who follows `uploads` (the browser's store
         writes them from IndexedDB without passing them through Python); `reduce` picks the matvec variant
         (default: workgroup reductions on real GPUs, barrier-free on CPU adapters); `multi_token` uses the
-        many-token matvec for steps of several tokens (slower on lavapipe, see kernels.MATMUL_TOKENS)."""
+        many-token matvec for steps of several tokens (slower on lavapipe, see kernels.MATMUL_TOKENS);
+        `attn_splits`: key-range splits in attention (default 1 on CPU adapters, ATTN_SPLITS_GPU on GPUs)."""
         self.device = device
         self.kernels = kernels or KernelCache(device)
         self.store = store
@@ -129,6 +131,7 @@ class GpuOps:
         self.max_chunk = max_chunk
         self.reduce = (not device.caps.is_fallback) if reduce is None else reduce
         self.multi_token = multi_token
+        self.attn_splits = attn_splits or (1 if device.caps.is_fallback else ATTN_SPLITS_GPU)
         self.max_binding = min(int(device.caps.limits["max_storage_buffer_binding_size"]), max_binding or 1 << 62)
         self._bound: dict[str, GpuWeight] = {}
         self._program: Program | None = None
@@ -310,10 +313,16 @@ class GpuOps:
                      (groups(max(k_row, v_row) // 4), n, 1), n=n, k_row=k_row, v_row=v_row, cap=cap,
                      pos_off=positions.off, k_off=k.off, v_off=v.off)
         out = self._tensor((n, spec.n_heads * spec.head_dim_v), "attention")
-        key = self._key("attention", HD4=spec.head_dim // 4, HDV4=spec.head_dim_v // 4, SOFTCAP=spec.softcap > 0)
-        self._record("attention", key, [q.buf, kc, vc, positions.buf, out.buf], (groups(spec.n_heads), n, 1),
-                     n=n, heads=spec.n_heads, kv_heads=spec.n_kv_heads, cap=cap, window=spec.window, scale=spec.scale,
-                     softcap=spec.softcap, pos_off=positions.off, q_off=q.off, out_off=out.off)
+        key, combine = attention_keys(spec.head_dim, spec.head_dim_v, spec.softcap > 0, self.attn_splits)
+        params = dict(n=n, heads=spec.n_heads, kv_heads=spec.n_kv_heads, cap=cap, window=spec.window, scale=spec.scale,
+                      softcap=spec.softcap, pos_off=positions.off, q_off=q.off, out_off=out.off)
+        grid = (groups(spec.n_heads), n, self.attn_splits)
+        if combine is None:
+            self._record("attention", key, [q.buf, kc, vc, positions.buf, out.buf], grid, **params)
+            return out
+        records = Slot(n * spec.n_heads * self.attn_splits * attention_record_bytes(spec.head_dim_v), "attn_partial")
+        self._record("attention", key, [q.buf, kc, vc, positions.buf, records], grid, **params)
+        self._record("attention", combine, [records, out.buf], (groups(spec.n_heads), n, 1), **params)
         return out
 
     def glu(self, gate: Tensor, up: Tensor, act: str) -> Tensor:

@@ -29,6 +29,10 @@ MATVEC_WG = 64          # invocations per workgroup of the barrier-free matvec
 REDUCE_WG = 32
 REDUCE_ROWS = 2
 MAX_GROUPS = 65535      # WebGPU's default maxComputeWorkgroupsPerDimension
+# Splits of the key range per (head, token) in decode attention: on real GPUs a handful of heads would
+# otherwise keep only a handful of invocations busy over the whole context (untuned: no GPU at hand);
+# CPU adapters have few cores and skip the combine pass.
+ATTN_SPLITS_GPU = 16
 # The uniform-x matvec binds x as array<vec4<f32>, UNIFORM_X_VEC4>: 64 KiB, WebGPU's guaranteed
 # maxUniformBufferBindingSize; activation buffers are at least this big so any of them can be bound so.
 UNIFORM_X_VEC4 = 4096
@@ -130,6 +134,18 @@ def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False, multi: bo
                         UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None)
 
 
+def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int) -> tuple[ShaderKey, ShaderKey | None]:
+    """The attention pass (per head, token and split of the keys) and, with splits > 1, the combine pass."""
+    common = dict(WG=WG, HD4=head_dim // 4, HDV4=head_dim_v // 4, SPLITS=splits)
+    combine = ShaderKey.of("attention", COMBINE=True, **common) if splits > 1 else None
+    return ShaderKey.of("attention", SOFTCAP=softcap, **common), combine
+
+
+def attention_record_bytes(head_dim_v: int) -> int:
+    """Bytes of one split's record in the partial buffer: (max, sum) in a vec4, then the output row."""
+    return (head_dim_v // 4 + 1) * 16
+
+
 def matvec_grid(m: int, n: int, reduce: bool = False, multi: bool = False) -> tuple[int, int, int]:
     if multi:
         return groups(m, WG), groups(n, MATMUL_TOKENS), 1
@@ -185,8 +201,9 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256)) -> list[ShaderK
     keys += [matvec_key(q, bias=bias, uniform_x=True) for q in WEIGHT_TYPES for bias in (False, True)]
     keys += [ShaderKey.of("rmsnorm", WG=WG), ShaderKey.of("kv_write", WG=WG)]
     keys += [ShaderKey.of("rope", WG=WG, NEOX=neox) for neox in (False, True)]
-    keys += [ShaderKey.of("attention", WG=WG, HD4=hd // 4, HDV4=hd // 4, SOFTCAP=cap)
-             for hd in head_dims for cap in (False, True)]
+    for hd in head_dims:
+        for splits in (1, ATTN_SPLITS_GPU):
+            keys += [k for cap in (False, True) for k in attention_keys(hd, hd, cap, splits) if k is not None]
     keys += [ShaderKey.of("glu", WG=WG, **{act: True}) for act in ("ACT_SILU", "ACT_GELU")]
     keys += [ShaderKey.of("eltwise", WG=WG, **{op: True}) for op in ("OP_ADD", "OP_SCALE", "OP_SOFTCAP", "OP_COPY")]
     keys += [ShaderKey.of("argmax", WG=WG, **{p: True}) for p in ("PASS1", "PASS2")]
