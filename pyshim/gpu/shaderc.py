@@ -10,7 +10,7 @@ family plus a set of defines (`W_Q4_K`, `WG=64`, ...); the preprocessor understa
 Defines given by the caller are applied the same way as `#define` lines. Malformed input (an unknown
 directive, an unterminated `#if`, a stray `#else`/`#endif`, a missing include, an include cycle) raises
 ShaderError naming the file and line. Sources come from a mapping {relative path: text}, so the same code
-runs in CPython (read from the repository's `shaders/` directory) and in Pyodide (fetched by the worker).
+runs in CPython and in Pyodide (both read `pyshim.paths.shaders_dir()` by default, or take a mapping).
 """
 
 from __future__ import annotations
@@ -21,17 +21,17 @@ from pathlib import Path
 from typing import Mapping
 
 from pyshim.errors import ShaderError
-
-SHADER_ROOT = Path(__file__).resolve().parents[2] / "shaders"
+from pyshim.paths import shaders_dir
 _WORD = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 _INCLUDE = re.compile(r'^#include\s+"([^"]+)"\s*$')
 _DEFINE = re.compile(r"^#define\s+([A-Za-z_][A-Za-z0-9_]*)(?:\s+(.*?))?\s*$")
 _COND = re.compile(r"^#(ifdef|ifndef)\s+([A-Za-z_][A-Za-z0-9_]*)\s*$")
 
 
-def load_sources(root: str | Path = SHADER_ROOT) -> dict[str, str]:
-    """Every `.wgsl` under `root`, keyed by its path relative to root (POSIX separators)."""
-    root = Path(root)
+def load_sources(root: str | Path | None = None) -> dict[str, str]:
+    """Every `.wgsl` under `root` (default: `pyshim.paths.shaders_dir()`, the checkout's `shaders/` or the
+    wheel's copy), keyed by its path relative to root (POSIX separators)."""
+    root = Path(root) if root is not None else shaders_dir()
     return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8") for p in sorted(root.rglob("*.wgsl"))}
 
 
