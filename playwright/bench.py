@@ -263,7 +263,7 @@ def run_bench(config: BenchConfig) -> dict:
             if "browser" in config.backends:
                 res = _measure(f"{name} browser", settings.runs, lambda: bench_engines.browser_run(
                     browser, server.url, f["url"], f["workload"], roofline_mib=settings.roofline_mib,
-                    cli_support=cli, model_path=Path(f["path"])))
+                    cli_support=cli, model_path=Path(f["path"]), store=not config.quick))
                 if res["median"].get("generation") == "not built yet":
                     res["status"] = "partial: " + NOT_BUILT + " for generation"
                 if res["samples"] and res["samples"][0].get("adapter"):

@@ -13,12 +13,15 @@ Figure names shared by all engines (absent = not measured by that engine yet):
     peak_gpu_bytes, planned_gpu_bytes
     roofline_GBps, roofline_Gelem_s   the device's streaming ceiling measured in the same run
 
-The browser engine: the site's Worker answers `boot`, `gpu-selftest`, `read-header` and `exec` today.
-Generation is measured through a Worker request named `bench` once the engine offers it
-(`capabilities().kinds` lists it), with params {model_url, prompt, max_tokens, ignore_eos: true} and a
-result holding {prompt_tokens, load_ms, ttft_ms, prefill_ms, decode_tokens, decode_ms, text} and, when
-known, {cpu_ms, peak_gpu_bytes, planned_gpu_bytes}; until then `pyshim generate --backend browser --json`
-is used when the CLI has it.
+The browser engine: the site's Worker answers `boot`, `gpu-selftest`, `read-header`, `probe-bytes` and
+`exec` today, and the page's store downloads models into IndexedDB (store_ms, store_MBps). Generation,
+first found first used:
+  1. a Worker request `bench` (listed in `capabilities().kinds`): params {model_url, prompt, max_tokens,
+     ignore_eos: true}; result {prompt_tokens, load_ms, ttft_ms, prefill_ms, decode_tokens, decode_ms, text}
+     and, when known, {cpu_ms, peak_gpu_bytes, planned_gpu_bytes} — raw prompts, exact token counts;
+  2. the site's `generate` once an engine is installed (`capabilities().generate`): a chat request on the
+     stored model, figures from its `timings` and `usage`;
+  3. `pyshim generate --backend browser --json` when the CLI has it.
 """
 
 from __future__ import annotations
@@ -167,8 +170,27 @@ def _roofline_code(mib: int) -> str:
             f"_r = json.dumps(await _ns['measure_roofline']({int(mib)}))\ndel _ns\n_r")
 
 
+# Puts the model into the site's IndexedDB store the way the page does (Range chunks, each hashed,
+# the header first through Python's "will it fit?"): returns {model_id, ms, bytes}.
+STORE_JS = """async ([url, context]) => {
+  const store = await import(new URL("store/store.js", location.href).href);
+  const engine = window.pyshimEngine;
+  const checkFit = async (prefix, size) => {
+    const s = await engine.request("probe-bytes", { bytes: prefix, file_size: size, context });
+    if (s.need !== undefined) return s;
+    if (s.refused) return { ok: false, reasons: [s.refused.message], summary: s };
+    return { ok: true, reasons: [], summary: s };
+  };
+  const created = await store.createFromURL(url);
+  const t0 = performance.now();
+  const ready = await store.download(created.id, { checkFit });
+  return { model_id: ready.id, ms: performance.now() - t0, bytes: ready.size };
+}"""
+STORE_CONTEXT = 1024
+
+
 def browser_run(browser, base_url: str, model_url: str, workload: list[dict], *, roofline_mib: int,
-                cli_support: dict, model_path: Path) -> dict:
+                cli_support: dict, model_path: Path, store: bool) -> dict:
     context = browser.new_context(service_workers="block")
     try:
         page, watch = harness.open_page(context, base_url)
@@ -190,8 +212,16 @@ def browser_run(browser, base_url: str, model_url: str, workload: list[dict], *,
         except harness.HarnessError as exc:  # the other figures still count; % of roofline stays empty
             sample["roofline_error"] = str(exc)[:300]
         caps = harness.engine_request(page, "capabilities")
+        stored = None
+        if store or caps.get("generate"):
+            page.set_default_timeout(RUN_TIMEOUT_MS)
+            stored = page.evaluate(STORE_JS, [model_url, STORE_CONTEXT])
+            sample["store_ms"] = stored["ms"]
+            sample["store_MBps"] = stored["bytes"] / 1e6 / (stored["ms"] / 1e3)
         if BENCH_KIND in caps.get("kinds", ()):
             sample.update(_worker_generation(page, model_url, workload))
+        elif caps.get("generate"):
+            sample.update(_site_generation(page, stored["model_id"], workload))
         elif "browser" in cli_support["backends"]:
             sample.update(cli_run("browser", model_path, workload, cli_support))
         else:
@@ -222,6 +252,25 @@ def _worker_generation(page, model_url: str, workload: list[dict]) -> dict:
             for key in ("peak_gpu_bytes", "planned_gpu_bytes"):
                 if r.get(key) is not None:
                     sample[key] = r[key]
+            sample["text"] = r.get("text", "")
+    return sample
+
+
+def _site_generation(page, model_id: str, workload: list[dict]) -> dict:
+    """Through the site's own `generate` (a chat request: the template adds a few prompt tokens)."""
+    sample: dict = {}
+    for i, prompt in enumerate(workload):
+        r = harness.engine_request(page, "generate", {
+            "model_id": model_id, "messages": [{"role": "user", "content": prompt["text"]}], "context": STORE_CONTEXT,
+            "sampling": {"temperature": 0, "max_tokens": prompt["max_tokens"], "seed": 0}}, timeout_ms=RUN_TIMEOUT_MS)
+        t = r["timings"]
+        if i == 0 and t.get("load_ms") is not None:
+            sample["load_ms"] = t["load_ms"]
+        _prefill_figures(sample, prompt, r["usage"]["prompt_tokens"], t["prefill_ms"] / 1e3)
+        if prompt.get("decode"):
+            sample["ttft_ms"] = t.get("ttft_ms")
+            sample["decode_tokens"] = r["usage"]["completion_tokens"]
+            sample["decode_tok_s"] = t.get("decode_tok_per_s")
             sample["text"] = r.get("text", "")
     return sample
 

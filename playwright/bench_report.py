@@ -36,7 +36,7 @@ def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     prompts = report["config"]["settings"]["prompt_tokens"]
     peers = [r["engine"] for r in report["results"] if r["peer"]]
     peer_names = sorted(set(peers))
-    header = (["model", "engine", "status", "ready s", "header ms", "load s", "TTFT ms"]
+    header = (["model", "engine", "status", "ready s", "header ms", "store MB/s", "load s", "TTFT ms"]
               + [f"prefill {n} tok/s" for n in prompts]
               + ["decode tok/s", "GB/s", "roofline GB/s", "% roofline"]
               + [f"decode ×{p}" for p in peer_names])
@@ -47,7 +47,7 @@ def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
         if decode == "–" and not r["status"].startswith("error"):
             decode = "n/a (not built yet)" if r["engine"] in ("browser", "gpu", "cpu") else "–"
         row = [r["model"], r["engine"], _status_cell(r), _fmt(m.get("ready_ms"), 1, 1e-3), _fmt(m.get("header_ms"), 0),
-               _fmt(m.get("load_ms"), 1, 1e-3), _fmt(m.get("ttft_ms"), 0)]
+               _fmt(m.get("store_MBps"), 0), _fmt(m.get("load_ms"), 1, 1e-3), _fmt(m.get("ttft_ms"), 0)]
         row += [_fmt(m.get(f"prefill_{n}_tok_s"), 1) for n in prompts]
         row += [decode, _fmt(m.get("achieved_GBps"), 2), _fmt(m.get("roofline_GBps"), 2), _fmt(m.get("roofline_pct"), 1)]
         row += [_fmt(r.get("vs_peer", {}).get(f"decode_tok_s_vs_{p}"), 2) if not r["peer"] else "" for p in peer_names]
