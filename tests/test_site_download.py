@@ -47,9 +47,11 @@ def test_download_from_dev_server_is_chunked_and_verified(site):
     try:
         page.click(f"#models li:has-text('{NAME}') button")
         page.wait_for_selector("#stored li[data-phase=download]")
-        page.wait_for_function("() => document.querySelector('#stored li .progress-text')?.textContent.includes('MB/s')")
+        # Read the progress line in the same evaluation that sees it: a moment later it may say "Verifying".
+        text = page.wait_for_function(
+            "() => { const t = document.querySelector('#stored li .progress-text')?.textContent; return t && t.includes('MB/s') ? t : null; }"
+        ).json_value()
         shot(page, "02-downloading")
-        text = row_text(page, NAME)
         assert "of 98.4 MB" in text and "left" in text, text
         wait_status(page, NAME, "ready")
     finally:

@@ -33,6 +33,8 @@ def chunk_index(route) -> int:
 
 def stored_chunks(page) -> set[int]:
     manifest = store_ok(page, "getModel", model_id(page, SMOLLM2_URL_PATH))
+    if manifest is None:  # the other tab has not created it yet
+        return set()
     return {i for i, sha in enumerate(manifest["chunks"]) if sha}
 
 
@@ -89,13 +91,15 @@ def test_closed_tab_resumes_in_a_new_tab(site):
 
     context.route(MODEL_GLOB, slow)
     tab = context.new_page()
-    tab.goto(page.url)
-    tab.click(f"#models li:has-text('{NAME}') button", timeout=harness.BOOT_TIMEOUT_MS)
-    deadline = time.monotonic() + 60
-    while len(stored_chunks(page)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    tab.close()   # mid-download: chunks in flight are lost, stored ones stay
-    context.unroute(MODEL_GLOB, slow)
+    try:
+        tab.goto(page.url)
+        tab.click(f"#models li:has-text('{NAME}') button", timeout=harness.BOOT_TIMEOUT_MS)
+        deadline = time.monotonic() + 120
+        while len(stored_chunks(page)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        tab.close()   # mid-download: chunks in flight are lost, stored ones stay
+        context.unroute(MODEL_GLOB, slow)
     have = stored_chunks(page)
     assert 2 <= len(have) < N_CHUNKS, have
 

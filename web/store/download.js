@@ -46,7 +46,7 @@ class Progress {
     const seconds = (performance.now() - this.t0) / 1000;
     const rate = seconds > 0.2 ? this.fetched / seconds : null;
     const eta = rate ? (this.total - this.done) / rate : null;
-    this.onProgress?.({ id: manifest.id, phase, doneBytes: this.done, totalBytes: this.total, bytesPerSec: rate, etaSec: eta, ...extra });
+    this.onProgress?.({ id: manifest.id, phase, doneBytes: this.done, totalBytes: this.total, bytesPerSec: rate, etaSec: eta, chunkCount: manifest.chunks.length, ...extra });
   }
 }
 

@@ -116,8 +116,8 @@ function progressLine(m, p) {
   const done = p?.doneBytes ?? store.storedBytes(m);
   const total = p?.totalBytes ?? m.size;
   if (p?.phase === "header") return "Reading the header…";
-  if (p?.phase === "verify" || m.status === "verifying") return `Verifying SHA-256… ${p?.chunk != null ? `${p.chunk + 1} of ${m.chunks.length}` : ""}`;
-  if (p?.phase === "repair") return `Re-checking chunk ${p.chunk + 1} of ${m.chunks.length}…`;
+  if (p?.phase === "verify" || m.status === "verifying") return `Verifying SHA-256… ${p?.chunk != null ? `${p.chunk + 1} of ${p.chunkCount ?? m.chunks.length}` : ""}`;
+  if (p?.phase === "repair") return `Re-checking chunk ${p.chunk + 1} of ${p.chunkCount ?? m.chunks.length}…`;
   const parts = [`${formatBytes(done)} of ${formatBytes(total)}`];
   if (p?.bytesPerSec) parts.push(formatRate(p.bytesPerSec));
   if (p?.etaSec != null && p.bytesPerSec) parts.push(`${formatDuration(p.etaSec)} left`);
