@@ -5,9 +5,10 @@ roofline per weight type and variant, driven from plain JS so only the kernels a
 
 Python expands the WGSL and makes the random GGUF blocks; the page creates the buffers, compiles, and
 times (T(2r) − T(r)) / r with T the median of TRIALS submits awaited with onSubmittedWorkDone().
-Variants: the executor's CPU-adapter decode kernel (uniform x, 2 rows), storage x with 1/2/4 rows, REDUCE.
-Run one or two types at a time: with all types the page ran minutes and was closed under it, and the
-F32 kernel at 2048x2048 closed the page on its own (512x512 works, slowly: see shaders/README.md).
+Variants: uniform x (the executor's CPU-adapter decode kernel) with 2 or 4 rows, storage x with 1/2/4
+rows, REDUCE.
+Weights go to the page once per type (base64 through Playwright: sending a copy per variant, hundreds
+of MB, closed the page).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ ROOFLINE_PER_THREAD = 256
 REPS = 2
 TRIALS = 2
 
-BENCH_JS = """async ({cases, reps, trials}) => {
+BENCH_JS = """async ({cases, blobs, reps, trials}) => {
   const adapter = await navigator.gpu.requestAdapter();
   const device = await adapter.requestDevice({requiredLimits: {
     maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
@@ -44,13 +45,15 @@ BENCH_JS = """async ({cases, reps, trials}) => {
   const bytes = (b64) => Uint8Array.from(atob(b64), c => c.charCodeAt(0));
   const make = (size, usage) => device.createBuffer({size: Math.max(16, Math.ceil(size / 16) * 16), usage});
   const out = [];
+  const decoded = {};
   for (const c of cases) {
     const module = device.createShaderModule({code: c.code});
     const pipeline = await device.createComputePipelineAsync({layout: "auto", compute: {module, entryPoint: "main"}});
     const bufs = c.inputs.map(inp => {
-      const size = inp.b64 ? bytes(inp.b64).length : inp.size;
+      const data = inp.blob ? (decoded[inp.blob] ??= bytes(blobs[inp.blob])) : null;
+      const size = data ? data.length : inp.size;
       const b = make(Math.max(size, inp.min || 0), U.STORAGE | U.COPY_DST | (inp.uniform ? U.UNIFORM : 0));
-      if (inp.b64) { const d = bytes(inp.b64); const p = new Uint8Array(Math.ceil(d.length / 4) * 4); p.set(d); device.queue.writeBuffer(b, 0, p); }
+      if (data) { const p = new Uint8Array(Math.ceil(data.length / 4) * 4); p.set(data); device.queue.writeBuffer(b, 0, p); }
       else if (inp.fill) { device.queue.writeBuffer(b, 0, new Float32Array(size / 4).fill(1.0)); }
       return b;
     });
@@ -83,9 +86,10 @@ def b64(a) -> str:
     return base64.b64encode(np.ascontiguousarray(a).tobytes()).decode()
 
 
-def build_cases(rows: int, cols: int, types: list[str]) -> tuple[list[dict], dict]:
+def build_cases(rows: int, cols: int, types: list[str]) -> tuple[list[dict], dict, dict]:
+    """Cases, weight bytes per type, and the base64 inputs they share (each sent once)."""
     pre = Preprocessor()
-    cases, sizes = [], {}
+    cases, sizes, blobs = [], {}, {}
     n4 = ROOFLINE_BYTES // 16
     threads = groups(n4, ROOFLINE_PER_THREAD)
     for strided in (False, True):
@@ -93,25 +97,27 @@ def build_cases(rows: int, cols: int, types: list[str]) -> tuple[list[dict], dic
                       "inputs": [{"size": ROOFLINE_BYTES, "fill": True}, {"size": threads * 4}], "sizes": [],
                       "params": b64(PARAMS["stream"].pack(n4=n4, per_thread=ROOFLINE_PER_THREAD)), "grid": [groups(threads), 1, 1]})
     rng = np.random.default_rng(0)
-    x = rng.standard_normal(cols, dtype=np.float32)
+    blobs["x"] = b64(rng.standard_normal(cols, dtype=np.float32))
     for qtype, (define, _, _) in WEIGHT_TYPES.items():
         if types and qtype.name not in types:
             continue
         raw = random_weight(qtype, rows, cols, rng)
         sizes[qtype.name] = raw.nbytes
+        blobs[qtype.name] = b64(raw)
         params = b64(PARAMS["matvec"].pack(m=rows, k=cols, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
                                            bias_off=0, y_stride=rows))
-        variants = [("uniform-x rows2", ShaderKey.of("matvec", **{define: True}, WG=WG, ROWS=2, UNIFORM_X=True, X_VEC4=UNIFORM_X_VEC4), (groups(rows, WG * 2), 1, 1))]
+        variants = [(f"uniform-x rows{r}", ShaderKey.of("matvec", **{define: True}, WG=WG, ROWS=r, UNIFORM_X=True, X_VEC4=UNIFORM_X_VEC4),
+                     (groups(rows, WG * r), 1, 1)) for r in (2, 4)]
         variants += [(f"rows{r}", ShaderKey.of("matvec", **{define: True}, WG=WG, ROWS=r), (groups(rows, WG * r), 1, 1)) for r in (1, 2, 4)]
         variants.append(("reduce", ShaderKey.of("matvec", **{define: True}, WG=REDUCE_WG, ROWS=REDUCE_ROWS, REDUCE=True),
                          matvec_grid(rows, 1, reduce=True)))
         for name, key, grid in variants:
             uniform = "uniform" in name
             cases.append({"name": f"{qtype.name} {name}", "code": pre.build(key), "params": params, "grid": list(grid),
-                          "inputs": [{"b64": b64(raw)}, {"b64": b64(x), "uniform": uniform, "min": UNIFORM_X_BYTES if uniform else 0},
+                          "inputs": [{"blob": qtype.name}, {"blob": "x", "uniform": uniform, "min": UNIFORM_X_BYTES if uniform else 0},
                                      {"size": rows * 4}],
                           "sizes": [0, UNIFORM_X_BYTES if uniform else 0]})
-    return cases, sizes
+    return cases, sizes, blobs
 
 
 def main() -> int:
@@ -120,7 +126,7 @@ def main() -> int:
     ap.add_argument("--cols", type=int, default=2048)
     ap.add_argument("--types", default="")
     args = ap.parse_args()
-    cases, sizes = build_cases(args.rows, args.cols, [t for t in args.types.split(",") if t])
+    cases, sizes, blobs = build_cases(args.rows, args.cols, [t for t in args.types.split(",") if t])
     from playwright.sync_api import sync_playwright
 
     with harness.DevServer() as server, sync_playwright() as p:
@@ -128,7 +134,7 @@ def main() -> int:
         page, _ = harness.open_page(browser.new_context(), server.url + "/manifest.webmanifest")
         harness.require_adapter(page)
         page.set_default_timeout(600_000)
-        result = page.evaluate(BENCH_JS, {"cases": cases, "reps": REPS, "trials": TRIALS})
+        result = page.evaluate(BENCH_JS, {"cases": cases, "blobs": blobs, "reps": REPS, "trials": TRIALS})
         browser.close()
     rows = {r["name"]: r for r in result["out"]}
     roof_ms = min(rows["roofline"]["ms"], rows["roofline strided"]["ms"])

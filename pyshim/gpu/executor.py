@@ -25,7 +25,7 @@ from pyshim.errors import OutOfMemoryError, TensorShapeError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.pool import ActivationPool, Slot, physical
 from pyshim.gpu.kernels import (ARGMAX_CHUNK, ATTN_SPLITS_GPU, PARAMS, WG, KernelCache, attention_keys,
-                                attention_record_bytes, groups, matvec_grid, matvec_key, rope_theta,
+                                attention_record_bytes, barrier_free_rows, groups, matvec_grid, matvec_key, rope_theta,
                                 shader_block, weight_define, UNIFORM_X_BYTES, UNIFORM_X_VEC4)
 from pyshim.ops import ACTIVATIONS, AttnSpec
 from pyshim.reference import SUPPORTED_TYPES, dequantize_rows
@@ -132,6 +132,7 @@ class GpuOps:
         self.reduce = (not device.caps.is_fallback) if reduce is None else reduce
         self.multi_token = multi_token
         self.attn_splits = attn_splits or (1 if device.caps.is_fallback else ATTN_SPLITS_GPU)
+        self.matvec_rows = barrier_free_rows(device.caps)
         self.max_binding = min(int(device.caps.limits["max_storage_buffer_binding_size"]), max_binding or 1 << 62)
         self._bound: dict[str, GpuWeight] = {}
         self._program: Program | None = None
@@ -251,12 +252,13 @@ class GpuOps:
         multi = self.multi_token and n > 1      # several tokens per invocation share each decoded weight
         uniform_x = (not self.reduce and not multi and n == 1 and isinstance(x.buf, Slot)
                      and x.off + k <= 4 * UNIFORM_X_VEC4)
-        key = matvec_key(w.ref.qtype, bias=bias is not None, reduce=self.reduce, multi=multi, uniform_x=uniform_x)
+        key = matvec_key(w.ref.qtype, bias=bias is not None, reduce=self.reduce, multi=multi, uniform_x=uniform_x,
+                         rows=self.matvec_rows)
         x_binding = (x.buf, 0, UNIFORM_X_BYTES) if uniform_x else x.buf
         for buf, row0, rows in w.parts:
             bindings = [buf, x_binding] + ([bias.f32_buf] if bias is not None else []) + [out.buf]
             # a part writes its rows of every token: y_off shifts by row0 and the row stride stays m
-            self._record("matvec", key, bindings, matvec_grid(rows, n, self.reduce, multi), m=rows, k=k, n=n, row_bytes=w.ref.row_bytes,
+            self._record("matvec", key, bindings, matvec_grid(rows, n, self.reduce, multi, self.matvec_rows), m=rows, k=k, n=n, row_bytes=w.ref.row_bytes,
                          w_off=0, x_off=x.off, y_off=out.off + row0, bias_off=row0, y_stride=m)
         return out
 

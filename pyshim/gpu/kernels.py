@@ -20,9 +20,12 @@ from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 
 WG = 64                 # invocations per workgroup for every barrier-free kernel
 ARGMAX_CHUNK = 256      # logits scanned per invocation in argmax's first pass
-# Output rows per matvec invocation. On lavapipe (CPU time per matvec, 8192x2048) 1, 2 and 4 are within
-# the noise of each other (2 was never worse); FACTS.md found 4 best for f32 on SwiftShader. To autotune.
+# Output rows per invocation of the barrier-free matvec. lavapipe, whole SmolLM2 decode steps in process
+# CPU time: 2 rows 132-142 ms per token, 1 row 160-168, 4 or 8 rows 187-196.
 MATVEC_ROWS = 2
+# SwiftShader (Chromium's CPU adapter): 4 rows per invocation was the fastest or near it for every type in
+# playwright/bench_kernels.py (and FACTS.md's f32 matvec), though that machine's noise is large.
+SWIFTSHADER_ROWS = 4
 MATVEC_WG = 64          # invocations per workgroup of the barrier-free matvec
 # The workgroup-reduction matvec (real GPUs): invocations per workgroup and rows per workgroup. Untuned
 # (no GPU was at hand): 32 is one NVIDIA warp; k-quant rows of few blocks leave invocations idle.
@@ -121,8 +124,13 @@ def groups(n: int, per: int = WG) -> int:
     return max(1, -(-int(n) // per))
 
 
+def barrier_free_rows(caps) -> int:
+    """Rows per invocation of the barrier-free matvec on this adapter."""
+    return SWIFTSHADER_ROWS if "swiftshader" in caps.architecture.lower() else MATVEC_ROWS
+
+
 def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False, multi: bool = False,
-               uniform_x: bool = False) -> ShaderKey:
+               uniform_x: bool = False, rows: int = MATVEC_ROWS) -> ShaderKey:
     """The barrier-free matvec (CPU adapters; `uniform_x`: x bound as a 64 KiB uniform), the
     workgroup-reduction one (`reduce`, real GPUs), or the many-token one (`multi`: MATMUL_TOKENS tokens
     per invocation)."""
@@ -130,7 +138,7 @@ def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False, multi: bo
         return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=WG, MULTI=True, TOKENS=MATMUL_TOKENS, BIAS=bias)
     if reduce:
         return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=REDUCE_WG, ROWS=REDUCE_ROWS, REDUCE=True, BIAS=bias)
-    return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=MATVEC_WG, ROWS=MATVEC_ROWS, BIAS=bias,
+    return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=MATVEC_WG, ROWS=rows, BIAS=bias,
                         UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None)
 
 
@@ -146,11 +154,11 @@ def attention_record_bytes(head_dim_v: int) -> int:
     return (head_dim_v // 4 + 1) * 16
 
 
-def matvec_grid(m: int, n: int, reduce: bool = False, multi: bool = False) -> tuple[int, int, int]:
+def matvec_grid(m: int, n: int, reduce: bool = False, multi: bool = False, rows: int = MATVEC_ROWS) -> tuple[int, int, int]:
     if multi:
         return groups(m, WG), groups(n, MATMUL_TOKENS), 1
     if not reduce:
-        return groups(m, MATVEC_WG * MATVEC_ROWS), n, 1
+        return groups(m, MATVEC_WG * rows), n, 1
     total = groups(m, REDUCE_ROWS)              # one workgroup per REDUCE_ROWS rows, folded into z past 65535
     x = min(total, MAX_GROUPS)
     return x, n, groups(total, x)
@@ -198,7 +206,9 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256)) -> list[ShaderK
         keys.append(ShaderKey.of("embed", **{define: True}, WG=WG))
     keys += [matvec_key(q, bias=bias, reduce=reduce, multi=multi) for q in WEIGHT_TYPES for bias in (False, True)
              for reduce, multi in ((False, False), (True, False), (False, True))]
-    keys += [matvec_key(q, bias=bias, uniform_x=True) for q in WEIGHT_TYPES for bias in (False, True)]
+    keys += [matvec_key(q, bias=bias, uniform_x=True, rows=rows) for q in WEIGHT_TYPES for bias in (False, True)
+             for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
+    keys += [matvec_key(q, rows=SWIFTSHADER_ROWS) for q in WEIGHT_TYPES]
     keys += [ShaderKey.of("rmsnorm", WG=WG), ShaderKey.of("kv_write", WG=WG)]
     keys += [ShaderKey.of("rope", WG=WG, NEOX=neox) for neox in (False, True)]
     for hd in head_dims:
