@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType as QT
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))

@@ -10,7 +10,6 @@ import base64
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType as QT
 
 import harness
 from gpu_helpers import random_weight
