@@ -1,0 +1,56 @@
+"""The GPU executor inside the site's engine Worker: Pyodide + WebGPU (SwiftShader here) through the
+browser face, against the NumPy reference run in the same Worker, on tiny random models."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+import harness
+import tiny_models
+
+pytestmark = pytest.mark.browser
+
+CASES = [("llama", "Q4_1"), ("gemma3", "Q5_0"), ("qwen2", "Q6_K")]
+RTOL = 1e-3
+# lavapipe meets 2e-4 of the logits' scale; SwiftShader's exp/tanh are less exact (WGSL allows it) and the
+# tiny Gemma 3 (GELU-tanh, attention and final softcaps) measured 2.6e-4 there: bound at 5e-4.
+ATOL_OF_SCALE = 5e-4
+
+RUN = """
+import base64, json
+import numpy as np
+from pyshim.header import read_header
+from pyshim.weights import BufferSource
+from pyshim.gpu.runner import load_gpu_async
+from pyshim.loading import load
+
+RTOL = {rtol}
+data = base64.b64decode({b64!r})
+header = read_header(data, file_size=len(data))
+ids = {ids!r}
+runner = await load_gpu_async(header=header, source=BufferSource(data), n_ctx={n_ctx}, max_chunk=4)
+got = await runner.forward_async(ids, 0, all_logits=True)
+want = load(header=header, source=BufferSource(data), n_ctx={n_ctx}).forward(ids, 0, all_logits=True)
+greedy = await runner.greedy_async(ids, 0)
+json.dumps({{"face": runner.device.caps.face, "adapter": runner.device.caps.summary(),
+            "max_err": float(np.abs(got - want).max()), "scale": float(np.abs(want).max()),
+            "excess": float((np.abs(got - want) - RTOL * np.abs(want)).max()),
+            "greedy": greedy, "argmax": int(np.argmax(want[-1])), "shape": list(got.shape)}})
+"""
+
+
+@pytest.mark.parametrize("arch, qtype", CASES, ids=[f"{a}-{q}" for a, q in CASES])
+def test_gpu_executor_in_the_worker_matches_reference(site_page, tmp_path_factory, arch, qtype):
+    from gguf import GGMLQuantizationType as QT
+
+    page, _, _ = site_page
+    path = tiny_models.write_tiny_model(tmp_path_factory.mktemp(arch), arch, QT[qtype])
+    ids = tiny_models.test_ids()
+    code = RUN.format(b64=base64.b64encode(path.read_bytes()).decode(), ids=ids, n_ctx=tiny_models.N_CTX, rtol=RTOL)
+    result = harness.engine_request(page, "exec", {"code": code})
+    assert result["face"] == "browser"
+    assert result["shape"] == [len(ids), tiny_models.N_VOCAB]
+    assert result["excess"] <= ATOL_OF_SCALE * result["scale"], str(result)
+    assert result["greedy"] == result["argmax"]
