@@ -247,6 +247,7 @@ def run_bench(config: BenchConfig) -> dict:
                 llama_python, Path(facts[name]["path"]), facts[name]["workload"], threads=threads,
                 scratch=config.out / ".workload.json"))
             _add(report, name, f"llamacpp-{threads}t", res, facts[name], None, peer=True)
+    (config.out / ".workload.json").unlink(missing_ok=True)
 
     if "browser" in config.backends:
         # The page installs pyshim from its vendored wheel: rebuild it so the browser runs this checkout.

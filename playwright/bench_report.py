@@ -31,6 +31,13 @@ def _status_cell(r: dict) -> str:
     return "ok" if s == "ok" else s
 
 
+def _load_cell(m: dict) -> str:
+    if m.get("load_ms") is not None:
+        return _fmt(m["load_ms"], 1, 1e-3)
+    # `pyshim generate` in a subprocess: its wall clock beyond prefill and decode (process start + load).
+    return _fmt(m.get("startup_and_load_ms"), 1, 1e-3) + "*" if m.get("startup_and_load_ms") is not None else "–"
+
+
 def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     """The summary table as (header, rows) of strings: one row per model and engine."""
     prompts = report["config"]["settings"]["prompt_tokens"]
@@ -47,7 +54,7 @@ def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
         if decode == "–" and not r["status"].startswith("error"):
             decode = "n/a (not built yet)" if r["engine"] in ("browser", "gpu", "cpu") else "–"
         row = [r["model"], r["engine"], _status_cell(r), _fmt(m.get("ready_ms"), 1, 1e-3), _fmt(m.get("header_ms"), 0),
-               _fmt(m.get("store_MBps"), 0), _fmt(m.get("load_ms"), 1, 1e-3), _fmt(m.get("ttft_ms"), 0)]
+               _fmt(m.get("store_MBps"), 0), _load_cell(m), _fmt(m.get("ttft_ms"), 0)]
         row += [_fmt(m.get(f"prefill_{n}_tok_s"), 1) for n in prompts]
         row += [decode, _fmt(m.get("achieved_GBps"), 2), _fmt(m.get("roofline_GBps"), 2), _fmt(m.get("roofline_pct"), 1)]
         row += [_fmt(r.get("vs_peer", {}).get(f"decode_tok_s_vs_{p}"), 2) if not r["peer"] else "" for p in peer_names]
@@ -65,11 +72,15 @@ def markdown(report: dict) -> str:
     lines.append(f"Machine: {m['cpu_count']} CPUs, {_fmt((m.get('memory_bytes') or 0) / 2**30, 0)} GiB, load average "
                  f"{m['load_average_start'][0]:.1f} → {m.get('load_average_end', [0])[0]:.1f}; "
                  f"Chromium {report.get('browser', {}).get('version', '?')}; WebGPU adapter: {adapter}.")
+    native = report["rooflines"].get("gpu", {}).get("adapter")
+    if native:
+        lines.append(f"Native adapter (`gpu` rows, wgpu): {native.get('summary')}.")
     host = report["rooflines"].get("host", {})
     if host.get("GBps"):
         lines.append(f"Host memory read (NumPy, one core): {host['GBps']:.1f} GB/s — the peer's and the cpu engine's roofline.")
     lines.append(f"Medians of {report['config']['settings']['runs']} run(s), each in a fresh page or process; "
-                 f"decode = {report['config']['settings']['decode_tokens']} tokens greedy; × = pyshim ÷ peer.")
+                 f"decode = {report['config']['settings']['decode_tokens']} tokens greedy; × = pyshim ÷ peer; "
+                 "load s* = process start + load (wall clock beyond prefill and decode).")
     return "\n".join(lines)
 
 
@@ -127,7 +138,8 @@ def html_report(report: dict) -> str:
         f"Machine: {m['cpu_count']} CPUs, {_fmt((m.get('memory_bytes') or 0) / 2**30, 0)} GiB memory, {html.escape(m['platform'])}; "
         f"load average {m['load_average_start'][0]:.1f} at the start, {m.get('load_average_end', [0])[0]:.1f} at the end.",
         f"Browser: Chromium {html.escape(str(report.get('browser', {}).get('version', '?')))}, headless, cross-origin isolated (COOP/COEP).",
-        f"WebGPU adapter: {html.escape(str(adapter.get('summary') or '–'))}"
+        f"Native adapter (gpu rows, wgpu): {html.escape(str(report['rooflines'].get('gpu', {}).get('adapter', {}).get('summary') or '–'))}.",
+        f"WebGPU adapter in the browser: {html.escape(str(adapter.get('summary') or '–'))}"
         + (" — a CPU (software) adapter: GPU figures here measure SwiftShader on this machine's cores, not a graphics card."
            if adapter.get("is_fallback") else ""),
         "Kernel breakdown (time of a token by kernel): n/a until the engine reports per-kernel timestamps.",
@@ -169,3 +181,14 @@ def write_all(report: dict, out: Path, stem: str) -> dict[str, Path]:
     paths["html"].write_text(html_report(report))
     paths["markdown"].write_text(markdown(report) + "\n")
     return paths
+
+
+if __name__ == "__main__":
+    # Re-render a saved report: python playwright/bench_report.py bench-<stamp>.json (writes .html and .md beside it)
+    import sys
+
+    source = Path(sys.argv[1])
+    saved = json.loads(source.read_text())
+    source.with_suffix(".html").write_text(html_report(saved))
+    source.with_suffix(".md").write_text(markdown(saved) + "\n")
+    print(markdown(saved))
