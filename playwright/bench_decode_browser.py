@@ -1,0 +1,102 @@
+"""Decode on the GPU executor inside the site's engine Worker (Pyodide + WebGPU; SwiftShader here), with
+the adapter's streaming roofline measured in the same Worker: tok/s, weights/s, efficiency, host time.
+
+    .venv/bin/python playwright/bench_decode_browser.py [smollm2 gemma3 ...]
+
+The Worker fetches the model from the dev server into its heap (a stand-in for the site's IndexedDB
+upload path), loads it with pyshim.gpu.runner.load_gpu_async, prefills 16 tokens and times 8 greedy steps
+(argmax on the GPU, 4 bytes read back). `submit_ms` is the Python + FFI cost of encoding one step.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "playwright"))
+
+import harness  # noqa: E402
+
+ROOFLINE_MIB = 64
+STEPS = 8
+
+CODE = """
+import json, statistics, time
+import numpy as np
+from js import fetch
+from pyshim.header import read_header
+from pyshim.weights import BufferSource
+from pyshim.gpu.kernels import PARAMS, WG, KernelCache, groups
+from pyshim.gpu.runner import load_gpu_async
+from pyshim.gpu.shaderc import ShaderKey
+
+data = (await (await fetch("/models/{fname}")).arrayBuffer()).to_bytes()
+runner = await load_gpu_async(header=read_header(data, file_size=len(data)), source=BufferSource(data), n_ctx=64)
+dev = runner.device
+
+# roofline: the plain vec4 f32 read-and-reduce, (T(2r) - T(r)) / r
+nbytes = {mib} << 20
+src = dev.buffer(nbytes, label="stream")
+dev.write(src, np.ones(nbytes // 4, np.float32))
+threads = groups(nbytes // 16, 256)
+out = dev.buffer(threads * 4, label="out")
+p = dev.buffer(16, label="p", uniform=True)
+dev.write(p, PARAMS["stream"].pack(n4=nbytes // 16, per_thread=256))
+pipe = await runner.ops.kernels.get(ShaderKey.of("stream", WG=WG))
+d = [(pipe, dev.bind_group(pipe, [src, out, p]), (groups(threads), 1, 1))]
+async def run(count):
+    t0 = time.perf_counter(); dev.submit(d * count); await dev.read(out, 4); return time.perf_counter() - t0
+await run(1)
+t_roof = max(statistics.median([await run(4) for _ in range(3)]) - statistics.median([await run(2) for _ in range(3)]), 1e-9) / 2
+src.destroy()
+
+tok = await runner.greedy_async(list(range(100, 116)), 0)
+tok = await runner.greedy_async([tok], 16)
+t0 = time.perf_counter()
+for i in range({steps}):
+    tok = await runner.greedy_async([tok], 17 + i)
+step = (time.perf_counter() - t0) / {steps}
+prog = runner._programs[(1, False, True)]
+h0 = time.perf_counter()
+dev.submit(prog.ready)
+submit = time.perf_counter() - h0
+await dev.read(prog.argmax, 4)
+elements = sum(int(np.prod(w.shape)) for w in runner.ops._bound.values())
+roof_gbs, roof_gel = nbytes / t_roof / 1e9, nbytes / 4 / t_roof / 1e9
+gbs, gel = runner.weight_bytes / step / 1e9, elements / step / 1e9
+json.dumps({{"adapter": dev.caps.summary(), "roofline_GBps": roof_gbs, "roofline_Gelem_s": roof_gel,
+            "tok_s": 1 / step, "step_ms": step * 1e3, "weights_GBps": gbs, "weights_Gelem_s": gel,
+            "efficiency_pct": 100 * max(gbs / roof_gbs, gel / roof_gel), "dispatches": len(prog.ready),
+            "submit_ms": submit * 1e3, "host_share_pct": 100 * submit / step}})
+"""
+
+
+def main() -> int:
+    from playwright.sync_api import sync_playwright
+
+    from pyshim import vendoring
+    from pyshim.catalog import resolve_model
+
+    names = sys.argv[1:] or ["smollm2"]
+    vendoring.vendor_pyshim()           # the Worker installs pyshim from this checkout's wheel
+    vendoring.write_manifest()
+    with harness.DevServer() as server, sync_playwright() as p:
+        browser = harness.launch_chromium(p)
+        page, _ = harness.open_page(browser.new_context(), server.url)
+        harness.wait_for_boot(page)
+        for name in names:
+            code = CODE.format(fname=resolve_model(name).name, mib=ROOFLINE_MIB, steps=STEPS)
+            r = harness.engine_request(page, "exec", {"code": code}, timeout_ms=900_000)
+            print(f"{name} on {r['adapter']}: {r['tok_s']:.2f} tok/s ({r['step_ms']:.0f} ms/token), weights "
+                  f"{r['weights_GBps']:.3f} GB/s = {r['weights_Gelem_s']:.3f} G/s; roofline {r['roofline_GBps']:.2f} GB/s = "
+                  f"{r['roofline_Gelem_s']:.3f} G f32/s; efficiency {r['efficiency_pct']:.0f}%; {r['dispatches']} dispatches, "
+                  f"submit {r['submit_ms']:.1f} ms ({r['host_share_pct']:.1f}% of the step)")
+            print(json.dumps(r))
+        browser.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
