@@ -1,16 +1,20 @@
 """The GPU executor: the ops interface recorded into programs of WGSL dispatches.
 
-`GpuOps` implements `pyshim.ops.Ops` by *recording*: each op allocates its output buffer and appends
-a dispatch (shader key, bindings, params, grid) to the program being recorded; nothing runs. A program
+`GpuOps` implements `pyshim.ops.Ops` by *recording*: each op takes a virtual output buffer (a pool
+`Slot`, given a real buffer by liveness at build time) and appends a dispatch (shader key, bindings,
+params, grid) to the program being recorded; nothing runs. A program
 is recorded once per step shape (token count n, all-logits or not) by running the model's forward
 over handles; then `build()` compiles its pipelines (cached by ShaderKey), writes every params struct
 into one uniform arena and creates the bind groups. A step is: write the token ids and positions
 (2 small writes), one submit (one command buffer, one compute pass), one read (logits, or 4 bytes of
 argmax). Weights stay in their GGUF blocks, one buffer per tensor (split by rows past the binding
-limit), uploaded straight from the byte source.
+limit), uploaded straight from the byte source, or left to the caller along `uploads` (the browser).
+Kernel variants follow the adapter: barrier-free matvecs (2 rows per invocation, 4 on SwiftShader, x
+as a uniform for one-token steps) and unsplit attention on CPU adapters; workgroup-reduction matvecs
+and key-split attention on GPUs.
 
 KV cache: per layer a K and a V ring of f32 [cap, kv_heads, head_dim]; cap = n_ctx for full layers,
-window + MAX_CHUNK - 1 for sliding-window layers (a chunk never evicts a key its queries need).
+window + max_chunk - 1 for sliding-window layers (a chunk never evicts a key its queries need).
 """
 
 from __future__ import annotations
