@@ -119,3 +119,41 @@ def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
         assert r["status"] == "ok" or r["status"].startswith(("n/a", "partial")), (r["engine"], r["status"])
     # The Markdown table printed to the terminal is the one written to the .md file.
     assert files[".md"].read_text().splitlines()[0] in done.stdout
+
+
+def _npm_tarball(path, files: dict[str, bytes]):
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_wllama_vendoring_takes_only_what_the_peer_page_needs(tmp_path, monkeypatch):
+    from pyshim import vendoring
+
+    tarball = _npm_tarball(tmp_path / "wllama.tgz", {
+        "package/esm/index.js": b"export class Wllama {}", "package/esm/wasm/wllama.wasm": b"\0asm",
+        "package/LICENCE": b"MIT", "package/esm/index.cjs": b"unused", "package/src/wllama.ts": b"unused"})
+    calls = []
+    monkeypatch.setattr(vendoring, "npm", lambda spec: calls.append(spec) or tarball)
+    dest = tmp_path / "vendor" / "wllama"
+    assert vendoring.vendor_wllama(dest).startswith("from")
+    assert sorted(p.name for p in dest.iterdir()) == [".version", "LICENCE", "index.js", "wllama.wasm"]
+    assert (dest / "wllama.wasm").read_bytes() == b"\0asm"
+    assert vendoring.vendor_wllama(dest) == "already there" and calls == [f"@wllama/wllama@{vendoring.WLLAMA_VERSION}"]
+
+
+def test_wllama_vendoring_refuses_a_package_without_its_wasm(tmp_path, monkeypatch):
+    from pyshim import vendoring
+    from pyshim.errors import SetupError
+
+    tarball = _npm_tarball(tmp_path / "wllama.tgz", {"package/esm/index.js": b"x", "package/LICENCE": b"MIT"})
+    monkeypatch.setattr(vendoring, "npm", lambda spec: tarball)
+    with pytest.raises(SetupError, match="wllama.wasm"):
+        vendoring.vendor_wllama(tmp_path / "vendor" / "wllama")
+    assert not (tmp_path / "vendor" / "wllama").exists()
