@@ -21,7 +21,8 @@ first found first used:
      and, when known, {cpu_ms, peak_gpu_bytes, planned_gpu_bytes} — raw prompts, exact token counts;
   2. the site's `generate` once an engine is installed (`capabilities().generate`): a chat request on the
      stored model, figures from its `timings` and `usage`;
-  3. `pyshim generate --backend browser --json` when the CLI has it.
+  3. `pyshim generate --backend browser --json` when the CLI has it;
+  4. otherwise the GPU executor driven from Python through the Worker's `exec` (EXECUTOR_CODE).
 """
 
 from __future__ import annotations
@@ -225,7 +226,7 @@ def browser_run(browser, base_url: str, model_url: str, workload: list[dict], *,
         elif "browser" in cli_support["backends"]:
             sample.update(cli_run("browser", model_path, workload, cli_support))
         else:
-            sample["generation"] = "not built yet"
+            sample.update(_executor_generation(page, model_url, workload))
         sample["page_problems"] = watch.console_errors + watch.page_errors + watch.outside_requests
         return sample
     finally:
@@ -253,6 +254,73 @@ def _worker_generation(page, model_url: str, workload: list[dict]) -> dict:
                 if r.get(key) is not None:
                     sample[key] = r[key]
             sample["text"] = r.get("text", "")
+    return sample
+
+
+# The GPU executor driven from Python inside the Worker (until the Worker has `bench` or the site's
+# generate is wired): the model is fetched into the Worker's heap (a stand-in for the IndexedDB upload
+# path), loaded with pyshim.gpu.runner.load_gpu_async, and each prompt is prefilled then decoded greedily
+# with the argmax on the GPU. The step programs for every shape are built before timing (build_ms).
+EXECUTOR_CODE = """
+import json, time
+from js import fetch
+from pyshim.header import read_header
+from pyshim.weights import BufferSource
+from pyshim.gpu.runner import load_gpu_async
+from pyshim.tokenizer import Tokenizer
+
+_t = time.perf_counter()
+_data = (await (await fetch({url!r})).arrayBuffer()).to_bytes()
+_out = {{"fetch_ms": 1e3 * (time.perf_counter() - _t)}}
+_t = time.perf_counter()
+_header = read_header(_data, file_size=len(_data))
+_runner = await load_gpu_async(header=_header, source=BufferSource(_data), n_ctx={n_ctx})
+await _runner.prepare_async()
+_out["load_ms"] = 1e3 * (time.perf_counter() - _t)
+_tok = Tokenizer.from_metadata(_header.metadata)
+_out["prompts"] = []
+for _p in {prompts!r}:
+    _ids = _tok.encode(_p["text"], add_special=True)
+    _t = time.perf_counter()
+    _chunk = _runner.ops.max_chunk
+    for _n in {{_chunk, len(_ids) - (len(_ids) - 1) // _chunk * _chunk}}:
+        for _g in (False, True):
+            await _runner._program(_n, False, _g)
+    _r = {{"name": _p["name"], "prompt_tokens": len(_ids), "build_ms": 1e3 * (time.perf_counter() - _t)}}
+    _t = time.perf_counter()
+    _next = await _runner.greedy_async(_ids, 0)
+    _r["prefill_ms"] = 1e3 * (time.perf_counter() - _t)
+    if _p["decode"]:
+        _gen = [_next]
+        _t = time.perf_counter()
+        for _i in range(_p["max_tokens"] - 1):
+            _next = await _runner.greedy_async([_next], len(_ids) + _i)
+            _gen.append(_next)
+        _r["decode_ms"] = 1e3 * (time.perf_counter() - _t)
+        _r["decode_tokens"] = len(_gen)
+        _r["text"] = _tok.decode(_gen)
+    _out["prompts"].append(_r)
+_runner.device.destroy()
+del _data, _runner, _header
+json.dumps(_out)
+"""
+EXECUTOR_CTX = 1024
+
+
+def _executor_generation(page, model_url: str, workload: list[dict]) -> dict:
+    prompts = [{"name": p["name"], "text": p["text"], "max_tokens": p["max_tokens"], "decode": p["decode"]} for p in workload]
+    code = EXECUTOR_CODE.format(url="/" + model_url, n_ctx=EXECUTOR_CTX, prompts=prompts)
+    r = harness.engine_request(page, "exec", {"code": code}, timeout_ms=RUN_TIMEOUT_MS)
+    sample: dict = {"generation": "GPU executor from Python in the Worker", "fetch_ms": r["fetch_ms"], "load_ms": r["load_ms"]}
+    for prompt, out in zip(workload, r["prompts"]):
+        _prefill_figures(sample, prompt, out["prompt_tokens"], out["prefill_ms"] / 1e3)
+        sample[f"build_{prompt['name']}_ms"] = out["build_ms"]
+        if prompt.get("decode"):
+            sample["ttft_ms"] = out["prefill_ms"]
+            sample["decode_tokens"] = out["decode_tokens"]
+            if out["decode_tokens"] > 1 and out["decode_ms"] > 0:
+                sample["decode_tok_s"] = (out["decode_tokens"] - 1) / (out["decode_ms"] / 1e3)
+            sample["text"] = out["text"]
     return sample
 
 
