@@ -85,6 +85,11 @@ class BrowserDevice(GPUDevice):
         )
         return cls(adapter, device, caps)
 
+    @property
+    def raw(self):
+        """The JS GPUDevice, for JS code that copies weights into this device's buffers."""
+        return self._device
+
     def _check(self) -> None:
         if self._lost is not None:
             raise DeviceLostError(f"the GPU device was lost ({self._lost})", hint="reload the page; if it repeats, try a smaller model or context")

@@ -62,6 +62,11 @@ class NativeDevice(GPUDevice):
         )
         return cls(wgpu, adapter, device, caps)
 
+    @property
+    def raw(self):
+        """The wgpu GPUDevice itself."""
+        return self._device
+
     def buffer(self, size: int, *, label: str, uniform: bool = False, also_uniform: bool = False):
         usage = self._wgpu.BufferUsage
         kind = usage.UNIFORM if uniform else usage.STORAGE | (usage.UNIFORM if also_uniform else 0)

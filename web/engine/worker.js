@@ -6,6 +6,7 @@
 
 import { bootPython } from "./python.js";
 import * as generation from "./generation.js";
+import { chatEngine } from "./chat.js";
 
 const SITE_ROOT = new URL("../", import.meta.url);  // relative URLs in requests are relative to the site
 const HEADER_FIRST_FETCH = 1 << 20;  // most headers fit; a 262k-token vocabulary needs ~6 MB
@@ -33,6 +34,11 @@ async function runPython(code) {
   const out = await pyodide.runPythonAsync(code);
   return out === undefined ? null : JSON.parse(out);
 }
+
+generation.install(chatEngine(async () => {
+  await handlers.boot();
+  return pyodide;
+}));
 
 const handlers = {
   async boot() {

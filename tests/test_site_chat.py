@@ -1,0 +1,62 @@
+"""Chat in the real site: SmolLM2 downloaded into IndexedDB, loaded IndexedDB → GPU buffers by the
+Worker along Python's upload plan, and a greedy reply streamed by the WebGPU executor (SwiftShader
+here) that equals `pyshim generate --backend cpu` for the same messages and template."""
+
+from __future__ import annotations
+
+import pytest
+
+from site_helpers import open_site, shot, smollm2_path, wait_status
+
+pytestmark = [pytest.mark.browser, pytest.mark.models, pytest.mark.slow]
+MODEL = "SmolLM2-135M-Instruct.Q4_1"
+QUESTION = "What is the capital of France?"
+MAX_TOKENS = 8
+REPLY_TIMEOUT_MS = 600_000   # load + prefill + 8 tokens on SwiftShader, a CPU adapter, on 2 busy cores
+
+
+@pytest.fixture(scope="module")
+def site(chromium, dev_server):
+    smollm2_path()
+    context, page, watch = open_site(chromium, dev_server)
+    yield context, page, watch
+    context.close()
+
+
+def cpu_reference_reply() -> str:
+    from pyshim.catalog import resolve_model
+    from pyshim.chat import ChatTemplate
+    from pyshim.generate import generate_text
+    from pyshim.loading import load
+    from pyshim.sampling import SamplingParams
+    from pyshim.tokenizer import Tokenizer
+
+    runner = load(resolve_model("smollm2"), n_ctx=512)
+    tok = Tokenizer.from_metadata(runner.metadata)
+    template = ChatTemplate.from_metadata(runner.metadata, tok)
+    ids = template.encode(tok, [{"role": "user", "content": QUESTION}])
+    return generate_text(runner, ids, tok.stream(), max_tokens=MAX_TOKENS, params=SamplingParams(),
+                         stop_ids=template.stop_ids).text
+
+
+def test_greedy_chat_reply_equals_the_cpu_reference(site):
+    _, page, watch = site
+    page.click(f"#models li:has-text('{MODEL}') button")
+    wait_status(page, MODEL, "ready")
+    page.click("#settings-toggle")
+    for key, value in {"temperature": "0", "max_tokens": str(MAX_TOKENS), "context": "512", "system": ""}.items():
+        page.fill(f"#set-{key}", value)
+        page.dispatch_event(f"#set-{key}", "change")
+    page.click("#settings-toggle")
+    assert page.evaluate("() => window.pyshimEngine.request('capabilities')")["generate"] is True
+    page.fill("#prompt", QUESTION)
+    page.click("#send")
+    page.wait_for_selector("#stop:not([hidden])")
+    page.wait_for_selector("#stop", state="hidden", timeout=REPLY_TIMEOUT_MS)
+    replies = page.locator("#messages .bubble")
+    text = replies.nth(replies.count() - 1).inner_text().strip()
+    shot(page, "12-chatting")
+    assert text == cpu_reference_reply().strip()
+    assert "Paris" in text
+    assert "tok/s" in page.inner_text("#messages")
+    watch.check()

@@ -1,0 +1,98 @@
+// The chat engine behind generation.js: loads a stored model into the GPU and streams replies.
+//
+// Loading follows Python's plan (pyshim/session.py): the header and the few small tensors go to
+// Python; every weight tensor goes IndexedDB chunk → queue.writeBuffer straight into the GPU buffer
+// Python created for it, so weights never pass through the wasm heap (memory stays near one chunk).
+
+import * as store from "../store/store.js";
+
+const WRITE_ALIGN = 4;   // writeBuffer wants offsets and sizes in whole 4-byte words
+
+async function headerPrefix(manifest, py) {
+  // The header is at the start of the file; read growing prefixes until Python can parse it.
+  let length = Math.min(manifest.size, 1 << 20);
+  for (;;) {
+    const prefix = await store.readRange(manifest.id, 0, length);
+    py.globals.set("_prefix", prefix);
+    const need = py.runPython(
+      "from pyshim.header import read_header, NeedMoreBytes\n" +
+      `try:\n    read_header(_prefix.to_bytes(), file_size=${manifest.size}); _need = 0\n` +
+      "except NeedMoreBytes as _e:\n    _need = _e.suggested\n_need");
+    py.globals.delete("_prefix");
+    if (!need) return prefix;
+    if (length >= manifest.size) throw Object.assign(new Error("the file ends inside its GGUF header"), { name: "TruncatedError" });
+    length = Math.min(manifest.size, Math.max(need, 2 * length));
+  }
+}
+
+function writeAligned(device, buffer, offset, bytes) {
+  if (offset % WRITE_ALIGN) throw Object.assign(new Error(`unaligned weight upload at ${offset}`), { name: "UploadError" });
+  const whole = bytes.length - (bytes.length % WRITE_ALIGN);
+  if (whole) device.queue.writeBuffer(buffer, offset, bytes, 0, whole);
+  if (whole < bytes.length) {   // a tensor's last few bytes: pad to a word (its buffer is sized in words)
+    const tail = new Uint8Array(WRITE_ALIGN);
+    tail.set(bytes.subarray(whole));
+    device.queue.writeBuffer(buffer, offset + whole, tail);
+  }
+}
+
+async function loadModel(py, modelId, context, emit) {
+  const manifest = await store.getModel(modelId);
+  if (!manifest || manifest.status !== "ready") {
+    throw Object.assign(new Error("this model is not fully stored yet"), { name: "ModelNotReadyError", hint: "finish its download first" });
+  }
+  const session = py.pyimport("pyshim.session");
+  const prefix = await headerPrefix(manifest, py);
+  const small = session.small_ranges(prefix, manifest.size).toJs();
+  const ranges = [];
+  const wanted = small.map(([offset, size]) => ({ offset, size }));
+  const buffers = new Map(wanted.map((s) => [s, new Uint8Array(s.size)]));
+  for await (const { slice, at, bytes } of store.slicePieces(modelId, wanted, manifest)) buffers.get(slice).set(bytes, at);
+  for (const [s, bytes] of buffers) ranges.push([s.offset, bytes]);
+
+  const loaded = await session.load(`${modelId}@${context}`, prefix, manifest.size, ranges, context);
+  const [device, uploads] = loaded.toJs({ depth: 2 });
+  loaded.destroy();
+  const slices = uploads.map((u) => {
+    const [offset, size, buffer, bufferOffset] = u.toJs ? u.toJs() : u;
+    return { offset, size, buffer, bufferOffset };
+  });
+  const total = slices.reduce((n, s) => n + s.size, 0);
+  let done = 0;
+  let lastReport = 0;
+  for await (const { slice, at, bytes } of store.slicePieces(modelId, slices, manifest)) {
+    writeAligned(device, slice.buffer, slice.bufferOffset + at, bytes);
+    done += bytes.length;
+    if (performance.now() - lastReport > 100 || done === total) {
+      lastReport = performance.now();
+      emit("load-progress", { done_bytes: done, total_bytes: total });
+    }
+  }
+  await device.queue.onSubmittedWorkDone();
+  await session.finish_load();
+  session.destroy();
+}
+
+// Returns the generation.js engine: ({params, emit, signal}) -> result.
+export function chatEngine(ensurePython) {
+  return async ({ params, emit, signal }) => {
+    const py = await ensurePython();
+    const session = py.pyimport("pyshim.session");
+    const key = `${params.model_id}@${params.context}`;
+    const t0 = performance.now();
+    let loadMs = 0;
+    if (session.loaded_key() !== key) {
+      await loadModel(py, params.model_id, params.context, emit);
+      loadMs = performance.now() - t0;
+    }
+    let index = 0;
+    const onText = (text, token) => emit("token", { text, token, index: index++ });
+    const shouldStop = () => signal.aborted;
+    const out = await session.chat(JSON.stringify(params.messages), JSON.stringify(params.sampling ?? {}), onText, shouldStop);
+    session.destroy();
+    const result = JSON.parse(out);
+    result.timings.load_ms = loadMs;
+    result.compacted = false;
+    return result;
+  };
+}
