@@ -28,7 +28,7 @@ def test_empty_page_looks_ready(site):
     _, page, _ = site
     page.wait_for_selector("#models li")
     assert page.is_visible("#stored-empty")
-    assert "not available yet" in page.inner_text("#notice")
+    assert "Pick a model" in page.inner_text("#notice")
     assert "software fallback" in page.inner_text("#status")   # SwiftShader is named as such
     shot(page, "01-empty")
 

@@ -3,6 +3,8 @@ one online visit the service worker serves the app and Python, and the stored mo
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import harness
@@ -58,15 +60,14 @@ def test_drag_and_drop_goes_through_the_same_store(site):
     page.wait_for_selector("#stored li:has-text('notes.gguf')", state="detached")
 
 
-def test_generate_protocol_answers_until_the_engine_lands(site):
+def test_generate_protocol_refuses_a_model_that_is_not_stored(site):
     _, page, _ = site
     caps = harness.engine_request(page, "capabilities")
-    assert caps["generate"] is False and {"generate", "abort", "probe-bytes", "store-digest"} <= set(caps["kinds"])
-    err = page.evaluate("""async () => { try { await window.pyshimEngine.request('generate', {messages: []}); }
+    assert caps["generate"] is True and {"generate", "abort", "probe-bytes", "store-digest"} <= set(caps["kinds"])
+    err = page.evaluate("""async () => { try { await window.pyshimEngine.request('generate', {model_id: 'url:nowhere', messages: []}); }
                                          catch (e) { return {name: e.name, hint: e.hint}; } }""")
-    assert err["name"] == "EngineUnavailableError" and err["hint"]
+    assert err["name"] == "ModelNotReadyError" and err["hint"]
     assert harness.engine_request(page, "abort", {"request_id": 12345}) == {"aborted": False}
-    assert "not available yet" in page.inner_text("#notice")
 
 # A stand-in for the engine's generate: streams tokens as the worker protocol will, with text that
 # would run script if it were ever parsed as HTML, and honours abort.
@@ -131,8 +132,9 @@ def test_a_new_version_replaces_the_old_cache(site, dev_server):
     context, page, _ = site
     page.evaluate("() => caches.open('pyshim-shell-v0').then(c => c.put('/stale', new Response('old')))")
     source = (harness.ROOT / "web" / "sw.js").read_text()
-    assert 'const CACHE_VERSION = "v1";' in source
-    upgraded = source.replace('const CACHE_VERSION = "v1";', 'const CACHE_VERSION = "v2-test";')
+    current = re.search(r'const CACHE_VERSION = "([^"]+)";', source)
+    assert current, "sw.js names its cache version"
+    upgraded = source.replace(current.group(0), 'const CACHE_VERSION = "v2-test";')
     context.route("**/sw.js", lambda route: route.fulfill(status=200, content_type="text/javascript", body=upgraded))
     try:
         page.evaluate("async () => (await navigator.serviceWorker.getRegistration()).update()")

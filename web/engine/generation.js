@@ -1,6 +1,6 @@
 // Chat generation in the engine Worker: the protocol is fixed here; the engine behind it plugs in
 // with install(). Until one is installed `available()` is false and `generate` refuses with
-// EngineUnavailableError, which the page shows as "chat is not available yet".
+// EngineUnavailableError, which the page shows as "chat is not available".
 //
 // generate params:
 //   {model_id,                       the model store id (web/store); the engine loads it on first use,

@@ -47,8 +47,8 @@ function renderNotice() {
   notice.replaceChildren();
   let title = null, detail = null;
   if (!state.canGenerate) {
-    title = "Chat is not available yet";
-    detail = "The WebGPU engine is still being built: models can already be downloaded, stored, checked and deleted here. Chat turns on when the engine lands.";
+    title = "Chat is not available";
+    detail = "The engine could not start in this browser (see the status line above); models can still be downloaded, stored and checked.";
   } else if (!state.model) {
     title = "Pick a model";
     detail = "Download or import one on the left, then come back here.";
