@@ -36,7 +36,6 @@ BACKENDS = ("browser", "gpu", "cpu")
 PEERS = ("wllama",)
 PEER_THREADS = (1, 2)
 DEFAULT_OUT = harness.ROOT / "artifacts" / "bench"
-NOT_BUILT = "n/a (not built yet)"
 
 
 @dataclass(frozen=True)
@@ -265,8 +264,8 @@ def run_bench(config: BenchConfig) -> dict:
                 res = _measure(f"{name} browser", settings.runs, lambda: bench_engines.browser_run(
                     browser, server.url, f["url"], f["workload"], roofline_mib=settings.roofline_mib,
                     cli_support=cli, model_path=Path(f["path"]), store=not config.quick))
-                if res["median"].get("generation") == "not built yet":
-                    res["status"] = "partial: " + NOT_BUILT + " for generation"
+                if res["status"] == "ok" and res["median"].get("generation_error"):
+                    res["status"] = "partial: no generation (" + res["median"]["generation_error"][:120] + ")"
                 if res["samples"] and res["samples"][0].get("adapter"):
                     report["adapter"] = res["samples"][0]["adapter"]
                 _add(report, name, "browser", res, f, None)

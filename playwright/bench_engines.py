@@ -226,7 +226,10 @@ def browser_run(browser, base_url: str, model_url: str, workload: list[dict], *,
         elif "browser" in cli_support["backends"]:
             sample.update(cli_run("browser", model_path, workload, cli_support))
         else:
-            sample.update(_executor_generation(page, model_url, workload))
+            try:
+                sample.update(_executor_generation(page, model_url, workload))
+            except harness.HarnessError as exc:  # keep the figures above; say why generation is missing
+                sample["generation_error"] = str(exc)[:300]
         sample["page_problems"] = watch.console_errors + watch.page_errors + watch.outside_requests
         return sample
     finally:

@@ -109,6 +109,9 @@ def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
     browser = engines["browser"]["median"]
     assert browser["ready_ms"] > 0 and browser["header_ms"] > 0 and browser["cross_origin_isolated"] is True
     assert browser["gpu_selftest_ok"] is True and browser["roofline_GBps"] > 0
+    # ... and the GPU executor in the Worker produced the tokens the figures come from.
+    assert engines["browser"]["status"] == "ok" and browser["decode_tokens"] == 8 and browser["decode_tok_s"] > 0
+    assert browser["text"] and browser["load_ms"] > 0 and browser["prefill_32_tok_s"] > 0
     for peer in ("wllama-1t", "wllama-2t"):
         assert engines[peer]["status"] == "ok", engines[peer]["status"]
         m = engines[peer]["median"]
