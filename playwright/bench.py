@@ -208,8 +208,6 @@ def _measure(label: str, runs: int, one) -> dict:
 
 
 def run_bench(config: BenchConfig) -> dict:
-    from playwright.sync_api import sync_playwright
-
     settings = config.settings
     started = time.perf_counter()
     report: dict = {
@@ -226,13 +224,25 @@ def run_bench(config: BenchConfig) -> dict:
     cli = bench_engines.generate_cli_support()
     report["generate_cli"] = {"backends": sorted(cli["backends"]), "ignore_eos": "--ignore-eos" in cli["flags"]}
     config.out.mkdir(parents=True, exist_ok=True)
+    _run_native(report, config, facts, cli)
+    _run_in_browser(report, config, facts, cli)
+    order = list(BACKENDS) + [f"{peer}-{t}t" for peer in ("wllama", "llamacpp") for t in PEER_THREADS]
+    report["results"].sort(key=lambda r: (config.models.index(r["model"]), order.index(r["engine"])))
+    report["rooflines"]["host"] = report["rooflines"].get("cpu") or _host_roofline()
+    _peer_ratios(report)
+    report["machine"]["load_average_end"] = list(os.getloadavg())
+    report["elapsed_s"] = time.perf_counter() - started
+    return report
+
+
+def _run_native(report: dict, config: BenchConfig, facts: dict, cli: dict) -> None:
+    """pyshim's native engines through `pyshim generate --json`, then native llama.cpp when installed."""
+    settings = config.settings
     natives = [b for b in config.backends if b in ("gpu", "cpu")]
     if "gpu" in natives and "gpu" in cli["backends"]:
         report["rooflines"]["gpu"] = _safe(lambda: bench_engines.native_roofline(settings.roofline_mib), "native roofline")
     if "cpu" in natives and "cpu" in cli["backends"]:
-        from bench_roofline import measure_host_bandwidth
-
-        report["rooflines"]["cpu"] = measure_host_bandwidth()
+        report["rooflines"]["cpu"] = _host_roofline()
     for name in config.models:
         for backend in natives:
             res = _measure(f"{name} {backend}", settings.runs,
@@ -240,14 +250,20 @@ def run_bench(config: BenchConfig) -> dict:
             _add(report, name, backend, res, facts[name], report["rooflines"].get(backend))
     llama_python = bench_engines.llamacpp_python() if config.peer and not config.quick else None
     report["llamacpp_python"] = llama_python
+    scratch = config.out / ".workload.json"
     for name in config.models if llama_python else ():
         for threads in PEER_THREADS:
             res = _measure(f"{name} llama.cpp {threads}t", settings.runs, lambda: bench_engines.llamacpp_run(
-                llama_python, Path(facts[name]["path"]), facts[name]["workload"], threads=threads,
-                scratch=config.out / ".workload.json"))
+                llama_python, Path(facts[name]["path"]), facts[name]["workload"], threads=threads, scratch=scratch))
             _add(report, name, f"llamacpp-{threads}t", res, facts[name], None, peer=True)
-    (config.out / ".workload.json").unlink(missing_ok=True)
+    scratch.unlink(missing_ok=True)
 
+
+def _run_in_browser(report: dict, config: BenchConfig, facts: dict, cli: dict) -> None:
+    """The browser engine and the wllama peer, one Chromium, a fresh context per run, COOP/COEP on."""
+    from playwright.sync_api import sync_playwright
+
+    settings = config.settings
     if "browser" in config.backends:
         # The page installs pyshim from its vendored wheel: rebuild it so the browser runs this checkout.
         from pyshim import vendoring
@@ -275,13 +291,6 @@ def run_bench(config: BenchConfig) -> dict:
                         browser, server.url, f["url"], f["workload"], threads=threads))
                     _add(report, name, f"wllama-{threads}t", res, f, None, peer=True)
         browser.close()
-    order = list(BACKENDS) + [f"{peer}-{t}t" for peer in ("wllama", "llamacpp") for t in PEER_THREADS]
-    report["results"].sort(key=lambda r: (config.models.index(r["model"]), order.index(r["engine"])))
-    report["rooflines"]["host"] = report["rooflines"].get("cpu") or _host_roofline()
-    _peer_ratios(report)
-    report["machine"]["load_average_end"] = list(os.getloadavg())
-    report["elapsed_s"] = time.perf_counter() - started
-    return report
 
 
 def _safe(fn, label: str):
