@@ -14,11 +14,15 @@ from typing import Awaitable, Callable, Sequence
 import numpy as np
 
 from pyshim.chat import ChatTemplate
+from pyshim.compaction import compact
 from pyshim.errors import BadRequestError, GGUFFormatError
 from pyshim.generate import PREFILL_CHUNK, StopStrings
 from pyshim.header import GGUFHeader, read_header
 from pyshim.sampling import SamplingParams, make_rng, sample
 from pyshim.tokenizer import Tokenizer
+
+
+REPLY_SHARE = 4     # a compacted conversation leaves up to 1/REPLY_SHARE of the context for the reply
 
 
 class RangesSource:
@@ -50,6 +54,7 @@ class Reply:
     prefill_ms: float
     ttft_ms: float
     decode_tok_per_s: float
+    compacted: bool = False     # older turns were compacted to fit the context
 
     def as_dict(self) -> dict:
         return {
@@ -57,6 +62,7 @@ class Reply:
             "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                       "total_tokens": self.prompt_tokens + self.completion_tokens},
             "timings": {"prefill_ms": self.prefill_ms, "ttft_ms": self.ttft_ms, "decode_tok_per_s": self.decode_tok_per_s},
+            "compacted": self.compacted,
         }
 
 
@@ -88,6 +94,11 @@ class ChatEngine:
     async def prepare(self) -> None:
         await self.runner.prepare_async()
 
+    def fit_messages(self, messages: list[dict], max_tokens: int) -> tuple[list[dict], bool]:
+        """The conversation, compacted if needed so the prompt leaves room for a reply."""
+        room = min(max_tokens, self.runner.n_ctx // REPLY_SHARE)
+        return compact(messages, lambda msgs: len(self.template.encode(self.tokenizer, msgs)), self.runner.n_ctx - room)
+
     def prompt_ids(self, messages: list[dict]) -> list[int]:
         ids = self.template.encode(self.tokenizer, messages)
         if len(ids) >= self.runner.n_ctx:
@@ -102,6 +113,7 @@ class ChatEngine:
         stop strings held back); `should_stop()` is polled between tokens (the stop button)."""
         if max_tokens < 1:
             raise BadRequestError("max_tokens must be at least 1")
+        messages, compacted = self.fit_messages(messages, max_tokens)
         prompt = self.prompt_ids(messages)
         runner, stop = self.runner, self.template.stop_ids
         rng = make_rng(params.seed)
@@ -155,4 +167,5 @@ class ChatEngine:
             await emit(watcher.feed(stream.finish()) + watcher.flush(), -1)
         steps = max(0, generated - 1)
         return Reply(text="".join(text), finish_reason=finish, prompt_tokens=len(prompt), completion_tokens=generated,
-                     prefill_ms=prefill_ms, ttft_ms=ttft_ms, decode_tok_per_s=steps / decode_s if decode_s else 0.0)
+                     prefill_ms=prefill_ms, ttft_ms=ttft_ms, decode_tok_per_s=steps / decode_s if decode_s else 0.0,
+                     compacted=compacted)

@@ -60,3 +60,19 @@ def test_conversation_longer_than_the_context_is_refused_before_running():
             await engine.chat([{"role": "user", "content": "word " * 400}], SamplingParams(), 4)
 
     asyncio.run(run())
+
+
+def test_a_conversation_past_the_context_is_compacted_not_refused():
+    async def run():
+        engine = await open_like_the_browser(resolve_model("smollm2"))
+        messages = [{"role": "user", "content": "My name is Ada and my server is at /srv/app on port 8080."},
+                    {"role": "assistant", "content": "Got it."}]
+        for i in range(12):
+            messages += [{"role": "user", "content": f"Tell me fact {i}. " + "please " * 20},
+                         {"role": "assistant", "content": "A fact. " * 20}]
+        messages.append({"role": "user", "content": "What is my name?"})
+        assert len(engine.template.encode(engine.tokenizer, messages)) > engine.runner.n_ctx
+        return await engine.chat(messages, SamplingParams(), 2)
+
+    reply = asyncio.run(run())
+    assert reply.compacted and reply.prompt_tokens < 256 and reply.completion_tokens >= 1

@@ -92,7 +92,6 @@ export function chatEngine(ensurePython) {
     session.destroy();
     const result = JSON.parse(out);
     result.timings.load_ms = loadMs;
-    result.compacted = false;
     return result;
   };
 }

@@ -101,7 +101,8 @@ async function send() {
     reply.content = result.text ?? reply.content;
     const t = result.timings ?? {};
     reply.stats = [t.ttft_ms != null && `first token ${(t.ttft_ms / 1000).toFixed(2)} s`, t.decode_tok_per_s && `${t.decode_tok_per_s.toFixed(1)} tok/s`,
-      result.finish_reason === "abort" && "stopped", result.finish_reason === "length" && "hit max tokens"].filter(Boolean).join(" · ");
+      result.finish_reason === "abort" && "stopped", result.finish_reason === "length" && "hit max tokens",
+      result.compacted && "older turns were compacted to fit the context (names, numbers and code kept)"].filter(Boolean).join(" · ");
   } catch (err) {
     state.messages.pop();
     toast("error", err.message, err.hint);
