@@ -153,4 +153,16 @@ def test_offline_after_one_visit(site):
     page.wait_for_selector("#status[data-state=ready]", timeout=harness.BOOT_TIMEOUT_MS)
     assert page.evaluate("() => navigator.onLine") is False
     shot(page, "08-offline-stored-model")
+    # ...and the stored model loads into the GPU and answers, with the network still off.
+    page.click("#settings-toggle")
+    for key, value in {"temperature": "0", "max_tokens": "2", "context": "512"}.items():
+        page.fill(f"#set-{key}", value)
+        page.dispatch_event(f"#set-{key}", "change")
+    page.click("#settings-toggle")
+    page.fill("#prompt", "Hello!")
+    page.click("#send")
+    page.wait_for_selector("#stop:not([hidden])")
+    page.wait_for_selector("#stop", state="hidden", timeout=600_000)
+    assert page.locator(".msg.assistant .bubble").last.inner_text().strip()
+    assert "hit max tokens" in page.locator(".msg.assistant .stats").last.inner_text()
     watch.check(allow_console_errors=OFFLINE_CONSOLE_NOISE)
