@@ -12,7 +12,7 @@ import heapq
 
 from pyshim.tokenizer.pretokenize import split
 from pyshim.tokenizer.unicode import byte_encode
-from pyshim.tokenizer.vocab import Vocab
+from pyshim.tokenizer.vocab import Vocab, symbols_to_ids
 
 WORD_CACHE_LIMIT = 200_000   # entries; the cache is dropped when it grows past this
 
@@ -79,17 +79,4 @@ class BpeTokenizer:
             push(prv[left], left)
             push(left, after)
 
-        out: list[int] = []
-        i = 0
-        while i != -1:
-            sym = syms[i]
-            tid = token_to_id.get(sym)
-            if tid is not None:
-                out.append(tid)
-            else:
-                for b in sym.encode("utf-8", "surrogatepass"):
-                    bid = self._byte_ids[b]
-                    if bid is not None:
-                        out.append(bid)
-            i = nxt[i]
-        return out
+        return symbols_to_ids(syms, nxt, token_to_id, self._byte_ids)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import re
 
-from pyshim.tokenizer.vocab import Vocab
+from pyshim.tokenizer.vocab import Vocab, symbols_to_ids
 
 SPACE = "\u2581"
 WORD_CACHE_LIMIT = 200_000   # entries; the cache is dropped when it grows past this
@@ -88,18 +88,5 @@ class SpmTokenizer:
             push(prv[left], left)
             push(left, after)
 
-        out: list[int] = []
-        i = 0
-        while i != -1:
-            text = syms[i]
-            tid = token_to_id.get(text)
-            if tid is not None:
-                out.append(tid)
-            else:
-                for b in text.encode("utf-8", "surrogatepass"):
-                    bid = self._byte_ids[b]
-                    if bid is not None:
-                        out.append(bid)
-            i = nxt[i]
-        return out
+        return symbols_to_ids(syms, nxt, token_to_id, self._byte_ids)
 

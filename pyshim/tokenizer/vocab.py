@@ -271,3 +271,22 @@ def _model_specific_attrs(metadata: dict[str, Any], vocab: Vocab) -> None:
             i = vocab.token_to_id.get(text)
             if i is not None:
                 vocab.attrs[i] = vocab.attrs[i] | Attr.RSTRIP if on else vocab.attrs[i] & ~Attr.RSTRIP
+
+
+def symbols_to_ids(syms: list[str], nxt: list[int], token_to_id: dict[str, int], byte_ids: list[int | None]) -> list[int]:
+    """The ids of a merged symbol chain (linked by `nxt` from 0; merged-away slots are skipped by the
+    links): a symbol in the vocabulary is its id, any other falls back to its bytes' tokens."""
+    out: list[int] = []
+    i = 0
+    while i != -1:
+        sym = syms[i]
+        tid = token_to_id.get(sym)
+        if tid is not None:
+            out.append(tid)
+        else:
+            for b in sym.encode("utf-8", "surrogatepass"):
+                bid = byte_ids[b]
+                if bid is not None:
+                    out.append(bid)
+        i = nxt[i]
+    return out
