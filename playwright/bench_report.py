@@ -12,6 +12,7 @@ ENGINE_COLOURS = {
     "wllama-1t": "#e0892b", "wllama-2t": "#c2452d", "llamacpp-1t": "#9a9a9a", "llamacpp-2t": "#5a5a5a",
 }
 FALLBACK_COLOUR = "#777777"
+TEXT_PREFIX = 32           # characters of greedy text compared across engines
 BAR_HEIGHT = 18
 BAR_GAP = 6
 LABEL_WIDTH = 190
@@ -38,6 +39,21 @@ def _load_cell(m: dict) -> str:
     return _fmt(m.get("startup_and_load_ms"), 1, 1e-3) + "*" if m.get("startup_and_load_ms") is not None else "–"
 
 
+def text_agreement(report: dict) -> dict[tuple[str, str], str]:
+    """(model, engine) -> "yes" | "no": does its greedy continuation start like most engines' do? The
+    first TEXT_PREFIX characters are compared (native llama.cpp may drift late on f16 rounding)."""
+    marks = {}
+    for model in {r["model"] for r in report["results"]}:
+        texts = {r["engine"]: r["median"].get("text") for r in report["results"] if r["model"] == model and r["median"].get("text")}
+        prefixes = [t[:TEXT_PREFIX] for t in texts.values()]
+        if len(prefixes) < 2:
+            continue
+        common = max(set(prefixes), key=prefixes.count)
+        for engine, text in texts.items():
+            marks[(model, engine)] = "yes" if text[:TEXT_PREFIX] == common else "no"
+    return marks
+
+
 def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     """The summary table as (header, rows) of strings: one row per model and engine."""
     prompts = report["config"]["settings"]["prompt_tokens"]
@@ -45,8 +61,9 @@ def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     peer_names = sorted(set(peers))
     header = (["model", "engine", "status", "ready s", "header ms", "store MB/s", "load s", "TTFT ms"]
               + [f"prefill {n} tok/s" for n in prompts]
-              + ["decode tok/s", "GB/s", "roofline GB/s", "% roofline"]
+              + ["decode tok/s", "GB/s", "roofline GB/s", "% roofline", "same text"]
               + [f"decode ×{p}" for p in peer_names])
+    agree = text_agreement(report)
     rows = []
     for r in report["results"]:
         m = r["median"]
@@ -56,7 +73,8 @@ def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
         row = [r["model"], r["engine"], _status_cell(r), _fmt(m.get("ready_ms"), 1, 1e-3), _fmt(m.get("header_ms"), 0),
                _fmt(m.get("store_MBps"), 0), _load_cell(m), _fmt(m.get("ttft_ms"), 0)]
         row += [_fmt(m.get(f"prefill_{n}_tok_s"), 1) for n in prompts]
-        row += [decode, _fmt(m.get("achieved_GBps"), 2), _fmt(m.get("roofline_GBps"), 2), _fmt(m.get("roofline_pct"), 1)]
+        row += [decode, _fmt(m.get("achieved_GBps"), 2), _fmt(m.get("roofline_GBps"), 2), _fmt(m.get("roofline_pct"), 1),
+                agree.get((r["model"], r["engine"]), "–")]
         row += [_fmt(r.get("vs_peer", {}).get(f"decode_tok_s_vs_{p}"), 2) if not r["peer"] else "" for p in peer_names]
         rows.append(row)
     return header, rows
@@ -80,7 +98,8 @@ def markdown(report: dict) -> str:
         lines.append(f"Host memory read (NumPy, one core): {host['GBps']:.1f} GB/s — the peer's and the cpu engine's roofline.")
     lines.append(f"Medians of {report['config']['settings']['runs']} run(s), each in a fresh page or process; "
                  f"decode = {report['config']['settings']['decode_tokens']} tokens greedy; × = pyshim ÷ peer; "
-                 "load s* = process start + load (wall clock beyond prefill and decode).")
+                 "load s* = process start + load (wall clock beyond prefill and decode); "
+                 f"same text = the greedy continuation's first {TEXT_PREFIX} characters match most engines'.")
     return "\n".join(lines)
 
 

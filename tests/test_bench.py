@@ -58,6 +58,17 @@ def test_medians_take_numbers_per_figure_and_keep_other_values():
     assert m == {"a": 2.0, "b": "x", "c": True}
 
 
+def test_text_agreement_marks_the_engine_whose_greedy_text_differs():
+    report = _fake_report()
+    for r, text in zip(report["results"], [" Paris is the capital of France and", None, " Paris is the capital of France and"]):
+        if text:
+            r["median"]["text"] = text
+    report["results"].append({"model": "smollm2", "engine": "cpu", "peer": False, "status": "ok", "samples": [],
+                              "median": {"text": " London is the capital of England"}})
+    assert bench_report.text_agreement(report) == {("smollm2", "browser"): "yes", ("smollm2", "wllama-1t"): "yes",
+                                                   ("smollm2", "cpu"): "no"}
+
+
 def test_markdown_and_html_reports_have_every_engine_and_open_offline():
     report = _fake_report()
     md = bench_report.markdown(report)
