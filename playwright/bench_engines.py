@@ -19,10 +19,11 @@ first found first used:
   1. a Worker request `bench` (listed in `capabilities().kinds`): params {model_url, prompt, max_tokens,
      ignore_eos: true}; result {prompt_tokens, load_ms, ttft_ms, prefill_ms, decode_tokens, decode_ms, text}
      and, when known, {cpu_ms, peak_gpu_bytes, planned_gpu_bytes} — raw prompts, exact token counts;
-  2. the site's `generate` once an engine is installed (`capabilities().generate`): a chat request on the
-     stored model, figures from its `timings` and `usage`;
-  3. `pyshim generate --backend browser --json` when the CLI has it;
-  4. otherwise the GPU executor driven from Python through the Worker's `exec` (EXECUTOR_CODE).
+  2. `pyshim generate --backend browser --json` when the CLI has it;
+  3. the GPU executor driven from Python through the Worker's `exec` (EXECUTOR_CODE): raw prompts, so the
+     token counts and greedy texts compare with the other engines';
+  4. if that fails, the site's `generate` (`capabilities().generate`): a chat request on the stored model
+     (the template adds prompt tokens and changes the text), figures from its `timings` and `usage`.
 """
 
 from __future__ import annotations
@@ -221,15 +222,17 @@ def browser_run(browser, base_url: str, model_url: str, workload: list[dict], *,
             sample["store_MBps"] = stored["bytes"] / 1e6 / (stored["ms"] / 1e3)
         if BENCH_KIND in caps.get("kinds", ()):
             sample.update(_worker_generation(page, model_url, workload))
-        elif caps.get("generate"):
-            sample.update(_site_generation(page, stored["model_id"], workload))
         elif "browser" in cli_support["backends"]:
             sample.update(cli_run("browser", model_path, workload, cli_support))
         else:
             try:
                 sample.update(_executor_generation(page, model_url, workload))
-            except harness.HarnessError as exc:  # keep the figures above; say why generation is missing
-                sample["generation_error"] = str(exc)[:300]
+            except harness.HarnessError as exc:
+                if not caps.get("generate"):   # keep the figures above; say why generation is missing
+                    sample["generation_error"] = str(exc)[:300]
+                else:
+                    sample["executor_error"] = str(exc)[:300]
+                    sample.update(_site_generation(page, stored["model_id"], workload))
         sample["page_problems"] = watch.console_errors + watch.page_errors + watch.outside_requests
         return sample
     finally:
