@@ -137,6 +137,7 @@ class ChatEngine:
                     if maybe is not None:
                         await maybe
 
+        runner.reset()   # a new conversation: no key from the previous one may be attended to
         # Prefill in chunks (the last chunk yields the first new token), then one token per step.
         for at in range(0, len(prompt) - PREFILL_CHUNK, PREFILL_CHUNK):
             await runner.forward_async(prompt[at:at + PREFILL_CHUNK], at)

@@ -1,0 +1,85 @@
+"""The OpenAI-shaped Python API on the CPU reference: shapes, streaming equals non-streaming, validation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pyshim.api import load
+from pyshim.errors import BadRequestError
+
+pytestmark = [pytest.mark.models]
+MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return asyncio.run(load("smollm2", backend="cpu", n_ctx=256))
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_non_streaming_reply_has_the_openai_shape(engine):
+    reply = run(engine.chat.completions.create(messages=MESSAGES, temperature=0, max_tokens=8))
+    assert reply["object"] == "chat.completion" and reply["id"].startswith("chatcmpl-") and reply["model"] == "smollm2"
+    choice = reply["choices"][0]
+    assert choice["message"]["role"] == "assistant" and "Paris" in choice["message"]["content"]
+    assert choice["finish_reason"] in ("stop", "length")
+    usage = reply["usage"]
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] and usage["completion_tokens"] >= 1
+
+
+def test_streamed_text_equals_the_non_streamed_text(engine):
+    async def both():
+        whole = await engine.chat.completions.create(messages=MESSAGES, temperature=0, max_tokens=8)
+        chunks = [c async for c in await engine.chat.completions.create(messages=MESSAGES, temperature=0, max_tokens=8, stream=True)]
+        return whole, chunks
+
+    whole, chunks = run(both())
+    assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert text == whole["choices"][0]["message"]["content"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"] and "usage" in chunks[-1]
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+
+
+def test_stop_strings_cut_the_reply(engine):
+    reply = run(engine.chat.completions.create(messages=MESSAGES, temperature=0, max_tokens=8, stop=["Paris"]))
+    assert "Paris" not in reply["choices"][0]["message"]["content"] and reply["choices"][0]["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize("fields,match", [
+    ({"model": "gpt-4"}, "unknown model"),
+    ({"max_tokens": -1}, "max_tokens"),
+    ({"max_tokens": "8"}, "max_tokens"),
+    ({"temperature": 3}, "temperature"),
+    ({"temperature": "hot"}, "temperature"),
+    ({"top_p": 0}, "top_p"),
+    ({"messages": []}, "messages"),
+    ({"messages": [{"role": "robot", "content": "x"}]}, r"messages\[0\]"),
+    ({"messages": [{"role": "user", "content": 5}]}, r"messages\[0\]"),
+    ({"stop": [""]}, "stop"),
+    ({"seed": 1.5}, "seed"),
+])
+def test_bad_requests_are_refused_with_the_field_named(engine, fields, match):
+    request = {"messages": MESSAGES, **fields}
+    with pytest.raises(BadRequestError, match=match):
+        run(engine.chat.completions.create(**request))
+
+
+def test_concurrent_requests_are_queued_not_mixed(engine):
+    async def two():
+        a = engine.chat.completions.create(messages=MESSAGES, temperature=0, max_tokens=6)
+        b = engine.chat.completions.create(messages=[{"role": "user", "content": "Name a colour."}], temperature=0, max_tokens=6)
+        return await asyncio.gather(a, b)
+
+    async def one(messages):
+        return await engine.chat.completions.create(messages=messages, temperature=0, max_tokens=6)
+
+    a, b = run(two())
+    assert a["choices"][0]["message"]["content"] == run(one(MESSAGES))["choices"][0]["message"]["content"]
+    assert b["choices"][0]["message"]["content"] == run(one([{"role": "user", "content": "Name a colour."}]))["choices"][0]["message"]["content"]
