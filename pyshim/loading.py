@@ -56,6 +56,23 @@ class Runner:
         return self.ops.bound_bytes
 
 
+def open_model(path: str | Path | None = None, *, header: GGUFHeader | None = None, source: ByteSource | None = None,
+               n_ctx: int | None = None) -> tuple[GGUFHeader, ByteSource, ModelSpec, int]:
+    """What every executor's loader starts with: the header and byte source (from `path`, or given),
+    the architecture checked, the spec, and the KV length (default: the training context, capped)."""
+    if path is not None:
+        header = read_header_from_file(path)
+        source = FileSource(path)
+    if header is None or source is None:
+        raise BadRequestError("loading a model needs a path, or a header and a byte source")
+    check_architecture(header.architecture)
+    spec = ModelSpec.from_header(header)
+    n_ctx = min(spec.context_length, DEFAULT_N_CTX) if n_ctx is None else int(n_ctx)
+    if n_ctx < 1:
+        raise BadRequestError(f"the context length must be positive, got {n_ctx}")
+    return header, source, spec, n_ctx
+
+
 def load(path: str | Path | None = None, *, header: GGUFHeader | None = None, source: ByteSource | None = None,
          n_ctx: int | None = None, backend: str = "cpu", cache_weights: bool = True,
          emulate_llama_cpp: bool = False) -> Runner:
@@ -67,16 +84,7 @@ def load(path: str | Path | None = None, *, header: GGUFHeader | None = None, so
             raise BadRequestError("emulating llama.cpp's activation rounding is a cpu-backend option")
         from pyshim.gpu.runner import load_gpu
         return load_gpu(path, header=header, source=source, n_ctx=n_ctx)
-    if path is not None:
-        header = read_header_from_file(path)
-        source = FileSource(path)
-    if header is None or source is None:
-        raise BadRequestError("load() needs a path, or a header and a byte source")
-    check_architecture(header.architecture)
-    spec = ModelSpec.from_header(header)
-    n_ctx = min(spec.context_length, DEFAULT_N_CTX) if n_ctx is None else int(n_ctx)
-    if n_ctx < 1:
-        raise BadRequestError(f"the context length must be positive, got {n_ctx}")
+    header, source, spec, n_ctx = open_model(path, header=header, source=source, n_ctx=n_ctx)
     from pyshim.reference import NumpyOps
     ops = NumpyOps(WeightStore(tensor_refs_from_header(header), source), spec, n_ctx, cache_weights=cache_weights,
                    emulate_llama_cpp=emulate_llama_cpp)

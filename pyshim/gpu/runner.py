@@ -127,22 +127,11 @@ async def load_gpu_async(path: str | Path | None = None, *, header=None, source=
     """A GpuRunner for a GGUF file (`path`), or for a parsed header plus a byte source (Pyodide).
     `ops_options` go to GpuOps (max_chunk, max_binding)."""
     from pyshim.gpu import open_device
-    from pyshim.header import read_header_from_file
-    from pyshim.loading import DEFAULT_N_CTX
-    from pyshim.models import build_model, check_architecture
-    from pyshim.spec import ModelSpec
-    from pyshim.weights import FileSource, WeightStore, tensor_refs_from_header
+    from pyshim.loading import open_model
+    from pyshim.models import build_model
+    from pyshim.weights import WeightStore, tensor_refs_from_header
 
-    if path is not None:
-        header = read_header_from_file(path)
-        source = FileSource(path)
-    if header is None or source is None:
-        raise BadRequestError("load_gpu() needs a path, or a header and a byte source")
-    check_architecture(header.architecture)
-    spec = ModelSpec.from_header(header)
-    n_ctx = min(spec.context_length, DEFAULT_N_CTX) if n_ctx is None else int(n_ctx)
-    if n_ctx < 1:
-        raise BadRequestError(f"the context length must be positive, got {n_ctx}")
+    header, source, spec, n_ctx = open_model(path, header=header, source=source, n_ctx=n_ctx)
     device = device or await open_device()
     ops = GpuOps(device, WeightStore(tensor_refs_from_header(header), source), spec, n_ctx, **ops_options)
     model = build_model(spec, ops)
