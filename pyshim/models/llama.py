@@ -10,7 +10,7 @@ from pyshim.spec import ModelSpec
 
 class LlamaBlock:
     def __init__(self, hp: ModelSpec, ops: Ops, il: int):
-        d, hd, q_out, kv_out = hp.n_embd, hp.head_dim_k, hp.n_heads * hp.head_dim_k, hp.n_kv_heads * hp.head_dim_k
+        d, q_out, kv_out = hp.n_embd, hp.n_heads * hp.head_dim_k, hp.n_kv_heads * hp.head_dim_k
         p = f"blk.{il}."
         self.attn_norm = ops.weight(p + "attn_norm.weight", (d,))
         self.attn_q = ops.weight(p + "attn_q.weight", (q_out, d))
