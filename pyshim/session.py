@@ -30,6 +30,14 @@ def loaded_key():
     return _state["key"]
 
 
+def loaded_engine() -> ChatEngine:
+    """The loaded model's engine (pyshim.runs drives it too, for raw prompts); refuses when none is loaded."""
+    engine = _state["engine"]
+    if engine is None or _state["key"] is None:
+        raise BadRequestError("no model is loaded", hint="pick a stored model first")
+    return engine
+
+
 async def load(key: str, prefix, file_size: int, ranges, n_ctx: int):
     """Bind a model on the GPU; returns (GPUDevice, [(file_offset, nbytes, GPUBuffer, buffer_offset), ...])
     for JS to copy the weights from the store. `finish_load()` follows once they are copied."""
@@ -54,18 +62,20 @@ def unload() -> None:
         engine.runner.device.destroy()
 
 
-def sampling_from(request: dict) -> tuple[SamplingParams, int]:
+def sampling_from(request: dict) -> tuple[SamplingParams, int, list[str]]:
+    """The Worker's `sampling` dict -> (params, max_tokens, stop strings); `stop` is a string or a list."""
     seed = request.get("seed")
     params = SamplingParams(temperature=float(request.get("temperature", 0.0)), top_p=float(request.get("top_p", 1.0)),
                             top_k=int(request.get("top_k", 0)), seed=None if seed is None else int(seed))
-    return params, int(request.get("max_tokens", 256))
+    stop = request.get("stop") or []
+    return params, int(request.get("max_tokens", 256)), [stop] if isinstance(stop, str) else [str(s) for s in stop]
 
 
 async def chat(messages_json: str, sampling_json: str, on_text, should_stop) -> str:
     engine = _state["engine"]
     if engine is None or _state["key"] is None:
         raise BadRequestError("no model is loaded", hint="pick a stored model first")
-    params, max_tokens = sampling_from(json.loads(sampling_json))
-    reply = await engine.chat(json.loads(messages_json), params, max_tokens,
+    params, max_tokens, stops = sampling_from(json.loads(sampling_json))
+    reply = await engine.chat(json.loads(messages_json), params, max_tokens, stop_strings=stops,
                               on_text=lambda piece, token: on_text(piece, token), should_stop=lambda: bool(should_stop()))
     return json.dumps(reply.as_dict())
