@@ -7,6 +7,7 @@ running in Pyodide. JS exceptions become PyshimErrors here, at the boundary.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Sequence
 
 import js  # type: ignore[import-not-found]
@@ -149,11 +150,13 @@ class BrowserDevice(GPUDevice):
         encoder = self._device.createCommandEncoder()
         encoder.copyBufferToBuffer(buffer, offset, staging, 0, padded)
         self._device.queue.submit(_js([encoder.finish()]))
+        waited = time.perf_counter()
         try:
             await staging.mapAsync(js.GPUMapMode.READ)
         except JsException as exc:
             self._check()
             raise DeviceLostError(f"reading back from the GPU failed: {exc}") from None
+        self.read_wait_s += time.perf_counter() - waited
         data = js.Uint8Array.new(staging.getMappedRange()).to_bytes()[:size]
         staging.unmap()
         staging.destroy()

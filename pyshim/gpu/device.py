@@ -68,6 +68,9 @@ Dispatch = tuple[Any, Any, tuple[int, int, int]]  # (pipeline, bind group, workg
 
 class GPUDevice(ABC):
     caps: Capabilities
+    # Seconds spent awaiting readbacks, i.e. waiting for the GPU to finish queued work. A decode step's
+    # wall time minus its share of this is its CPU side (Python, FFI, encoding): what bench reports.
+    read_wait_s: float = 0.0
 
     @abstractmethod
     def buffer(self, size: int, *, label: str, uniform: bool = False, also_uniform: bool = False) -> Any:

@@ -5,6 +5,7 @@ Same WGSL as the browser, compiled by naga instead of Tint: every shader must sa
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from typing import Sequence
 
@@ -115,7 +116,9 @@ class NativeDevice(GPUDevice):
         encoder = self._device.create_command_encoder()
         encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, padded)
         self._device.queue.submit([encoder.finish()])
+        waited = time.perf_counter()
         await staging.map_async(self._wgpu.MapMode.READ)
+        self.read_wait_s += time.perf_counter() - waited
         data = bytes(staging.read_mapped())[:size]
         staging.unmap()
         staging.destroy()
