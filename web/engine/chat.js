@@ -73,18 +73,24 @@ async function loadModel(py, modelId, context, emit) {
   session.destroy();
 }
 
+// Loads stored model `modelId` with a `context`-position KV cache unless the GPU holds it already;
+// returns the milliseconds it took (0 when it was there). The Worker's `load` kind calls it too.
+export async function ensureLoaded(py, modelId, context, emit) {
+  const session = py.pyimport("pyshim.session");
+  const loaded = session.loaded_key() === `${modelId}@${context}`;
+  session.destroy();
+  if (loaded) return 0;
+  const t0 = performance.now();
+  await loadModel(py, modelId, context, emit);
+  return performance.now() - t0;
+}
+
 // Returns the generation.js engine: ({params, emit, signal}) -> result.
 export function chatEngine(ensurePython) {
   return async ({ params, emit, signal }) => {
     const py = await ensurePython();
+    const loadMs = await ensureLoaded(py, params.model_id, params.context, emit);
     const session = py.pyimport("pyshim.session");
-    const key = `${params.model_id}@${params.context}`;
-    const t0 = performance.now();
-    let loadMs = 0;
-    if (session.loaded_key() !== key) {
-      await loadModel(py, params.model_id, params.context, emit);
-      loadMs = performance.now() - t0;
-    }
     let index = 0;
     const onText = (text, token) => emit("token", { text, token, index: index++ });
     const shouldStop = () => signal.aborted;

@@ -7,6 +7,7 @@
 import { bootPython } from "./python.js";
 import * as generation from "./generation.js";
 import { chatEngine } from "./chat.js";
+import { lifecycleKinds } from "./lifecycle.js";
 
 const SITE_ROOT = new URL("../", import.meta.url);  // relative URLs in requests are relative to the site
 const HEADER_FIRST_FETCH = 1 << 20;  // most headers fit; a 262k-token vocabulary needs ~6 MB
@@ -119,6 +120,7 @@ const handlers = {
     return runPython(code);
   },
 };
+Object.assign(handlers, lifecycleKinds(async () => { await handlers.boot(); return pyodide; }));
 
 function errorFields(err) {
   // Python exceptions arrive as PythonError whose message is the traceback; keep its last line.

@@ -1,0 +1,26 @@
+// Worker kinds behind the engine interface's load() and unload() (web/engine/engine.js).
+//
+//   load {model_id, context}   the stored model into GPU buffers now, rather than on the first request;
+//                              events "load-progress" {done_bytes, total_bytes}; result {load_ms}
+//                              (0 when that model and context were loaded already)
+//   unload {}                  frees the GPU device and its buffers; result {unloaded: true}
+
+import { ensureLoaded } from "./chat.js";
+
+// `ensurePython()` -> the booted Pyodide (the Worker's boot, shared with its other kinds).
+export function lifecycleKinds(ensurePython) {
+  return {
+    async load({ model_id, context }, id) {
+      const py = await ensurePython();
+      const emit = (event, data) => self.postMessage({ id, event, data });
+      return { load_ms: await ensureLoaded(py, model_id, context, emit) };
+    },
+    async unload() {
+      const py = await ensurePython();
+      const session = py.pyimport("pyshim.session");
+      session.unload();
+      session.destroy();
+      return { unloaded: true };
+    },
+  };
+}
