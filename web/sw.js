@@ -17,7 +17,7 @@ const SCOPE = new URL(self.registration.scope);
 const SHELL = [
   "./", "index.html", "app.js", "style.css", "manifest.webmanifest",
   "icons/icon.svg", "icons/icon-192.png", "icons/icon-512.png",
-  "engine/client.js", "engine/worker.js", "engine/python.js", "engine/generation.js", "engine/fit.js", "engine/chat.js",
+  "engine/client.js", "engine/worker.js", "engine/python.js", "engine/generation.js", "engine/fit.js", "engine/chat.js", "engine/runs.js",
   "store/store.js", "store/db.js", "store/download.js", "store/sources.js", "store/errors.js", "store/sha256.js",
   "ui/dom.js", "ui/models.js", "ui/chat.js", "ui/catalog.js", "ui/fitpanel.js", "ui/markdown.js",
   "vendor/manifest.json",

@@ -36,7 +36,8 @@ function writeAligned(device, buffer, offset, bytes) {
   }
 }
 
-async function loadModel(py, modelId, context, emit) {
+// Also used by runs.js (complete, score, bench): one loaded model, shared.
+export async function loadModel(py, modelId, context, emit) {
   const manifest = await store.getModel(modelId);
   if (!manifest || manifest.status !== "ready") {
     throw Object.assign(new Error("this model is not fully stored yet"), { name: "ModelNotReadyError", hint: "finish its download first" });

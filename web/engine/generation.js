@@ -35,13 +35,18 @@ export async function generate(id, params, emit) {
       hint: "models can already be downloaded and checked; chat arrives with the WebGPU executor",
     });
   }
+  return track(id, (signal) => engine({ params, emit, signal }));
+}
+
+// Runs `work(signal)` as request `id`, abortable by abort(id). Requests that use the engine share one
+// model and one KV cache, so they run one after another in arrival order (runs.js uses this too).
+let queue = Promise.resolve();
+export function track(id, work) {
   const controller = new AbortController();
   running.set(id, controller);
-  try {
-    return await engine({ params, emit, signal: controller.signal });
-  } finally {
-    running.delete(id);
-  }
+  const turn = queue.then(() => work(controller.signal));
+  queue = turn.catch(() => {});
+  return turn.finally(() => running.delete(id));
 }
 
 export function abort(requestId) {

@@ -7,6 +7,7 @@
 import { bootPython } from "./python.js";
 import * as generation from "./generation.js";
 import { chatEngine } from "./chat.js";
+import { runHandlers } from "./runs.js";
 import { lifecycleKinds } from "./lifecycle.js";
 
 const SITE_ROOT = new URL("../", import.meta.url);  // relative URLs in requests are relative to the site
@@ -121,6 +122,12 @@ const handlers = {
   },
 };
 Object.assign(handlers, lifecycleKinds(async () => { await handlers.boot(); return pyodide; }));
+
+// complete, score, bench: raw prompts on the loaded model (runs.js has their protocol).
+Object.assign(handlers, runHandlers({
+  ensurePython: async () => { await handlers.boot(); return pyodide; },
+  probe: (bytes, file_size) => handlers["probe-bytes"]({ bytes, file_size }),
+}));
 
 function errorFields(err) {
   // Python exceptions arrive as PythonError whose message is the traceback; keep its last line.

@@ -1,0 +1,131 @@
+// Raw-prompt requests in the engine Worker (Python side: pyshim/runs.py). The model is the chat's
+// (chat.js loadModel): one model on the GPU at a time, shared by chat and these kinds, kept between
+// requests; the requests themselves run one at a time (generation.track).
+//
+// Every kind names its model by `model_id` (a store id) or `model_url`. A URL goes through the store:
+// downloaded once into IndexedDB (Range chunks, hashed, resumable; header first through Python's probe),
+// then loaded IndexedDB → GPU along Python's upload plan like any stored model. One loading path for
+// everything, so `bench` measures the load users get, and a second run of the same URL loads from disk.
+// `context` (KV positions) defaults to the loaded model's when it is the same model, else DEFAULT_CONTEXT.
+//
+// complete {model_id | model_url, context, prompt (string) | prompt_ids (int list), stop_token_ids?,
+//           sampling: {temperature, top_p, top_k, min_p, max_tokens, seed, stop: [strings], ignore_eos,
+//                      repetition_penalty, presence_penalty, frequency_penalty}}
+//   events  {id, event: "token", data: {text, token, index}}   (text UTF-8-safe; the last piece has token -1)
+//           {id, event: "load-progress" | "store-progress", data: {...}}
+//   result  {text, token_ids, finish_reason: "stop" | "length" | "abort",
+//            usage: {prompt_tokens, completion_tokens, total_tokens},
+//            timings: {load_ms, store_ms?, prefill_ms, ttft_ms, decode_ms, decode_tok_per_s, cpu_ms}}
+//            cpu_ms: the part of decode_ms not spent awaiting the GPU (Python, FFI, encoding)
+//   aborted like generate: abort {request_id} resolves it with finish_reason "abort".
+// score    {model_id | model_url, context, text | ids, top_k = 10}
+//   result  {ids, top_ids, top_logits, top_logprobs}   row i: the top-k predicted after ids[..i]
+// bench    {model_url | model_id, context, prompt | prompt_ids, max_tokens, ignore_eos = true}
+//   result  {prompt_tokens, load_ms, ttft_ms, prefill_ms, decode_tokens, decode_ms, decode_tok_per_s,
+//            cpu_ms, cpu_share (= cpu_ms / decode_ms), text}   greedy, as playwright/bench_engines.py reads it
+
+import * as store from "../store/store.js";
+import { loadModel } from "./chat.js";
+import { track } from "./generation.js";
+
+const SITE_ROOT = new URL("../", import.meta.url);
+const DEFAULT_CONTEXT = 2048;   // KV positions when the request names none and another model is loaded
+const PROGRESS_EVERY_MS = 100;
+
+const badRequest = (message, hint = null) => Object.assign(new Error(message), { name: "BadRequestError", hint });
+
+// A model URL's store id, downloading it into the store first when it is not there (resumable).
+async function storedFromURL(url, probe, emit) {
+  const created = await store.createFromURL(new URL(url, SITE_ROOT).href);
+  if (created.status === "ready") return { id: created.id, store_ms: 0 };
+  const checkFit = async (prefix, size) => {
+    const summary = await probe(prefix, size);
+    if (summary.need !== undefined) return summary;
+    if (summary.refused) return { ok: false, reasons: [summary.refused.message], summary };
+    return { ok: true, reasons: [], summary };
+  };
+  let last = 0;
+  const onProgress = (p) => {
+    if (performance.now() - last < PROGRESS_EVERY_MS) return;
+    last = performance.now();
+    emit("store-progress", { done_bytes: p.doneBytes, total_bytes: p.totalBytes, phase: p.phase });
+  };
+  const t0 = performance.now();
+  const ready = await store.download(created.id, { checkFit, onProgress });
+  if (ready.status !== "ready") {
+    throw Object.assign(new Error(ready.error?.message ?? `the model could not be stored (${ready.status})`),
+      { name: ready.error?.name ?? "ModelNotReadyError", hint: ready.error?.hint ?? null });
+  }
+  return { id: ready.id, store_ms: performance.now() - t0 };
+}
+
+// Loads the request's model unless it is the loaded one; returns {load_ms, store_ms}.
+async function ensureModel(py, params, probe, emit) {
+  let modelId = params.model_id;
+  let storeMs = 0;
+  if (!modelId) {
+    if (!params.model_url) throw badRequest("name the model by model_id (a store id) or model_url");
+    ({ id: modelId, store_ms: storeMs } = await storedFromURL(params.model_url, probe, emit));
+  }
+  const session = py.pyimport("pyshim.session");
+  try {
+    const loaded = session.loaded_key() ?? "";
+    const at = loaded.lastIndexOf("@");
+    const sameModel = at > 0 && loaded.slice(0, at) === modelId;
+    const context = params.context ?? (sameModel ? Number(loaded.slice(at + 1)) : DEFAULT_CONTEXT);
+    if (loaded === `${modelId}@${context}`) return { load_ms: 0, store_ms: storeMs };
+    const t0 = performance.now();
+    await loadModel(py, modelId, context, emit);
+    return { load_ms: performance.now() - t0, store_ms: storeMs };
+  } finally {
+    session.destroy();
+  }
+}
+
+// Calls pyshim.runs.<fn>(request JSON, ...extra) and parses its JSON answer.
+async function callRuns(py, fn, request, ...extra) {
+  const runs = py.pyimport("pyshim.runs");
+  try {
+    return JSON.parse(await runs[fn](JSON.stringify(request), ...extra));
+  } finally {
+    runs.destroy();
+  }
+}
+
+const modelless = ({ model_id, model_url, context, ...rest }) => rest;
+
+// The handlers worker.js adds to its own. ensurePython() -> pyodide (booted); probe(prefix, size) ->
+// Python's header summary (the worker's probe-bytes).
+export function runHandlers({ ensurePython, probe }) {
+  return {
+    async complete(params, id) {
+      const emit = (event, data) => self.postMessage({ id, event, data });
+      return track(id, async (signal) => {
+        const py = await ensurePython();
+        const { load_ms, store_ms } = await ensureModel(py, params, probe, emit);
+        let index = 0;
+        const onText = (text, token) => emit("token", { text, token, index: index++ });
+        const result = await callRuns(py, "complete", modelless(params), onText, () => signal.aborted);
+        result.timings.load_ms = load_ms;
+        if (store_ms) result.timings.store_ms = store_ms;
+        return result;
+      });
+    },
+    async score(params, id) {
+      const emit = (event, data) => self.postMessage({ id, event, data });
+      return track(id, async () => {
+        const py = await ensurePython();
+        await ensureModel(py, params, probe, emit);
+        return callRuns(py, "score", modelless(params));
+      });
+    },
+    async bench(params, id) {
+      const emit = (event, data) => self.postMessage({ id, event, data });
+      return track(id, async () => {
+        const py = await ensurePython();
+        const { load_ms, store_ms } = await ensureModel(py, params, probe, emit);
+        return { ...(await callRuns(py, "bench", modelless(params))), load_ms, store_ms };
+      });
+    },
+  };
+}
