@@ -7,6 +7,7 @@ Layout written here:
     web/vendor/wheels/*.whl        pure wheels installed with micropip (deps=False)
     web/vendor/pyscript/           @pyscript/core's dist/
     web/vendor/wllama/             @wllama/wllama's ES module and wasm (the benchmark's peer)
+    web/vendor/openai/             the official `openai` client's ES build (web/examples/openai.html)
     web/vendor/manifest.json       versions, wheel URLs and SHA-256s
 """
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import posixpath
+import re
 import shutil
 import tarfile
 import tempfile
@@ -249,6 +252,77 @@ def vendor_wllama(dest: Path = VENDOR_DIR / "wllama") -> str:
     return f"from {tarball.name}"
 
 
+# --- openai (the official OpenAI client, pointed by web/examples/openai.html at the site's /v1) ------
+
+OPENAI_VERSION = "7.59.0"
+# The registry's integrity for that tarball (`npm view openai@7.59.0 dist.integrity`), checked here too:
+# the cache folder is writable by anything, and npm checks only what it downloads itself.
+OPENAI_INTEGRITY = "sha512-wPYKJkLPFEdNJ2tThSg4jE1Ptsv4X3u8g8LIvu0Qz/UIhsKeCzl73rl48PtQsDVrJL/ku0liXOsbyd2TsRsPJw=="
+OPENAI_ENTRY = "index.mjs"
+# `import … from "x"`, `export … from "x"` and `import "x"` at the start of a line (the package's build
+# writes one statement per line; text in comments and strings never starts a line with them).
+STATIC_IMPORT = re.compile(r"""^\s*(?:import|export)\b[^'"`;]*?\bfrom\s*['"]([^'"]+)['"]|^\s*import\s*['"]([^'"]+)['"]""", re.M)
+
+
+def npm_integrity(path: Path) -> str:
+    """The Subresource-Integrity string npm records for a tarball (sha512, base64)."""
+    digest = hashlib.sha512()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return "sha512-" + base64.b64encode(digest.digest()).decode()
+
+
+def es_module_graph(files: dict[str, bytes], entry: str) -> list[str]:
+    """The files `entry` reaches through static imports (paths relative to the package root).
+
+    A browser resolves only relative specifiers without a bundler or import map, so a bare one
+    (`undici`, `#internal`) raises SetupError; a module imported but missing does too."""
+    seen: set[str] = set()
+    todo = [entry]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        if path not in files:
+            raise SetupError(f"{path} is imported but not in the package")
+        seen.add(path)
+        for match in STATIC_IMPORT.finditer(files[path].decode("utf-8")):
+            spec = match.group(1) or match.group(2)
+            if not spec.startswith(("./", "../")):
+                raise SetupError(f"{path} imports {spec!r}, which a browser cannot resolve without a bundler")
+            todo.append(posixpath.normpath(posixpath.join(posixpath.dirname(path), spec)))
+    return sorted(seen)
+
+
+def vendor_openai(dest: Path = VENDOR_DIR / "openai", *, version: str = OPENAI_VERSION, integrity: str = OPENAI_INTEGRITY) -> str:
+    """The ES build's module graph from index.mjs (not the TypeScript, CommonJS-only files or maps), plus LICENSE."""
+    stamp = dest / ".version"
+    if stamp.is_file() and stamp.read_text().strip() == version:
+        return "already there"
+    tarball = npm(f"openai@{version}")
+    actual = npm_integrity(tarball)
+    if actual != integrity:
+        raise ChecksumError(f"{tarball.name} has integrity {actual[:24]}…, the npm registry published {integrity[:24]}…; nothing was installed",
+                            hint=f"delete {tarball} and run `pyshim setup` again")
+    with tarfile.open(tarball) as tar:
+        files = {m.name.removeprefix("package/"): tar.extractfile(m).read() for m in tar.getmembers()
+                 if m.isfile() and m.name.startswith("package/") and m.name.endswith((".mjs", ".js", "/LICENSE"))}
+    if OPENAI_ENTRY not in files:
+        raise SetupError(f"{tarball.name} has no {OPENAI_ENTRY} (its ES build)")
+    keep = es_module_graph(files, OPENAI_ENTRY) + [name for name in ("LICENSE",) if name in files]
+    staged = _stage(dest.parent)
+    try:
+        for name in keep:
+            (staged / name).parent.mkdir(parents=True, exist_ok=True)
+            (staged / name).write_bytes(files[name])
+        (staged / ".version").write_text(version)
+        _replace_dir(staged, dest)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return f"{len(keep)} files from {tarball.name} (integrity matches the registry's)"
+
+
 # --- the manifest the Worker reads ------------------------------------------------------------------
 
 def write_manifest(vendor: Path = VENDOR_DIR) -> str:
@@ -256,6 +330,7 @@ def write_manifest(vendor: Path = VENDOR_DIR) -> str:
     manifest = {
         "pyodide": PYODIDE_VERSION,
         "pyscript": PYSCRIPT_VERSION,
+        "openai": OPENAI_VERSION,
         "pyodide_packages": list(PYODIDE_PACKAGES),
         "wheels": [{"url": f"wheels/{w.name}", "sha256": sha256_file(w), "size": w.stat().st_size} for w in wheels],
     }

@@ -29,6 +29,7 @@ def run(args) -> int:
         ("pyshim wheel (with shaders/)", vendoring.vendor_pyshim),
         (f"@pyscript/core {vendoring.PYSCRIPT_VERSION} (npm)", vendoring.vendor_pyscript),
         (f"@wllama/wllama {vendoring.WLLAMA_VERSION} (npm; the benchmark's peer)", vendoring.vendor_wllama),
+        (f"openai {vendoring.OPENAI_VERSION} (npm, integrity checked; the OpenAI example's client)", vendoring.vendor_openai),
         ("web/vendor/manifest.json", vendoring.write_manifest),
     ]
     if not args.no_models:
