@@ -2,8 +2,9 @@
 // storage meter, and the download controller that drives web/store with the "will it fit?" gate.
 
 import * as store from "../store/store.js";
-import { StoreError, formatBytes, RETRYABLE } from "../store/errors.js";
-import { judge, budgetBytes, setBudgetMiB, DEFAULT_CONTEXT } from "../engine/fit.js";
+import { formatBytes, RETRYABLE } from "../store/errors.js";
+import { budgetBytes, setBudgetMiB, DEFAULT_CONTEXT } from "../engine/fit.js";
+import { checkFit as fitVerdict } from "../engine/resolve.js";
 import { h, $, formatDuration, formatRate, toast } from "./dom.js";
 import { CATALOG, expectedSha256 } from "./catalog.js";
 import { renderFit } from "./fitpanel.js";
@@ -20,22 +21,7 @@ const STATUS_TEXT = {
 // ---- the "will it fit?" gate handed to store.download ------------------------------------------
 
 async function checkFit(prefix, size) {
-  const adapter = await ctx.adapter;
-  let context = ctx.settings().context || DEFAULT_CONTEXT;
-  let summary = await ctx.engine.request("probe-bytes", { bytes: prefix, file_size: size, context });
-  if (summary.need !== undefined) return summary;
-  if (summary.refused) {
-    const { name, message, hint } = summary.refused;
-    // PyshimError's text already ends with " — hint"; the UI shows the hint on its own line.
-    const text = hint && message.endsWith(` — ${hint}`) ? message.slice(0, -hint.length - 3) : message;
-    throw Object.assign(new StoreError(name, text, hint), { refusal: true });
-  }
-  if (summary.supported && summary.context_length && summary.context_length < context) {
-    context = summary.context_length;   // never plan a cache longer than the model was trained for
-    summary = await ctx.engine.request("probe-bytes", { bytes: prefix, file_size: size, context });
-  }
-  const verdict = judge(summary, adapter);
-  return { ...verdict, summary };
+  return fitVerdict(ctx.engine, await ctx.adapter, ctx.settings().context || DEFAULT_CONTEXT, prefix, size);
 }
 
 // ---- downloads ---------------------------------------------------------------------------------

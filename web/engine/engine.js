@@ -1,0 +1,258 @@
+// The engine interface: one object that pages, the site's own chat, the <pyshim-chat> element and the
+// service worker's /v1 endpoint all talk to. It drives the engine Worker through EngineClient
+// (client.js) and speaks OpenAI's shapes (openai.js).
+//
+//   await engine.load(model, {onProgress, context, signal})   store it (download if needed), then GPU
+//   engine.select(storeId, {context})    use a stored model; it reaches the GPU on the first request
+//   await engine.chat.completions.create({messages, model, temperature, top_p, max_tokens, stop, seed,
+//                                         stream}, {signal})  -> chat.completion | async iterator of chunks
+//   await engine.completions.create({prompt, ...}, {signal})  -> text_completion | async iterator
+//   engine.abort()      stops the running request and everything queued behind it
+//   engine.stats()      {model, context, running, queued, requests, last, load}
+//   await engine.models.list()   OpenAI's model list
+//   await engine.unload()        frees the GPU;  engine.terminate()  ends a Worker this engine started
+//
+// Requests run one at a time, in the order they were made (a queue), so two callers never share a
+// KV cache mid-reply. A request is validated before it is queued: bad ones reject at once with an
+// APIError (status 400, OpenAI's error object in `body`).
+
+import { EngineClient } from "./client.js";
+import { DEFAULT_CONTEXT } from "./fit.js";
+import * as openai from "./openai.js";
+import { ensureStored, progressOf } from "./resolve.js";
+
+// A queue of values one side pushes and the other iterates; `close(err)` ends it (with err, throws).
+class Channel {
+  #items = [];
+  #waiters = [];
+  #closed = false;
+  #error = null;
+
+  push(value) {
+    const waiter = this.#waiters.shift();
+    if (waiter) waiter.resolve({ value, done: false });
+    else this.#items.push(value);
+  }
+
+  close(error = null) {
+    this.#closed = true;
+    this.#error = error;
+    for (const w of this.#waiters.splice(0)) error ? w.reject(error) : w.resolve({ value: undefined, done: true });
+  }
+
+  next() {
+    if (this.#items.length) return Promise.resolve({ value: this.#items.shift(), done: false });
+    if (this.#closed) {
+      const error = this.#error;
+      this.#error = null;   // thrown once; afterwards the iterator is simply done
+      return error ? Promise.reject(error) : Promise.resolve({ value: undefined, done: true });
+    }
+    return new Promise((resolve, reject) => this.#waiters.push({ resolve, reject }));
+  }
+}
+
+// What a stream returns: an async iterator of chunks, with OpenAI's `controller` to stop it early.
+class Stream {
+  constructor(channel, controller) {
+    this.controller = controller;
+    this[Symbol.asyncIterator] = () => ({
+      next: () => channel.next(),
+      return: async () => {   // the consumer broke out of its loop: stop generating for it
+        controller.abort();
+        return { value: undefined, done: true };
+      },
+    });
+  }
+}
+
+const abortError = () => new DOMException("the request was aborted", "AbortError");
+
+export class Engine {
+  #tail = Promise.resolve();   // the queue: each request starts when the one before settles
+  #pending = new Set();        // AbortControllers of running and queued requests
+  #queued = 0;
+  #running = null;             // {requestId} of the request in the Worker
+  #ready = null;               // boot + GPU self-test, once
+  #requests = 0;
+  #last = null;
+  #loadInfo = null;
+
+  // `client`: an EngineClient to share (the site's own); without one the engine starts its own
+  // Worker. `onProgress`: default listener for download and GPU-load progress.
+  constructor({ client = null, context = DEFAULT_CONTEXT, onProgress = null } = {}) {
+    this.client = client ?? new EngineClient();
+    this.ownsClient = !client;
+    this.context = context;
+    this.onProgress = onProgress;
+    this.model = null;   // {id, storeId, name, aliases}
+    this.adapter = null;
+    this.chat = { completions: { create: (body, options) => this.#chat(body, options) } };
+    this.completions = { create: (body, options) => this.#complete(body, options) };
+    this.models = { list: async () => openai.modelList(this.model ? [this.model.id] : []) };
+  }
+
+  // Python booted and the GPU checked, once per engine; the adapter is what "will it fit?" judges by.
+  ready() {
+    this.#ready ??= (async () => {
+      await this.client.request("boot");
+      const gpu = await this.client.request("gpu-selftest");
+      if (!gpu.ok) throw Object.assign(new Error("the GPU self-test failed: this adapter computes wrong results"), { name: "GPUError" });
+      this.adapter = gpu.adapter;
+      return gpu;
+    })();
+    return this.#ready;
+  }
+
+  async load(model, { onProgress = this.onProgress, context = this.context, signal = null } = {}) {
+    const t0 = performance.now();
+    onProgress?.(progressOf("boot", 0, null));
+    await this.ready();
+    const manifest = await ensureStored(model, { client: this.client, adapter: this.adapter, context, onProgress, signal });
+    const stored = performance.now();
+    this.select(manifest, { context: Math.min(context, manifest.probe?.context_length || context), id: model });
+    await this.#enqueue(signal, () => this.client.request("load", { model_id: manifest.id, context: this.context }, {
+      onEvent: (event, data) => {
+        if (event === "load-progress") onProgress?.(progressOf("load", data.done_bytes, data.total_bytes));
+      },
+    }));
+    this.#loadInfo = { store_ms: stored - t0, gpu_ms: performance.now() - stored };
+    onProgress?.(progressOf("ready", 1, 1));
+    return this.model;
+  }
+
+  // Uses stored model `manifest` (or its id) from now on, without loading it yet: the Worker loads
+  // it on the first request. `id` is the name requests and responses use (default: the store id).
+  select(manifest, { context = this.context, id = null } = {}) {
+    const storeId = typeof manifest === "string" ? manifest : manifest.id;
+    const name = typeof manifest === "string" ? null : manifest.name;
+    this.context = context;
+    this.model = { id: id ?? storeId, storeId, name, aliases: [storeId, name].filter(Boolean) };
+    return this.model;
+  }
+
+  async unload() {
+    await this.#enqueue(null, () => this.client.request("unload"));
+    this.model = null;
+  }
+
+  abort() {
+    for (const controller of this.#pending) controller.abort();
+  }
+
+  stats() {
+    return {
+      model: this.model?.id ?? null, context: this.context, running: Boolean(this.#running), queued: this.#queued,
+      requests: this.#requests, last: this.#last, load: this.#loadInfo,
+    };
+  }
+
+  terminate() {
+    this.abort();
+    if (this.ownsClient) this.client.terminate();
+  }
+
+  // ---- the queue --------------------------------------------------------------------------------
+
+  // Runs `job()` after every earlier request has settled; a request aborted while it waits never runs.
+  #enqueue(signal, job) {
+    this.#queued++;
+    const run = this.#tail.then(() => {
+      this.#queued--;
+      if (signal?.aborted) throw abortError();
+      return job();
+    });
+    this.#tail = run.catch(() => {});
+    return run;
+  }
+
+  #models() {
+    return this.model ? [{ id: this.model.id, aliases: this.model.aliases }] : [];
+  }
+
+  // One generation in the Worker: `kind` "generate" or "complete", token texts to `onText`.
+  async #generate(kind, params, controller, onText) {
+    const onAbort = () => {
+      if (this.#running?.requestId != null) this.client.request("abort", { request_id: this.#running.requestId });
+    };
+    controller.signal.addEventListener("abort", onAbort);
+    this.#running = { requestId: null };
+    try {
+      if (controller.signal.aborted) return { text: "", finish_reason: "abort", usage: {}, timings: {} };
+      const result = await this.client.request(kind, params, {
+        onId: (id) => { this.#running.requestId = id; },
+        onEvent: (event, data) => {
+          if (event === "token" && data.text) onText(data.text);
+          else if (event === "load-progress") this.onProgress?.(progressOf("load", data.done_bytes, data.total_bytes));
+        },
+      });
+      this.#requests++;
+      this.#last = { finish_reason: result.finish_reason, usage: openai.usageOf(result.usage), timings: result.timings ?? {}, compacted: Boolean(result.compacted) };
+      return result;
+    } catch (err) {
+      throw openai.errorFromEngine(err);
+    } finally {
+      this.#running = null;
+      controller.signal.removeEventListener("abort", onAbort);
+    }
+  }
+
+  // Queues a validated request; streams (an iterator of chunks) or answers with one object.
+  #run({ kind, params, stream, signal, base, whole, piece, first }) {
+    const controller = new AbortController();
+    signal?.addEventListener("abort", () => controller.abort(), { once: true });
+    this.#pending.add(controller);
+    const extra = (r) => ({ timings: r.timings ?? {}, compacted: Boolean(r.compacted) });
+    const job = (onText) => this.#enqueue(null, () => this.#generate(kind, params, controller, onText))
+      .finally(() => this.#pending.delete(controller));
+    if (!stream) {
+      return job(() => {}).then((r) => whole(base, { text: r.text, finish_reason: r.finish_reason, usage: r.usage, extra: extra(r) }));
+    }
+    const channel = new Channel();
+    if (first) channel.push(first);
+    job((text) => channel.push(piece(base, text))).then(
+      (r) => { channel.push(piece(base, null, { finish_reason: r.finish_reason, usage: r.usage, extra: extra(r) })); channel.close(); },
+      (err) => channel.close(err));
+    return new Stream(channel, controller);
+  }
+
+  async #chat(body, { signal = null } = {}) {
+    const request = openai.validateChatRequest(body, { models: this.#models() });
+    const base = openai.responseBase("chatcmpl", request.model);
+    return this.#run({
+      kind: "generate", stream: request.stream, signal, base,
+      params: { model_id: this.model.storeId, context: this.context, messages: request.messages, sampling: openai.workerSampling(request) },
+      whole: openai.chatCompletion,
+      first: openai.chatChunk(base, { role: "assistant", content: "" }),
+      piece: (b, text, last) => (last ? openai.chatChunk(b, {}, last) : openai.chatChunk(b, { content: text })),
+    });
+  }
+
+  // Raw text completion through the Worker's `complete` kind (no chat template).
+  async #complete(body, { signal = null } = {}) {
+    const request = openai.validateCompletionRequest(body, { models: this.#models() });
+    const base = openai.responseBase("cmpl", request.model);
+    const { temperature, top_p, top_k, max_tokens, seed, stop } = request;
+    return this.#run({
+      kind: "complete", stream: request.stream, signal, base,
+      params: { model_id: this.model.storeId, context: this.context, prompt: request.prompt, sampling: { temperature, top_p, top_k, max_tokens, seed, stop } },
+      whole: openai.textCompletion,
+      first: null,
+      piece: (b, text, last) => (last ? openai.textChunk(b, "", last) : openai.textChunk(b, text)),
+    });
+  }
+}
+
+// The public entry (re-exported by web/pyshim.js): an engine with its own Worker, with `model`
+// stored (downloaded through the store when missing, with progress) and loaded onto the GPU.
+export async function createEngine({ model = null, context = DEFAULT_CONTEXT, onProgress = null, signal = null } = {}) {
+  const engine = new Engine({ context, onProgress });
+  if (model) {
+    try {
+      await engine.load(model, { onProgress, context, signal });
+    } catch (err) {
+      engine.terminate();
+      throw err;
+    }
+  }
+  return engine;
+}
