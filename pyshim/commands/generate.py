@@ -35,8 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--ctx", type=int, default=None, help="context length (default: min(model's, 4096))")
-    parser.add_argument("--backend", default="cpu", help="cpu (the NumPy reference executor) or gpu (WGSL kernels through native wgpu)")
+    parser.add_argument("--backend", default="cpu", help="cpu (the NumPy reference executor), gpu (WGSL kernels through "
+                        "native wgpu) or browser (the site's engine Worker in headless Chromium, WebGPU from Pyodide)")
     parser.add_argument("--chat", action="store_true", help="apply the model's chat template to the prompt")
+    parser.add_argument("--ignore-eos", action="store_true",
+                        help="do not stop at end-of-generation tokens: always --max-tokens (fixed-length benchmark runs)")
     parser.add_argument("--json", action="store_true",
                         help='print one JSON object {"text", "ids", "prompt_ids", "prefill_tok_s", "decode_tok_s"}')
 
@@ -52,26 +55,17 @@ def run(args: argparse.Namespace) -> int:
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                             repetition_penalty=args.repeat_penalty, presence_penalty=args.presence_penalty,
                             frequency_penalty=args.frequency_penalty, seed=args.seed)
-    runner = load(resolve_model(args.model), n_ctx=args.ctx, backend=args.backend)
+    path = resolve_model(args.model)
+    if args.backend == "browser":
+        return _run_in_browser(args, path, params)
+    runner = load(path, n_ctx=args.ctx, backend=args.backend)
     tokenizer = Tokenizer.from_metadata(runner.metadata)
-    stop_ids = set(tokenizer.eog_ids)
-    if args.chat:
-        from pyshim.chat import ChatTemplate
-        template = ChatTemplate.from_metadata(runner.metadata, tokenizer)
-        prompt_ids = template.encode(tokenizer, [{"role": "user", "content": args.prompt}])
-        stop_ids |= set(template.stop_ids)
-    else:
-        prompt_ids = tokenizer.encode(args.prompt, add_special=True)
+    prompt_ids, stop_ids = _prompt(args, tokenizer, runner.metadata)
 
     runner.prepare()
-
-    def show(piece: str) -> None:
-        sys.stdout.write(piece)
-        sys.stdout.flush()
-
     result = generate_text(runner, prompt_ids, tokenizer.stream(), max_tokens=args.max_tokens, params=params,
-                           stop_ids=sorted(stop_ids), stop_strings=args.stop,
-                           on_text=None if args.json else show)
+                           stop_ids=[] if args.ignore_eos else sorted(stop_ids), stop_strings=args.stop,
+                           on_text=None if args.json else _show)
     stats = result.stats
     if args.json:
         print(json.dumps({"text": result.text, "ids": result.ids, "prompt_ids": result.prompt_ids,
@@ -81,4 +75,49 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(f"[{stats.prompt_tokens} prompt tokens at {stats.prefill_tok_s:.1f} tok/s; {stats.generated} generated, "
               f"decode {stats.decode_tok_s:.1f} tok/s; {stats.finish_reason}]", file=sys.stderr)
+    return 0
+
+
+def _show(piece: str) -> None:
+    sys.stdout.write(piece)
+    sys.stdout.flush()
+
+
+def _prompt(args: argparse.Namespace, tokenizer, metadata: dict) -> tuple[list[int], set[int]]:
+    """The prompt's ids (through the chat template with --chat) and the ids that end generation."""
+    stop_ids = set(tokenizer.eog_ids)
+    if args.chat:
+        from pyshim.chat import ChatTemplate
+        template = ChatTemplate.from_metadata(metadata, tokenizer)
+        return template.encode(tokenizer, [{"role": "user", "content": args.prompt}]), stop_ids | set(template.stop_ids)
+    return tokenizer.encode(args.prompt, add_special=True), stop_ids
+
+
+def _run_in_browser(args: argparse.Namespace, path, params) -> int:
+    """The same request in the site's engine Worker (pyshim.browser_backend): the prompt is tokenized
+    here, so both sides run the very same ids; the result prints like the native backends'."""
+    from pyshim import browser_backend
+    from pyshim.tokenizer import Tokenizer
+
+    header, n_ctx = browser_backend.open_header(path, args.ctx)
+    prompt_ids, stop_ids = _prompt(args, Tokenizer.from_metadata(header.metadata), header.metadata)
+    sampling = {"temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p, "min_p": params.min_p,
+                "repetition_penalty": params.repetition_penalty, "presence_penalty": params.presence_penalty,
+                "frequency_penalty": params.frequency_penalty, "seed": params.seed, "max_tokens": args.max_tokens,
+                "stop": args.stop, "ignore_eos": args.ignore_eos}
+    r = browser_backend.run(path, "complete", {"context": n_ctx, "prompt_ids": prompt_ids, "stop_token_ids": sorted(stop_ids),
+                                              "sampling": sampling}, on_text=None if args.json else _show)
+    t = r["timings"]
+    prefill_tok_s = 1e3 * len(prompt_ids) / t["prefill_ms"] if t["prefill_ms"] else 0.0
+    cpu_share = 100 * t["cpu_ms"] / t["decode_ms"] if t["decode_ms"] else None
+    if args.json:
+        print(json.dumps({"text": r["text"], "ids": r["token_ids"], "prompt_ids": prompt_ids,
+                          "prefill_tok_s": round(prefill_tok_s, 2), "decode_tok_s": round(t["decode_tok_per_s"], 2),
+                          "finish_reason": r["finish_reason"], "load_ms": round(t["load_ms"], 1),
+                          "ttft_ms": round(t["ttft_ms"], 1), "cpu_share_pct": None if cpu_share is None else round(cpu_share, 2)}))
+    else:
+        print()
+        print(f"[{len(prompt_ids)} prompt tokens at {prefill_tok_s:.1f} tok/s; {len(r['token_ids'])} generated, "
+              f"decode {t['decode_tok_per_s']:.1f} tok/s, CPU side {cpu_share or 0:.1f}% of decode; {r['finish_reason']}]",
+              file=sys.stderr)
     return 0

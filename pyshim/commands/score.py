@@ -17,7 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--file", type=Path, help="a UTF-8 file holding the text to score")
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--ctx", type=int, default=None, help="context length (default: min(model's, 4096))")
-    parser.add_argument("--backend", default="cpu", help="cpu (the NumPy reference executor) or gpu (WGSL kernels through native wgpu)")
+    parser.add_argument("--backend", default="cpu", help="cpu (the NumPy reference executor), gpu (WGSL kernels through "
+                        "native wgpu) or browser (the site's engine Worker in headless Chromium, WebGPU from Pyodide)")
     parser.add_argument("--json", action="store_true", help="print JSON (the only output format)")
     parser.add_argument("--like-llama-cpp", action="store_true",
                         help="round matmul activations the way llama.cpp's CPU backend does (closer agreement)")
@@ -34,10 +35,25 @@ def run(args: argparse.Namespace) -> int:
     if args.top_k < 1:
         raise BadRequestError("--top-k must be at least 1")
     text = args.text if args.text is not None else args.file.read_text(encoding="utf-8")
+    if args.backend == "browser":
+        return _score_in_browser(args, resolve_model(args.model), text)
     runner = load(resolve_model(args.model), n_ctx=args.ctx, backend=args.backend,
                   emulate_llama_cpp=args.like_llama_cpp)
     ids = Tokenizer.from_metadata(runner.metadata).encode(text, add_special=True)
     top_ids, top_logits = score(runner, ids, args.top_k)
     print(json.dumps({"ids": ids, "top_ids": top_ids.tolist(),
                       "top_logits": [[round(float(v), 5) for v in row] for row in top_logits]}))
+    return 0
+
+
+def _score_in_browser(args: argparse.Namespace, path, text: str) -> int:
+    """The same ids scored in the site's engine Worker (pyshim.browser_backend); prints the same JSON."""
+    from pyshim import browser_backend
+    from pyshim.tokenizer import Tokenizer
+
+    browser_backend.check_options(**{"--like-llama-cpp": args.like_llama_cpp})
+    header, n_ctx = browser_backend.open_header(path, args.ctx)
+    ids = Tokenizer.from_metadata(header.metadata).encode(text, add_special=True)
+    r = browser_backend.run(path, "score", {"context": n_ctx, "ids": ids, "top_k": args.top_k})
+    print(json.dumps({"ids": r["ids"], "top_ids": r["top_ids"], "top_logits": r["top_logits"]}))
     return 0
