@@ -122,6 +122,10 @@ def run(model: Path, kind: str, params: dict, *, on_text: Callable[[str], None] 
     from pyshim import vendoring
 
     model = Path(model).resolve()
+    if not Path(harness.CHROMIUM).exists():      # before the dev server and the wheel build: fail fast
+        raise SetupError(f"--backend browser needs Chromium, and {harness.CHROMIUM} is missing",
+                         hint="apt-get install -y chromium (or set PYSHIM_CHROMIUM to a Chromium binary); "
+                              "never `playwright install`, it downloads a browser")
     if not (VENDOR_DIR / "manifest.json").is_file():
         raise SetupError("web/vendor is missing (Pyodide and the wheels the page loads)", hint="run `pyshim setup` first")
     vendoring.vendor_pyshim()          # the Worker installs pyshim from this wheel: make it this checkout's code

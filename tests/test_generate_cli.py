@@ -62,3 +62,34 @@ def test_score_rows_are_predictions_after_each_prefix(model, capsys):
 def test_prompt_longer_than_context_is_a_clean_error(model, capsys):
     assert main(["generate", model, "--prompt", "hello " * 40, "--ctx", "8"]) == 2
     assert "context" in capsys.readouterr().err
+
+
+def test_ignore_eos_runs_past_an_end_of_generation_id(model, capsys, monkeypatch):
+    """Make one of the tiny model's greedy ids its end-of-generation id: generation stops before it, and
+    with --ignore-eos runs on to --max-tokens through it (what fixed-length benchmark runs need)."""
+    from pyshim.tokenizer import Tokenizer
+
+    argv = ["generate", model, "--prompt", "hello", "--max-tokens", "8", "--json"]
+    free = _json(capsys, argv)
+    assert len(free["ids"]) == 8
+    k = next(i for i in range(1, 8) if free["ids"][i] not in free["ids"][:i])   # its first appearance
+    monkeypatch.setattr(Tokenizer, "eog_ids", property(lambda self: frozenset({free["ids"][k]})))
+    stopped = _json(capsys, argv)
+    assert stopped["finish_reason"] == "stop" and stopped["ids"] == free["ids"][:k]
+    full = _json(capsys, argv + ["--ignore-eos"])
+    assert full["finish_reason"] == "length" and full["ids"] == free["ids"]
+
+
+def test_browser_backend_without_chromium_is_a_clear_error(model, capsys, monkeypatch):
+    monkeypatch.setenv("PYSHIM_CHROMIUM", "/nonexistent/chromium")
+    import sys
+
+    from pyshim.paths import PLAYWRIGHT_DIR
+
+    sys.path.insert(0, str(PLAYWRIGHT_DIR))
+    import harness
+
+    monkeypatch.setattr(harness, "CHROMIUM", "/nonexistent/chromium")
+    assert main(["generate", model, "--prompt", "hello", "--backend", "browser", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "Chromium" in err and "/nonexistent/chromium" in err
