@@ -52,6 +52,8 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
         "weight_bytes": est.weight_bytes,
         "kv_type": kv_type,
         "kv_bytes": est.kv_bytes,
+        "activation_bytes": est.activation_bytes,
+        "total_bytes": est.total_bytes,
         "context": est.context,
         "largest_tensor": {"name": est.largest_tensor.name, "bytes": est.largest_tensor.nbytes},
     }

@@ -31,6 +31,7 @@ from pyshim.gpu import open_device  # noqa: E402
 from pyshim.gpu.kernels import (PARAMS, UNIFORM_X_BYTES, WEIGHT_TYPES, WG, KernelCache, groups,  # noqa: E402
                                 matvec_grid, matvec_key)
 from pyshim.gpu.shaderc import ShaderKey  # noqa: E402
+from pyshim.memory import estimate  # noqa: E402
 
 ROOFLINE_BYTES = 128 << 20        # streamed by the roofline kernel (capped by the binding limit)
 ROOFLINE_PER_THREAD = 256         # vec4s each invocation sums in the contiguous variant (4 KiB)
@@ -155,7 +156,8 @@ async def bench_decode(device, roof: dict, model: str) -> dict:
                 "prefill_tok_per_cpu_s": DECODE_PROMPT / prefill_cpu, "decode_tok_s": 1 / wall, "decode_tok_per_cpu_s": 1 / cpu, "weight_bytes": runner.weight_bytes,
                 "weight_elements": elements, "dispatches": len(program.ready), "host_ms": host / DECODE_STEPS * 1e3,
                 "host_share_pct": 100 * host / DECODE_STEPS / wall, "first_call_s": first,
-                "memory_MB": {k: v / 1e6 for k, v in runner.ops.memory().items()}})
+                "memory_MB": {k: v / 1e6 for k, v in runner.ops.memory().items()},
+                "planned_MB": estimate(runner.spec, runner.header.tensors, context=runner.n_ctx).total_bytes / 1e6})
     return out
 
 

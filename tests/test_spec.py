@@ -209,7 +209,9 @@ def test_kv_types_and_fits():
                                   [tensor_info("a", (1024, 256), TensorType.Q4_0, 0), tensor_info("b", (64,), TensorType.F32, 147456)]))
     assert weights_by_type(header.tensors) == {"Q4_0": (1, 147456), "F32": (1, 256)}
     est = estimate(spec, header.tensors, context=100)
-    assert est.total_bytes == 147456 + 256 + 100 * per_token["f32"]
+    # a 100-token step: per token 3 x n_ff + 2 x n_embd + q + k + v floats, and one row of logits
+    assert est.chunk == 256 and est.activation_bytes == 4 * (100 * (3 * 512 + 2 * 256 + 8 * 32 + 64 + 64) + spec.n_vocab)
+    assert est.total_bytes == 147456 + 256 + 100 * per_token["f32"] + est.activation_bytes
     assert fits(est, budget_bytes=est.total_bytes).ok
     tight = fits(est, budget_bytes=est.total_bytes - 1, max_binding_bytes=1000)
     assert not tight.ok and len(tight.reasons) == 2 and "'a'" in tight.reasons[1] and "shorter context" in tight.reasons[0]

@@ -46,6 +46,8 @@ def run(args) -> int:
             "kv_type": est.kv_type,
             "kv_bytes_per_token": est.kv_bytes_per_token,
             "kv_bytes": est.kv_bytes,
+            "chunk": est.chunk,
+            "activation_bytes": est.activation_bytes,
             "total_bytes": est.total_bytes,
         },
     }
@@ -105,5 +107,6 @@ def _text(report: dict, spec) -> str:
     big = mem["largest_tensor"]
     lines.append(f"largest     {big['name']} {big['type']} {big['shape']}: {_mib(big['bytes'])}")
     lines.append(f"KV cache    {mem['kv_type']}: {mem['kv_bytes_per_token']:,} bytes/token; {mem['context']} tokens: {_mib(mem['kv_bytes'])}")
-    lines.append(f"total       {_mib(mem['total_bytes'])} (weights + KV; activations not counted)")
+    lines.append(f"activations {_mib(mem['activation_bytes'])} (a {mem['chunk']}-token prefill step)")
+    lines.append(f"total       {_mib(mem['total_bytes'])} on the GPU")
     return "\n".join(lines)

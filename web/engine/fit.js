@@ -24,13 +24,14 @@ export function setBudgetMiB(mib) {
 export function judge(summary, adapter, budget = budgetBytes()) {
   const reasons = [];
   if (!summary.supported) reasons.push(summary.reason || `pyshim cannot run ${summary.architecture ?? "this"} models yet`);
-  const needBytes = (summary.weight_bytes ?? 0) + (summary.kv_bytes ?? 0);
+  const needBytes = summary.total_bytes ?? (summary.weight_bytes ?? 0) + (summary.kv_bytes ?? 0);
   const limits = adapter?.limits ?? null;
   if (!adapter) {
     reasons.push("this browser gives no WebGPU adapter, so nothing can run on the GPU here");
   } else if (summary.supported) {
     if (needBytes > budget) {
-      reasons.push(`weights (${formatBytes(summary.weight_bytes)}) and a ${summary.context}-token KV cache (${formatBytes(summary.kv_bytes)}) ` +
+      reasons.push(`weights (${formatBytes(summary.weight_bytes)}), a ${summary.context}-token KV cache (${formatBytes(summary.kv_bytes)}) ` +
+        `and activations (${formatBytes(summary.activation_bytes ?? 0)}) ` +
         `need ${formatBytes(needBytes)}, more than the ${formatBytes(budget)} of GPU memory assumed available`);
     }
     const binding = limits?.max_storage_buffer_binding_size;
