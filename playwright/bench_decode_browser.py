@@ -1,11 +1,13 @@
 """Decode on the GPU executor inside the site's engine Worker (Pyodide + WebGPU; SwiftShader here), with
 the adapter's streaming roofline measured in the same Worker: tok/s, weights/s, efficiency, host time.
 
-    .venv/bin/python playwright/bench_decode_browser.py [smollm2 gemma3 ...]
+    .venv/bin/python playwright/bench_decode_browser.py [--int8 auto|on|off|both] [smollm2 gemma3 ...]
 
 The Worker fetches the model from the dev server into its heap (a stand-in for the site's IndexedDB
 upload path), loads it with pyshim.gpu.runner.load_gpu_async, prefills 16 tokens and times 8 greedy steps
 (argmax on the GPU, 4 bytes read back). `submit_ms` is the Python + FFI cost of encoding one step.
+`--int8`: the executor's default (auto), the int8 matvecs on or off, or both one after the other (the
+same page and minute, for a before/after).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from pyshim.gpu.runner import load_gpu_async
 from pyshim.gpu.shaderc import ShaderKey
 
 data = (await (await fetch("/models/{fname}")).arrayBuffer()).to_bytes()
-runner = await load_gpu_async(header=read_header(data, file_size=len(data)), source=BufferSource(data), n_ctx=64)
+runner = await load_gpu_async(header=read_header(data, file_size=len(data)), source=BufferSource(data), n_ctx=64,
+                              int8={int8})
 dev = runner.device
 
 # roofline: the plain vec4 f32 read-and-reduce, (T(2r) - T(r)) / r
@@ -53,6 +56,9 @@ t_roof = max(statistics.median([await run(4) for _ in range(3)]) - statistics.me
 src.destroy()
 
 tok = await runner.greedy_async(list(range(100, 116)), 0)
+p0 = time.perf_counter()
+tok = await runner.greedy_async(list(range(100, 116)), 0)      # the prefill again, its program built
+prefill = time.perf_counter() - p0
 tok = await runner.greedy_async([tok], 16)
 t0 = time.perf_counter()
 for i in range({steps}):
@@ -66,7 +72,7 @@ await dev.read(prog.argmax, 4)
 elements = sum(int(np.prod(w.shape)) for w in runner.ops._bound.values())
 roof_gbs, roof_gel = nbytes / t_roof / 1e9, nbytes / 4 / t_roof / 1e9
 gbs, gel = runner.weight_bytes / step / 1e9, elements / step / 1e9
-json.dumps({{"adapter": dev.caps.summary(), "roofline_GBps": roof_gbs, "roofline_Gelem_s": roof_gel,
+json.dumps({{"adapter": dev.caps.summary(), "int8": runner.ops.int8, "prefill_tok_s": 16 / prefill, "roofline_GBps": roof_gbs, "roofline_Gelem_s": roof_gel,
             "tok_s": 1 / step, "step_ms": step * 1e3, "weights_GBps": gbs, "weights_Gelem_s": gel,
             "efficiency_pct": 100 * max(gbs / roof_gbs, gel / roof_gel), "dispatches": len(prog.ready),
             "submit_ms": submit * 1e3, "host_share_pct": 100 * submit / step}})
@@ -79,17 +85,22 @@ def main() -> int:
     from pyshim import vendoring
     from pyshim.catalog import resolve_model
 
-    names = sys.argv[1:] or ["smollm2"]
+    args = sys.argv[1:]
+    mode = "auto"
+    if args[:1] == ["--int8"]:
+        mode, args = args[1], args[2:]
+    choices = {"auto": ["None"], "on": ["True"], "off": ["False"], "both": ["False", "True"]}[mode]
+    names = args or ["smollm2"]
     vendoring.vendor_pyshim()           # the Worker installs pyshim from this checkout's wheel
     vendoring.write_manifest()
     with harness.DevServer() as server, sync_playwright() as p:
         browser = harness.launch_chromium(p)
         page, _ = harness.open_page(browser.new_context(), server.url)
         harness.wait_for_boot(page)
-        for name in names:
-            code = CODE.format(fname=resolve_model(name).name, mib=ROOFLINE_MIB, steps=STEPS)
+        for name, int8 in [(n, c) for n in names for c in choices]:
+            code = CODE.format(fname=resolve_model(name).name, mib=ROOFLINE_MIB, steps=STEPS, int8=int8)
             r = harness.engine_request(page, "exec", {"code": code}, timeout_ms=900_000)
-            print(f"{name} on {r['adapter']}: {r['tok_s']:.2f} tok/s ({r['step_ms']:.0f} ms/token), weights "
+            print(f"{name} (int8 {r['int8']}) on {r['adapter']}: prefill {r['prefill_tok_s']:.2f} tok/s; {r['tok_s']:.2f} tok/s ({r['step_ms']:.0f} ms/token), weights "
                   f"{r['weights_GBps']:.3f} GB/s = {r['weights_Gelem_s']:.3f} G/s; roofline {r['roofline_GBps']:.2f} GB/s = "
                   f"{r['roofline_Gelem_s']:.3f} G f32/s; efficiency {r['efficiency_pct']:.0f}%; {r['dispatches']} dispatches, "
                   f"submit {r['submit_ms']:.1f} ms ({r['host_share_pct']:.1f}% of the step)")

@@ -6,7 +6,9 @@ roofline per weight type and variant, driven from plain JS so only the kernels a
 Python expands the WGSL and makes the random GGUF blocks; the page creates the buffers, compiles, and
 times (T(2r) − T(r)) / r with T the median of TRIALS submits awaited with onSubmittedWorkDone().
 Variants: uniform x (the executor's CPU-adapter decode kernel) with 2 or 4 rows, storage x with 1/2/4
-rows, REDUCE.
+rows, REDUCE; and the int8 route ("i8 ...": matvec_i8 on x quantized in NumPy, uniform with 2 or 4 rows,
+storage with 4; the quantize pass itself is timed as "quantize <format>"). `--variants` keeps the cases
+whose names contain one of its comma-separated words.
 Weights go to the page once per type (base64 through Playwright: sending a copy per variant, hundreds
 of MB, closed the page).
 """
@@ -25,9 +27,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "playwright"))
 
 import harness  # noqa: E402
+import i8_emulation  # noqa: E402
 from gpu_helpers import random_weight  # noqa: E402
-from pyshim.gpu.kernels import (PARAMS, REDUCE_ROWS, REDUCE_WG, UNIFORM_X_BYTES, UNIFORM_X_VEC4, WEIGHT_TYPES,  # noqa: E402
-                                WG, groups, matvec_grid)
+from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, PARAMS, REDUCE_ROWS, REDUCE_WG, UNIFORM_X_BYTES,  # noqa: E402
+                                UNIFORM_X_VEC4, WEIGHT_TYPES, WG, groups, matvec_grid, matvec_i8_key, quantize_key,
+                                xq_row_words)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey  # noqa: E402
 
 ROOFLINE_BYTES = 64 << 20
@@ -85,7 +89,7 @@ def b64(a) -> str:
     return base64.b64encode(np.ascontiguousarray(a).tobytes()).decode()
 
 
-def build_cases(rows: int, cols: int, types: list[str]) -> tuple[list[dict], dict, dict]:
+def build_cases(rows: int, cols: int, types: list[str], only: list[str]) -> tuple[list[dict], dict, dict]:
     """Cases, weight bytes per type, and the base64 inputs they share (each sent once)."""
     pre = Preprocessor()
     cases, sizes, blobs = [], {}, {}
@@ -96,7 +100,15 @@ def build_cases(rows: int, cols: int, types: list[str]) -> tuple[list[dict], dic
                       "inputs": [{"size": ROOFLINE_BYTES, "fill": True}, {"size": threads * 4}], "sizes": [],
                       "params": b64(PARAMS["stream"].pack(n4=n4, per_thread=ROOFLINE_PER_THREAD)), "grid": [groups(threads), 1, 1]})
     rng = np.random.default_rng(0)
-    blobs["x"] = b64(rng.standard_normal(cols, dtype=np.float32))
+    x = rng.standard_normal((1, cols), dtype=np.float32)
+    blobs["x"] = b64(x)
+    for fmt in I8_BLOCKS:
+        blobs[f"xq_{fmt}"] = b64(i8_emulation.pack(*i8_emulation.quantize(x, fmt)))
+        per = I8_BLOCKS[fmt][0]
+        row_words = xq_row_words(cols, fmt)
+        cases.append({"name": f"quantize {fmt}", "code": pre.build(quantize_key(fmt)), "sizes": [],
+                      "inputs": [{"blob": "x"}, {"size": row_words * 4}], "grid": [groups(cols // per), 1, 1],
+                      "params": b64(PARAMS["quantize"].pack(k=cols, n=1, x_off=0, x_stride=cols, q_off=0, row_words=row_words))})
     for qtype, (define, _, _) in WEIGHT_TYPES.items():
         if types and qtype.name not in types:
             continue
@@ -110,11 +122,23 @@ def build_cases(rows: int, cols: int, types: list[str]) -> tuple[list[dict], dic
         variants += [(f"rows{r}", ShaderKey.of("matvec", **{define: True}, WG=WG, ROWS=r), (groups(rows, WG * r), 1, 1)) for r in (1, 2, 4)]
         variants.append(("reduce", ShaderKey.of("matvec", **{define: True}, WG=REDUCE_WG, ROWS=REDUCE_ROWS, REDUCE=True),
                          matvec_grid(rows, 1, reduce=True)))
+        x_blob = {name: "x" for name, _, _ in variants}
+        fmt = I8_ACTIVATIONS.get(qtype)
+        if fmt is not None:
+            params_i8 = b64(PARAMS["matvec_i8"].pack(m=rows, k=cols, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
+                                                     bias_off=0, y_stride=rows, x_row_words=xq_row_words(cols, fmt)))
+            for r, uniform in ((2, True), (4, True), (4, False)):
+                name = f"i8 {'uniform-x ' if uniform else ''}rows{r}"
+                variants.append((name, matvec_i8_key(qtype, uniform_x=uniform, rows=r), (groups(rows, WG * r), 1, 1)))
+                x_blob[name] = f"xq_{fmt}"
         for name, key, grid in variants:
+            if only and not any(word in f"{qtype.name} {name}" for word in only):
+                continue
             uniform = "uniform" in name
-            cases.append({"name": f"{qtype.name} {name}", "code": pre.build(key), "params": params, "grid": list(grid),
-                          "inputs": [{"blob": qtype.name}, {"blob": "x", "uniform": uniform, "min": UNIFORM_X_BYTES if uniform else 0},
-                                     {"size": rows * 4}],
+            cases.append({"name": f"{qtype.name} {name}", "code": pre.build(key), "grid": list(grid),
+                          "params": params_i8 if name.startswith("i8") else params,
+                          "inputs": [{"blob": qtype.name}, {"blob": x_blob[name], "uniform": uniform,
+                                                            "min": UNIFORM_X_BYTES if uniform else 0}, {"size": rows * 4}],
                           "sizes": [0, UNIFORM_X_BYTES if uniform else 0]})
     return cases, sizes, blobs
 
@@ -124,8 +148,10 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=2048)
     ap.add_argument("--cols", type=int, default=2048)
     ap.add_argument("--types", default="")
+    ap.add_argument("--variants", default="", help="e.g. 'uniform-x rows4' or 'i8,rows4'")
     args = ap.parse_args()
-    cases, sizes, blobs = build_cases(args.rows, args.cols, [t for t in args.types.split(",") if t])
+    cases, sizes, blobs = build_cases(args.rows, args.cols, [t for t in args.types.split(",") if t],
+                                      [v for v in args.variants.split(",") if v])
     from playwright.sync_api import sync_playwright
 
     with harness.DevServer() as server, sync_playwright() as p:
@@ -144,6 +170,9 @@ def main() -> int:
     print(f"matvec {args.rows}x{args.cols}, 1 token: ms, GB/s, efficiency % = max(bytes, elements) vs roofline")
     for name, r in rows.items():
         if name.startswith("roofline"):
+            continue
+        if name.startswith("quantize"):
+            print(f"{name:22} {r['ms']:8.2f} ms")
             continue
         qtype = name.split()[0]
         gbs = sizes[qtype] / r["ms"] / 1e6

@@ -1,5 +1,9 @@
 """The GPU executor against the NumPy reference executor on whole models: tiny random models of every
-architecture and tensor type, and SmolLM2 greedy decoding (real model)."""
+architecture and tensor type, and SmolLM2 greedy decoding (real model).
+
+Two arithmetics: the f32 kernels (int8=False) against the plain reference, and the int8 route (int8=True:
+activations rounded to int8 blocks as llama.cpp's CPU backend does) against the reference's emulation of
+exactly that rounding (emulate_llama_cpp=True) — the honest oracle for it."""
 
 from __future__ import annotations
 
@@ -49,9 +53,34 @@ def test_all_logits_match_reference(tmp_path_factory, loop, device, arch, qtype)
     path = tiny(tmp_path_factory, arch, qtype)
     ids = tiny_models.test_ids()
     want = load(path, n_ctx=tiny_models.N_CTX).forward(ids, 0, all_logits=True)
-    got = gpu_runner(loop, device, path).forward(ids, 0, all_logits=True)
+    got = gpu_runner(loop, device, path, int8=False).forward(ids, 0, all_logits=True)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, atol=2e-4 * np.abs(want).max(), rtol=1e-3)
+
+
+@pytest.mark.parametrize("arch, qtype", CASES[:7], ids=[f"{a}-{q}" for a, q in CASES[:7]])
+def test_int8_all_logits_match_llama_cpp_emulation(tmp_path_factory, loop, device, arch, qtype):
+    path = tiny(tmp_path_factory, arch, qtype)
+    ids = tiny_models.test_ids()
+    want = load(path, n_ctx=tiny_models.N_CTX, emulate_llama_cpp=True).forward(ids, 0, all_logits=True)
+    plain = load(path, n_ctx=tiny_models.N_CTX).forward(ids, 0, all_logits=True)
+    runner = gpu_runner(loop, device, path, int8=True)
+    got = runner.forward(ids, 0, all_logits=True)
+    assert any(d.key.family == "matvec_i8" for p in runner._programs.values() for d in p.dispatches)
+    assert_like_emulation(got, want, plain)
+
+
+def assert_like_emulation(got, want, plain):
+    """The int8 route against the reference's llama.cpp emulation. Its kernels equal the emulation exactly
+    (tests/test_kernels_i8.py), but on whole models a 1-ulp difference upstream (f32 summation order) now
+    and then moves an activation across a rounding boundary: one int8 value changes by one step, and the
+    rows after it differ through attention (measured on these tiny models: rows equal to ~1e-6 until such
+    a flip, then differences up to ~60% of the whole int8 effect). So: the same greedy tokens, and nowhere
+    as far from the emulation as f32 arithmetic (`plain`) is — a wiring error (a wrong activation, scale
+    or bias) would be."""
+    err, effect = np.abs(got - want), np.abs(plain - want)
+    assert np.array_equal(got.argmax(axis=-1), want.argmax(axis=-1))
+    assert err.max() < effect.max(), (err.max(), effect.max())
 
 
 @pytest.mark.parametrize("arch, qtype, reduce", [("gemma3", "Q4_K", False), ("phi3", "Q8_0", False), ("qwen2", "Q4_1", False),
@@ -63,21 +92,26 @@ def test_chunked_prefill_then_decode_with_split_tensors(tmp_path_factory, loop, 
     attention split over the keys)."""
     path = tiny(tmp_path_factory, arch, qtype)
     ids = tiny_models.test_ids() + [5, 77, 300, 9, 12, 41, 42, 43]
-    want = load(path, n_ctx=tiny_models.N_CTX).forward(ids, 0, all_logits=True)
+    int8 = not reduce           # the CPU-adapter options take the int8 route (with split tensors too)
+    want = load(path, n_ctx=tiny_models.N_CTX, emulate_llama_cpp=int8).forward(ids, 0, all_logits=True)
+    plain = load(path, n_ctx=tiny_models.N_CTX).forward(ids, 0, all_logits=True) if int8 else None
     runner = gpu_runner(loop, device, path, max_chunk=SMALL_CHUNK, max_binding=40_000, reduce=reduce, multi_token=reduce,
-                        attn_splits=5 if reduce else None)
+                        attn_splits=5 if reduce else None, int8=int8)
     assert any(len(w.parts) > 1 for w in runner.ops._bound.values())
     split = 11
     got = [runner.forward(ids[:split], 0)[-1]]
     for pos in range(split, len(ids)):
         got.append(runner.forward([ids[pos]], pos)[-1])
-    np.testing.assert_allclose(np.stack(got), want[split - 1:], atol=2e-4 * np.abs(want).max(), rtol=1e-3)
+    if int8:
+        assert_like_emulation(np.stack(got), want[split - 1:], plain[split - 1:])
+    else:
+        np.testing.assert_allclose(np.stack(got), want[split - 1:], atol=2e-4 * np.abs(want).max(), rtol=1e-3)
 
 
 def test_greedy_on_gpu_equals_argmax_of_reference(tmp_path_factory, loop, device):
     path = tiny(tmp_path_factory, "llama", "Q4_K")
-    ref = load(path, n_ctx=tiny_models.N_CTX)
-    runner = gpu_runner(loop, device, path)
+    ref = load(path, n_ctx=tiny_models.N_CTX, emulate_llama_cpp=True)
+    runner = gpu_runner(loop, device, path, int8=True)
     seq = tiny_models.test_ids()
     ref_seq, gpu_seq = list(seq), list(seq)
     logits = ref.forward(ref_seq, 0)[-1]
@@ -93,14 +127,16 @@ def test_greedy_on_gpu_equals_argmax_of_reference(tmp_path_factory, loop, device
 
 @pytest.mark.models
 @pytest.mark.slow
+@pytest.mark.parametrize("int8", [False, True], ids=["f32", "int8"])
 @pytest.mark.parametrize("name", ["smollm2", "gemma3"])
-def test_greedy_32_tokens_equal_cpu(loop, device, name):
+def test_greedy_32_tokens_equal_cpu(loop, device, name, int8):
+    """f32 kernels against the plain reference; the int8 route against the reference emulating llama.cpp."""
     from pyshim.catalog import resolve_model
     from pyshim.tokenizer import Tokenizer
 
     path = resolve_model(name)
-    ref = load(path, n_ctx=256)
-    runner = loop.run_until_complete(load_gpu_async(path, n_ctx=256, device=device, loop=loop))
+    ref = load(path, n_ctx=256, emulate_llama_cpp=int8)
+    runner = loop.run_until_complete(load_gpu_async(path, n_ctx=256, device=device, loop=loop, int8=int8))
     prompt = Tokenizer.from_metadata(ref.metadata).encode("The capital of France is")
     ref_seq, gpu_seq = list(prompt), list(prompt)
     logits = ref.forward(ref_seq, 0)[-1]
@@ -118,7 +154,7 @@ def test_upload_plan_lets_the_caller_write_the_weights(tmp_path_factory, loop, d
     """upload_now=False: the executor writes no quantized weight; following `uploads` gives the same logits."""
     path = tiny(tmp_path_factory, "qwen2", "Q6_K")
     ids = tiny_models.test_ids()
-    runner = gpu_runner(loop, device, path, upload_now=False, max_binding=40_000)
+    runner = gpu_runner(loop, device, path, upload_now=False, max_binding=40_000, int8=False)
     plan = runner.ops.uploads
     assert len(plan) > len([w for w in runner.ops._bound.values() if w.parts])     # some tensors were split
     blob = path.read_bytes()
@@ -127,6 +163,20 @@ def test_upload_plan_lets_the_caller_write_the_weights(tmp_path_factory, loop, d
     want = load(path, n_ctx=tiny_models.N_CTX).forward(ids, 0, all_logits=True)
     got = runner.forward(ids, 0, all_logits=True)
     np.testing.assert_allclose(got, want, atol=2e-4 * np.abs(want).max(), rtol=1e-3)
+
+
+def runner_int8_default() -> bool:
+    from pyshim.gpu import open_device
+    from pyshim.gpu.kernels import default_int8
+
+    loop = asyncio.new_event_loop()
+    try:
+        device = loop.run_until_complete(open_device())
+        int8 = default_int8(device.caps)
+        device.destroy()
+        return int8
+    finally:
+        loop.close()
 
 
 def test_load_backend_gpu_generates_like_cpu(tmp_path_factory):
@@ -139,7 +189,9 @@ def test_load_backend_gpu_generates_like_cpu(tmp_path_factory):
     prompt = tiny_models.test_ids()[:6]
     out = {}
     for backend in ("cpu", "gpu"):
-        runner = load(path, n_ctx=tiny_models.N_CTX, backend=backend)
+        # the gpu backend's default arithmetic on this adapter: int8 (llama.cpp's) on CPU adapters
+        emulate = backend == "cpu" and runner_int8_default()
+        runner = load(path, n_ctx=tiny_models.N_CTX, backend=backend, emulate_llama_cpp=emulate)
         runner.prepare()
         out[backend] = list(generate_ids(runner, prompt, 20, SamplingParams(temperature=0.0)))
     assert isinstance(runner, GpuRunner)

@@ -30,6 +30,12 @@ def _camel(name: str) -> str:
     return head + "".join(w.capitalize() for w in rest)
 
 
+def _language_features(gpu) -> frozenset[str]:
+    """WGSL language features (navigator.gpu.wgslLanguageFeatures), as "wgsl:<name>" features."""
+    listed = getattr(gpu, "wgslLanguageFeatures", None)
+    return frozenset() if listed is None else frozenset(f"wgsl:{name}" for name in listed)
+
+
 class BrowserDevice(GPUDevice):
     def __init__(self, adapter, device, caps: Capabilities):
         self._adapter = adapter
@@ -82,7 +88,7 @@ class BrowserDevice(GPUDevice):
         caps = Capabilities(
             face="browser", vendor=str(info.vendor or ""), architecture=str(info.architecture or ""),
             description=str(getattr(info, "description", "") or ""), backend="WebGPU", is_fallback=is_fallback,
-            features=frozenset(wanted) | features, limits=limits,
+            features=frozenset(wanted) | features | _language_features(gpu), limits=limits,
         )
         return cls(adapter, device, caps)
 

@@ -28,9 +28,10 @@ from gguf import GGMLQuantizationType as QT
 from pyshim.errors import OutOfMemoryError, TensorShapeError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.pool import ActivationPool, Slot, physical
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, ATTN_SPLITS_GPU, PARAMS, WG, KernelCache, attention_keys,
-                                attention_record_bytes, barrier_free_rows, groups, matvec_grid, matvec_key, rope_theta,
-                                shader_block, weight_define, UNIFORM_X_BYTES, UNIFORM_X_VEC4)
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, ATTN_SPLITS_GPU, I8_ACTIVATIONS, I8_BLOCKS, PARAMS, WG, KernelCache,
+                                attention_keys, attention_record_bytes, barrier_free_rows, default_int8, groups,
+                                matvec_grid, matvec_i8_key, matvec_key, quantize_key, rope_theta, shader_block,
+                                weight_define, xq_row_words, UNIFORM_X_BYTES, UNIFORM_X_VEC4)
 from pyshim.ops import ACTIVATIONS, AttnSpec
 from pyshim.reference import SUPPORTED_TYPES, dequantize_rows
 from pyshim.rope import RopeSpec
@@ -119,14 +120,17 @@ class GpuOps:
 
     def __init__(self, device: GPUDevice, store: WeightStore, spec, n_ctx: int, kernels: KernelCache | None = None,
                  *, max_chunk: int = MAX_CHUNK, max_binding: int | None = None, upload_now: bool = True,
-                 reduce: bool | None = None, multi_token: bool = False, attn_splits: int | None = None):
+                 reduce: bool | None = None, multi_token: bool = False, attn_splits: int | None = None,
+                 int8: bool | None = None):
         """`max_chunk`: most tokens per step (sizes the sliding-window rings); `max_binding` lowers the
         device's storage binding limit (tests use it to force tensors split by rows); `upload_now=False`
         leaves the quantized weights' bytes to the caller, who follows `uploads` (the browser's store
         writes them from IndexedDB without passing them through Python); `reduce` picks the matvec variant
         (default: workgroup reductions on real GPUs, barrier-free on CPU adapters); `multi_token` uses the
         many-token matvec for steps of several tokens (slower on lavapipe, see kernels.MATMUL_TOKENS);
-        `attn_splits`: key-range splits in attention (default 1 on CPU adapters, ATTN_SPLITS_GPU on GPUs)."""
+        `attn_splits`: key-range splits in attention (default 1 on CPU adapters, ATTN_SPLITS_GPU on GPUs);
+        `int8`: quantized weights against int8-quantized activations (llama.cpp's arithmetic, see
+        kernels.default_int8 for the default; only with the barrier-free matvec)."""
         self.device = device
         self.kernels = kernels or KernelCache(device)
         self.store = store
@@ -137,6 +141,8 @@ class GpuOps:
         self.multi_token = multi_token
         self.attn_splits = attn_splits or (1 if device.caps.is_fallback else ATTN_SPLITS_GPU)
         self.matvec_rows = barrier_free_rows(device.caps)
+        self.int8 = (default_int8(device.caps) if int8 is None else int8) and not self.reduce
+        self._quantized: dict[tuple[Tensor, str], tuple[Slot, int]] = {}
         self.max_binding = min(int(device.caps.limits["max_storage_buffer_binding_size"]), max_binding or 1 << 62)
         self._bound: dict[str, GpuWeight] = {}
         self._program: Program | None = None
@@ -179,6 +185,7 @@ class GpuOps:
 
     def begin(self, n: int) -> Program:
         self._program = Program(n)
+        self._quantized = {}
         return self._program
 
     def end(self) -> Program:
@@ -253,6 +260,9 @@ class GpuOps:
         n, k = x.shape
         m = w.shape[0]
         out = self._tensor((n, m), "matmul")
+        fmt = I8_ACTIVATIONS.get(w.ref.qtype) if self.int8 else None
+        if fmt is not None and k % I8_BLOCKS[fmt][0] == 0:
+            return self._matmul_i8(x, w, bias, out, fmt)
         multi = self.multi_token and n > 1      # several tokens per invocation share each decoded weight
         uniform_x = (not self.reduce and not multi and n == 1 and isinstance(x.buf, Slot)
                      and x.off + k <= 4 * UNIFORM_X_VEC4)
@@ -264,6 +274,33 @@ class GpuOps:
             # a part writes its rows of every token: y_off shifts by row0 and the row stride stays m
             self._record("matvec", key, bindings, matvec_grid(rows, n, self.reduce, multi, self.matvec_rows), m=rows, k=k, n=n, row_bytes=w.ref.row_bytes,
                          w_off=0, x_off=x.off, y_off=out.off + row0, bias_off=row0, y_stride=m)
+        return out
+
+    def _quantize(self, x: Tensor, fmt: str) -> tuple[Slot, int]:
+        """x's rows as int8 blocks (quantize.wgsl), recorded once per (activation, format) in a program:
+        q, k and v (or gate and up) share one quantization of their input. -> (slot, words per row)."""
+        key = (x, fmt)
+        if key not in self._quantized:
+            n, k = x.shape
+            row_words = xq_row_words(k, fmt)
+            slot = Slot(max(16, n * row_words * 4), "xq")
+            self._record("quantize", quantize_key(fmt), [x.buf, slot], (groups(k // I8_BLOCKS[fmt][0]), n, 1),
+                         k=k, n=n, x_off=x.off, x_stride=k, q_off=0, row_words=row_words)
+            self._quantized[key] = (slot, row_words)
+        return self._quantized[key]
+
+    def _matmul_i8(self, x: Tensor, w: GpuWeight, bias: GpuWeight | None, out: Tensor, fmt: str) -> Tensor:
+        n, k = x.shape
+        m = w.shape[0]
+        xq, row_words = self._quantize(x, fmt)
+        uniform_x = n == 1 and row_words * 4 <= UNIFORM_X_BYTES
+        key = matvec_i8_key(w.ref.qtype, bias=bias is not None, uniform_x=uniform_x, rows=self.matvec_rows)
+        x_binding = (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq
+        for buf, row0, rows in w.parts:
+            bindings = [buf, x_binding] + ([bias.f32_buf] if bias is not None else []) + [out.buf]
+            self._record("matvec_i8", key, bindings, matvec_grid(rows, n, rows=self.matvec_rows), m=rows, k=k, n=n,
+                         row_bytes=w.ref.row_bytes, w_off=0, x_off=0, y_off=out.off + row0, bias_off=row0, y_stride=m,
+                         x_row_words=row_words)
         return out
 
     def rmsnorm(self, x: Tensor, w: GpuWeight, eps: float) -> Tensor:
@@ -336,7 +373,8 @@ class GpuOps:
             raise UnsupportedError(f"activation {act!r} is not one of {ACTIVATIONS}")
         n, f = gate.shape
         out = self._tensor((n, f), "glu")
-        key = self._key("glu", ACT_SILU=act == "silu", ACT_GELU=act == "gelu_tanh")
+        # the int8 route follows llama.cpp's CPU arithmetic, its f16 GELU table included
+        key = self._key("glu", ACT_SILU=act == "silu", ACT_GELU=act == "gelu_tanh", GELU_F16=act == "gelu_tanh" and self.int8)
         self._record("glu", key, [gate.buf, up.buf, out.buf], (groups(f // 4), n, 1), n=n, f=f, gate_off=gate.off,
                      gate_stride=f, up_off=up.off, up_stride=f, out_off=out.off)
         return out

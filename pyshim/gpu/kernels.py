@@ -61,6 +61,41 @@ WEIGHT_TYPES: dict[QT, tuple[str, int, int]] = {
 }
 
 
+# The int8 route (matvec_i8.wgsl): activations quantized once per matmul input (quantize.wgsl) the way
+# llama.cpp's CPU backend does, then dot4I8Packed against the weights' integer parts. Weight type ->
+# activation format: "q8_0" (blocks of 32 with f16 scale, Q8_1's f16 sum and the int sum) or "q8_k"
+# (blocks of 256, f32 scale, sums of 16). F32/F16 weights keep the f32 kernels.
+I8_ACTIVATIONS: dict[QT, str] = {QT.Q4_0: "q8_0", QT.Q4_1: "q8_0", QT.Q5_0: "q8_0", QT.Q8_0: "q8_0",
+                                 QT.Q4_K: "q8_k", QT.Q5_K: "q8_k", QT.Q6_K: "q8_k"}
+# activation format -> (elements per block, f32 metadata words per block), as quantize.wgsl lays them out
+I8_BLOCKS = {"q8_0": (32, 4), "q8_k": (256, 20)}
+# The WGSL language feature dot4I8Packed and pack4xI8 need (Chromium lists it in
+# navigator.gpu.wgslLanguageFeatures; naga in wgpu-py 0.32 accepts it but reports no such list).
+DOT4_FEATURE = "wgsl:packed_4x8_integer_dot_product"
+
+
+def default_int8(caps) -> bool:
+    """The int8 route where the shader language has dot4I8Packed and the adapter is a CPU one (measured
+    there; on real GPUs the workgroup-reduction f32 kernels are used and int8 is untested)."""
+    return DOT4_FEATURE in caps.features and caps.is_fallback
+
+
+def xq_row_words(k: int, fmt: str) -> int:
+    """u32 words of one token's quantized row: k/4 words of int8 values, then the blocks' metadata."""
+    per, meta = I8_BLOCKS[fmt]
+    return k // 4 + k // per * meta
+
+
+def quantize_key(fmt: str) -> ShaderKey:
+    return ShaderKey.of("quantize", WG=WG, Q8_K=fmt == "q8_k")
+
+
+def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, rows: int = MATVEC_ROWS) -> ShaderKey:
+    """The barrier-free int8 matvec (`uniform_x`: the quantized row bound as a 64 KiB uniform)."""
+    return ShaderKey.of("matvec_i8", **{weight_define(qtype): True}, WG=MATVEC_WG, ROWS=rows, BIAS=bias,
+                        UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None)
+
+
 def weight_define(qtype: QT) -> str:
     try:
         return WEIGHT_TYPES[QT(qtype)][0]
@@ -107,6 +142,9 @@ def _layout(spec: str) -> ParamsLayout:
 PARAMS: dict[str, ParamsLayout] = {
     "matvec": _layout("m:u32 k:u32 n:u32 row_bytes:u32 w_off:u32 x_off:u32 y_off:u32 bias_off:u32 y_stride:u32 "
                       "_pad0:u32 _pad1:u32 _pad2:u32"),
+    "matvec_i8": _layout("m:u32 k:u32 n:u32 row_bytes:u32 w_off:u32 x_off:u32 y_off:u32 bias_off:u32 y_stride:u32 "
+                         "x_row_words:u32 _pad0:u32 _pad1:u32"),
+    "quantize": _layout("k:u32 n:u32 x_off:u32 x_stride:u32 q_off:u32 row_words:u32 _pad0:u32 _pad1:u32"),
     "embed": _layout("d:u32 n:u32 row_bytes:u32 w_off:u32 tok_off:u32 out_off:u32 row0:u32 rows:u32"),
     "rmsnorm": _layout("rows:u32 d:u32 eps:f32 x_off:u32 y_off:u32 w_off:u32 _pad0:u32 _pad1:u32"),
     "rope": _layout("n:u32 heads:u32 head_dim:u32 dims:u32 mscale:f32 x_off:u32 y_off:u32 pos_off:u32"),
@@ -198,9 +236,9 @@ def rope_theta(spec, freq_factors: np.ndarray | None = None) -> tuple[np.ndarray
     return theta.astype(np.float32), float(mscale)
 
 
-def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256)) -> list[ShaderKey]:
+def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = True) -> list[ShaderKey]:
     """Every pipeline the executor and the benchmark may ask for (attention per head size): what the
-    compile checks in naga and Tint go through."""
+    compile checks in naga and Tint go through (`int8`: with the dot4I8Packed ones)."""
     keys = []
     for define, _, _ in WEIGHT_TYPES.values():
         keys.append(ShaderKey.of("embed", **{define: True}, WG=WG))
@@ -209,12 +247,17 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256)) -> list[ShaderK
     keys += [matvec_key(q, bias=bias, uniform_x=True, rows=rows) for q in WEIGHT_TYPES for bias in (False, True)
              for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
     keys += [matvec_key(q, rows=SWIFTSHADER_ROWS) for q in WEIGHT_TYPES]
+    if int8:
+        keys += [quantize_key(fmt) for fmt in I8_BLOCKS]
+        keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows) for q in I8_ACTIVATIONS for bias in (False, True)
+                 for ux in (False, True) for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
     keys += [ShaderKey.of("rmsnorm", WG=WG), ShaderKey.of("kv_write", WG=WG)]
     keys += [ShaderKey.of("rope", WG=WG, NEOX=neox) for neox in (False, True)]
     for hd in head_dims:
         for splits in (1, ATTN_SPLITS_GPU):
             keys += [k for cap in (False, True) for k in attention_keys(hd, hd, cap, splits) if k is not None]
     keys += [ShaderKey.of("glu", WG=WG, **{act: True}) for act in ("ACT_SILU", "ACT_GELU")]
+    keys.append(ShaderKey.of("glu", WG=WG, ACT_GELU=True, GELU_F16=True))
     keys += [ShaderKey.of("eltwise", WG=WG, **{op: True}) for op in ("OP_ADD", "OP_SCALE", "OP_SOFTCAP", "OP_COPY")]
     keys += [ShaderKey.of("argmax", WG=WG, **{p: True}) for p in ("PASS1", "PASS2")]
     keys += [ShaderKey.of("stream", WG=WG, STRIDED=s) for s in (False, True)]

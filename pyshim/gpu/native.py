@@ -13,6 +13,23 @@ from pyshim.errors import GPUUnavailableError, OutOfMemoryError, PyshimError, Sh
 from pyshim.gpu.device import PLANNING_LIMITS, Binding, Capabilities, Dispatch, GPUDevice
 
 OPTIONAL_FEATURES = ("shader-f16", "subgroup", "timestamp-query")
+# WGSL language features, reported as "wgsl:<name>" among the features. wgpu-native lists none
+# (wgsl_language_features is empty), so each is probed by compiling a one-line use of it.
+LANGUAGE_PROBES = {
+    "packed_4x8_integer_dot_product": "@group(0) @binding(0) var<storage, read_write> o: array<i32>;\n"
+    "@compute @workgroup_size(1) fn main() { o[0] = dot4I8Packed(pack4xI8(vec4<i32>(1, -2, 3, -4)), 0x01020304u); }",
+}
+
+
+def _language_features(device) -> frozenset[str]:
+    found = set()
+    for name, code in LANGUAGE_PROBES.items():
+        try:
+            device.create_shader_module(label=f"probe_{name}", code=code)
+        except Exception:  # wgpu raises GPUValidationError when naga lacks the feature
+            continue
+        found.add(f"wgsl:{name}")
+    return frozenset(found)
 
 
 @contextmanager
@@ -59,7 +76,7 @@ class NativeDevice(GPUDevice):
         caps = Capabilities(
             face="native", vendor=str(info.get("vendor", "")), architecture=str(info.get("architecture", "")),
             description=str(info.get("device", "")), backend=str(info.get("backend_type", "")),
-            is_fallback=info.get("adapter_type") == "CPU", features=features, limits=limits,
+            is_fallback=info.get("adapter_type") == "CPU", features=features | _language_features(device), limits=limits,
         )
         return cls(wgpu, adapter, device, caps)
 

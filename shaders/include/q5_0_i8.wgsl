@@ -1,0 +1,24 @@
+// Q5_0 (see q5_0.wgsl) against Q8_0 activations: d_w * d_x * (sum q*x - 16 * sum x), q the 5-bit values.
+const BLOCK_ELEMS: u32 = 32u;
+const BLOCK_BYTES: u32 = 22u;
+
+fn block_dot(wb: u32, b: u32) -> f32 {
+    let d = w_f16(wb);
+    let i0 = (wb + 2u) >> 2u;
+    let sh = ((wb + 2u) & 3u) * 8u;
+    var lo = w[i0 + 1u];
+    let qh = funnel(w[i0], lo, sh);
+    let xa = xv(2u * b);
+    let xb = xv(2u * b + 1u);
+    var s = 0i;
+    for (var i = 0u; i < 4u; i++) {
+        let hi = w[i0 + i + 2u];
+        let q = funnel(lo, hi, sh);
+        let q_lo = (q & 0x0F0F0F0Fu) | (spread4(qh >> (4u * i)) << 4u);
+        let q_hi = ((q >> 4u) & 0x0F0F0F0Fu) | (spread4(qh >> (16u + 4u * i)) << 4u);
+        s += dot4I8Packed(q_lo, xa[i]) + dot4I8Packed(q_hi, xb[i]);
+        lo = hi;
+    }
+    let m = xm(b);
+    return d * m.x * (f32(s) - 16.0 * m.z);
+}

@@ -1,0 +1,90 @@
+// y[t, r] = sum_k W[r, k] * xq[t, k] (+ bias[r]): the weights' integer parts times int8 activations
+// (quantize.wgsl's rows) with dot4I8Packed, 4 products per instruction; the float scales are applied
+// once per block (or sub-block). This is llama.cpp's CPU arithmetic: on CPU adapters (SwiftShader),
+// where per-element float work binds, it does a quarter of the multiply-adds of matvec.wgsl.
+// Barrier-free: one invocation computes ROWS consecutive output rows for one token.
+// Grid: x = rows / (WG * ROWS), y = tokens.
+// Defines: one W_<type> (Q4_0, Q4_1, Q5_0, Q8_0 read blocks of 32 activations, Q8_0/Q8_1 style; Q4_K,
+// Q5_K, Q6_K read Q8_K's blocks of 256), WG, ROWS, optional BIAS; UNIFORM_X (with X_VEC4) binds the
+// quantized row as a uniform array (one-token steps on CPU adapters: one broadcast load per read).
+// Needs the WGSL language feature packed_4x8_integer_dot_product (naga and Chromium's Tint have it).
+#include "include/wtype_i8.wgsl"
+
+struct Params {
+    m: u32,             // output rows
+    k: u32,             // input length (a multiple of the activation block)
+    n: u32,             // tokens
+    row_bytes: u32,     // bytes of one weight row
+    w_off: u32,         // byte offset of the tensor in `w` (multiple of 4)
+    x_off: u32,         // word offset of token 0's quantized row (multiple of 4)
+    y_off: u32,         // element offsets
+    bias_off: u32,
+    y_stride: u32,      // elements between tokens' rows of y
+    x_row_words: u32,   // words per quantized token row (quantize.wgsl's row_words)
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+#ifdef UNIFORM_X
+@group(0) @binding(1) var<uniform> x: array<vec4<u32>, X_VEC4>;
+#else
+@group(0) @binding(1) var<storage, read> x: array<vec4<u32>>;
+#endif
+#ifdef BIAS
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<uniform> params: Params;
+#else
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<uniform> params: Params;
+#endif
+
+var<private> x_base: u32;   // vec4 index of this token's quantized values
+var<private> m_base: u32;   // vec4 index of this token's block metadata
+
+// four words of int8 activations: elements 16j..16j+15 of the row
+fn xv(j: u32) -> vec4<u32> {
+    return x[x_base + j];
+}
+
+// vec4 j of the row's block metadata
+fn xm(j: u32) -> vec4<f32> {
+    return bitcast<vec4<f32>>(x[m_base + j]);
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    // the token from workgroup_id: x's index is then visibly the same across the workgroup
+    let t = wid.y;
+    let first = gid.x * ROWS;
+    if (t >= params.n || first >= params.m) {
+        return;
+    }
+    x_base = (params.x_off + t * params.x_row_words) >> 2u;
+    m_base = x_base + params.k / 16u;
+    let nb = params.k / BLOCK_ELEMS;
+    // rows past m repeat the last row (their results are not stored)
+    var acc: array<f32, ROWS>;
+    var wb: array<u32, ROWS>;
+    for (var r = 0u; r < ROWS; r++) {
+        acc[r] = 0.0;
+        wb[r] = params.w_off + min(first + r, params.m - 1u) * params.row_bytes;
+    }
+    for (var b = 0u; b < nb; b++) {
+        for (var r = 0u; r < ROWS; r++) {
+            acc[r] += block_dot(wb[r] + b * BLOCK_BYTES, b);
+        }
+    }
+    for (var r = 0u; r < ROWS; r++) {
+        let row = first + r;
+        if (row >= params.m) {
+            return;
+        }
+        var y_r = acc[r];
+#ifdef BIAS
+        y_r += bias[params.bias_off + row];
+#endif
+        y[params.y_off + t * params.y_stride + row] = y_r;
+    }
+}

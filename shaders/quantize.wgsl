@@ -1,0 +1,104 @@
+// Activations -> int8 blocks for the int8 matvec (matvec_i8.wgsl), rounded exactly as llama.cpp's CPU
+// backend rounds them (its Q8_0/Q8_1 and Q8_K "vec_dot" types), so pyshim.reference's llama.cpp
+// emulation is the oracle. One invocation per block of one token; no barriers.
+// Output, per token a row of `row_words` u32 (params): k/4 words of int8 values packed 4 per word in
+// element order, then per block a few words of f32 metadata (the matvec reads them as vec4s):
+//   default (blocks of 32, Q8_0/Q8_1): vec4(d, s, sum, 0) with d = amax/127 rounded to f16 (Q8_0's
+//     stored scale), sum = the int sum of the 32 values, s = d_f32 * sum rounded to f16 (Q8_1's);
+//     values = round_half_even(x * 127/amax);
+//   Q8_K (blocks of 256, for the k-quants): vec4(d, 0, 0, 0) then 16 int sums of 16 values (4 vec4s);
+//     the value of largest magnitude (the first one) maps to -127: iscale = -127/max, d = 1/iscale,
+//     values = min(127, round_half_even(iscale * x)).
+// Defines: WG, optional Q8_K. Grid: x = blocks / WG, y = tokens.
+#ifdef Q8_K
+const QBLOCK: u32 = 256u;
+const META_WORDS: u32 = 20u;
+#else
+const QBLOCK: u32 = 32u;
+const META_WORDS: u32 = 4u;
+#endif
+
+struct Params {
+    k: u32,             // row length (a multiple of QBLOCK)
+    n: u32,             // tokens
+    x_off: u32,         // element offset of token 0 in x (multiple of 4)
+    x_stride: u32,      // elements between tokens in x
+    q_off: u32,         // word offset of token 0's row in q (multiple of 4)
+    row_words: u32,     // words per token row in q: k/4 + (k/QBLOCK)*META_WORDS
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> q: array<u32>;
+@group(0) @binding(2) var<uniform> params: Params;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let b = gid.x;
+    let t = wid.y;
+    let nb = params.k / QBLOCK;
+    if (b >= nb || t >= params.n) {
+        return;
+    }
+    let x0 = (params.x_off + t * params.x_stride + b * QBLOCK) >> 2u;      // first vec4 of the block
+    let row = params.q_off + t * params.row_words;
+    let info = row + params.k / 4u + b * META_WORDS;
+#ifdef Q8_K
+    // the first element of largest magnitude, with its sign
+    var amax = 0.0;
+    var biggest = 0.0;
+    for (var i = 0u; i < QBLOCK / 4u; i++) {
+        let v = x[x0 + i];
+        for (var c = 0u; c < 4u; c++) {
+            if (abs(v[c]) > amax) {
+                amax = abs(v[c]);
+                biggest = v[c];
+            }
+        }
+    }
+    var iscale = 0.0;
+    var d = 0.0;
+    if (amax != 0.0) {
+        iscale = -127.0 / biggest;
+        d = 1.0 / iscale;
+    }
+    q[info] = bitcast<u32>(d);
+    q[info + 1u] = 0u;
+    q[info + 2u] = 0u;
+    q[info + 3u] = 0u;
+    for (var g = 0u; g < 16u; g++) {
+        var sum = 0i;
+        for (var i = 0u; i < 4u; i++) {
+            let v = min(vec4<f32>(127.0), round(iscale * x[x0 + 4u * g + i]));
+            let iv = vec4<i32>(v);
+            sum += iv.x + iv.y + iv.z + iv.w;
+            q[row + b * 64u + 4u * g + i] = pack4xI8(iv);
+        }
+        q[info + 4u + g] = bitcast<u32>(f32(sum));
+    }
+#else
+    var amax = 0.0;
+    for (var i = 0u; i < 8u; i++) {
+        let a = abs(x[x0 + i]);
+        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+    }
+    var inv = 0.0;
+    if (amax != 0.0) {
+        inv = 127.0 / amax;
+    }
+    let d = amax / 127.0;
+    var sum = 0i;
+    for (var i = 0u; i < 8u; i++) {
+        let iv = vec4<i32>(round(x[x0 + i] * inv));
+        sum += iv.x + iv.y + iv.z + iv.w;
+        q[row + b * 8u + i] = pack4xI8(iv);
+    }
+    // f16 rounding through pack2x16float (no shader-f16 needed): Q8_0 keeps d as f16, Q8_1 also s
+    let halves = unpack2x16float(pack2x16float(vec2<f32>(d, d * f32(sum))));
+    q[info] = bitcast<u32>(halves.x);
+    q[info + 1u] = bitcast<u32>(halves.y);
+    q[info + 2u] = bitcast<u32>(f32(sum));
+    q[info + 3u] = 0u;
+#endif
+}
