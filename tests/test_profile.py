@@ -1,0 +1,40 @@
+"""Per-kernel decode time (pyshim.gpu.profile): every dispatch of the step is in exactly one group, and
+the numbers are the kind a report can chart (no timing is asserted: this machine is shared and noisy)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gguf import GGMLQuantizationType as QT
+
+import tiny_models
+from pyshim.gpu.profile import group_name, kernel_times
+from pyshim.gpu.runner import load_gpu_async
+from pyshim.gpu.shaderc import ShaderKey
+
+
+def test_group_names():
+    assert group_name(ShaderKey.of("matvec", W_Q4_K=True, WG=64)) == "matvec q4_k"
+    assert group_name(ShaderKey.of("attention", SOFTCAP=True)) == "attention"
+
+
+def test_kernel_times_cover_the_step(tmp_path):
+    path = tiny_models.write_tiny_model(tmp_path, "gemma3", QT.Q4_K)
+
+    async def run():
+        runner = await load_gpu_async(path, n_ctx=tiny_models.N_CTX)
+        try:
+            await runner.prepare_async()
+            await runner.greedy_async(tiny_models.test_ids(), 0)
+            program = await runner._program(1, False, True)
+            return len(program.dispatches), {group_name(d.key) for d in program.dispatches}, await kernel_times(runner, reps=2, rounds=1)
+        finally:
+            runner.device.destroy()
+
+    n, names, out = asyncio.run(run())
+    assert sum(g["dispatches"] for g in out["groups"].values()) == n
+    assert set(out["groups"]) == names and any(name.startswith("matvec") for name in names)
+    assert all(g["ms"] >= 0 for g in out["groups"].values()) and out["step_ms"] > 0
+    assert abs(sum(g["share"] for g in out["groups"].values()) - 1) < 1e-9
+    times = [g["ms"] for g in out["groups"].values()]
+    assert times == sorted(times, reverse=True)
