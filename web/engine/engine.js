@@ -19,7 +19,7 @@
 import { EngineClient } from "./client.js";
 import { DEFAULT_CONTEXT } from "./fit.js";
 import * as openai from "./openai.js";
-import { ensureStored, progressOf } from "./resolve.js";
+import { ensureStored, locate, progressOf } from "./resolve.js";
 
 // A queue of values one side pushes and the other iterates; `close(err)` ends it (with err, throws).
 class Channel {
@@ -105,9 +105,10 @@ export class Engine {
 
   async load(model, { onProgress = this.onProgress, context = this.context, signal = null } = {}) {
     const t0 = performance.now();
+    const where = await locate(model);   // an unknown name fails here, before Python boots
     onProgress?.(progressOf("boot", 0, null));
     await this.ready();
-    const manifest = await ensureStored(model, { client: this.client, adapter: this.adapter, context, onProgress, signal });
+    const manifest = await ensureStored(where, { client: this.client, adapter: this.adapter, context, onProgress, signal });
     const stored = performance.now();
     this.select(manifest, { context: Math.min(context, manifest.probe?.context_length || context), id: model });
     await this.#enqueue(signal, () => this.client.request("load", { model_id: manifest.id, context: this.context }, {

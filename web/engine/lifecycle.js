@@ -6,21 +6,25 @@
 //   unload {}                  frees the GPU device and its buffers; result {unloaded: true}
 
 import { ensureLoaded } from "./chat.js";
+import { track } from "./generation.js";
 
-// `ensurePython()` -> the booted Pyodide (the Worker's boot, shared with its other kinds).
+// `ensurePython()` -> the booted Pyodide (the Worker's boot, shared with its other kinds). Both wait
+// their turn behind running generations (generation.track): the GPU holds one model for all of them.
 export function lifecycleKinds(ensurePython) {
   return {
     async load({ model_id, context }, id) {
       const py = await ensurePython();
       const emit = (event, data) => self.postMessage({ id, event, data });
-      return { load_ms: await ensureLoaded(py, model_id, context, emit) };
+      return track(id, async () => ({ load_ms: await ensureLoaded(py, model_id, context, emit) }));
     },
-    async unload() {
+    async unload(params, id) {
       const py = await ensurePython();
-      const session = py.pyimport("pyshim.session");
-      session.unload();
-      session.destroy();
-      return { unloaded: true };
+      return track(id, async () => {
+        const session = py.pyimport("pyshim.session");
+        session.unload();
+        session.destroy();
+        return { unloaded: true };
+      });
     },
   };
 }

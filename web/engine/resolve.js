@@ -73,9 +73,8 @@ export function progressOf(phase, loaded, total, extra = {}) {
   return { phase, loaded, total, fraction: total ? loaded / total : null, ...extra };
 }
 
-// The model `spec` names, stored and verified (downloading what is missing) -> its manifest.
-export async function ensureStored(spec, { client, adapter, context, onProgress = null, signal = null }) {
-  const where = await locate(spec);
+// The model `where` (locate's answer) stored and verified, downloading what is missing -> its manifest.
+export async function ensureStored(where, { client, adapter, context, onProgress = null, signal = null }) {
   const manifest = where.id ? await store.getModel(where.id)
     : await store.createFromURL(where.url, { name: where.name, expectedSha256: expectedSha256(fileName(where.url)) });
   if (manifest.status === "ready") return manifest;

@@ -5,6 +5,7 @@
 
 import { h, $, toast } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
+import { Engine } from "../engine/engine.js";
 
 const SETTINGS_KEY = "pyshim.chatSettings";
 export const DEFAULT_SETTINGS = {
@@ -83,26 +84,31 @@ async function send() {
   renderMessages();
   const bubble = $("messages").lastElementChild.querySelector(".bubble");
   const history = [...(s.system ? [{ role: "system", content: s.system }] : []), ...state.messages.slice(0, -1).map(({ role, content }) => ({ role, content }))];
-  state.running = { id: null };
+  state.running = { stream: null };
   $("stop").hidden = false;
   renderNotice();
   try {
-    const result = await state.engine.request("generate", {
-      model_id: state.model.id, messages: history, context: s.context,
-      sampling: { temperature: s.temperature, top_p: s.top_p, top_k: s.top_k, max_tokens: s.max_tokens, seed: s.seed === "" ? null : s.seed },
-    }, {
-      onId: (id) => { state.running.id = id; },
-      onEvent: (event, data) => {
-        if (event !== "token") return;
-        reply.content += data.text;
-        renderMarkdown(bubble, reply.content);
-      },
+    // The same engine interface pages use (engine/engine.js): the Worker loads the model on first use.
+    state.engine.select(state.model, { context: s.context });
+    const stream = await state.engine.chat.completions.create({
+      messages: history, stream: true, temperature: s.temperature, top_p: s.top_p, top_k: s.top_k, max_tokens: s.max_tokens,
+      seed: s.seed === "" ? null : s.seed,
     });
-    reply.content = result.text ?? reply.content;
-    const t = result.timings ?? {};
+    state.running.stream = stream;
+    let last = null;
+    for await (const chunk of stream) {
+      const { delta, finish_reason } = chunk.choices[0];
+      if (delta.content) {
+        reply.content += delta.content;
+        renderMarkdown(bubble, reply.content);
+      }
+      if (finish_reason) last = chunk;
+    }
+    const finish = last?.choices[0].finish_reason;
+    const t = last?.pyshim?.timings ?? {};
     reply.stats = [t.ttft_ms != null && `first token ${(t.ttft_ms / 1000).toFixed(2)} s`, t.decode_tok_per_s && `${t.decode_tok_per_s.toFixed(1)} tok/s`,
-      result.finish_reason === "abort" && "stopped", result.finish_reason === "length" && "hit max tokens",
-      result.compacted && "older turns were compacted to fit the context (names, numbers and code kept)"].filter(Boolean).join(" · ");
+      finish === "abort" && "stopped", finish === "length" && "hit max tokens",
+      last?.pyshim?.compacted && "older turns were compacted to fit the context (names, numbers and code kept)"].filter(Boolean).join(" · ");
   } catch (err) {
     state.messages.pop();
     toast("error", err.message, err.hint);
@@ -115,7 +121,7 @@ async function send() {
 }
 
 function stop() {
-  if (state.running?.id != null) state.engine.request("abort", { request_id: state.running.id });
+  state.running?.stream?.controller.abort();
 }
 
 function newChat() {
@@ -132,8 +138,9 @@ export function setModel(manifest) {
   renderNotice();
 }
 
-export function setEngine(engine, canGenerate) {
-  state.engine = engine;
+// `client`: the page's EngineClient (or a test's stand-in for it); the chat drives it through one Engine.
+export function setEngine(client, canGenerate) {
+  if (state.engine?.client !== client) state.engine = new Engine({ client });
   state.canGenerate = canGenerate;
   renderNotice();
 }
