@@ -13,12 +13,14 @@ Figure names shared by all engines (absent = not measured by that engine yet):
     peak_gpu_bytes, planned_gpu_bytes
     roofline_GBps, roofline_Gelem_s   the device's streaming ceiling measured in the same run
 
-The browser engine: the site's Worker answers `boot`, `gpu-selftest`, `read-header`, `probe-bytes` and
-`exec` today, and the page's store downloads models into IndexedDB (store_ms, store_MBps). Generation,
-first found first used:
-  1. a Worker request `bench` (listed in `capabilities().kinds`): params {model_url, prompt, max_tokens,
-     ignore_eos: true}; result {prompt_tokens, load_ms, ttft_ms, prefill_ms, decode_tokens, decode_ms, text}
-     and, when known, {cpu_ms, peak_gpu_bytes, planned_gpu_bytes} — raw prompts, exact token counts;
+The browser engine: the site's Worker answers `boot`, `gpu-selftest`, `read-header`, `probe-bytes`,
+`exec` and `bench`, and the page's store downloads models into IndexedDB (store_ms, store_MBps).
+Generation, first found first used:
+  1. the Worker request `bench` (web/engine/runs.js, listed in `capabilities().kinds`): params {model_url,
+     prompt, max_tokens, ignore_eos: true}; result {prompt_tokens, load_ms, ttft_ms, prefill_ms, decode_tokens,
+     decode_ms, text, cpu_ms, cpu_share} and, when known, {peak_gpu_bytes, planned_gpu_bytes} — raw prompts,
+     exact token counts, the model loaded IndexedDB → GPU as the site does; cpu_ms = decode time outside
+     awaiting the GPU readback, so cpu_share_pct = 100 × cpu_ms / decode_ms;
   2. `pyshim generate --backend browser --json` when the CLI has it;
   3. the GPU executor driven from Python through the Worker's `exec` (EXECUTOR_CODE): raw prompts, so the
      token counts and greedy texts compare with the other engines';

@@ -61,7 +61,7 @@ def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     peer_names = sorted(set(peers))
     header = (["model", "engine", "status", "ready s", "header ms", "store MB/s", "load s", "TTFT ms"]
               + [f"prefill {n} tok/s" for n in prompts]
-              + ["decode tok/s", "GB/s", "roofline GB/s", "% roofline", "same text"]
+              + ["decode tok/s", "GB/s", "roofline GB/s", "% roofline", "CPU side %", "same text"]
               + [f"decode ×{p}" for p in peer_names])
     agree = text_agreement(report)
     rows = []
@@ -74,7 +74,7 @@ def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
                _fmt(m.get("store_MBps"), 0), _load_cell(m), _fmt(m.get("ttft_ms"), 0)]
         row += [_fmt(m.get(f"prefill_{n}_tok_s"), 1) for n in prompts]
         row += [decode, _fmt(m.get("achieved_GBps"), 2), _fmt(m.get("roofline_GBps"), 2), _fmt(m.get("roofline_pct"), 1),
-                agree.get((r["model"], r["engine"]), "–")]
+                _fmt(m.get("cpu_share_pct"), 1), agree.get((r["model"], r["engine"]), "–")]
         row += [_fmt(r.get("vs_peer", {}).get(f"decode_tok_s_vs_{p}"), 2) if not r["peer"] else "" for p in peer_names]
         rows.append(row)
     return header, rows
@@ -99,6 +99,7 @@ def markdown(report: dict) -> str:
     lines.append(f"Medians of {report['config']['settings']['runs']} run(s), each in a fresh page or process; "
                  f"decode = {report['config']['settings']['decode_tokens']} tokens greedy; × = pyshim ÷ peer; "
                  "load s* = process start + load (wall clock beyond prefill and decode); "
+                 "CPU side = share of a decode step outside GPU waits (Python, FFI, encoding; browser engine); "
                  f"same text = the greedy continuation's first {TEXT_PREFIX} characters match most engines'.")
     return "\n".join(lines)
 

@@ -123,6 +123,7 @@ def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
     # ... and the GPU executor in the Worker produced the tokens the figures come from.
     assert engines["browser"]["status"] == "ok" and browser["decode_tokens"] == 8 and browser["decode_tok_s"] > 0
     assert browser["text"] and browser["load_ms"] > 0 and browser["prefill_32_tok_s"] > 0
+    assert 0 < browser["cpu_share_pct"] < 100          # the Worker's bench request measures the CPU side
     for peer in ("wllama-1t", "wllama-2t"):
         assert engines[peer]["status"] == "ok", engines[peer]["status"]
         m = engines[peer]["median"]
