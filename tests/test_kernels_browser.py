@@ -1,5 +1,6 @@
 """The kernels in Chromium (Tint + SwiftShader here) against NumPy: every weight type's matvec (every
-variant) and embedding, rmsnorm, rope, attention over a wrapped ring, glu and argmax.
+variant) and embedding, rmsnorm, rope, attention over a wrapped ring, glu and argmax; the int8 route
+(quantize exactly as the NumPy emulation of llama.cpp's rounding, matvec_i8 per type, the f16 GELU).
 
 Python builds each case (expanded WGSL, input bytes, params, grid) and the expected result; one page runs
 all cases in one batch through plain WebGPU calls and returns the output bytes. One page per module."""
@@ -12,9 +13,11 @@ import numpy as np
 import pytest
 
 import harness
+import i8_emulation
 from gpu_helpers import random_weight
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, WEIGHT_TYPES, WG, attention_keys, groups, matvec_grid,
-                                matvec_key, rope_theta, shader_block)
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, I8_ACTIVATIONS, I8_BLOCKS, PARAMS, WEIGHT_TYPES, WG, attention_keys, groups,
+                                matvec_grid, matvec_i8_key, matvec_key, quantize_key, rope_theta, shader_block,
+                                xq_row_words)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.reference import dequantize_rows
 from pyshim.rope import RopeSpec
@@ -117,6 +120,8 @@ def build_cases() -> Cases:
               dict(d=k, n=len(tokens), row_bytes=raw.shape[1], w_off=0, tok_off=0, out_off=0, row0=0, rows=m),
               (groups(k // per), len(tokens), 1), close(want, rel=0))
 
+    add_int8_cases(c, rng)
+
     rows, d = 9, 64
     x = rng.standard_normal((rows, d), dtype=np.float32)
     w = rng.standard_normal(d, dtype=np.float32)
@@ -190,6 +195,49 @@ def build_cases() -> Cases:
     c.add("argmax pass 1", ShaderKey.of("argmax", WG=WG, PASS1=True), [logits], [parts * 8],
           dict(len=len(logits), chunk=ARGMAX_CHUNK, x_off=0), (groups(parts), 1, 1), argmax_check)
     return c
+
+
+def quantized_like(x: np.ndarray, fmt: str):
+    """The int8 values exactly; the f32 metadata to 1 ulp: SwiftShader's f32 division (Q8_K's d = 1/iscale)
+    is not always correctly rounded (WGSL allows 2.5 ulp), lavapipe's is (tests/test_kernels_i8.py)."""
+    n, k = x.shape
+    q_want, info_want = i8_emulation.quantize(x, fmt)
+
+    def check(outs):
+        q, info = i8_emulation.unpack(np.frombuffer(outs[0], np.uint32), n, k, fmt)
+        np.testing.assert_array_equal(q, q_want)
+        np.testing.assert_allclose(info, info_want, rtol=2.5e-7, atol=0)
+    return check
+
+
+def add_int8_cases(c: Cases, rng) -> None:
+    """quantize (odd block counts, bit-exact), matvec_i8 for every type (storage and uniform x) and GELU_F16."""
+    from pyshim.reference import _gelu_llama_cpp
+
+    for fmt, k in (("q8_0", 224), ("q8_k", 768)):
+        n = 2
+        x = rng.standard_normal((n, k), dtype=np.float32) * 3
+        x[0, 5] = 60.0
+        c.add(f"quantize {fmt}", quantize_key(fmt), [x], [n * xq_row_words(k, fmt) * 4],
+              dict(k=k, n=n, x_off=0, x_stride=k, q_off=0, row_words=xq_row_words(k, fmt)),
+              (groups(k // I8_BLOCKS[fmt][0]), n, 1), quantized_like(x, fmt))
+    for qtype, fmt in I8_ACTIVATIONS.items():
+        k = 288 if fmt == "q8_0" else 768
+        m = 67
+        raw = random_weight(qtype, m, k, rng)
+        for n, uniform in ((2, False), (1, True)):
+            q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), fmt)
+            want = i8_emulation.matvec(raw, qtype, q, info).astype(np.float32)
+            c.add(f"matvec_i8 {qtype.name} uniform={uniform}", matvec_i8_key(qtype, uniform_x=uniform, rows=4),
+                  [raw, i8_emulation.pack(q, info)], [n * m * 4],
+                  dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
+                       x_row_words=xq_row_words(k, fmt)), matvec_grid(m, n, rows=4), close(want, rel=1e-5),
+                  uniform=[1] if uniform else [])
+    g = rng.standard_normal((2, 40), dtype=np.float32) * 2
+    u = rng.standard_normal((2, 40), dtype=np.float32)
+    c.add("glu gelu f16 table", ShaderKey.of("glu", WG=WG, ACT_GELU=True, GELU_F16=True), [g, u], [g.nbytes],
+          dict(n=2, f=40, gate_off=0, gate_stride=40, up_off=0, up_stride=40, out_off=0), (groups(10), 2, 1),
+          close(_gelu_llama_cpp(g) * u, rel=2e-3))
 
 
 @pytest.fixture(scope="module")
