@@ -53,15 +53,19 @@ class Completion:
 
 
 def sampling_params(sampling: dict) -> tuple[SamplingParams, int, list[str], bool]:
-    """A request's `sampling` -> (params, max_tokens, stop strings, ignore_eos). `stop` may be one string."""
+    """A request's `sampling` -> (params, max_tokens, stop strings, ignore_eos). `stop` may be one string;
+    a field given as null takes its default."""
+    def get(key, default):
+        value = sampling.get(key)
+        return default if value is None else value
+
     seed = sampling.get("seed")
     params = SamplingParams(
-        temperature=float(sampling.get("temperature", 0.0)), top_p=float(sampling.get("top_p", 1.0)),
-        top_k=int(sampling.get("top_k", 0)), min_p=float(sampling.get("min_p", 0.0)),
-        repetition_penalty=float(sampling.get("repetition_penalty", 1.0)),
-        presence_penalty=float(sampling.get("presence_penalty", 0.0)),
-        frequency_penalty=float(sampling.get("frequency_penalty", 0.0)), seed=None if seed is None else int(seed))
-    max_tokens = int(sampling.get("max_tokens", DEFAULT_MAX_TOKENS))
+        temperature=float(get("temperature", 0.0)), top_p=float(get("top_p", 1.0)), top_k=int(get("top_k", 0)),
+        min_p=float(get("min_p", 0.0)), repetition_penalty=float(get("repetition_penalty", 1.0)),
+        presence_penalty=float(get("presence_penalty", 0.0)), frequency_penalty=float(get("frequency_penalty", 0.0)),
+        seed=None if seed is None else int(seed))
+    max_tokens = int(get("max_tokens", DEFAULT_MAX_TOKENS))
     if max_tokens < 1:
         raise BadRequestError("max_tokens must be at least 1")
     stop = sampling.get("stop") or []

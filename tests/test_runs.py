@@ -110,3 +110,5 @@ def test_requests_are_checked(gpu):
     assert params.temperature == 0.5 and max_tokens == 7 and stops == ["\n"] and ignore_eos
     with pytest.raises(BadRequestError):
         sampling_params({"max_tokens": 0})
+    params, max_tokens, stops, ignore_eos = sampling_params({"temperature": None, "top_p": None, "max_tokens": None, "stop": None})
+    assert params.greedy and params.top_p == 1.0 and max_tokens == 256 and stops == [] and not ignore_eos
