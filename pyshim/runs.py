@@ -174,6 +174,13 @@ async def score_ids(runner, ids: Sequence[int], top_k: int) -> dict:
             "top_logprobs": [[round(float(v), 5) for v in row] for row in top_logits - log_norm]}
 
 
+def arithmetic(runner) -> str:
+    """"int8": the GPU executor rounds matmul activations as llama.cpp's CPU backend does (its int8 route,
+    taken on CPU adapters), so it matches the reference's llama.cpp emulation; "f32": the plain reference
+    (and the reference runner itself, which has no int8 route)."""
+    return "int8" if getattr(runner.ops, "int8", False) else "f32"
+
+
 # --- the Worker's entry points (web/engine/runs.js): JSON in, JSON out ---------------------------------
 
 def _engine():
@@ -193,7 +200,7 @@ async def complete(request_json: str, on_text, should_stop) -> str:
     done = await complete_ids(engine.runner, engine.tokenizer, prompt, params, max_tokens, stop_ids=stop_ids,
                               stop_strings=stops, on_text=lambda piece, token: on_text(piece, token),
                               should_stop=lambda: bool(should_stop()))
-    return json.dumps(done.as_dict())
+    return json.dumps({**done.as_dict(), "arithmetic": arithmetic(engine.runner)})
 
 
 async def score(request_json: str) -> str:
@@ -201,7 +208,8 @@ async def score(request_json: str) -> str:
     engine = _engine()
     request = json.loads(request_json)
     ids = request_ids(engine.tokenizer, request, engine.runner.spec.n_vocab, text_key="text", ids_key="ids")
-    return json.dumps(await score_ids(engine.runner, ids, int(request.get("top_k", DEFAULT_SCORE_TOP_K))))
+    scored = await score_ids(engine.runner, ids, int(request.get("top_k", DEFAULT_SCORE_TOP_K)))
+    return json.dumps({**scored, "arithmetic": arithmetic(engine.runner)})
 
 
 async def bench(request_json: str) -> str:

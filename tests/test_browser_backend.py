@@ -4,6 +4,10 @@ Chromium (Pyodide + the WebGPU executor on SwiftShader) and prints what `--backe
 Each CLI call starts its own dev server and Chromium (what a user's call does), boots Pyodide, stores
 the model in the page's IndexedDB and loads it into the GPU: ~30 s before the first token here, then
 SmolLM2 decodes at ~1 tok/s and Gemma 3 at ~0.5. So: few calls, short texts.
+
+The reference runs in the browser's arithmetic: on a CPU adapter (SwiftShader) the executor takes its
+int8 route (activations rounded as llama.cpp's CPU backend does; the JSON says "arithmetic": "int8"), so
+the CPU reference runs with --like-llama-cpp, its exact emulation of that rounding.
 """
 
 from __future__ import annotations
@@ -39,14 +43,22 @@ def _json(capsys, argv: list[str]) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-def _greedy(capsys, name: str, backend: str) -> dict:
-    return _json(capsys, ["generate", _model(name), "--prompt", PROMPT, "--max-tokens", str(GREEDY_TOKENS),
-                          "--ignore-eos", "--ctx", "256", "--backend", backend, "--json"])
+def _like(browser: dict) -> list[str]:
+    """The reference's flag for the browser's arithmetic."""
+    assert browser["arithmetic"] in ("int8", "f32")
+    return ["--like-llama-cpp"] if browser["arithmetic"] == "int8" else []
+
+
+def _greedy_pair(capsys, name: str) -> tuple[dict, dict]:
+    argv = ["generate", _model(name), "--prompt", PROMPT, "--max-tokens", str(GREEDY_TOKENS), "--ignore-eos", "--ctx", "256", "--json"]
+    browser = _json(capsys, argv + ["--backend", "browser"])
+    cpu = _json(capsys, argv + _like(browser))
+    assert cpu["arithmetic"] == browser["arithmetic"]
+    return browser, cpu
 
 
 def test_greedy_32_tokens_in_the_browser_equal_the_cpu_reference_smollm2(capsys):
-    cpu = _greedy(capsys, "smollm2", "cpu")
-    browser = _greedy(capsys, "smollm2", "browser")
+    browser, cpu = _greedy_pair(capsys, "smollm2")
     print({k: v for k, v in browser.items() if k not in ("ids", "prompt_ids")})
     assert browser["prompt_ids"] == cpu["prompt_ids"]
     assert browser["ids"] == cpu["ids"] and len(cpu["ids"]) == GREEDY_TOKENS
@@ -57,16 +69,15 @@ def test_greedy_32_tokens_in_the_browser_equal_the_cpu_reference_smollm2(capsys)
 
 @pytest.mark.slow
 def test_greedy_32_tokens_in_the_browser_equal_the_cpu_reference_gemma3(capsys):
-    cpu = _greedy(capsys, "gemma3", "cpu")
-    browser = _greedy(capsys, "gemma3", "browser")
+    browser, cpu = _greedy_pair(capsys, "gemma3")
     print({k: v for k, v in browser.items() if k not in ("ids", "prompt_ids")})
     assert browser["ids"] == cpu["ids"] and len(cpu["ids"]) == GREEDY_TOKENS
 
 
 def test_score_in_the_browser_agrees_with_the_cpu_reference(capsys):
     argv = ["score", _model("smollm2"), "--text", SCORE_TEXT, "--top-k", "5", "--ctx", "256", "--json"]
-    cpu = _json(capsys, argv)
     browser = _json(capsys, argv + ["--backend", "browser"])
+    cpu = _json(capsys, argv + _like(browser))
     assert browser["ids"] == cpu["ids"] and len(browser["top_ids"]) == len(cpu["ids"])
     cpu_logits, got_logits = np.array(cpu["top_logits"]), np.array(browser["top_logits"])
     clear = cpu_logits[:, 0] - cpu_logits[:, 1] > NEAR_TIE

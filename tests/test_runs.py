@@ -39,6 +39,12 @@ def gpu(model):
     loop.close()
 
 
+def _reference(model, gpu):
+    """The CPU reference in the executor's arithmetic (on CPU adapters its int8 route rounds activations
+    as llama.cpp does; the reference emulates exactly that)."""
+    return load(model, emulate_llama_cpp=gpu[1].ops.int8)
+
+
 def _complete(gpu, prompt, params=SamplingParams(), max_tokens=MAX_TOKENS, **kw):
     loop, runner = gpu
     tok = Tokenizer.from_metadata(runner.metadata)
@@ -47,7 +53,7 @@ def _complete(gpu, prompt, params=SamplingParams(), max_tokens=MAX_TOKENS, **kw)
 
 def test_greedy_completion_equals_the_cpu_reference_and_ignores_eos_on_request(model, gpu):
     prompt = tiny_models.test_ids()[:6]
-    cpu = list(generate_ids(load(model), prompt, MAX_TOKENS, SamplingParams()))
+    cpu = list(generate_ids(_reference(model, gpu), prompt, MAX_TOKENS, SamplingParams()))
     done = _complete(gpu, prompt)
     assert done.token_ids == cpu and done.finish_reason == "length" and len(cpu) == MAX_TOKENS
     # Make the third greedy token an end-of-generation id: generation stops there and leaves it out.
@@ -60,7 +66,7 @@ def test_greedy_completion_equals_the_cpu_reference_and_ignores_eos_on_request(m
 def test_sampled_completion_matches_the_cpu_sampler_with_the_same_seed(model, gpu):
     prompt = tiny_models.test_ids()[:6]
     params = SamplingParams(temperature=1.2, top_k=40, seed=11)
-    cpu = list(generate_ids(load(model), prompt, MAX_TOKENS, params))
+    cpu = list(generate_ids(_reference(model, gpu), prompt, MAX_TOKENS, params))
     assert _complete(gpu, prompt, params).token_ids == cpu
 
 
@@ -91,7 +97,7 @@ def test_scores_agree_with_the_reference(model, gpu):
     loop, runner = gpu
     ids = tiny_models.test_ids()
     got = loop.run_until_complete(score_ids(runner, ids, 3))
-    want_ids, want_logits = score(load(model), ids, 3)
+    want_ids, want_logits = score(_reference(model, gpu), ids, 3)
     assert [r[0] for r in got["top_ids"]] == want_ids[:, 0].tolist()
     np.testing.assert_allclose(got["top_logits"], want_logits, atol=2e-3 * np.abs(want_logits).max())
     probs = np.exp(np.array(got["top_logprobs"]))

@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default="cpu", help="cpu (the NumPy reference executor), gpu (WGSL kernels through "
                         "native wgpu) or browser (the site's engine Worker in headless Chromium, WebGPU from Pyodide)")
     parser.add_argument("--chat", action="store_true", help="apply the model's chat template to the prompt")
+    parser.add_argument("--like-llama-cpp", action="store_true",
+                        help="cpu backend: round matmul activations the way llama.cpp's CPU backend does, as the GPU "
+                             "executor's int8 route on CPU adapters does (its JSON says \"arithmetic\")")
     parser.add_argument("--ignore-eos", action="store_true",
                         help="do not stop at end-of-generation tokens: always --max-tokens (fixed-length benchmark runs)")
     parser.add_argument("--json", action="store_true",
@@ -49,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from pyshim.catalog import resolve_model
     from pyshim.generate import generate_text
     from pyshim.loading import load
+    from pyshim.runs import arithmetic
     from pyshim.sampling import SamplingParams
     from pyshim.tokenizer import Tokenizer
 
@@ -58,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     path = resolve_model(args.model)
     if args.backend == "browser":
         return _run_in_browser(args, path, params)
-    runner = load(path, n_ctx=args.ctx, backend=args.backend)
+    runner = load(path, n_ctx=args.ctx, backend=args.backend, emulate_llama_cpp=args.like_llama_cpp)
     tokenizer = Tokenizer.from_metadata(runner.metadata)
     prompt_ids, stop_ids = _prompt(args, tokenizer, runner.metadata)
 
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"text": result.text, "ids": result.ids, "prompt_ids": result.prompt_ids,
                           "prefill_tok_s": round(stats.prefill_tok_s, 2), "decode_tok_s": round(stats.decode_tok_s, 2),
-                          "finish_reason": stats.finish_reason}))
+                          "finish_reason": stats.finish_reason, "arithmetic": "int8" if args.like_llama_cpp else arithmetic(runner)}))
     else:
         print()
         print(f"[{stats.prompt_tokens} prompt tokens at {stats.prefill_tok_s:.1f} tok/s; {stats.generated} generated, "
@@ -99,6 +103,7 @@ def _run_in_browser(args: argparse.Namespace, path, params) -> int:
     from pyshim import browser_backend
     from pyshim.tokenizer import Tokenizer
 
+    browser_backend.check_options(**{"--like-llama-cpp": args.like_llama_cpp})
     header, n_ctx = browser_backend.open_header(path, args.ctx)
     prompt_ids, stop_ids = _prompt(args, Tokenizer.from_metadata(header.metadata), header.metadata)
     sampling = {"temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p, "min_p": params.min_p,
@@ -114,7 +119,8 @@ def _run_in_browser(args: argparse.Namespace, path, params) -> int:
         print(json.dumps({"text": r["text"], "ids": r["token_ids"], "prompt_ids": prompt_ids,
                           "prefill_tok_s": round(prefill_tok_s, 2), "decode_tok_s": round(t["decode_tok_per_s"], 2),
                           "finish_reason": r["finish_reason"], "load_ms": round(t["load_ms"], 1),
-                          "ttft_ms": round(t["ttft_ms"], 1), "cpu_share_pct": None if cpu_share is None else round(cpu_share, 2)}))
+                          "ttft_ms": round(t["ttft_ms"], 1), "cpu_share_pct": None if cpu_share is None else round(cpu_share, 2),
+                          "arithmetic": r["arithmetic"]}))
     else:
         print()
         print(f"[{len(prompt_ids)} prompt tokens at {prefill_tok_s:.1f} tok/s; {len(r['token_ids'])} generated, "

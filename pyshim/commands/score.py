@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from pyshim.errors import BadRequestError
     from pyshim.generate import score
     from pyshim.loading import load
+    from pyshim.runs import arithmetic
     from pyshim.tokenizer import Tokenizer
 
     if args.top_k < 1:
@@ -42,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     ids = Tokenizer.from_metadata(runner.metadata).encode(text, add_special=True)
     top_ids, top_logits = score(runner, ids, args.top_k)
     print(json.dumps({"ids": ids, "top_ids": top_ids.tolist(),
-                      "top_logits": [[round(float(v), 5) for v in row] for row in top_logits]}))
+                      "top_logits": [[round(float(v), 5) for v in row] for row in top_logits],
+                      "arithmetic": "int8" if args.like_llama_cpp else arithmetic(runner)}))
     return 0
 
 
@@ -55,5 +57,5 @@ def _score_in_browser(args: argparse.Namespace, path, text: str) -> int:
     header, n_ctx = browser_backend.open_header(path, args.ctx)
     ids = Tokenizer.from_metadata(header.metadata).encode(text, add_special=True)
     r = browser_backend.run(path, "score", {"context": n_ctx, "ids": ids, "top_k": args.top_k})
-    print(json.dumps({"ids": r["ids"], "top_ids": r["top_ids"], "top_logits": r["top_logits"]}))
+    print(json.dumps({"ids": r["ids"], "top_ids": r["top_ids"], "top_logits": r["top_logits"], "arithmetic": r["arithmetic"]}))
     return 0
