@@ -9,7 +9,7 @@ import time
 from contextlib import contextmanager
 from typing import Sequence
 
-from pyshim.errors import GPUUnavailableError, OutOfMemoryError, PyshimError, ShaderError
+from pyshim.errors import DeviceLostError, GPUUnavailableError, OutOfMemoryError, PyshimError, ShaderError
 from pyshim.gpu.device import PLANNING_LIMITS, Binding, Capabilities, Dispatch, GPUDevice
 
 OPTIONAL_FEATURES = ("shader-f16", "subgroup", "timestamp-query")
@@ -32,9 +32,13 @@ def _language_features(device) -> frozenset[str]:
     return frozenset(found)
 
 
+LOST_HINT = "open the model again; if it repeats, update the GPU driver or try a smaller model or context"
+
+
 @contextmanager
 def _gpu_errors(what: str):
-    """wgpu's errors become PyshimErrors at the boundary (out of memory keeps its own class)."""
+    """wgpu's errors become PyshimErrors at the boundary (out of memory and a lost device keep classes
+    of their own: a caller can retry after either, differently)."""
     import wgpu
 
     try:
@@ -43,6 +47,8 @@ def _gpu_errors(what: str):
         raise OutOfMemoryError(f"the GPU ran out of memory ({what}): {exc}",
                                hint="use a smaller model or context") from None
     except wgpu.GPUError as exc:
+        if "device is lost" in str(exc).lower():   # wgpu-native says "Parent device is lost"
+            raise DeviceLostError(f"the GPU device was lost ({what})", hint=LOST_HINT) from None
         raise PyshimError(f"WebGPU rejected {what}: {exc}") from None
 
 
@@ -52,6 +58,7 @@ class NativeDevice(GPUDevice):
         self._adapter = adapter
         self._device = device
         self.caps = caps
+        self._closed = False
 
     @classmethod
     async def open(cls, *, power_preference: str = "high-performance") -> "NativeDevice":
@@ -86,20 +93,28 @@ class NativeDevice(GPUDevice):
         return self._device
 
     def buffer(self, size: int, *, label: str, uniform: bool = False, also_uniform: bool = False):
+        self._check()
         usage = self._wgpu.BufferUsage
         kind = usage.UNIFORM if uniform else usage.STORAGE | (usage.UNIFORM if also_uniform else 0)
         with _gpu_errors(f"buffer {label} ({size} bytes)"):
             return self._device.create_buffer(label=label, size=max(4, (size + 3) // 4 * 4), usage=kind | usage.COPY_DST | usage.COPY_SRC)
 
+    def _check(self) -> None:
+        if self._closed:
+            raise DeviceLostError("this GPU device was closed", hint="open the model again")
+
     def write(self, buffer, data, offset: int = 0) -> None:
+        self._check()
         view = memoryview(data).cast("B")
         body = len(view) // 4 * 4            # WebGPU writes whole 4-byte words: the tail goes zero-padded
-        if body:
-            self._device.queue.write_buffer(buffer, offset, view[:body])
-        if body < len(view):
-            self._device.queue.write_buffer(buffer, offset + body, bytes(view[body:]).ljust(4, b"\0"))
+        with _gpu_errors(f"write of {len(view)} bytes"):
+            if body:
+                self._device.queue.write_buffer(buffer, offset, view[:body])
+            if body < len(view):
+                self._device.queue.write_buffer(buffer, offset + body, bytes(view[body:]).ljust(4, b"\0"))
 
     async def pipeline(self, wgsl: str, *, label: str, entry: str = "main"):
+        self._check()
         try:
             module = self._device.create_shader_module(label=label, code=wgsl)
             return self._device.create_compute_pipeline(label=label, layout="auto", compute={"module": module, "entry_point": entry})
@@ -115,6 +130,7 @@ class NativeDevice(GPUDevice):
             return self._device.create_bind_group(label=label, layout=pipeline.get_bind_group_layout(0), entries=entries)
 
     def submit(self, dispatches: Sequence[Dispatch], *, label: str = "") -> None:
+        self._check()
         with _gpu_errors(f"command buffer {label}"):
             encoder = self._device.create_command_encoder(label=label)
             compute = encoder.begin_compute_pass()
@@ -129,12 +145,15 @@ class NativeDevice(GPUDevice):
         size = buffer.size - offset if size is None else size
         padded = (size + 3) // 4 * 4
         usage = self._wgpu.BufferUsage
-        staging = self._device.create_buffer(size=padded, usage=usage.MAP_READ | usage.COPY_DST)
-        encoder = self._device.create_command_encoder()
-        encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, padded)
-        self._device.queue.submit([encoder.finish()])
+        self._check()
+        with _gpu_errors(f"read of {size} bytes"):
+            staging = self._device.create_buffer(size=padded, usage=usage.MAP_READ | usage.COPY_DST)
+            encoder = self._device.create_command_encoder()
+            encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, padded)
+            self._device.queue.submit([encoder.finish()])
         waited = time.perf_counter()
-        await staging.map_async(self._wgpu.MapMode.READ)
+        with _gpu_errors(f"read of {size} bytes"):
+            await staging.map_async(self._wgpu.MapMode.READ)
         self.read_wait_s += time.perf_counter() - waited
         data = bytes(staging.read_mapped())[:size]
         staging.unmap()
@@ -142,4 +161,5 @@ class NativeDevice(GPUDevice):
         return data
 
     def destroy(self) -> None:
+        self._closed = True
         self._device.destroy()
