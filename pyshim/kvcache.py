@@ -3,17 +3,24 @@
 Full-attention layers hold `n_ctx` slots (slot = position). Sliding-window layers hold only `window`
 slots used as a ring (slot = position % window): a query never looks further back than the window, so
 older entries can be overwritten. Each slot remembers its position (-1: empty), which is what the
-attention mask is computed from.
+attention mask is computed from. With kv_type "f16" entries are rounded to half precision as they are
+stored (what the GPU's packed-half cache holds), and kept as f32 for the arithmetic.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from pyshim.errors import BadRequestError
+
+
+KV_TYPES = ("f32", "f16")
+
 
 class LayerKV:
-    def __init__(self, capacity: int, n_kv_heads: int, head_dim: int, head_dim_v: int):
+    def __init__(self, capacity: int, n_kv_heads: int, head_dim: int, head_dim_v: int, kv_type: str = "f32"):
         self.capacity = capacity
+        self.round = kv_type == "f16"
         self.k = np.zeros((capacity, n_kv_heads, head_dim), dtype=np.float32)
         self.v = np.zeros((capacity, n_kv_heads, head_dim_v), dtype=np.float32)
         self.pos = np.full(capacity, -1, dtype=np.int64)
@@ -29,6 +36,10 @@ class LayerKV:
         self.pos[slots] = positions
         self.filled = max(self.filled, int(slots.max()) + 1)
 
+    def as_stored(self, x: np.ndarray) -> np.ndarray:
+        """`x` as the cache holds it: rounded to half precision for an f16 cache (then used as f32)."""
+        return x.astype(np.float16).astype(np.float32) if self.round else x
+
     def contents(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(k, v, positions) of the slots that may be in use."""
         n = self.filled
@@ -40,11 +51,13 @@ class LayerKV:
 
 
 class KVCache:
-    def __init__(self, spec, n_ctx: int):
-        """`spec`: a ModelSpec; `n_ctx`: the longest sequence the cache will hold."""
+    def __init__(self, spec, n_ctx: int, kv_type: str = "f32"):
+        """`spec`: a ModelSpec; `n_ctx`: the longest sequence the cache will hold; `kv_type`: f32 or f16."""
+        if kv_type not in KV_TYPES:
+            raise BadRequestError(f"unknown KV cache type {kv_type!r}", hint=f"use one of: {', '.join(KV_TYPES)}")
         self.n_ctx = n_ctx
         windows = [spec.sliding_window if spec.swa_layers[il] else 0 for il in range(spec.n_layers)]
-        self.layers = [LayerKV(min(w, n_ctx) if w else n_ctx, spec.n_kv_heads, spec.head_dim_k, spec.head_dim_v)
+        self.layers = [LayerKV(min(w, n_ctx) if w else n_ctx, spec.n_kv_heads, spec.head_dim_k, spec.head_dim_v, kv_type)
                        for w in windows]
 
     def __getitem__(self, layer: int) -> LayerKV:

@@ -75,7 +75,7 @@ def open_model(path: str | Path | None = None, *, header: GGUFHeader | None = No
 
 def load(path: str | Path | None = None, *, header: GGUFHeader | None = None, source: ByteSource | None = None,
          n_ctx: int | None = None, backend: str = "cpu", cache_weights: bool = True,
-         emulate_llama_cpp: bool = False) -> Runner:
+         emulate_llama_cpp: bool = False, kv_type: str = "f32") -> Runner:
     """A Runner for a GGUF file (`path`), or for a parsed header plus a byte source (Pyodide)."""
     if backend not in BACKENDS:
         raise BadRequestError(f"backend {backend!r} is not available here", hint=f"use one of: {', '.join(BACKENDS)}")
@@ -83,10 +83,10 @@ def load(path: str | Path | None = None, *, header: GGUFHeader | None = None, so
         if emulate_llama_cpp:
             raise BadRequestError("emulating llama.cpp's activation rounding is a cpu-backend option")
         from pyshim.gpu.runner import load_gpu
-        return load_gpu(path, header=header, source=source, n_ctx=n_ctx)
+        return load_gpu(path, header=header, source=source, n_ctx=n_ctx, kv_type=kv_type)
     header, source, spec, n_ctx = open_model(path, header=header, source=source, n_ctx=n_ctx)
     from pyshim.reference import NumpyOps
     ops = NumpyOps(WeightStore(tensor_refs_from_header(header), source), spec, n_ctx, cache_weights=cache_weights,
-                   emulate_llama_cpp=emulate_llama_cpp)
+                   emulate_llama_cpp=emulate_llama_cpp, kv_type=kv_type)
     model = build_model(spec, ops)
     return Runner(spec=spec, header=header, ops=ops, model=model, n_ctx=n_ctx)

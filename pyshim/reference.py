@@ -161,11 +161,11 @@ class NumpyOps:
     """`pyshim.ops.Ops` in NumPy. Tensors are float32 ndarrays; tokens and positions int64 arrays."""
 
     def __init__(self, store: WeightStore, spec, n_ctx: int, cache_weights: bool = True,
-                 emulate_llama_cpp: bool = False):
+                 emulate_llama_cpp: bool = False, kv_type: str = "f32"):
         self.store = store
         self.cache_weights = cache_weights
         self.emulate_llama_cpp = emulate_llama_cpp
-        self.kv = KVCache(spec, n_ctx)
+        self.kv = KVCache(spec, n_ctx, kv_type)
         self._bound: dict[str, Weight] = {}
 
     # --- handles made by the executor for the model ---
@@ -252,6 +252,7 @@ class NumpyOps:
         # keys = what the cache held before this step, then this step's own (a ring smaller than the
         # chunk would otherwise lose keys the chunk's first queries still need)
         ck, cv, cpos = layer.contents()
+        k, v = layer.as_stored(k), layer.as_stored(v)      # this step's keys too: the GPU reads them from the cache
         keys = np.concatenate([ck, k]) if len(ck) else k                      # [S, Hkv, hd]
         vals = np.concatenate([cv, v]) if len(cv) else v                      # [S, Hkv, hd_v]
         kpos = np.concatenate([cpos, positions]) if len(cpos) else positions  # [S]

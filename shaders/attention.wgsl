@@ -7,7 +7,8 @@
 // SPLITS = 1: the invocation writes out[] itself. SPLITS > 1 (long contexts, real GPUs): split s covers
 // its share of [lo, pos] and writes (max, sum, unnormalized output) to `partial`; the COMBINE variant
 // (one invocation per head and token) merges the splits into out[].
-// Defines: WG, HEAD_DIM/4 as HD4, HEAD_DIM_V/4 as HDV4, SPLITS, optional SOFTCAP; COMBINE for pass 2.
+// Defines: WG, HEAD_DIM/4 as HD4, HEAD_DIM_V/4 as HDV4, SPLITS, optional SOFTCAP and KV_F16 (a cache of
+// halves, include/kv.wgsl); COMBINE for pass 2.
 struct Params {
     n: u32,             // query tokens
     heads: u32,
@@ -29,9 +30,11 @@ const SCORE_FLOOR: f32 = -3.0e38;   // the running max before any key (finite: e
 const TANH_CLAMP: f32 = 15.0;       // tanh is 1 to f32 precision beyond this; clamping avoids inf/inf in exp-based tanh
 
 #ifndef COMBINE
+#include "include/kv.wgsl"
+
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> kc: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> vc: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> kc: array<KVCell>;
+@group(0) @binding(2) var<storage, read> vc: array<KVCell>;
 @group(0) @binding(3) var<storage, read> positions: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
 @group(0) @binding(5) var<uniform> params: Params;
@@ -69,7 +72,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         let kb = (slot * params.kv_heads + kvh) * HD4;
         var dv = vec4<f32>(0.0);
         for (var i = 0u; i < HD4; i++) {
-            dv = fma(qv[i], kc[kb + i], dv);
+            dv = fma(qv[i], kv_unpack(kc[kb + i]), dv);
         }
         var s = (dv.x + dv.y + dv.z + dv.w) * params.scale;
 #ifdef SOFTCAP
@@ -81,7 +84,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         l = l * corr + p;
         let vb = (slot * params.kv_heads + kvh) * HDV4;
         for (var i = 0u; i < HDV4; i++) {
-            acc[i] = fma(vec4<f32>(p), vc[vb + i], acc[i] * corr);
+            acc[i] = fma(vec4<f32>(p), kv_unpack(vc[vb + i]), acc[i] * corr);
         }
         m = m_new;
     }

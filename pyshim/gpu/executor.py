@@ -25,11 +25,11 @@ from typing import Any, Sequence
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
-from pyshim.errors import OutOfMemoryError, TensorShapeError, UnsupportedError
+from pyshim.errors import BadRequestError, OutOfMemoryError, TensorShapeError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.pool import ActivationPool, Slot, physical
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, ATTN_SPLITS_GPU, I8_ACTIVATIONS, I8_BLOCKS, PARAMS, WG, KernelCache,
-                                attention_keys, attention_record_bytes, barrier_free_rows, default_int8, groups,
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, ATTN_SPLITS_GPU, I8_ACTIVATIONS, I8_BLOCKS, KV_TYPES_GPU, PARAMS, WG, KernelCache,
+                                attention_keys, attention_record_bytes, barrier_free_rows, default_int8, groups, kv_write_key,
                                 matvec_grid, matvec_i8_key, matvec_key, quantize_key, rope_theta, shader_block,
                                 weight_define, xq_row_words, UNIFORM_X_BYTES, UNIFORM_X_VEC4)
 from pyshim.ops import ACTIVATIONS, AttnSpec
@@ -121,7 +121,7 @@ class GpuOps:
     def __init__(self, device: GPUDevice, store: WeightStore, spec, n_ctx: int, kernels: KernelCache | None = None,
                  *, max_chunk: int = MAX_CHUNK, max_binding: int | None = None, upload_now: bool = True,
                  reduce: bool | None = None, multi_token: bool = False, attn_splits: int | None = None,
-                 int8: bool | None = None):
+                 int8: bool | None = None, kv_type: str = "f32"):
         """`max_chunk`: most tokens per step (sizes the sliding-window rings); `max_binding` lowers the
         device's storage binding limit (tests use it to force tensors split by rows); `upload_now=False`
         leaves the quantized weights' bytes to the caller, who follows `uploads` (the browser's store
@@ -130,7 +130,11 @@ class GpuOps:
         many-token matvec for steps of several tokens (slower on lavapipe, see kernels.MATMUL_TOKENS);
         `attn_splits`: key-range splits in attention (default 1 on CPU adapters, ATTN_SPLITS_GPU on GPUs);
         `int8`: quantized weights against int8-quantized activations (llama.cpp's arithmetic, see
-        kernels.default_int8 for the default; only with the barrier-free matvec)."""
+        kernels.default_int8 for the default; only with the barrier-free matvec); `kv_type`: the KV cache's
+        element type, "f32" or "f16" (halves packed in u32s: half the memory on any adapter)."""
+        if kv_type not in KV_TYPES_GPU:
+            raise BadRequestError(f"KV cache type {kv_type!r} is not available on the GPU", hint=f"use one of: {', '.join(KV_TYPES_GPU)}")
+        self.kv_type = kv_type
         self.device = device
         self.kernels = kernels or KernelCache(device)
         self.store = store
@@ -157,8 +161,9 @@ class GpuOps:
         for il in range(spec.n_layers):
             window = spec.sliding_window if spec.swa_layers[il] else 0
             cap = min(n_ctx, window + max_chunk - 1) if window else n_ctx
-            k = self._buffer(cap * spec.n_kv_heads * spec.head_dim_k * 4, f"k{il}")
-            v = self._buffer(cap * spec.n_kv_heads * spec.head_dim_v * 4, f"v{il}")
+            element = 2 if kv_type == "f16" else 4
+            k = self._buffer(cap * spec.n_kv_heads * spec.head_dim_k * element, f"k{il}")
+            v = self._buffer(cap * spec.n_kv_heads * spec.head_dim_v * element, f"v{il}")
             self.kv.append((k, v, cap))
 
     # --- buffers and recording ---
@@ -352,11 +357,11 @@ class GpuOps:
         k_row, v_row = spec.n_kv_heads * spec.head_dim, spec.n_kv_heads * spec.head_dim_v
         if spec.head_dim % 4 or spec.head_dim_v % 4:
             raise UnsupportedError(f"head dims {spec.head_dim}/{spec.head_dim_v} are not multiples of 4")
-        self._record("kv_write", self._key("kv_write"), [k.buf, v.buf, positions.buf, kc, vc],
+        self._record("kv_write", kv_write_key(self.kv_type), [k.buf, v.buf, positions.buf, kc, vc],
                      (groups(max(k_row, v_row) // 4), n, 1), n=n, k_row=k_row, v_row=v_row, cap=cap,
                      pos_off=positions.off, k_off=k.off, v_off=v.off)
         out = self._tensor((n, spec.n_heads * spec.head_dim_v), "attention")
-        key, combine = attention_keys(spec.head_dim, spec.head_dim_v, spec.softcap > 0, self.attn_splits)
+        key, combine = attention_keys(spec.head_dim, spec.head_dim_v, spec.softcap > 0, self.attn_splits, self.kv_type)
         params = dict(n=n, heads=spec.n_heads, kv_heads=spec.n_kv_heads, cap=cap, window=spec.window, scale=spec.scale,
                       softcap=spec.softcap, pos_off=positions.off, q_off=q.off, out_off=out.off)
         grid = (groups(spec.n_heads), n, self.attn_splits)

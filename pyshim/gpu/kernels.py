@@ -180,11 +180,19 @@ def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False, multi: bo
                         UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None)
 
 
-def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int) -> tuple[ShaderKey, ShaderKey | None]:
+KV_TYPES_GPU = ("f32", "f16")   # KV cache element types the kernels store (f16: packed halves, any adapter)
+
+
+def kv_write_key(kv_type: str = "f32") -> ShaderKey:
+    return ShaderKey.of("kv_write", WG=WG, KV_F16=kv_type == "f16")
+
+
+def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int,
+                   kv_type: str = "f32") -> tuple[ShaderKey, ShaderKey | None]:
     """The attention pass (per head, token and split of the keys) and, with splits > 1, the combine pass."""
     common = dict(WG=WG, HD4=head_dim // 4, HDV4=head_dim_v // 4, SPLITS=splits)
     combine = ShaderKey.of("attention", COMBINE=True, **common) if splits > 1 else None
-    return ShaderKey.of("attention", SOFTCAP=softcap, **common), combine
+    return ShaderKey.of("attention", SOFTCAP=softcap, KV_F16=kv_type == "f16", **common), combine
 
 
 def attention_record_bytes(head_dim_v: int) -> int:
@@ -251,11 +259,12 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
         keys += [quantize_key(fmt) for fmt in I8_BLOCKS]
         keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows) for q in I8_ACTIVATIONS for bias in (False, True)
                  for ux in (False, True) for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
-    keys += [ShaderKey.of("rmsnorm", WG=WG), ShaderKey.of("kv_write", WG=WG)]
+    keys += [ShaderKey.of("rmsnorm", WG=WG)] + [kv_write_key(t) for t in KV_TYPES_GPU]
     keys += [ShaderKey.of("rope", WG=WG, NEOX=neox) for neox in (False, True)]
     for hd in head_dims:
         for splits in (1, ATTN_SPLITS_GPU):
-            keys += [k for cap in (False, True) for k in attention_keys(hd, hd, cap, splits) if k is not None]
+            keys += [k for cap in (False, True) for t in KV_TYPES_GPU for k in attention_keys(hd, hd, cap, splits, t)
+                     if k is not None and k not in keys]
     keys += [ShaderKey.of("glu", WG=WG, **{act: True}) for act in ("ACT_SILU", "ACT_GELU")]
     keys.append(ShaderKey.of("glu", WG=WG, ACT_GELU=True, GELU_F16=True))
     keys += [ShaderKey.of("eltwise", WG=WG, **{op: True}) for op in ("OP_ADD", "OP_SCALE", "OP_SOFTCAP", "OP_COPY")]
