@@ -9,7 +9,7 @@
 // Upgrades: a new CACHE_VERSION installs next to the old cache, takes over at once (network first
 // makes that safe), and deletes caches of older versions on activate.
 
-const CACHE_VERSION = "v2";
+const CACHE_VERSION = "v3";
 const CACHE = `pyshim-shell-${CACHE_VERSION}`;
 const CACHE_PREFIX = "pyshim-shell-";
 const SCOPE = new URL(self.registration.scope);
@@ -20,6 +20,8 @@ const SHELL = [
   "engine/client.js", "engine/worker.js", "engine/python.js", "engine/generation.js", "engine/fit.js", "engine/chat.js", "engine/runs.js",
   "store/store.js", "store/db.js", "store/download.js", "store/sources.js", "store/errors.js", "store/sha256.js",
   "ui/dom.js", "ui/models.js", "ui/chat.js", "ui/catalog.js", "ui/fitpanel.js", "ui/markdown.js",
+  "pyshim.js", "pyshim-chat.js", "engine/engine.js", "engine/openai.js", "engine/resolve.js", "engine/lifecycle.js",
+  "examples/element.html", "examples/api.html",
   "vendor/manifest.json",
 ];
 const PYODIDE_CORE = ["pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json"];
