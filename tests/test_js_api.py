@@ -1,0 +1,236 @@
+"""The JavaScript API (web/pyshim.js) in a plain page from a clean profile: createEngine downloads SmolLM2
+through the store and loads it; chat completions come back in OpenAI's shapes, streamed text equals
+the whole reply, bad requests are refused with OpenAI error objects before any work, stop strings end
+the reply, and concurrent requests on one engine are queued (each answer equals its solo answer).
+
+One page and one engine for the module: SwiftShader makes every generated token cost about a second."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import harness
+from site_helpers import SMOLLM2, smollm2_path
+
+pytestmark = [pytest.mark.browser, pytest.mark.models, pytest.mark.slow]
+PAGE = "examples/api.html"
+CONTEXT = 512
+QUESTION = "What is the capital of France?"
+OTHER_QUESTION = "Name a colour."
+MAX_TOKENS = 8
+OTHER_MAX_TOKENS = 4
+GENERATION_TIMEOUT_MS = 600_000   # prefill + a few tokens on SwiftShader, on 2 busy cores
+
+CREATE_JS = """async ([context]) => {
+  const { createEngine } = await import('/pyshim.js');
+  window.progress = [];
+  const t0 = performance.now();
+  window.engine = await createEngine({model: 'smollm2', context, onProgress: (p) => window.progress.push(p.phase)});
+  return {ms: performance.now() - t0, stats: window.engine.stats(), models: await window.engine.models.list()};
+}"""
+
+# Runs engine.chat.completions.create(body): {ok, value} (a completion, or a stream's chunks) or
+# {ok: false, error: {name, status, body}}.
+CREATE_REQUEST_JS = """async (body) => {
+  try {
+    const out = await window.engine.chat.completions.create(body);
+    if (!body.stream) return {ok: true, value: out};
+    const chunks = [];
+    for await (const chunk of out) chunks.push(chunk);
+    return {ok: true, value: chunks};
+  } catch (e) {
+    return {ok: false, error: {name: e.name, status: e.status, body: e.body, message: e.message}};
+  }
+}"""
+
+
+def user(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+def greedy(text: str, max_tokens: int = MAX_TOKENS, **extra) -> dict:
+    return {"messages": user(text), "model": "smollm2", "temperature": 0, "max_tokens": max_tokens, **extra}
+
+
+@pytest.fixture(scope="module")
+def api(chromium, dev_server):
+    smollm2_path()
+    context = chromium.new_context()
+    page, watch = harness.open_page(context, dev_server.url + PAGE)
+    page.set_default_timeout(GENERATION_TIMEOUT_MS)
+    created = page.evaluate(CREATE_JS, [CONTEXT])
+    yield page, watch, created, {}
+    context.close()
+
+
+def request(page, body: dict):
+    out = page.evaluate(CREATE_REQUEST_JS, body)
+    assert out["ok"], f"request failed: {out['error']}"
+    return out["value"]
+
+
+def solo_answer(api) -> dict:
+    """The greedy reply to QUESTION, non-streamed; computed once per module."""
+    page, _, _, cache = api
+    if "solo" not in cache:
+        cache["solo"] = request(page, greedy(QUESTION))
+    return cache["solo"]
+
+
+def test_create_engine_downloads_through_the_store_and_loads(api):
+    page, watch, created, _ = api
+    phases = page.evaluate("() => window.progress")
+    assert {"boot", "header", "download", "load"} <= set(phases) and phases[-1] == "ready"
+    (manifest,) = page.evaluate("async () => (await import('/store/store.js')).listModels()")
+    assert manifest["status"] == "ready" and manifest["sha256"] == SMOLLM2.sha256   # verified, as the site stores it
+    assert created["stats"]["model"] == "smollm2" and created["stats"]["context"] == CONTEXT
+    assert created["models"] == {"object": "list", "data": [{"id": "smollm2", "object": "model", "created": 0, "owned_by": "pyshim"}]}
+    print(f"createEngine from a clean profile: {created['ms'] / 1000:.1f} s (store {created['stats']['load']['store_ms'] / 1000:.1f} s, "
+          f"GPU load {created['stats']['load']['gpu_ms'] / 1000:.1f} s)")
+    watch.check()
+
+
+BAD_REQUESTS = [
+    ({"messages": []}, "messages"),
+    ({"messages": "hi"}, "messages"),
+    ({"messages": [{"role": "bot", "content": "hi"}]}, "messages[0]"),
+    ({"messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": 5}]}, "messages[1]"),
+    ({"messages": user("hi"), "model": "gpt-4o"}, "model"),
+    ({"messages": user("hi"), "max_tokens": -1}, "max_tokens"),
+    ({"messages": user("hi"), "max_tokens": 0}, "max_tokens"),
+    ({"messages": user("hi"), "max_tokens": 2.5}, "max_tokens"),
+    ({"messages": user("hi"), "max_tokens": "8"}, "max_tokens"),
+    ({"messages": user("hi"), "max_completion_tokens": -3}, "max_completion_tokens"),
+    ({"messages": user("hi"), "temperature": 2.5}, "temperature"),
+    ({"messages": user("hi"), "temperature": "hot"}, "temperature"),
+    ({"messages": user("hi"), "top_p": 0}, "top_p"),
+    ({"messages": user("hi"), "top_p": 1.5}, "top_p"),
+    ({"messages": user("hi"), "stop": 5}, "stop"),
+    ({"messages": user("hi"), "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ({"messages": user("hi"), "stop": [""]}, "stop"),
+    ({"messages": user("hi"), "seed": 1.5}, "seed"),
+    ({"messages": user("hi"), "seed": "7"}, "seed"),
+    ({"messages": user("hi"), "stream": "yes"}, "stream"),
+    ({"messages": user("hi"), "n": 2}, "n"),
+]
+
+
+def test_bad_requests_reject_with_openai_errors_before_any_work(api):
+    page, _, _, _ = api
+    before = page.evaluate("() => window.engine.stats().requests")
+    for body, param in BAD_REQUESTS:
+        out = page.evaluate(CREATE_REQUEST_JS, body)
+        assert not out["ok"], f"accepted {body}"
+        err = out["error"]
+        assert err["name"] == "APIError" and err["status"] == 400, (body, err)
+        assert set(err["body"]["error"]) == {"message", "type", "param", "code"}, err
+        assert err["body"]["error"]["type"] == "invalid_request_error" and err["body"]["error"]["param"] == param, (body, err)
+        assert err["body"]["error"]["message"] == err["message"] and param.split("[")[0] in err["message"], err
+    unknown = page.evaluate(CREATE_REQUEST_JS, {"messages": user("hi"), "model": "gpt-4o"})["error"]["body"]["error"]
+    assert unknown["code"] == "model_not_found" and "smollm2" in unknown["message"]
+    not_an_object = page.evaluate("""async () => { try { await window.engine.chat.completions.create(null); }
+                                     catch (e) { return [e.status, e.body.error.param]; } }""")
+    assert not_an_object == [400, None]
+    empty_prompt = page.evaluate("""async () => { try { await window.engine.completions.create({prompt: ''}); }
+                                    catch (e) { return [e.status, e.body.error.param]; } }""")
+    assert empty_prompt == [400, "prompt"]
+    assert page.evaluate("() => window.engine.stats()")["requests"] == before   # nothing reached the Worker
+
+
+def test_streamed_text_equals_the_whole_reply(api):
+    page, watch, _, _ = api
+    whole = solo_answer(api)
+    assert whole["object"] == "chat.completion" and whole["id"].startswith("chatcmpl-") and whole["model"] == "smollm2"
+    (choice,) = whole["choices"]
+    text = choice["message"]["content"]
+    assert choice["message"]["role"] == "assistant" and choice["finish_reason"] in ("stop", "length")
+    assert "Paris" in text
+    usage = whole["usage"]
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] and 0 < usage["completion_tokens"] <= MAX_TOKENS
+
+    chunks = request(page, greedy(QUESTION, stream=True))
+    assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    middle, last = chunks[1:-1], chunks[-1]
+    assert middle and all(set(c["choices"][0]["delta"]) == {"content"} and c["choices"][0]["finish_reason"] is None for c in middle)
+    assert last["choices"][0]["delta"] == {} and last["choices"][0]["finish_reason"] == choice["finish_reason"]
+    assert last["usage"] == usage
+    assert "".join(c["choices"][0]["delta"]["content"] for c in middle) == text
+    print(f"greedy reply: {text!r}; time to first token {last['pyshim']['timings']['ttft_ms'] / 1000:.1f} s")
+    watch.check()
+
+
+def test_stop_strings_end_the_reply(api):
+    page, _, _, _ = api
+    text = solo_answer(api)["choices"][0]["message"]["content"]
+    assert "France" in text, f"the greedy reply changed ({text!r}): pick another stop string"
+    stopped = request(page, greedy(QUESTION, stop=["zebra", "France"]))
+    assert stopped["choices"][0]["message"]["content"] == text.split("France")[0]
+    assert stopped["choices"][0]["finish_reason"] == "stop"
+    assert stopped["usage"]["completion_tokens"] < solo_answer(api)["usage"]["completion_tokens"]
+
+
+def cpu_reference_reply(question: str, max_tokens: int) -> str:
+    """The same greedy chat on the NumPy reference (test_site_chat shows the browser's equals it)."""
+    from pyshim.catalog import resolve_model
+    from pyshim.chat import ChatTemplate
+    from pyshim.generate import generate_text
+    from pyshim.loading import load
+    from pyshim.sampling import SamplingParams
+    from pyshim.tokenizer import Tokenizer
+
+    runner = load(resolve_model("smollm2"), n_ctx=CONTEXT)
+    tok = Tokenizer.from_metadata(runner.metadata)
+    template = ChatTemplate.from_metadata(runner.metadata, tok)
+    ids = template.encode(tok, user(question))
+    return generate_text(runner, ids, tok.stream(), max_tokens=max_tokens, params=SamplingParams(), stop_ids=template.stop_ids).text
+
+
+CONCURRENT_JS = """async ([first, second]) => {
+  const events = [];
+  const stream = window.engine.chat.completions.create(first);     // asked first, so it runs first
+  const other = window.engine.chat.completions.create(second).then((r) => { events.push('second-done'); return r.choices[0].message.content; });
+  const queued = window.engine.stats().queued;
+  const collect = async () => {
+    let text = '';
+    for await (const c of await stream) {
+      text += c.choices[0].delta.content ?? '';
+      events.push('first');
+    }
+    return text;
+  };
+  const [a, b] = await Promise.all([collect(), other]);
+  return {a, b, events, queued};
+}"""
+
+
+def test_concurrent_requests_on_one_engine_are_queued(api):
+    page, _, _, _ = api
+    solo = solo_answer(api)["choices"][0]["message"]["content"]
+    out = page.evaluate(CONCURRENT_JS, [greedy(QUESTION, stream=True), greedy(OTHER_QUESTION, OTHER_MAX_TOKENS)])
+    assert out["queued"] == 2, out                         # both waited their turn (the first had not started yet)
+    assert out["a"] == solo
+    assert out["b"] == cpu_reference_reply(OTHER_QUESTION, OTHER_MAX_TOKENS), json.dumps(out)
+    assert out["events"][-1] == "second-done" and out["events"].count("second-done") == 1   # one after the other, never mixed
+
+
+COMPLETE_JS = """async (body) => {
+  const whole = await window.engine.completions.create(body);
+  const chunks = [];
+  for await (const c of await window.engine.completions.create({...body, stream: true})) chunks.push(c);
+  return {whole, chunks};
+}"""
+
+
+def test_text_completion_streamed_equals_whole(api):
+    page, _, _, _ = api
+    out = page.evaluate(COMPLETE_JS, {"prompt": "The capital of France is", "temperature": 0, "max_tokens": 4})
+    whole, chunks = out["whole"], out["chunks"]
+    assert whole["object"] == "text_completion" and whole["id"].startswith("cmpl-")
+    text = whole["choices"][0]["text"]
+    assert text.startswith(" Paris")   # llama.cpp's greedy continuation (FACTS.md)
+    assert all(c["object"] == "text_completion" for c in chunks) and chunks[-1]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == text
+    assert chunks[-1]["usage"] == whole["usage"] and whole["usage"]["completion_tokens"] == 4
