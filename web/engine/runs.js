@@ -1,5 +1,5 @@
 // Raw-prompt requests in the engine Worker (Python side: pyshim/runs.py). The model is the chat's
-// (chat.js loadModel): one model on the GPU at a time, shared by chat and these kinds, kept between
+// (chat.js ensureLoaded): one model on the GPU at a time, shared by chat and these kinds, kept between
 // requests; the requests themselves run one at a time (generation.track).
 //
 // Every kind names its model by `model_id` (a store id) or `model_url`. A URL goes through the store:
@@ -25,7 +25,7 @@
 //            cpu_ms, cpu_share (= cpu_ms / decode_ms), text}   greedy, as playwright/bench_engines.py reads it
 
 import * as store from "../store/store.js";
-import { loadModel } from "./chat.js";
+import { ensureLoaded } from "./chat.js";
 import { track } from "./generation.js";
 
 const SITE_ROOT = new URL("../", import.meta.url);
@@ -67,19 +67,15 @@ async function ensureModel(py, params, probe, emit) {
     if (!params.model_url) throw badRequest("name the model by model_id (a store id) or model_url");
     ({ id: modelId, store_ms: storeMs } = await storedFromURL(params.model_url, probe, emit));
   }
-  const session = py.pyimport("pyshim.session");
-  try {
+  let context = params.context;
+  if (context == null) {   // the loaded model's own context when it is this model (the key is "<id>@<context>")
+    const session = py.pyimport("pyshim.session");
     const loaded = session.loaded_key() ?? "";
-    const at = loaded.lastIndexOf("@");
-    const sameModel = at > 0 && loaded.slice(0, at) === modelId;
-    const context = params.context ?? (sameModel ? Number(loaded.slice(at + 1)) : DEFAULT_CONTEXT);
-    if (loaded === `${modelId}@${context}`) return { load_ms: 0, store_ms: storeMs };
-    const t0 = performance.now();
-    await loadModel(py, modelId, context, emit);
-    return { load_ms: performance.now() - t0, store_ms: storeMs };
-  } finally {
     session.destroy();
+    const at = loaded.lastIndexOf("@");
+    context = at > 0 && loaded.slice(0, at) === modelId ? Number(loaded.slice(at + 1)) : DEFAULT_CONTEXT;
   }
+  return { load_ms: await ensureLoaded(py, modelId, context, emit), store_ms: storeMs };
 }
 
 // Calls pyshim.runs.<fn>(request JSON, ...extra) and parses its JSON answer.
