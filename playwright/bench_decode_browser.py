@@ -64,7 +64,7 @@ t0 = time.perf_counter()
 for i in range({steps}):
     tok = await runner.greedy_async([tok], 17 + i)
 step = (time.perf_counter() - t0) / {steps}
-prog = runner._programs[(1, False, True)]
+prog = runner._programs[(1, False, True, False)]
 h0 = time.perf_counter()
 dev.submit(prog.ready)
 submit = time.perf_counter() - h0

@@ -18,7 +18,8 @@ from pyshim.compaction import compact
 from pyshim.errors import BadRequestError, GGUFFormatError
 from pyshim.generate import PREFILL_CHUNK, StopStrings
 from pyshim.header import GGUFHeader, read_header
-from pyshim.sampling import SamplingParams, make_rng, sample
+from pyshim.gpu.kernels import TOPK
+from pyshim.sampling import SamplingParams, can_sample_top_k, make_rng, sample, sample_top_k
 from pyshim.tokenizer import Tokenizer
 
 
@@ -119,6 +120,8 @@ class ChatEngine:
         rng = make_rng(params.seed)
         stream, watcher = self.tokenizer.stream(), StopStrings(stop_strings)
         on_gpu_argmax = params.greedy and params.repetition_penalty == 1.0 and not params.presence_penalty and not params.frequency_penalty
+        # top-k sampling picks its candidates on the GPU: k pairs come back instead of the vocabulary's logits
+        on_gpu_top_k = hasattr(runner, "top_k_async") and can_sample_top_k(params, TOPK)
         history, text, finish = list(prompt), [], "length"
         generated, pos, t0 = 0, 0, time.perf_counter()
         decode_s, ttft_ms = 0.0, 0.0
@@ -126,6 +129,8 @@ class ChatEngine:
         async def step(ids: list[int], start: int) -> int:
             if on_gpu_argmax:
                 return await runner.greedy_async(ids, start)
+            if on_gpu_top_k:
+                return sample_top_k(*await runner.top_k_async(ids, start, params.top_k), params, rng)
             logits = await runner.forward_async(ids, start)
             return sample(logits[-1], params, rng, history)
 

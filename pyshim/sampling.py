@@ -105,6 +105,30 @@ def greedy(logits: np.ndarray) -> int:
     return int(np.argmax(logits))
 
 
+def draw(probs: np.ndarray, rng: np.random.Generator) -> int:
+    """An index drawn from `probs` with one uniform number (inverse CDF, ids in ascending order). Zeros add
+    nothing to the cumulative sums, so a draw over the vocabulary and one over just the tokens that can
+    win (the GPU's top-k) pick the same token for the same seed."""
+    cdf = np.cumsum(probs)
+    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(cdf) - 1))
+
+
+def can_sample_top_k(params: SamplingParams, k_max: int) -> bool:
+    """Whether `sample_top_k` over the k largest logits gives what `sample` over all of them would: top-k
+    sampling with no penalty (penalties change logits, and so which ones are largest)."""
+    return (not params.greedy and 0 < params.top_k <= k_max and params.repetition_penalty == 1.0
+            and not params.presence_penalty and not params.frequency_penalty)
+
+
+def sample_top_k(values: np.ndarray, ids: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
+    """`sample` from the top_k largest logits (`values`, their token `ids`), as picked on the GPU."""
+    order = np.argsort(ids, kind="stable")
+    values, ids = values[order], ids[order]
+    logits = top_p_filter(values, params.top_p)
+    logits = min_p_filter(logits, params.min_p)
+    return int(ids[draw(_probs(logits / params.temperature), rng)])
+
+
 def sample(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator,
            history: Sequence[int] = ()) -> int:
     """One token id from logits [vocab]; `history` = ids so far (prompt and generated)."""
@@ -116,5 +140,4 @@ def sample(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator,
     logits = top_k_filter(logits, params.top_k)
     logits = top_p_filter(logits, params.top_p)
     logits = min_p_filter(logits, params.min_p)
-    probs = _probs(logits / params.temperature)
-    return int(rng.choice(len(probs), p=probs))
+    return draw(_probs(logits / params.temperature), rng)

@@ -28,7 +28,8 @@ from gguf import GGMLQuantizationType as QT
 from pyshim.errors import BadRequestError, OutOfMemoryError, TensorShapeError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.pool import ActivationPool, Slot, physical
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, ATTN_SPLITS_GPU, I8_ACTIVATIONS, I8_BLOCKS, KV_TYPES_GPU, PARAMS, WG, KernelCache,
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, ATTN_SPLITS_GPU, I8_ACTIVATIONS, I8_BLOCKS, KV_TYPES_GPU, PARAMS, TOPK, TOPK_CHUNK,
+                                WG, KernelCache,
                                 attention_keys, attention_record_bytes, barrier_free_rows, default_int8, groups, kv_write_key,
                                 matvec_grid, matvec_i8_key, matvec_key, quantize_key, rope_theta, shader_block,
                                 weight_define, xq_row_words, UNIFORM_X_BYTES, UNIFORM_X_VEC4)
@@ -92,6 +93,7 @@ class Program:
         self.dispatches: list[Dispatch] = []
         self.output: Tensor | None = None
         self.argmax: Any = None          # buffer holding the winning id (when recorded)
+        self.topk: Any = None            # buffer holding the TOPK (value, id) pairs (when recorded)
         self.ready: list = []
 
     async def build(self, device: GPUDevice, kernels: KernelCache, pool: ActivationPool) -> None:
@@ -417,6 +419,18 @@ class GpuOps:
         self._record("argmax", self._key("argmax", PASS1=True), [logits.buf, partial], (groups(parts), 1, 1),
                      len=vocab, chunk=ARGMAX_CHUNK, x_off=off)
         self._record("argmax", self._key("argmax", PASS2=True), [partial, result], (1, 1, 1), len=parts, chunk=0, x_off=0)
+        return result
+
+    def record_topk(self, logits: Tensor):
+        """The TOPK largest logits of the last row as (f32 bits, id) pairs, largest first; returns their buffer."""
+        vocab = logits.shape[-1]
+        off = logits.off + (logits.size // vocab - 1) * vocab
+        parts = groups(vocab, TOPK_CHUNK)
+        partial = Slot(parts * TOPK * 8, "topk_partial")
+        result = self._buffer(TOPK * 8, "topk")
+        self._record("topk", self._key("topk", K=TOPK, PASS1=True), [logits.buf, partial], (groups(parts), 1, 1),
+                     len=vocab, chunk=TOPK_CHUNK, x_off=off)
+        self._record("topk", self._key("topk", K=TOPK, PASS2=True), [partial, result], (1, 1, 1), len=parts * TOPK, chunk=0, x_off=0)
         return result
 
     @staticmethod

@@ -20,6 +20,8 @@ from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 
 WG = 64                 # invocations per workgroup for every barrier-free kernel
 ARGMAX_CHUNK = 256      # logits scanned per invocation in argmax's first pass
+TOPK = 64               # candidates topk.wgsl keeps: top-k sampling on the GPU for any k up to this
+TOPK_CHUNK = 2048       # logits per invocation in its first pass (Gemma's 262k vocabulary: 128 lists to merge)
 # Output rows per invocation of the barrier-free matvec. lavapipe, whole SmolLM2 decode steps in process
 # CPU time: 2 rows 132-142 ms per token, 1 row 160-168, 4 or 8 rows 187-196.
 MATVEC_ROWS = 2
@@ -154,6 +156,7 @@ PARAMS: dict[str, ParamsLayout] = {
     "glu": _layout("n:u32 f:u32 gate_off:u32 gate_stride:u32 up_off:u32 up_stride:u32 out_off:u32 _pad0:u32"),
     "eltwise": _layout("n:u32 width:u32 a_off:u32 a_stride:u32 b_off:u32 b_stride:u32 y_off:u32 s:f32"),
     "argmax": _layout("len:u32 chunk:u32 x_off:u32 _pad0:u32"),
+    "topk": _layout("len:u32 chunk:u32 x_off:u32 _pad0:u32"),
     "stream": _layout("n4:u32 per_thread:u32 _pad0:u32 _pad1:u32"),
 }
 
@@ -269,5 +272,6 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
     keys.append(ShaderKey.of("glu", WG=WG, ACT_GELU=True, GELU_F16=True))
     keys += [ShaderKey.of("eltwise", WG=WG, **{op: True}) for op in ("OP_ADD", "OP_SCALE", "OP_SOFTCAP", "OP_COPY")]
     keys += [ShaderKey.of("argmax", WG=WG, **{p: True}) for p in ("PASS1", "PASS2")]
+    keys += [ShaderKey.of("topk", WG=WG, K=TOPK, **{p: True}) for p in ("PASS1", "PASS2")]
     keys += [ShaderKey.of("stream", WG=WG, STRIDED=s) for s in (False, True)]
     return keys

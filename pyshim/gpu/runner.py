@@ -17,13 +17,14 @@ import numpy as np
 from pyshim.errors import BadRequestError, ContextOverflowError
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.executor import GpuOps, Program
+from pyshim.gpu.kernels import TOPK
 from pyshim.gpu.pool import physical
 
 
 class GpuRunner:
     def __init__(self, spec, header, ops: GpuOps, model, n_ctx: int, loop: asyncio.AbstractEventLoop | None = None):
         self.spec, self.header, self.ops, self.model, self.n_ctx = spec, header, ops, model, n_ctx
-        self._programs: dict[tuple[int, bool, bool], Program] = {}
+        self._programs: dict[tuple[int, bool, bool, bool], Program] = {}
         self._loop = loop
 
     @property
@@ -52,8 +53,8 @@ class GpuRunner:
         # an all-logits step holds [n, vocab] f32 in one binding
         return max(1, min(self.ops.max_chunk, self.ops.max_binding // (4 * self.spec.n_vocab)))
 
-    async def _program(self, n: int, all_logits: bool, greedy: bool) -> Program:
-        key = (n, all_logits, greedy)
+    async def _program(self, n: int, all_logits: bool, greedy: bool, topk: bool = False) -> Program:
+        key = (n, all_logits, greedy, topk)
         if key not in self._programs:
             ops = self.ops
             program = ops.begin(n)
@@ -61,6 +62,8 @@ class GpuRunner:
             program.output = logits
             if greedy:
                 program.argmax = ops.record_argmax(logits)
+            if topk:
+                program.topk = ops.record_topk(logits)
             ops.end()
             await program.build(ops.device, ops.kernels, ops.pool)
             self._programs[key] = program
@@ -73,8 +76,8 @@ class GpuRunner:
             raise ContextOverflowError(f"positions up to {start + len(ids)} exceed the context of {self.n_ctx} tokens",
                                        hint="use a shorter prompt or a larger --ctx")
 
-    async def _run(self, ids, start: int, all_logits: bool, greedy: bool) -> Program:
-        program = await self._program(len(ids), all_logits, greedy)
+    async def _run(self, ids, start: int, all_logits: bool, greedy: bool, topk: bool = False) -> Program:
+        program = await self._program(len(ids), all_logits, greedy, topk)
         dev = self.device
         dev.write(self.ops.tokens_buf, np.asarray(ids, dtype=np.uint32))
         dev.write(self.ops.positions_buf, np.arange(start, start + len(ids), dtype=np.uint32))
@@ -105,6 +108,20 @@ class GpuRunner:
         at = (len(ids) - 1) // chunk * chunk
         program = await self._run(list(ids[at:]), start + at, False, True)
         return int(np.frombuffer(await self.device.read(program.argmax, 4), dtype=np.uint32)[0])
+
+    async def top_k_async(self, ids, start: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k (<= TOPK) largest logits of the last id and their token ids, largest first (ties: lower id
+        first), picked on the GPU: k pairs come back instead of the vocabulary."""
+        if not 0 < k <= TOPK:
+            raise BadRequestError(f"top-k on the GPU takes k in [1, {TOPK}], got {k}")
+        self._check(ids, start)
+        chunk = self.ops.max_chunk
+        for at in range(0, len(ids) - chunk, chunk):
+            await self._run(list(ids[at:at + chunk]), start + at, False, False)
+        at = (len(ids) - 1) // chunk * chunk
+        program = await self._run(list(ids[at:]), start + at, False, False, topk=True)
+        pairs = np.frombuffer(await self.device.read(program.topk, k * 8), dtype=np.uint32).reshape(k, 2)
+        return pairs[:, 0].view(np.float32).copy(), pairs[:, 1].astype(np.int64)
 
     # --- sync wrappers: native CPython only ---
     def _sync(self, coro):
