@@ -25,10 +25,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.models]
 PROMPT = "The capital of France is"
 GREEDY_TOKENS = 32
 SCORE_TEXT = "The harbour master kept a ledger of every ship that crossed the bar after dark."
-# Positions where the CPU's best two logits are closer than this may flip on SwiftShader's rounding.
-NEAR_TIE = 0.05
-# The browser's best logit per position against the CPU's (f32 both; SwiftShader's exp/tanh are less exact).
+# f32 arithmetic: the browser's best logit per position against the CPU's (SwiftShader's exp/tanh are less exact).
 LOGIT_ATOL = 0.05
+TOP1_BAR = 0.8      # top-1 equal at this share of positions (near-ties may flip; measured int8: 14 of 16)
 
 
 def _model(name: str) -> str:
@@ -79,9 +78,16 @@ def test_score_in_the_browser_agrees_with_the_cpu_reference(capsys):
     browser = _json(capsys, argv + ["--backend", "browser"])
     cpu = _json(capsys, argv + _like(browser))
     assert browser["ids"] == cpu["ids"] and len(browser["top_ids"]) == len(cpu["ids"])
-    cpu_logits, got_logits = np.array(cpu["top_logits"]), np.array(browser["top_logits"])
-    clear = cpu_logits[:, 0] - cpu_logits[:, 1] > NEAR_TIE
+    want, got = np.array(cpu["top_logits"])[:, 0], np.array(browser["top_logits"])[:, 0]
+    if browser["arithmetic"] == "int8":
+        # The int8 route's kernels equal the emulation exactly, but a 1-ulp difference upstream now and then
+        # moves an activation across a rounding step (tests/test_gpu_executor.py measures up to ~60% of the
+        # whole int8 effect): bound by that effect, plain f32 against the emulation, on this very text.
+        tol = float(np.abs(np.array(_json(capsys, argv)["top_logits"])[:, 0] - want).max())
+    else:
+        tol = LOGIT_ATOL
+    assert np.abs(got - want).max() < tol
     top1_cpu, top1_browser = np.array(cpu["top_ids"])[:, 0], np.array(browser["top_ids"])[:, 0]
-    assert clear.sum() >= 0.8 * len(clear)          # the check below covers most positions
+    clear = want - np.array(cpu["top_logits"])[:, 1] > tol        # margins no such difference can flip
     assert (top1_browser[clear] == top1_cpu[clear]).all()
-    np.testing.assert_allclose(got_logits[:, 0], cpu_logits[:, 0], atol=LOGIT_ATOL)
+    assert (top1_browser == top1_cpu).mean() >= TOP1_BAR
