@@ -7,21 +7,28 @@
 
 Requests are validated before any work, with BadRequestError naming the field. Requests to one engine
 run one at a time (a lock), so two callers never interleave inside one KV cache.
+
+In Pyodide (a PyScript page) the backend is pyshim's JavaScript engine (pyshim/pyodide_engine.py): the
+model comes from the site's store and runs in the engine's Worker; validation and shapes stay here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
-from pyshim.engine import ChatEngine
 from pyshim.errors import BadRequestError
 from pyshim.sampling import SamplingParams
 
+if TYPE_CHECKING:
+    from pyshim.engine import ChatEngine
+
 DEFAULT_MAX_TOKENS = 256
 ROLES = ("system", "user", "assistant")
+IN_PYODIDE = sys.platform == "emscripten"
 
 
 class _AsyncCpuRunner:
@@ -44,11 +51,23 @@ class _AsyncCpuRunner:
         self._runner.reset()
 
 
-async def load(model: str, *, backend: str = "gpu", n_ctx: int | None = None) -> "Engine":
-    """An engine for a model path or short name (`smollm2`, `gemma3`, `qwen2.5`); backend "gpu" (WebGPU:
-    native wgpu here, navigator.gpu in Pyodide) or "cpu" (the NumPy reference)."""
+async def load(model: str, *, backend: str | None = None, n_ctx: int | None = None, on_progress=None, js_module=None) -> "Engine":
+    """An engine for a model path or short name (`smollm2`, `gemma3`, `qwen2.5`); backend "gpu" (native
+    WebGPU through wgpu), "cpu" (the NumPy reference) or, in Pyodide, "browser" (the default there: the
+    site's JavaScript engine; `on_progress(dict)` gets its download/load progress, `js_module` is
+    web/pyshim.js or its URL when the PyScript config does not name it, see pyshim/pyodide_engine.py)."""
+    backend = backend or ("browser" if IN_PYODIDE else "gpu")
+    if backend == "browser":
+        if not IN_PYODIDE:
+            raise BadRequestError("backend 'browser' runs only inside Pyodide (a PyScript page)",
+                                  hint="use 'gpu' or 'cpu' here; `pyshim generate --backend browser` drives a headless browser")
+        from pyshim.pyodide_engine import load_js_engine
+
+        chat_engine = await load_js_engine(model, n_ctx=n_ctx, on_progress=on_progress, js_module=js_module)
+        return Engine(chat_engine, model_id=str(model))
     from pyshim.catalog import resolve_model
     from pyshim.chat import ChatTemplate
+    from pyshim.engine import ChatEngine
     from pyshim.header import read_header_from_file
     from pyshim.tokenizer import Tokenizer
     from pyshim.weights import FileSource
@@ -64,7 +83,7 @@ async def load(model: str, *, backend: str = "gpu", n_ctx: int | None = None) ->
         chat_engine = ChatEngine(_AsyncCpuRunner(load_cpu(path, n_ctx=n_ctx)), tokenizer,
                                  ChatTemplate.from_metadata(header.metadata, tokenizer))
     else:
-        raise BadRequestError(f"unknown backend {backend!r}", hint="use 'gpu' or 'cpu'")
+        raise BadRequestError(f"unknown backend {backend!r}", hint="use 'gpu' or 'cpu' ('browser' in Pyodide)")
     await chat_engine.prepare()
     return Engine(chat_engine, model_id=str(model))
 

@@ -40,7 +40,7 @@ async function registerServiceWorker() {
     return;
   }
   try {
-    await navigator.serviceWorker.register("sw.js");
+    await navigator.serviceWorker.register("sw.js", { type: "module" });
     await navigator.serviceWorker.ready;
     $("fact-offline").textContent = "the site and Python are cached: it opens without the network";
     window.pyshimOffline = true;

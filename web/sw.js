@@ -6,8 +6,13 @@
 // precaches the app shell and everything Python needs (Pyodide runtime, its packages, the wheels).
 // Model files (IndexedDB holds them), /api/ and Range requests are never cached here.
 //
+// It also answers the same-origin OpenAI endpoint under /v1/ by relaying to a page that serves an
+// engine (engine/endpoint.js); it is a module worker for that import: register it with {type: "module"}.
+//
 // Upgrades: a new CACHE_VERSION installs next to the old cache, takes over at once (network first
 // makes that safe), and deletes caches of older versions on activate.
+
+import { handleEndpoint, handleMessage } from "./engine/endpoint.js";
 
 const CACHE_VERSION = "v3";
 const CACHE = `pyshim-shell-${CACHE_VERSION}`;
@@ -77,7 +82,10 @@ async function networkFirst(request) {
   }
 }
 
+self.addEventListener("message", (event) => handleMessage(event));
+
 self.addEventListener("fetch", (event) => {
+  if (handleEndpoint(event, SCOPE)) return;   // the same-origin OpenAI endpoint, /v1/ (engine/endpoint.js)
   const url = new URL(event.request.url);
   if (bypass(event.request, url)) return;
   event.respondWith(networkFirst(event.request));

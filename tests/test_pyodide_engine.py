@@ -1,0 +1,28 @@
+"""The Python API's Pyodide side, from CPython: what a PyScript page must install to `import pyshim.api`,
+and the browser backend refused where it cannot run. (In the browser: tests/test_pyscript.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import pytest
+
+from pyshim.api import load
+from pyshim.errors import BadRequestError
+
+
+def test_importing_the_api_needs_only_numpy():
+    """A PyScript page installs numpy and the pyshim wheel, not gguf/jinja2/PyYAML: the engine and its
+    dependencies are imported only by the native backends."""
+    code = ("import sys, pyshim.api\n"
+            "heavy = sorted(m for m in ('pyshim.engine', 'pyshim.header', 'pyshim.chat', 'gguf', 'jinja2', 'yaml') if m in sys.modules)\n"
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
+
+
+def test_browser_backend_outside_pyodide_is_a_clear_error():
+    with pytest.raises(BadRequestError, match="only inside Pyodide"):
+        asyncio.run(load("smollm2", backend="browser"))
