@@ -53,6 +53,7 @@ class GenerationStats:
     prefill_s: float = 0.0
     decode_s: float = 0.0        # time in decode steps (the first generated token comes from the prefill)
     decode_steps: int = 0
+    decode_wait_s: float | None = None   # GPU runners: the part of decode_s spent awaiting readbacks
     finish_reason: str = ""      # "stop" (stop token or string) | "length"
 
     @property
@@ -62,6 +63,13 @@ class GenerationStats:
     @property
     def decode_tok_s(self) -> float:
         return self.decode_steps / self.decode_s if self.decode_s else 0.0
+
+    @property
+    def cpu_share_pct(self) -> float | None:
+        """The CPU side of a decode step (Python, FFI, encoding: outside GPU waits), GPU runners only."""
+        if self.decode_wait_s is None or not self.decode_s:
+            return None
+        return 100 * max(0.0, self.decode_s - self.decode_wait_s) / self.decode_s
 
 
 def generate_ids(runner, prompt_ids: Sequence[int], max_tokens: int, params: SamplingParams,
@@ -80,6 +88,9 @@ def generate_ids(runner, prompt_ids: Sequence[int], max_tokens: int, params: Sam
     if max_tokens == 0:
         return
     runner.reset()
+    device = getattr(runner, "device", None)      # a GPU runner counts its readback waits (read_wait_s)
+    if device is not None:
+        stats.decode_wait_s = 0.0
     t0 = time.perf_counter()
     logits = prefill(runner, prompt_ids)
     stats.prefill_s = time.perf_counter() - t0
@@ -95,8 +106,11 @@ def generate_ids(runner, prompt_ids: Sequence[int], max_tokens: int, params: Sam
         if stats.generated >= max_tokens or pos >= runner.n_ctx:
             return
         t0 = time.perf_counter()
+        waited = device.read_wait_s if device is not None else 0.0
         logits = decode_one_token(runner, token, pos)
         stats.decode_s += time.perf_counter() - t0
+        if device is not None:
+            stats.decode_wait_s += device.read_wait_s - waited
         stats.decode_steps += 1
         pos += 1
 

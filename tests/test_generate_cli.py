@@ -93,3 +93,12 @@ def test_browser_backend_without_chromium_is_a_clear_error(model, capsys, monkey
     assert main(["generate", model, "--prompt", "hello", "--backend", "browser", "--json"]) == 2
     err = capsys.readouterr().err
     assert "Chromium" in err and "/nonexistent/chromium" in err
+
+
+def test_gpu_backend_reports_its_arithmetic_and_the_cpu_side_of_decode(model, capsys):
+    argv = ["generate", model, "--prompt", "hello", "--max-tokens", "6", "--ignore-eos", "--json"]
+    gpu = _json(capsys, argv + ["--backend", "gpu"])
+    assert 0 < gpu["cpu_share_pct"] < 100 and gpu["arithmetic"] in ("int8", "f32")
+    cpu = _json(capsys, argv + (["--like-llama-cpp"] if gpu["arithmetic"] == "int8" else []))
+    assert cpu["cpu_share_pct"] is None and cpu["arithmetic"] == gpu["arithmetic"]
+    assert gpu["ids"] == cpu["ids"]

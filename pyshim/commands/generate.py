@@ -74,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"text": result.text, "ids": result.ids, "prompt_ids": result.prompt_ids,
                           "prefill_tok_s": round(stats.prefill_tok_s, 2), "decode_tok_s": round(stats.decode_tok_s, 2),
-                          "finish_reason": stats.finish_reason, "arithmetic": "int8" if args.like_llama_cpp else arithmetic(runner)}))
+                          "finish_reason": stats.finish_reason, "arithmetic": "int8" if args.like_llama_cpp else arithmetic(runner),
+                          "cpu_share_pct": None if stats.cpu_share_pct is None else round(stats.cpu_share_pct, 2)}))
     else:
         print()
         print(f"[{stats.prompt_tokens} prompt tokens at {stats.prefill_tok_s:.1f} tok/s; {stats.generated} generated, "
