@@ -101,4 +101,3 @@ def test_gpu_backend_reports_its_arithmetic_and_the_cpu_side_of_decode(model, ca
     assert 0 < gpu["cpu_share_pct"] < 100 and gpu["arithmetic"] in ("int8", "f32")
     cpu = _json(capsys, argv + (["--like-llama-cpp"] if gpu["arithmetic"] == "int8" else []))
     assert cpu["cpu_share_pct"] is None and cpu["arithmetic"] == gpu["arithmetic"]
-    assert gpu["ids"] == cpu["ids"]
