@@ -26,3 +26,19 @@ def test_importing_the_api_needs_only_numpy():
 def test_browser_backend_outside_pyodide_is_a_clear_error():
     with pytest.raises(BadRequestError, match="only inside Pyodide"):
         asyncio.run(load("smollm2", backend="browser"))
+
+
+def test_the_pyscript_example_installs_this_pyshim_from_the_site():
+    """The example's PyScript config names the wheel by file: a version bump must update it."""
+    import json
+    import re
+
+    from pyshim import __version__
+    from pyshim.paths import ROOT
+
+    page = (ROOT / "web" / "examples" / "pyscript.html").read_text()
+    config = json.loads(re.search(r"<script type=\"py\"[^>]*config='([^']*)'", page).group(1))
+    assert config["interpreter"] == "../vendor/pyodide/pyodide.mjs" and config["packages_cache"] == "never"
+    assert f"../vendor/wheels/pyshim-{__version__}-py3-none-any.whl" in config["packages"]
+    assert all(p == "numpy" or p.startswith("../vendor/") for p in config["packages"])   # nothing from a CDN or PyPI
+    assert config["js_modules"]["main"] == {"../pyshim.js": "pyshim_js"}
