@@ -212,10 +212,21 @@ async def score(request_json: str) -> str:
     return json.dumps({**scored, "arithmetic": arithmetic(engine.runner)})
 
 
+def gpu_bytes(runner) -> dict:
+    """Device memory: what the executor allocated so far (buffers are made at load and as step shapes are
+    first built, so after a run this is its peak) and what the plan (pyshim.memory) predicts for its
+    largest step."""
+    from pyshim.memory import estimate
+
+    ops = runner.ops
+    plan = estimate(runner.spec, runner.header.tensors, context=runner.n_ctx, kv_type=ops.kv_type, chunk=ops.max_chunk)
+    return {"peak_gpu_bytes": ops.memory()["total"], "planned_gpu_bytes": plan.total_bytes}
+
+
 async def bench(request_json: str) -> str:
     """Request {prompt, max_tokens, ignore_eos (default true)}: a greedy run -> {prompt_tokens, prefill_ms,
-    ttft_ms, decode_tokens, decode_ms, cpu_ms, cpu_share, text} as JSON (load_ms filled in by JS).
-    cpu_share = cpu_ms / decode_ms, the CPU side of a decode step (0..1)."""
+    ttft_ms, decode_tokens, decode_ms, cpu_ms, cpu_share, text, peak_gpu_bytes, planned_gpu_bytes} as JSON
+    (load_ms filled in by JS). cpu_share = cpu_ms / decode_ms, the CPU side of a decode step (0..1)."""
     engine = _engine()
     request = json.loads(request_json)
     prompt = request_ids(engine.tokenizer, request, engine.runner.spec.n_vocab)
@@ -227,4 +238,4 @@ async def bench(request_json: str) -> str:
     return json.dumps({"prompt_tokens": done.prompt_tokens, "prefill_ms": done.prefill_ms, "ttft_ms": done.prefill_ms,
                        "decode_tokens": len(done.token_ids), "decode_ms": done.decode_ms, "cpu_ms": done.cpu_ms,
                        "cpu_share": done.cpu_ms / done.decode_ms if done.decode_ms > 0 else None,
-                       "decode_tok_per_s": done.decode_tok_per_s, "text": done.text})
+                       "decode_tok_per_s": done.decode_tok_per_s, "text": done.text, **gpu_bytes(engine.runner)})

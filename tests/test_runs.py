@@ -88,6 +88,15 @@ def test_timings_hold_together(gpu):
     assert done.as_dict()["usage"] == {"prompt_tokens": 6, "completion_tokens": MAX_TOKENS, "total_tokens": 6 + MAX_TOKENS}
 
 
+def test_gpu_bytes_are_the_allocation_and_the_plan(gpu):
+    from pyshim.runs import gpu_bytes
+
+    _, runner = gpu
+    got = gpu_bytes(runner)
+    assert got["peak_gpu_bytes"] == runner.ops.memory()["total"] > runner.weight_bytes
+    assert got["planned_gpu_bytes"] > runner.weight_bytes      # weights, plus the KV cache and activations
+
+
 def test_abort_between_tokens(gpu):
     done = _complete(gpu, tiny_models.test_ids()[:6], should_stop=lambda: True)
     assert done.finish_reason == "abort" and len(done.token_ids) == 1

@@ -22,7 +22,8 @@
 //   result  {ids, top_ids, top_logits, top_logprobs}   row i: the top-k predicted after ids[..i]
 // bench    {model_url | model_id, context, prompt | prompt_ids, max_tokens, ignore_eos = true}
 //   result  {prompt_tokens, load_ms, ttft_ms, prefill_ms, decode_tokens, decode_ms, decode_tok_per_s,
-//            cpu_ms, cpu_share (= cpu_ms / decode_ms), text}   greedy, as playwright/bench_engines.py reads it
+//            cpu_ms, cpu_share (= cpu_ms / decode_ms), text, peak_gpu_bytes, planned_gpu_bytes}
+//            greedy, as playwright/bench_engines.py reads it; peak = allocated so far, planned = pyshim.memory
 
 import * as store from "../store/store.js";
 import { ensureLoaded } from "./chat.js";
