@@ -3,24 +3,37 @@
 Full-attention layers hold `n_ctx` slots (slot = position). Sliding-window layers hold only `window`
 slots used as a ring (slot = position % window): a query never looks further back than the window, so
 older entries can be overwritten. Each slot remembers its position (-1: empty), which is what the
-attention mask is computed from. With kv_type "f16" entries are rounded to half precision as they are
-stored (what the GPU's packed-half cache holds), and kept as f32 for the arithmetic.
+attention mask is computed from. Entries are stored as the GPU's cache of that type holds them, and
+kept as f32 for the arithmetic: "f16" rounds to half precision; "q8" rounds blocks of 32 values along
+the head to int8 times an f32 scale (amax / 127), in f32 arithmetic the kernel's order.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from pyshim.errors import BadRequestError
+from pyshim.errors import BadRequestError, UnsupportedError
 
 
-KV_TYPES = ("f32", "f16")
+KV_TYPES = ("f32", "f16", "q8")
+Q8_BLOCK = 32
+
+
+def q8_round(x: np.ndarray) -> np.ndarray:
+    """x [..., head_dim] as a q8 cache holds it: per block of 32, q = round(x * (1 / d)) in [-127, 127],
+    d = amax / 127, value q * d (all f32; round half to even, as WGSL's round)."""
+    blocks = x.astype(np.float32).reshape(*x.shape[:-1], x.shape[-1] // Q8_BLOCK, Q8_BLOCK)
+    d = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d > 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    q = np.clip(np.round(blocks * inv), -127, 127).astype(np.float32)
+    return (q * d).reshape(x.shape)
 
 
 class LayerKV:
     def __init__(self, capacity: int, n_kv_heads: int, head_dim: int, head_dim_v: int, kv_type: str = "f32"):
         self.capacity = capacity
-        self.round = kv_type == "f16"
+        self.kv_type = kv_type
         self.k = np.zeros((capacity, n_kv_heads, head_dim), dtype=np.float32)
         self.v = np.zeros((capacity, n_kv_heads, head_dim_v), dtype=np.float32)
         self.pos = np.full(capacity, -1, dtype=np.int64)
@@ -37,8 +50,12 @@ class LayerKV:
         self.filled = max(self.filled, int(slots.max()) + 1)
 
     def as_stored(self, x: np.ndarray) -> np.ndarray:
-        """`x` as the cache holds it: rounded to half precision for an f16 cache (then used as f32)."""
-        return x.astype(np.float16).astype(np.float32) if self.round else x
+        """`x` as the cache holds it (then used as f32)."""
+        if self.kv_type == "f16":
+            return x.astype(np.float16).astype(np.float32)
+        if self.kv_type == "q8":
+            return q8_round(x)
+        return x
 
     def contents(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(k, v, positions) of the slots that may be in use."""
@@ -55,6 +72,9 @@ class KVCache:
         """`spec`: a ModelSpec; `n_ctx`: the longest sequence the cache will hold; `kv_type`: f32 or f16."""
         if kv_type not in KV_TYPES:
             raise BadRequestError(f"unknown KV cache type {kv_type!r}", hint=f"use one of: {', '.join(KV_TYPES)}")
+        if kv_type == "q8" and (spec.head_dim_k % Q8_BLOCK or spec.head_dim_v % Q8_BLOCK):
+            raise UnsupportedError(f"a q8 KV cache needs head sizes that are multiples of {Q8_BLOCK} (this model's: "
+                                   f"{spec.head_dim_k}/{spec.head_dim_v})", hint="use kv_type f16")
         self.n_ctx = n_ctx
         windows = [spec.sliding_window if spec.swa_layers[il] else 0 for il in range(spec.n_layers)]
         self.layers = [LayerKV(min(w, n_ctx) if w else n_ctx, spec.n_kv_heads, spec.head_dim_k, spec.head_dim_v, kv_type)

@@ -21,13 +21,12 @@ from pyshim.generate import PREFILL_CHUNK
 from pyshim.header import TensorInfo
 from pyshim.spec import ModelSpec
 
-# KV element types -> bytes per element. q8/q4 are ggml-style blocks of 32 values along the head
-# dimension with one f16 scale (Q8_0: 34 bytes, Q4_0: 18 bytes per 32 values).
+# KV cache types -> bytes per value, as the GPU stores them (include/kv.wgsl): f16 as packed halves, q8 as
+# blocks of 32 int8 values along the head with an f32 scale (36 bytes per 32 values).
 KV_TYPES: dict[str, Fraction] = {
     "f32": Fraction(4),
     "f16": Fraction(2),
-    "q8": Fraction(34, 32),
-    "q4": Fraction(18, 32),
+    "q8": Fraction(36, 32),
 }
 
 
@@ -50,7 +49,7 @@ def kv_cache_bytes(spec: ModelSpec, context: int, kv_type: str = "f32", chunk: i
     per_position = spec.n_kv_heads * (spec.head_dim_k + spec.head_dim_v) * _kv_element_bytes(kv_type)
     ring = spec.sliding_window + chunk - 1
     positions = sum(min(context, ring) if local else context for local in spec.swa_layers)
-    return math.ceil(per_position * positions)   # q8/q4 blocks are never split
+    return math.ceil(per_position * positions)   # q8 blocks are never split
 
 
 def activation_bytes(spec: ModelSpec, chunk: int) -> int:

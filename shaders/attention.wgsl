@@ -7,8 +7,8 @@
 // SPLITS = 1: the invocation writes out[] itself. SPLITS > 1 (long contexts, real GPUs): split s covers
 // its share of [lo, pos] and writes (max, sum, unnormalized output) to `partial`; the COMBINE variant
 // (one invocation per head and token) merges the splits into out[].
-// Defines: WG, HEAD_DIM/4 as HD4, HEAD_DIM_V/4 as HDV4, SPLITS, optional SOFTCAP and KV_F16 (a cache of
-// halves, include/kv.wgsl); COMBINE for pass 2.
+// Defines: WG, HEAD_DIM/4 as HD4, HEAD_DIM_V/4 as HDV4, SPLITS, optional SOFTCAP, and KV_F16 or KV_Q8
+// (the cache's type, include/kv.wgsl); COMBINE for pass 2.
 struct Params {
     n: u32,             // query tokens
     heads: u32,
@@ -69,10 +69,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     var l = 0.0;
     for (var j = first; j < end; j++) {
         let slot = j % params.cap;
-        let kb = (slot * params.kv_heads + kvh) * HD4;
+        let row = slot * params.kv_heads + kvh;
         var dv = vec4<f32>(0.0);
         for (var i = 0u; i < HD4; i++) {
-            dv = fma(qv[i], kv_unpack(kc[kb + i]), dv);
+            dv = fma(qv[i], key4(row, i), dv);
         }
         var s = (dv.x + dv.y + dv.z + dv.w) * params.scale;
 #ifdef SOFTCAP
@@ -82,9 +82,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         let corr = exp(m - m_new);
         let p = exp(s - m_new);
         l = l * corr + p;
-        let vb = (slot * params.kv_heads + kvh) * HDV4;
         for (var i = 0u; i < HDV4; i++) {
-            acc[i] = fma(vec4<f32>(p), kv_unpack(vc[vb + i]), acc[i] * corr);
+            acc[i] = fma(vec4<f32>(p), val4(row, i), acc[i] * corr);
         }
         m = m_new;
     }

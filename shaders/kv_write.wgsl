@@ -1,6 +1,7 @@
 // Store this step's keys and values in the layer's cache ring: k [n, kv_heads*head_dim] into
-// kc[positions[t] % cap], v likewise. One invocation per (vec4 of the longer row, token).
-// Defines: WG; KV_F16 for a cache of halves (include/kv.wgsl).
+// kc[positions[t] % cap], v likewise. One invocation per (vec4 of the longer row, token); with KV_Q8,
+// per (block of 32 values of the longer row, token), which quantizes its block.
+// Defines: WG; KV_F16 or KV_Q8 for the cache's type (include/kv.wgsl).
 struct Params {
     n: u32,
     k_row: u32,         // kv_heads * head_dim (multiple of 4)
@@ -21,6 +22,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> vc: array<KVCell>;
 @group(0) @binding(5) var<uniform> params: Params;
 
+#ifndef KV_Q8
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = gid.x;
@@ -38,3 +40,57 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         vc[slot * v4 + i] = kv_pack(v[params.v_off / 4u + t * v4 + i]);
     }
 }
+#endif
+
+#ifdef KV_Q8
+// Block b of 32 values starting at vec4 `src` -> 9 words at `dst` of kc (is_k) or vc.
+fn quantize_block(src: u32, dst: u32, is_k: bool) {
+    var x: array<vec4<f32>, 8>;
+    var amax = 0.0;
+    for (var j = 0u; j < 8u; j++) {
+        if (is_k) {
+            x[j] = k[src + j];
+        } else {
+            x[j] = v[src + j];
+        }
+        let a = abs(x[j]);
+        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+    }
+    let d = amax / 127.0;
+    var inv = 0.0;
+    if (d > 0.0) {
+        inv = 1.0 / d;
+    }
+    for (var j = 0u; j < 8u; j++) {
+        let q = vec4<i32>(clamp(round(x[j] * inv), vec4<f32>(-127.0), vec4<f32>(127.0)));
+        if (is_k) {
+            kc[dst + j] = q8_pack(q);
+        } else {
+            vc[dst + j] = q8_pack(q);
+        }
+    }
+    if (is_k) {
+        kc[dst + 8u] = bitcast<u32>(d);
+    } else {
+        vc[dst + 8u] = bitcast<u32>(d);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let b = gid.x;
+    let t = gid.y;
+    if (t >= params.n) {
+        return;
+    }
+    let slot = positions[params.pos_off + t] % params.cap;
+    let kb = params.k_row / 32u;
+    let vb = params.v_row / 32u;
+    if (b < kb) {
+        quantize_block(params.k_off / 4u + t * (params.k_row / 4u) + b * 8u, (slot * kb + b) * Q8_WORDS, true);
+    }
+    if (b < vb) {
+        quantize_block(params.v_off / 4u + t * (params.v_row / 4u) + b * 8u, (slot * vb + b) * Q8_WORDS, false);
+    }
+}
+#endif

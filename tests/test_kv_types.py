@@ -1,6 +1,6 @@
-"""The f16 KV cache (halves packed two to a u32, so no shader-f16 is needed): the GPU executor against
-the reference storing its cache in half precision, on tiny models of the architectures with sliding
-windows, GQA and softcaps; and its memory: half the f32 cache."""
+"""The smaller KV caches, on any adapter: f16 (halves packed two to a u32, so no shader-f16 is needed) and
+q8 (int8 blocks of 32 with an f32 scale). The GPU executor against the reference storing its cache the
+same way, on tiny models of the architectures with sliding windows, GQA and softcaps; their memory."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 import tiny_models
 from pyshim.errors import BadRequestError
+from pyshim.kvcache import q8_round
 from pyshim.gpu.runner import load_gpu_async
 from pyshim.loading import load
 from tiny_models import QT, write_tiny_model
@@ -18,14 +19,15 @@ from tiny_models import QT, write_tiny_model
 IDS = tiny_models.test_ids() + [5, 77, 300, 9, 12, 41, 42, 43]
 
 
+@pytest.mark.parametrize("kv_type", ["f16", "q8"])
 @pytest.mark.parametrize("arch", ["gemma3", "qwen2", "llama"])
-def test_gpu_f16_cache_matches_reference(tmp_path, arch):
+def test_gpu_cache_matches_reference(tmp_path, arch, kv_type):
     path = write_tiny_model(tmp_path, arch, QT.F32)
-    want = load(path, n_ctx=tiny_models.N_CTX, kv_type="f16").forward(IDS, 0, all_logits=True)
+    want = load(path, n_ctx=tiny_models.N_CTX, kv_type=kv_type).forward(IDS, 0, all_logits=True)
     f32 = load(path, n_ctx=tiny_models.N_CTX).forward(IDS, 0, all_logits=True)
 
     async def run():
-        runner = await load_gpu_async(path, n_ctx=tiny_models.N_CTX, kv_type="f16", max_chunk=4, int8=False)
+        runner = await load_gpu_async(path, n_ctx=tiny_models.N_CTX, kv_type=kv_type, max_chunk=4, int8=False)
         try:
             rows = [(await runner.forward_async(IDS[:9], 0, all_logits=True))]
             for pos in range(9, len(IDS)):       # then one at a time: rings wrap, keys come back from halves
@@ -35,14 +37,28 @@ def test_gpu_f16_cache_matches_reference(tmp_path, arch):
             runner.device.destroy()
 
     got, kv_bytes = asyncio.run(run())
-    # Nearer the f16 reference than the f32 one is: the GPU rounds like the reference does (measured:
-    # 2e-5..1e-4 of the largest logit from the f16 reference, the rounding itself 1.5e-4..7e-4).
+    # Nearer the reference with this cache than the f32 one is: the GPU rounds like the reference does
+    # (measured for f16: 2e-5..1e-4 of the largest logit from the f16 reference, the rounding itself 1.5e-4..7e-4).
     err, effect = np.abs(got - want).max(), np.abs(f32 - want).max()
     assert err < effect / 2, (err, effect)
     assert np.array_equal(got.argmax(-1), want.argmax(-1))
 
 
-def test_f16_cache_is_half_the_memory(tmp_path):
+def test_q8_rounding():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 2, 64)).astype(np.float32)
+    x[0, 0, :32] = 0                                   # an all-zero block stays zero
+    got = q8_round(x)
+    assert (got[0, 0, :32] == 0).all()
+    blocks = x.reshape(3, 2, 2, 32)
+    d = np.abs(blocks).max(-1, keepdims=True) / 127
+    assert np.all(np.abs(got.reshape(blocks.shape) - blocks) <= d / 2 * (1 + 1e-5))   # within half a step
+    assert np.allclose(np.abs(got.reshape(blocks.shape)).max(-1), np.abs(blocks).max(-1))   # the largest is exact
+    steps = got.reshape(blocks.shape)[d[..., 0] > 0] / d[d > 0][:, None]
+    assert np.allclose(steps, np.round(steps), atol=1e-4) and np.abs(steps).max() <= 127 + 1e-4   # whole int8 steps
+
+
+def test_cache_memory(tmp_path):
     path = write_tiny_model(tmp_path, "llama", QT.Q4_0)
 
     async def kv(kv_type):
@@ -52,12 +68,14 @@ def test_f16_cache_is_half_the_memory(tmp_path):
         finally:
             runner.device.destroy()
 
-    assert asyncio.run(kv("f16")) * 2 == asyncio.run(kv("f32"))
+    f32 = asyncio.run(kv("f32"))
+    assert asyncio.run(kv("f16")) * 2 == f32
+    assert asyncio.run(kv("q8")) == f32 * 36 // 128        # 36 bytes per 32 values
 
 
 def test_unknown_kv_type(tmp_path):
     path = write_tiny_model(tmp_path, "llama", QT.Q4_0)
     with pytest.raises(BadRequestError, match="q3"):
         load(path, n_ctx=64, kv_type="q3")
-    with pytest.raises(BadRequestError, match="q8"):
-        asyncio.run(load_gpu_async(path, n_ctx=64, kv_type="q8"))
+    with pytest.raises(BadRequestError, match="q4"):
+        asyncio.run(load_gpu_async(path, n_ctx=64, kv_type="q4"))

@@ -16,19 +16,19 @@ CHUNK = 64
 
 
 @pytest.mark.models
-@pytest.mark.parametrize("name, context", [("smollm2", 2048), ("gemma3", 1024)])
-def test_plan_matches_gpu_allocation(name, context):
+@pytest.mark.parametrize("name, context, kv_type", [("smollm2", 2048, "f32"), ("gemma3", 1024, "f32"), ("smollm2", 2048, "q8")])
+def test_plan_matches_gpu_allocation(name, context, kv_type):
     from pyshim.gpu.runner import load_gpu
 
     path = resolve_model(name)
-    runner = load_gpu(path, n_ctx=context, max_chunk=CHUNK)
+    runner = load_gpu(path, n_ctx=context, max_chunk=CHUNK, kv_type=kv_type)
     try:
         runner.forward(list(range(10, 10 + CHUNK)), 0)    # the largest step: its activations are the peak
         used = runner.ops.memory()
-        plan = estimate(runner.spec, read_header_from_file(path).tensors, context=context, chunk=CHUNK)
+        plan = estimate(runner.spec, read_header_from_file(path).tensors, context=context, chunk=CHUNK, kv_type=kv_type)
     finally:
         runner.device.destroy()
-    print(f"{name} @ {context}: planned {plan.total_bytes / 1e6:.1f} MB, allocated {used['total'] / 1e6:.1f} MB "
+    print(f"{name} @ {context}, {kv_type} KV: planned {plan.total_bytes / 1e6:.1f} MB, allocated {used['total'] / 1e6:.1f} MB "
           f"(weights {used['weights'] / 1e6:.1f}/{plan.weight_bytes / 1e6:.1f}, KV {used['kv'] / 1e6:.1f}/{plan.kv_bytes / 1e6:.1f}, "
           f"activations {used['activations'] / 1e6:.1f}/{plan.activation_bytes / 1e6:.1f})")
     assert abs(used["total"] - plan.total_bytes) <= TOLERANCE * plan.total_bytes

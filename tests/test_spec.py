@@ -202,7 +202,7 @@ def test_real_memory_estimates():
 def test_kv_types_and_fits():
     spec = spec_of("llama", {"attention.head_count_kv": 2})
     per_token = {kind: kv_bytes_per_token(spec, kind) for kind in KV_TYPES}
-    assert per_token == {"f32": 4 * 2 * 64 * 4, "f16": 4 * 2 * 64 * 2, "q8": 4 * 2 * 64 * 34 // 32, "q4": 4 * 2 * 64 * 18 // 32}
+    assert per_token == {"f32": 4 * 2 * 64 * 4, "f16": 4 * 2 * 64 * 2, "q8": 4 * 2 * 64 * 36 // 32}
     with pytest.raises(ValueError, match="bf8"):
         kv_bytes_per_token(spec, "bf8")
     header = read_header(raw_gguf([kv_str("general.architecture", "llama")],

@@ -28,7 +28,7 @@ from gguf import GGMLQuantizationType as QT
 from pyshim.errors import BadRequestError, OutOfMemoryError, TensorShapeError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.pool import ActivationPool, Slot, physical
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, ATTN_SPLITS_GPU, I8_ACTIVATIONS, I8_BLOCKS, KV_TYPES_GPU, PARAMS, TOPK, TOPK_CHUNK,
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, ATTN_SPLITS_GPU, I8_ACTIVATIONS, I8_BLOCKS, KV_TYPES_GPU, PARAMS, Q8_BLOCK, TOPK, TOPK_CHUNK,
                                 WG, KernelCache,
                                 attention_keys, attention_record_bytes, barrier_free_rows, default_int8, groups, kv_write_key,
                                 matvec_grid, matvec_i8_key, matvec_key, quantize_key, rope_theta, shader_block,
@@ -136,6 +136,9 @@ class GpuOps:
         element type, "f32" or "f16" (halves packed in u32s: half the memory on any adapter)."""
         if kv_type not in KV_TYPES_GPU:
             raise BadRequestError(f"KV cache type {kv_type!r} is not available on the GPU", hint=f"use one of: {', '.join(KV_TYPES_GPU)}")
+        if kv_type == "q8" and (spec.head_dim_k % Q8_BLOCK or spec.head_dim_v % Q8_BLOCK):
+            raise UnsupportedError(f"a q8 KV cache needs head sizes that are multiples of {Q8_BLOCK} (this model's: "
+                                   f"{spec.head_dim_k}/{spec.head_dim_v})", hint="use kv_type f16")
         self.kv_type = kv_type
         self.device = device
         self.kernels = kernels or KernelCache(device)
@@ -163,9 +166,9 @@ class GpuOps:
         for il in range(spec.n_layers):
             window = spec.sliding_window if spec.swa_layers[il] else 0
             cap = min(n_ctx, window + max_chunk - 1) if window else n_ctx
-            element = 2 if kv_type == "f16" else 4
-            k = self._buffer(cap * spec.n_kv_heads * spec.head_dim_k * element, f"k{il}")
-            v = self._buffer(cap * spec.n_kv_heads * spec.head_dim_v * element, f"v{il}")
+            element = KV_TYPES_GPU[kv_type]
+            k = self._buffer(int(cap * spec.n_kv_heads * spec.head_dim_k * element), f"k{il}")
+            v = self._buffer(int(cap * spec.n_kv_heads * spec.head_dim_v * element), f"v{il}")
             self.kv.append((k, v, cap))
 
     # --- buffers and recording ---
@@ -360,7 +363,7 @@ class GpuOps:
         if spec.head_dim % 4 or spec.head_dim_v % 4:
             raise UnsupportedError(f"head dims {spec.head_dim}/{spec.head_dim_v} are not multiples of 4")
         self._record("kv_write", kv_write_key(self.kv_type), [k.buf, v.buf, positions.buf, kc, vc],
-                     (groups(max(k_row, v_row) // 4), n, 1), n=n, k_row=k_row, v_row=v_row, cap=cap,
+                     (groups(max(k_row, v_row) // (Q8_BLOCK if self.kv_type == "q8" else 4)), n, 1), n=n, k_row=k_row, v_row=v_row, cap=cap,
                      pos_off=positions.off, k_off=k.off, v_off=v.off)
         out = self._tensor((n, spec.n_heads * spec.head_dim_v), "attention")
         key, combine = attention_keys(spec.head_dim, spec.head_dim_v, spec.softcap > 0, self.attn_splits, self.kv_type)

@@ -183,11 +183,14 @@ def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False, multi: bo
                         UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None)
 
 
-KV_TYPES_GPU = ("f32", "f16")   # KV cache element types the kernels store (f16: packed halves, any adapter)
+# KV cache types the kernels store (include/kv.wgsl) -> bytes per value: f16 as packed halves and q8 as
+# int8 blocks of 32 with an f32 scale, both on any adapter.
+KV_TYPES_GPU = {"f32": 4.0, "f16": 2.0, "q8": 36 / 32}
+Q8_BLOCK = 32
 
 
 def kv_write_key(kv_type: str = "f32") -> ShaderKey:
-    return ShaderKey.of("kv_write", WG=WG, KV_F16=kv_type == "f16")
+    return ShaderKey.of("kv_write", WG=WG, KV_F16=kv_type == "f16", KV_Q8=kv_type == "q8")
 
 
 def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int,
@@ -195,7 +198,7 @@ def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int,
     """The attention pass (per head, token and split of the keys) and, with splits > 1, the combine pass."""
     common = dict(WG=WG, HD4=head_dim // 4, HDV4=head_dim_v // 4, SPLITS=splits)
     combine = ShaderKey.of("attention", COMBINE=True, **common) if splits > 1 else None
-    return ShaderKey.of("attention", SOFTCAP=softcap, KV_F16=kv_type == "f16", **common), combine
+    return ShaderKey.of("attention", SOFTCAP=softcap, KV_F16=kv_type == "f16", KV_Q8=kv_type == "q8", **common), combine
 
 
 def attention_record_bytes(head_dim_v: int) -> int:
