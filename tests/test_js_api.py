@@ -146,7 +146,7 @@ def test_streamed_text_equals_the_whole_reply(api):
     (choice,) = whole["choices"]
     text = choice["message"]["content"]
     assert choice["message"]["role"] == "assistant" and choice["finish_reason"] in ("stop", "length")
-    assert "Paris" in text
+    assert text.strip()   # what it says is test_site_chat's business (the Worker's reply vs the CPU reference)
     usage = whole["usage"]
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] and 0 < usage["completion_tokens"] <= MAX_TOKENS
 
@@ -165,27 +165,12 @@ def test_streamed_text_equals_the_whole_reply(api):
 def test_stop_strings_end_the_reply(api):
     page, _, _, _ = api
     text = solo_answer(api)["choices"][0]["message"]["content"]
-    assert "France" in text, f"the greedy reply changed ({text!r}): pick another stop string"
-    stopped = request(page, greedy(QUESTION, stop=["zebra", "France"]))
-    assert stopped["choices"][0]["message"]["content"] == text.split("France")[0]
+    stop = text[len(text) // 2:len(text) // 2 + 3]   # from the reply itself, so any greedy reply works
+    assert len(stop) == 3, f"the greedy reply is too short to cut: {text!r}"
+    stopped = request(page, greedy(QUESTION, stop=["\u2603never", stop]))
+    assert stopped["choices"][0]["message"]["content"] == text.split(stop)[0]
     assert stopped["choices"][0]["finish_reason"] == "stop"
     assert stopped["usage"]["completion_tokens"] < solo_answer(api)["usage"]["completion_tokens"]
-
-
-def cpu_reference_reply(question: str, max_tokens: int) -> str:
-    """The same greedy chat on the NumPy reference (test_site_chat shows the browser's equals it)."""
-    from pyshim.catalog import resolve_model
-    from pyshim.chat import ChatTemplate
-    from pyshim.generate import generate_text
-    from pyshim.loading import load
-    from pyshim.sampling import SamplingParams
-    from pyshim.tokenizer import Tokenizer
-
-    runner = load(resolve_model("smollm2"), n_ctx=CONTEXT)
-    tok = Tokenizer.from_metadata(runner.metadata)
-    template = ChatTemplate.from_metadata(runner.metadata, tok)
-    ids = template.encode(tok, user(question))
-    return generate_text(runner, ids, tok.stream(), max_tokens=max_tokens, params=SamplingParams(), stop_ids=template.stop_ids).text
 
 
 CONCURRENT_JS = """async ([first, second]) => {
@@ -209,10 +194,11 @@ CONCURRENT_JS = """async ([first, second]) => {
 def test_concurrent_requests_on_one_engine_are_queued(api):
     page, _, _, _ = api
     solo = solo_answer(api)["choices"][0]["message"]["content"]
+    other_solo = request(page, greedy(OTHER_QUESTION, OTHER_MAX_TOKENS))["choices"][0]["message"]["content"]
     out = page.evaluate(CONCURRENT_JS, [greedy(QUESTION, stream=True), greedy(OTHER_QUESTION, OTHER_MAX_TOKENS)])
     assert out["queued"] == 2, out                         # both waited their turn (the first had not started yet)
-    assert out["a"] == solo
-    assert out["b"] == cpu_reference_reply(OTHER_QUESTION, OTHER_MAX_TOKENS), json.dumps(out)
+    assert out["a"] == solo and out["b"] == other_solo, json.dumps(out)
+    assert out["a"] != out["b"]
     assert out["events"][-1] == "second-done" and out["events"].count("second-done") == 1   # one after the other, never mixed
 
 
