@@ -225,7 +225,7 @@ def run_bench(config: BenchConfig) -> dict:
     report["generate_cli"] = {"backends": sorted(cli["backends"]), "ignore_eos": "--ignore-eos" in cli["flags"]}
     config.out.mkdir(parents=True, exist_ok=True)
     _run_native(report, config, facts, cli)
-    _run_in_browser(report, config, facts, cli)
+    _run_in_browser(report, config, facts)
     order = list(BACKENDS) + [f"{peer}-{t}t" for peer in ("wllama", "llamacpp") for t in PEER_THREADS]
     report["results"].sort(key=lambda r: (config.models.index(r["model"]), order.index(r["engine"])))
     report["rooflines"]["host"] = report["rooflines"].get("cpu") or _host_roofline()
@@ -259,7 +259,7 @@ def _run_native(report: dict, config: BenchConfig, facts: dict, cli: dict) -> No
     scratch.unlink(missing_ok=True)
 
 
-def _run_in_browser(report: dict, config: BenchConfig, facts: dict, cli: dict) -> None:
+def _run_in_browser(report: dict, config: BenchConfig, facts: dict) -> None:
     """The browser engine and the wllama peer, one Chromium, a fresh context per run, COOP/COEP on."""
     from playwright.sync_api import sync_playwright
 
@@ -278,10 +278,7 @@ def _run_in_browser(report: dict, config: BenchConfig, facts: dict, cli: dict) -
             f = facts[name]
             if "browser" in config.backends:
                 res = _measure(f"{name} browser", settings.runs, lambda: bench_engines.browser_run(
-                    browser, server.url, f["url"], f["workload"], roofline_mib=settings.roofline_mib,
-                    cli_support=cli, model_path=Path(f["path"]), store=not config.quick))
-                if res["status"] == "ok" and res["median"].get("generation_error"):
-                    res["status"] = "partial: no generation (" + res["median"]["generation_error"][:120] + ")"
+                    browser, server.url, f["url"], f["workload"], roofline_mib=settings.roofline_mib))
                 if res["samples"] and res["samples"][0].get("adapter"):
                     report["adapter"] = res["samples"][0]["adapter"]
                 _add(report, name, "browser", res, f, None)

@@ -14,18 +14,12 @@ Figure names shared by all engines (absent = not measured by that engine yet):
     roofline_GBps, roofline_Gelem_s   the device's streaming ceiling measured in the same run
 
 The browser engine: the site's Worker answers `boot`, `gpu-selftest`, `read-header`, `probe-bytes`,
-`exec` and `bench`, and the page's store downloads models into IndexedDB (store_ms, store_MBps).
-Generation, first found first used:
-  1. the Worker request `bench` (web/engine/runs.js, listed in `capabilities().kinds`): params {model_url,
-     prompt, max_tokens, ignore_eos: true}; result {prompt_tokens, load_ms, ttft_ms, prefill_ms, decode_tokens,
-     decode_ms, text, cpu_ms, cpu_share} and, when known, {peak_gpu_bytes, planned_gpu_bytes} — raw prompts,
-     exact token counts, the model loaded IndexedDB → GPU as the site does; cpu_ms = decode time outside
-     awaiting the GPU readback, so cpu_share_pct = 100 × cpu_ms / decode_ms;
-  2. `pyshim generate --backend browser --json` when the CLI has it;
-  3. the GPU executor driven from Python through the Worker's `exec` (EXECUTOR_CODE): raw prompts, so the
-     token counts and greedy texts compare with the other engines';
-  4. if that fails, the site's `generate` (`capabilities().generate`): a chat request on the stored model
-     (the template adds prompt tokens and changes the text), figures from its `timings` and `usage`.
+`exec` and `bench`; the page's store downloads the model into IndexedDB first (store_ms, store_MBps), then
+the Worker's `bench` request (web/engine/runs.js) runs each prompt: params {model_url, prompt, max_tokens,
+ignore_eos: true}; result {prompt_tokens, load_ms, ttft_ms, prefill_ms, decode_tokens, decode_ms, text,
+cpu_ms, cpu_share, peak_gpu_bytes, planned_gpu_bytes} — raw prompts, exact token counts, greedy, the model
+loaded IndexedDB → GPU as the site does; cpu_ms = decode time outside awaiting the GPU readback, so
+cpu_share_pct = 100 × cpu_ms / decode_ms.
 """
 
 from __future__ import annotations
@@ -75,7 +69,7 @@ def _prefill_figures(sample: dict, prompt: dict, tokens: int, seconds: float) ->
         sample[f"prefill_{prompt['tokens']}_tok_s"] = tokens / seconds
 
 
-# --- the CLI (native backends, and the browser backend until the Worker has `bench`) --------------
+# --- the CLI (native backends) -------------------------------------------------------------------
 
 def generate_cli_support(python: str = sys.executable) -> dict:
     """What `pyshim generate` offers right now: {"backends": set, "flags": set}; empty when absent."""
@@ -193,8 +187,7 @@ STORE_JS = """async ([url, context]) => {
 STORE_CONTEXT = 1024
 
 
-def browser_run(browser, base_url: str, model_url: str, workload: list[dict], *, roofline_mib: int,
-                cli_support: dict, model_path: Path, store: bool) -> dict:
+def browser_run(browser, base_url: str, model_url: str, workload: list[dict], *, roofline_mib: int) -> dict:
     context = browser.new_context(service_workers="block")
     try:
         page, watch = harness.open_page(context, base_url)
@@ -215,26 +208,12 @@ def browser_run(browser, base_url: str, model_url: str, workload: list[dict], *,
             sample["roofline_GBps"], sample["roofline_Gelem_s"] = roof["GBps"], roof["Gelem_s"]
         except harness.HarnessError as exc:  # the other figures still count; % of roofline stays empty
             sample["roofline_error"] = str(exc)[:300]
-        caps = harness.engine_request(page, "capabilities")
-        stored = None
-        if store or caps.get("generate"):
-            page.set_default_timeout(RUN_TIMEOUT_MS)
-            stored = page.evaluate(STORE_JS, [model_url, STORE_CONTEXT])
-            sample["store_ms"] = stored["ms"]
-            sample["store_MBps"] = stored["bytes"] / 1e6 / (stored["ms"] / 1e3)
-        if BENCH_KIND in caps.get("kinds", ()):
-            sample.update(_worker_generation(page, model_url, workload))
-        elif "browser" in cli_support["backends"]:
-            sample.update(cli_run("browser", model_path, workload, cli_support))
-        else:
-            try:
-                sample.update(_executor_generation(page, model_url, workload))
-            except harness.HarnessError as exc:
-                if not caps.get("generate"):   # keep the figures above; say why generation is missing
-                    sample["generation_error"] = str(exc)[:300]
-                else:
-                    sample["executor_error"] = str(exc)[:300]
-                    sample.update(_site_generation(page, stored["model_id"], workload))
+        # Stored first, as the site does, so the bench request's load_ms is IndexedDB → GPU alone.
+        page.set_default_timeout(RUN_TIMEOUT_MS)
+        stored = page.evaluate(STORE_JS, [model_url, STORE_CONTEXT])
+        sample["store_ms"] = stored["ms"]
+        sample["store_MBps"] = stored["bytes"] / 1e6 / (stored["ms"] / 1e3)
+        sample.update(_worker_generation(page, model_url, workload))
         sample["page_problems"] = watch.console_errors + watch.page_errors + watch.outside_requests
         return sample
     finally:
@@ -261,92 +240,6 @@ def _worker_generation(page, model_url: str, workload: list[dict]) -> dict:
             for key in ("peak_gpu_bytes", "planned_gpu_bytes"):
                 if r.get(key) is not None:
                     sample[key] = r[key]
-            sample["text"] = r.get("text", "")
-    return sample
-
-
-# The GPU executor driven from Python inside the Worker (until the Worker has `bench` or the site's
-# generate is wired): the model is fetched into the Worker's heap (a stand-in for the IndexedDB upload
-# path), loaded with pyshim.gpu.runner.load_gpu_async, and each prompt is prefilled then decoded greedily
-# with the argmax on the GPU. The step programs for every shape are built before timing (build_ms).
-EXECUTOR_CODE = """
-import json, time
-from js import fetch
-from pyshim.header import read_header
-from pyshim.weights import BufferSource
-from pyshim.gpu.runner import load_gpu_async
-from pyshim.tokenizer import Tokenizer
-
-_t = time.perf_counter()
-_data = (await (await fetch({url!r})).arrayBuffer()).to_bytes()
-_out = {{"fetch_ms": 1e3 * (time.perf_counter() - _t)}}
-_t = time.perf_counter()
-_header = read_header(_data, file_size=len(_data))
-_runner = await load_gpu_async(header=_header, source=BufferSource(_data), n_ctx={n_ctx})
-await _runner.prepare_async()
-_out["load_ms"] = 1e3 * (time.perf_counter() - _t)
-_tok = Tokenizer.from_metadata(_header.metadata)
-_out["prompts"] = []
-for _p in {prompts!r}:
-    _ids = _tok.encode(_p["text"], add_special=True)
-    _t = time.perf_counter()
-    _chunk = _runner.ops.max_chunk
-    for _n in {{_chunk, len(_ids) - (len(_ids) - 1) // _chunk * _chunk}}:
-        for _g in (False, True):
-            await _runner._program(_n, False, _g)
-    _r = {{"name": _p["name"], "prompt_tokens": len(_ids), "build_ms": 1e3 * (time.perf_counter() - _t)}}
-    _t = time.perf_counter()
-    _next = await _runner.greedy_async(_ids, 0)
-    _r["prefill_ms"] = 1e3 * (time.perf_counter() - _t)
-    if _p["decode"]:
-        _gen = [_next]
-        _t = time.perf_counter()
-        for _i in range(_p["max_tokens"] - 1):
-            _next = await _runner.greedy_async([_next], len(_ids) + _i)
-            _gen.append(_next)
-        _r["decode_ms"] = 1e3 * (time.perf_counter() - _t)
-        _r["decode_tokens"] = len(_gen)
-        _r["text"] = _tok.decode(_gen)
-    _out["prompts"].append(_r)
-_runner.device.destroy()
-del _data, _runner, _header
-json.dumps(_out)
-"""
-EXECUTOR_CTX = 1024
-
-
-def _executor_generation(page, model_url: str, workload: list[dict]) -> dict:
-    prompts = [{"name": p["name"], "text": p["text"], "max_tokens": p["max_tokens"], "decode": p["decode"]} for p in workload]
-    code = EXECUTOR_CODE.format(url="/" + model_url, n_ctx=EXECUTOR_CTX, prompts=prompts)
-    r = harness.engine_request(page, "exec", {"code": code}, timeout_ms=RUN_TIMEOUT_MS)
-    sample: dict = {"generation": "GPU executor from Python in the Worker", "fetch_ms": r["fetch_ms"], "load_ms": r["load_ms"]}
-    for prompt, out in zip(workload, r["prompts"]):
-        _prefill_figures(sample, prompt, out["prompt_tokens"], out["prefill_ms"] / 1e3)
-        sample[f"build_{prompt['name']}_ms"] = out["build_ms"]
-        if prompt.get("decode"):
-            sample["ttft_ms"] = out["prefill_ms"]
-            sample["decode_tokens"] = out["decode_tokens"]
-            if out["decode_tokens"] > 1 and out["decode_ms"] > 0:
-                sample["decode_tok_s"] = (out["decode_tokens"] - 1) / (out["decode_ms"] / 1e3)
-            sample["text"] = out["text"]
-    return sample
-
-
-def _site_generation(page, model_id: str, workload: list[dict]) -> dict:
-    """Through the site's own `generate` (a chat request: the template adds a few prompt tokens)."""
-    sample: dict = {}
-    for i, prompt in enumerate(workload):
-        r = harness.engine_request(page, "generate", {
-            "model_id": model_id, "messages": [{"role": "user", "content": prompt["text"]}], "context": STORE_CONTEXT,
-            "sampling": {"temperature": 0, "max_tokens": prompt["max_tokens"], "seed": 0}}, timeout_ms=RUN_TIMEOUT_MS)
-        t = r["timings"]
-        if i == 0 and t.get("load_ms") is not None:
-            sample["load_ms"] = t["load_ms"]
-        _prefill_figures(sample, prompt, r["usage"]["prompt_tokens"], t["prefill_ms"] / 1e3)
-        if prompt.get("decode"):
-            sample["ttft_ms"] = t.get("ttft_ms")
-            sample["decode_tokens"] = r["usage"]["completion_tokens"]
-            sample["decode_tok_s"] = t.get("decode_tok_per_s")
             sample["text"] = r.get("text", "")
     return sample
 
