@@ -91,3 +91,17 @@ def test_score_in_the_browser_agrees_with_the_cpu_reference(capsys):
     clear = want - np.array(cpu["top_logits"])[:, 1] > tol        # margins no such difference can flip
     assert (top1_browser[clear] == top1_cpu[clear]).all()
     assert (top1_browser == top1_cpu).mean() >= TOP1_BAR
+
+
+def test_a_browser_without_webgpu_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    """Chromium without --enable-unsafe-webgpu has no adapter: the CLI says so before any model work."""
+    import harness
+    from gguf import GGMLQuantizationType as QT
+
+    from tiny_models import write_tiny_model
+
+    monkeypatch.setattr(harness, "CHROMIUM_FLAGS", [f for f in harness.CHROMIUM_FLAGS if f != "--enable-unsafe-webgpu"])
+    model = write_tiny_model(tmp_path, "llama", QT.Q8_0)
+    assert main(["generate", str(model), "--prompt", "hello", "--max-tokens", "2", "--backend", "browser", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "WebGPU unavailable" in err and "--backend gpu" in err
