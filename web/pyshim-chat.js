@@ -4,9 +4,10 @@
 //   <pyshim-chat model="smollm2" system="You are a helpful assistant."></pyshim-chat>
 //
 // Attributes: model (required: a short name, .gguf URL or store id), system, context (KV positions),
-// max-tokens, temperature, placeholder. Download and load progress, errors and the reply stream show
-// inside the element; Stop ends the reply. Elements naming the same model and context share one engine
-// (one copy of the weights; their requests queue).
+// max-tokens, temperature, placeholder, shared (the origin's shared engine: pages share the weights).
+// Download and load progress, errors and the reply stream show inside the element; Stop ends the
+// reply. Elements naming the same model and context share one engine (one copy of the weights; their
+// requests queue).
 //
 // Theming from outside with CSS custom properties: --pyshim-font, --pyshim-bg, --pyshim-fg,
 // --pyshim-muted, --pyshim-border, --pyshim-accent, --pyshim-accent-fg, --pyshim-user-bg,
@@ -145,22 +146,23 @@ export class PyshimChat extends HTMLElement {
       return;
     }
     this.#setState("loading", PHASE_TEXT.boot);
-    const key = `${model}@${this.#context}`;
+    const shared = this.hasAttribute("shared");
+    const key = `${model}@${this.#context}${shared ? "@shared" : ""}`;
     try {
       // Elements sharing an engine each want its progress; the first one's callback starts it.
       if (!engines.has(key)) {
         const listeners = new Set();
-        const promise = createEngine({ model, context: this.#context, onProgress: (p) => listeners.forEach((f) => f(p)) });
+        const promise = createEngine({ model, context: this.#context, shared, onProgress: (p) => listeners.forEach((f) => f(p)) });
         engines.set(key, Object.assign(promise, { listeners }));
         promise.catch(() => engines.delete(key));   // a failed load may be retried by another element
       }
-      const shared = engines.get(key);
+      const pending = engines.get(key);
       const onProgress = (p) => this.#progress(p);
-      shared.listeners.add(onProgress);
+      pending.listeners.add(onProgress);
       try {
-        this.engine = await shared;
+        this.engine = await pending;
       } finally {
-        shared.listeners.delete(onProgress);
+        pending.listeners.delete(onProgress);
       }
       this.#dom.bar.style.width = "0";
       this.#setState("ready", `${model} · ready`);

@@ -9,8 +9,9 @@
 //
 // `model`: a short name ("smollm2", "gemma3", "qwen2.5"), a file the dev server lists, a .gguf URL, or
 // a stored model's id. It is downloaded into this site's IndexedDB store once (resumable, verified)
-// and loaded from there onto the GPU. Each engine has its own Worker (Python, WebGPU, the weights);
-// its requests run one at a time. Bad requests reject with an APIError: `status` 400 and OpenAI's
+// and loaded from there onto the GPU. Each engine has its own Worker (Python, WebGPU, the weights),
+// or with `shared: true` the pages of this origin share one (a SharedWorker: one copy of the weights);
+// requests run one at a time. Bad requests reject with an APIError: `status` 400 and OpenAI's
 // error object in `body` ({error: {message, type, param, code}}). See web/engine/engine.js.
 
 export { createEngine, Engine } from "./engine/engine.js";

@@ -14,7 +14,7 @@
 
 import { handleEndpoint, handleMessage } from "./engine/endpoint.js";
 
-const CACHE_VERSION = "v3";
+const CACHE_VERSION = "v4";
 const CACHE = `pyshim-shell-${CACHE_VERSION}`;
 const CACHE_PREFIX = "pyshim-shell-";
 const SCOPE = new URL(self.registration.scope);
@@ -25,7 +25,7 @@ const SHELL = [
   "engine/client.js", "engine/worker.js", "engine/python.js", "engine/generation.js", "engine/fit.js", "engine/chat.js", "engine/runs.js",
   "store/store.js", "store/db.js", "store/download.js", "store/sources.js", "store/errors.js", "store/sha256.js",
   "ui/dom.js", "ui/models.js", "ui/chat.js", "ui/catalog.js", "ui/fitpanel.js", "ui/markdown.js",
-  "pyshim.js", "pyshim-chat.js", "engine/engine.js", "engine/openai.js", "engine/resolve.js", "engine/lifecycle.js",
+  "pyshim.js", "pyshim-chat.js", "engine/engine.js", "engine/openai.js", "engine/resolve.js", "engine/lifecycle.js", "engine/shared.js",
   "examples/element.html", "examples/api.html",
   "vendor/manifest.json",
 ];

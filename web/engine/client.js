@@ -8,13 +8,21 @@ export class EngineError extends Error {
   }
 }
 
+export const SHARED_WORKER_NAME = "pyshim-engine";
+
 export class EngineClient extends EventTarget {
-  constructor(workerURL = new URL("./worker.js", import.meta.url)) {
+  // `shared`: connect to the origin's shared engine (shared.js, a SharedWorker) instead of starting a
+  // dedicated Worker; the protocol is the same.
+  constructor(workerURL = new URL("./worker.js", import.meta.url), { shared = false } = {}) {
     super();
-    this.worker = new Worker(workerURL, { type: "module" });
+    this.shared = shared;
+    this.worker = shared
+      ? new SharedWorker(new URL("./shared.js", import.meta.url), { type: "module", name: SHARED_WORKER_NAME })
+      : new Worker(workerURL, { type: "module" });
+    this.port = shared ? this.worker.port : this.worker;
     this.nextId = 1;
     this.pending = new Map();
-    this.worker.onmessage = (e) => this.#receive(e.data);
+    this.port.onmessage = (e) => this.#receive(e.data);
     this.worker.onerror = (e) => {
       // A worker that fails to load (syntax error, missing module) never answers: fail every waiter.
       const error = new EngineError({ name: "WorkerError", message: e.message || "the engine worker failed to start" });
@@ -45,11 +53,13 @@ export class EngineClient extends EventTarget {
     onId?.(id);
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject, onEvent });
-      this.worker.postMessage({ id, kind, params });
+      this.port.postMessage({ id, kind, params });
     });
   }
 
+  // Ends a dedicated Worker; a shared one lives on while other pages use it, so only this page leaves.
   terminate() {
-    this.worker.terminate();
+    if (this.shared) this.port.close();
+    else this.worker.terminate();
   }
 }

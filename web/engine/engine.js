@@ -78,9 +78,10 @@ export class Engine {
   #loadInfo = null;
 
   // `client`: an EngineClient to share (the site's own); without one the engine starts its own
-  // Worker. `onProgress`: default listener for download and GPU-load progress.
-  constructor({ client = null, context = DEFAULT_CONTEXT, onProgress = null } = {}) {
-    this.client = client ?? new EngineClient();
+  // Worker, or with `shared` connects to the origin's SharedWorker (shared.js): one Python, GPU device
+  // and model for every page that asks for it. `onProgress`: default listener for download and load.
+  constructor({ client = null, context = DEFAULT_CONTEXT, onProgress = null, shared = false } = {}) {
+    this.client = client ?? new EngineClient(undefined, { shared });
     this.ownsClient = !client;
     this.context = context;
     this.onProgress = onProgress;
@@ -245,8 +246,10 @@ export class Engine {
 
 // The public entry (re-exported by web/pyshim.js): an engine with its own Worker, with `model`
 // stored (downloaded through the store when missing, with progress) and loaded onto the GPU.
-export async function createEngine({ model = null, context = DEFAULT_CONTEXT, onProgress = null, signal = null } = {}) {
-  const engine = new Engine({ context, onProgress });
+// `shared`: use the origin's shared engine (see Engine); pages sharing one should ask for the same
+// model and context, or each switch reloads the GPU.
+export async function createEngine({ model = null, context = DEFAULT_CONTEXT, onProgress = null, signal = null, shared = false } = {}) {
+  const engine = new Engine({ context, onProgress, shared });
   if (model) {
     try {
       await engine.load(model, { onProgress, context, signal });
