@@ -201,7 +201,8 @@ export class Engine {
   // Queues a validated request; streams (an iterator of chunks) or answers with one object.
   #run({ kind, params, stream, signal, base, whole, piece, first }) {
     const controller = new AbortController();
-    signal?.addEventListener("abort", () => controller.abort(), { once: true });
+    if (signal?.aborted) controller.abort();
+    else signal?.addEventListener("abort", () => controller.abort(), { once: true });
     this.#pending.add(controller);
     const extra = (r) => ({ timings: r.timings ?? {}, compacted: Boolean(r.compacted) });
     const job = (onText) => this.#enqueue(null, () => this.#generate(kind, params, controller, onText))
