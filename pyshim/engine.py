@@ -73,14 +73,15 @@ class ChatEngine:
 
     @classmethod
     async def open(cls, header: GGUFHeader, source, *, n_ctx: int | None = None, device=None,
-                   upload_now: bool = True) -> "ChatEngine":
+                   upload_now: bool = True, kv_type: str = "f32") -> "ChatEngine":
         """Bind the model on the GPU. With `upload_now=False` the caller copies the weights along
-        `engine.uploads` before the first `chat()`."""
+        `engine.uploads` before the first `chat()`. `kv_type`: f32, f16 or q8 (pyshim.memory.KV_TYPES)."""
         from pyshim.gpu.runner import load_gpu_async
 
         tokenizer = Tokenizer.from_metadata(header.metadata)
         template = ChatTemplate.from_metadata(header.metadata, tokenizer)
-        runner = await load_gpu_async(header=header, source=source, n_ctx=n_ctx, device=device, upload_now=upload_now)
+        runner = await load_gpu_async(header=header, source=source, n_ctx=n_ctx, device=device, upload_now=upload_now,
+                                      kv_type=kv_type)
         return cls(runner, tokenizer, template)
 
     @classmethod
