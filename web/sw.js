@@ -27,6 +27,7 @@ const SHELL = [
   "ui/dom.js", "ui/models.js", "ui/chat.js", "ui/catalog.js", "ui/fitpanel.js", "ui/markdown.js",
   "pyshim.js", "pyshim-chat.js", "engine/engine.js", "engine/openai.js", "engine/resolve.js", "engine/lifecycle.js", "engine/shared.js",
   "examples/element.html", "examples/api.html",
+  "engine/endpoint.js", "engine/host.js", "examples/openai.html", "examples/pyscript.html",
   "vendor/manifest.json",
 ];
 const PYODIDE_CORE = ["pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json"];
