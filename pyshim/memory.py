@@ -140,5 +140,28 @@ def fits(est: MemoryEstimate, *, budget_bytes: int, max_binding_bytes: int | Non
     return Fit(ok=not reasons, reasons=tuple(reasons))
 
 
+MIN_CONTEXT = 512     # shorter than this a chat assistant is not worth loading
+
+
+def best_fit(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int, context: int | None = None,
+             chunk: int = PREFILL_CHUNK) -> MemoryEstimate | None:
+    """The most faithful setting that fits `budget_bytes`, or None: the wanted `context` (default: the
+    training context) with the KV type of least rounding that fits (f32, then f16, then q8, which
+    measured 100% / 98.3% top-1 agreement with f32 on SmolLM2 and Gemma 3); failing all three, the
+    longest context (halving, down to MIN_CONTEXT) that fits with q8."""
+    tensors = tuple(tensors)
+    context = spec.context_length if context is None else context
+    for kv_type in KV_TYPES:
+        est = estimate(spec, tensors, context=context, kv_type=kv_type, chunk=chunk)
+        if est.total_bytes <= budget_bytes:
+            return est
+    while context > MIN_CONTEXT:
+        context = max(MIN_CONTEXT, context // 2)
+        est = estimate(spec, tensors, context=context, kv_type="q8", chunk=chunk)
+        if est.total_bytes <= budget_bytes:
+            return est
+    return None
+
+
 def _mib(nbytes: int) -> str:
     return f"{nbytes / (1 << 20):.1f} MiB"

@@ -10,7 +10,7 @@ import time
 
 from pyshim.errors import PyshimError
 from pyshim.header import GGUFHeader, NeedMoreBytes, read_header
-from pyshim.memory import estimate, weights_by_type
+from pyshim.memory import best_fit, estimate, weights_by_type
 
 
 def quant_summary(header: GGUFHeader) -> str:
@@ -20,7 +20,10 @@ def quant_summary(header: GGUFHeader) -> str:
     return ", ".join(f"{name} {100 * t.nbytes / total:.0f}%" for name, t in by_type.items())
 
 
-def probe(prefix, file_size: int | None = None, *, context: int | None = None, kv_type: str = "f32") -> dict:
+def probe(prefix, file_size: int | None = None, *, context: int | None = None, kv_type: str = "f32",
+          budget_bytes: int | None = None) -> dict:
+    """With `budget_bytes` (the GPU memory the page may use) the summary also carries `best_fit`: the
+    context and KV type pyshim.memory.best_fit picks, or null when nothing fits."""
     start = time.perf_counter()
     try:
         header = read_header(prefix, file_size=file_size)
@@ -56,4 +59,9 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
         "total_bytes": est.total_bytes,
         "context": est.context,
         "largest_tensor": {"name": est.largest_tensor.name, "bytes": est.largest_tensor.nbytes},
+        **({} if budget_bytes is None else {"best_fit": _fit_summary(best_fit(spec, header.tensors, budget_bytes=budget_bytes, context=context))}),
     }
+
+
+def _fit_summary(est) -> dict | None:
+    return None if est is None else {"context": est.context, "kv_type": est.kv_type, "total_bytes": est.total_bytes}

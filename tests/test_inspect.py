@@ -60,3 +60,14 @@ def test_real_models(name, capsys):
     assert all(t["runs"] for t in report["tensor_types"].values())   # every type in the three models is runnable
     assert report["memory"]["weight_bytes"] < MODELS[name].size
     assert main(["inspect", name]) == 0 and report["spec"]["name"] in capsys.readouterr().out
+
+
+def test_best_fit_for_a_budget(small, capsys):
+    roomy = run_json(capsys, str(small), "--context", "100", "--budget-mb", "100")
+    assert roomy["best_fit"]["context"] == 100 and roomy["best_fit"]["kv_type"] == "f32"
+    f16 = run_json(capsys, str(small), "--context", "100", "--kv-type", "f16")["memory"]["total_bytes"]
+    tight = run_json(capsys, str(small), "--context", "100", "--budget-mb", str(f16 / 1e6))
+    assert tight["best_fit"] == {"context": 100, "kv_type": "f16", "total_bytes": f16}
+    assert run_json(capsys, str(small), "--budget-mb", "0.0001")["best_fit"] is None
+    assert main(["inspect", str(small), "--budget-mb", "1"]) == 0
+    assert "best fit" in capsys.readouterr().out

@@ -12,7 +12,7 @@ from ggufgen import kv, kv_array, kv_str, kv_str_array, kv_u32, raw_gguf, tensor
 from pyshim.catalog import MODELS, model_path
 from pyshim.errors import GGUFFormatError, UnsupportedError
 from pyshim.header import MissingKeyError, read_header, read_header_from_file
-from pyshim.memory import KV_TYPES, estimate, fits, kv_bytes_per_token, kv_cache_bytes, weights_by_type
+from pyshim.memory import KV_TYPES, best_fit, estimate, fits, kv_bytes_per_token, kv_cache_bytes, weights_by_type
 from pyshim.quant import TensorType
 from pyshim.spec import SUPPORTED_ARCHITECTURES, ModelSpec
 
@@ -215,3 +215,22 @@ def test_kv_types_and_fits():
     assert fits(est, budget_bytes=est.total_bytes).ok
     tight = fits(est, budget_bytes=est.total_bytes - 1, max_binding_bytes=1000)
     assert not tight.ok and len(tight.reasons) == 2 and "'a'" in tight.reasons[1] and "shorter context" in tight.reasons[0]
+
+
+def test_best_fit_prefers_less_rounding_then_shorter_context():
+    spec = spec_of("llama", {"attention.head_count_kv": 2, "context_length": 4096})
+    header = read_header(raw_gguf([kv_str("general.architecture", "llama")],
+                                  [tensor_info("a", (1024, 256), TensorType.Q4_0, 0), tensor_info("b", (64,), TensorType.F32, 147456)]))
+    total = {t: estimate(spec, header.tensors, context=4096, kv_type=t).total_bytes for t in KV_TYPES}
+    assert total["f32"] > total["f16"] > total["q8"]
+
+    def pick(budget):
+        est = best_fit(spec, header.tensors, budget_bytes=budget, context=4096)
+        return None if est is None else (est.context, est.kv_type)
+
+    assert pick(total["f32"]) == (4096, "f32")
+    assert pick(total["f32"] - 1) == (4096, "f16")
+    assert pick(total["f16"] - 1) == (4096, "q8")
+    assert pick(total["q8"] - 1) == (2048, "q8")
+    assert pick(estimate(spec, header.tensors, context=512, kv_type="q8").total_bytes) == (512, "q8")
+    assert pick(estimate(spec, header.tensors, context=512, kv_type="q8").total_bytes - 1) is None

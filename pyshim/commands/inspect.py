@@ -8,6 +8,8 @@ def add_arguments(parser):
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--context", type=int, default=None, help="context length for the KV estimate (default: the training context)")
     parser.add_argument("--kv-type", default="f32", help="KV cache element type: f32, f16 or q8 (default f32)")
+    parser.add_argument("--budget-mb", type=float, default=None,
+                        help="GPU memory available (MB): also say which context and KV type fit it best")
 
 
 def run(args) -> int:
@@ -16,7 +18,7 @@ def run(args) -> int:
 
     from pyshim.catalog import resolve_model
     from pyshim.header import read_header_from_file
-    from pyshim.memory import KV_TYPES, estimate
+    from pyshim.memory import KV_TYPES, best_fit, estimate
     from pyshim.errors import BadRequestError
     from pyshim.spec import ModelSpec
 
@@ -24,6 +26,8 @@ def run(args) -> int:
         raise BadRequestError(f"unknown --kv-type {args.kv_type!r}", hint=f"choose one of {', '.join(KV_TYPES)}")
     if args.context is not None and args.context <= 0:
         raise BadRequestError(f"--context must be positive, got {args.context}")
+    if args.budget_mb is not None and args.budget_mb <= 0:
+        raise BadRequestError(f"--budget-mb must be positive, got {args.budget_mb}")
     path = resolve_model(args.model)
     header = read_header_from_file(path)
     spec = ModelSpec.from_header(header)
@@ -51,6 +55,9 @@ def run(args) -> int:
             "total_bytes": est.total_bytes,
         },
     }
+    if args.budget_mb is not None:
+        fit = best_fit(spec, header.tensors, budget_bytes=int(args.budget_mb * 1e6), context=args.context)
+        report["best_fit"] = None if fit is None else {"context": fit.context, "kv_type": fit.kv_type, "total_bytes": fit.total_bytes}
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -109,4 +116,8 @@ def _text(report: dict, spec) -> str:
     lines.append(f"KV cache    {mem['kv_type']}: {mem['kv_bytes_per_token']:,} bytes/token; {mem['context']} tokens: {_mib(mem['kv_bytes'])}")
     lines.append(f"activations {_mib(mem['activation_bytes'])} (a {mem['chunk']}-token prefill step)")
     lines.append(f"total       {_mib(mem['total_bytes'])} on the GPU")
+    if "best_fit" in report:
+        fit = report["best_fit"]
+        lines.append("best fit    " + ("nothing fits: try a smaller quantization of this model" if fit is None else
+                                      f"context {fit['context']} with a {fit['kv_type']} KV cache: {_mib(fit['total_bytes'])}"))
     return "\n".join(lines)
