@@ -1,7 +1,7 @@
 """The Python API in a PyScript page (web/examples/pyscript.html), from a clean profile: PyScript boots
 Pyodide and the pyshim wheel from the site's vendor/ folder (no CDN), `pyshim.api.load("smollm2")`
 downloads the model through the store from the dev server into pyshim's JS engine, and the streamed
-reply equals the non-streamed one for the same greedy request."""
+reply equals the non-streamed one for the same greedy request; a bad request raises BadRequestError."""
 
 from __future__ import annotations
 
@@ -32,6 +32,11 @@ def test_python_api_streams_the_same_text_it_answers(chromium, dev_server):
         status = page.inner_text("#status")
         assert status.startswith("done: ") and "finish_reason" in status
         assert int(status.split()[1]) <= MAX_TOKENS
+        # A bad request is refused by the same validation as in CPython, before any work, as BadRequestError.
+        page.fill("#max-tokens", "-1")
+        page.click("#send")
+        page.wait_for_function("() => document.getElementById('status').textContent.startsWith('BadRequestError')", timeout=30_000)
+        assert "`max_tokens` must be a positive integer, got -1" in page.inner_text("#status")
         # Python came from the site: the interpreter, numpy and pyshim's wheel, and nothing from outside.
         assert any(r.endswith("vendor/pyodide/pyodide.asm.wasm") for r in watch.requests)
         assert any("vendor/wheels/pyshim-" in r for r in watch.requests)
