@@ -68,6 +68,14 @@ function fakeEngine(id) {
       },
     },
   };
+  // Raw completions: the same relay, another endpoint; answered whole, upper-cased.
+  engine.completions = {
+    create: async (body) => {
+      const request = openai.validateCompletionRequest(body, { models: [engine.model] });
+      const text = request.prompt.toUpperCase();
+      return openai.textCompletion(openai.responseBase("cmpl", request.model), { text, finish_reason: "stop", usage: { prompt_tokens: 1, completion_tokens: 1 } });
+    },
+  };
   return engine;
 }
 
@@ -131,6 +139,8 @@ out.whole = await send("plain", "v1/chat/completions", { body: chat("one two thr
 out.stream = await send("plain", "v1/chat/completions", { body: chat("one two three", { stream: true }) });
 out.alias = await send("plain", "v1/chat/completions", { body: chat("x y", { model: "url:m2.gguf" }) });
 out.unknown_model = await send("plain", "v1/chat/completions", { body: chat("x", { model: "gpt-4" }) });
+out.completion = await send("plain", "v1/completions", { body: { model: "m2", prompt: "once upon" } });
+out.completion_bad = await send("plain", "v1/completions", { body: { model: "m2", prompt: "" } });
 out.bad_json = await send("plain", "v1/chat/completions", { raw: "{nope" });
 out.wrong_method = await send("plain", "v1/chat/completions", { method: "GET" });
 out.unknown_path = await send("plain", "v1/embeddings", { body: {} });

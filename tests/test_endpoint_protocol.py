@@ -69,6 +69,12 @@ def test_json_and_sse_replies(seen):
     assert len({c["id"] for c in chunks}) == 1
 
 
+def test_text_completions_take_the_same_route(seen):
+    body = seen["completion"]["body"]
+    assert body["object"] == "text_completion" and body["model"] == "m2" and body["choices"][0]["text"] == "ONCE UPON"
+    assert error_of(seen["completion_bad"], 400)["param"] == "prompt"
+
+
 def test_routing_by_model_and_alias_and_caller(seen):
     assert seen["alias"]["body"]["model"] == "m2" and seen["alias"]["body"]["choices"][0]["message"]["content"] == "y x"
     error = error_of(seen["unknown_model"], 400)

@@ -11,7 +11,8 @@
 //                {type: "chunk", chunk} one chunk of a stream
 //                {type: "done", body?}  the end; for a non-streamed request `body` is the whole response
 //                {type: "error", status, body}   OpenAI's error object ({error: {message, type, param, code}})
-//                {type: "alive"}        every HEARTBEAT_MS while the request waits or runs
+//                {type: "alive"}        every HEARTBEAT_MS while the request waits or runs (and, as a
+//                                       service-worker event, navigator.serviceWorker.controller.postMessage({type: KEEPALIVE}))
 //   SW -> page   {type: "cancel"}       the caller went away (its stream was cancelled, its fetch aborted)
 //
 // Which page: the caller itself when it serves the requested model, else the first other same-origin
@@ -24,6 +25,7 @@ import * as openai from "./openai.js";
 export const PROBE = "pyshim-openai:probe";
 export const REQUEST = "pyshim-openai:request";
 export const CLAIM = "pyshim-openai:claim";   // a page asks the service worker to control it now
+export const KEEPALIVE = "pyshim-openai:keepalive";   // a host's heartbeat as an event: keeps a relaying worker alive
 export const HEARTBEAT_MS = 10_000;
 const PROBE_TIMEOUT_MS = 400;       // pages without host.js never answer a probe
 const HOST_SILENCE_MS = 120_000;    // no message for this long: the host page is gone (timers in a hidden tab run ~1/min)
@@ -217,6 +219,7 @@ export function handleEndpoint(event, scope) {
 // A page registered the service worker after loading, so nothing controls it yet: take it over, so
 // that its fetches to /v1 come here (clients.claim() only runs on activation otherwise).
 export function handleMessage(event) {
+  if (event.data?.type === KEEPALIVE) return true;   // its arrival is all it is for
   if (event.data?.type !== CLAIM) return false;
   event.waitUntil(self.clients.claim());
   return true;
