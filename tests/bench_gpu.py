@@ -1,7 +1,12 @@
 """GPU benchmark (not a test): matvec per weight type and whole-model decode on the native adapter,
 against the adapter's streaming roofline measured in the same run by a plain vec4 f32 read-and-reduce.
 
-    .venv/bin/python tests/bench_gpu.py [--rows 2048] [--cols 2048] [--types Q4_K,Q8_0] [--models smollm2,gemma3] [--json]
+    .venv/bin/python tests/bench_gpu.py [--rows 2048] [--cols 2048] [--types Q4_K,Q8_0] [--models smollm2,gemma3]
+                                        [--int8 auto|on|off|both] [--json]
+
+Matvec rows: the f32 kernel the executor picks, and ("i8 <type>") the int8 route's matvec on a row
+quantized beforehand (the quantize pass itself is its own row, once per activation format). Decode:
+`--int8` picks the executor's route (auto: its default on this adapter; both: off, then on).
 
 Efficiency = max(weight bytes/s ÷ roofline bytes/s, weight elements/s ÷ roofline f32 elements/s): on a
 real GPU bytes bind; on a CPU adapter (lavapipe, SwiftShader) the arithmetic per element does.
@@ -26,10 +31,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import i8_emulation  # noqa: E402
 from gpu_helpers import random_weight  # noqa: E402
 from pyshim.gpu import open_device  # noqa: E402
-from pyshim.gpu.kernels import (PARAMS, UNIFORM_X_BYTES, WEIGHT_TYPES, WG, KernelCache, groups,  # noqa: E402
-                                matvec_grid, matvec_key)
+from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, PARAMS, UNIFORM_X_BYTES, WEIGHT_TYPES, WG,  # noqa: E402
+                                KernelCache, barrier_free_rows, groups, matvec_grid, matvec_i8_key, matvec_key,
+                                quantize_key, xq_row_words)
 from pyshim.gpu.shaderc import ShaderKey  # noqa: E402
 from pyshim.memory import estimate  # noqa: E402
 
@@ -117,16 +124,51 @@ async def bench_matvec(device, kernels, roof: dict, rows: int, cols: int, reps: 
         await timed(device, dispatch, y, 1)                       # warm-up (compiles)
         wall, cpu = await timed(device, dispatch, y, reps)
         results[qtype.name] = rates(raw.nbytes, rows * cols, wall, cpu, roof)
+        fmt = I8_ACTIVATIONS.get(qtype)
+        if fmt is not None and not reduce:
+            results[f"i8 {qtype.name}"] = await bench_matvec_i8(device, kernels, roof, w, raw, qtype, rows, cols, reps)
         w.destroy()
+    if not reduce:
+        for fmt, (per, _) in I8_BLOCKS.items():
+            row_words = xq_row_words(cols, fmt)
+            q = device.buffer(row_words * 4, label="xq")
+            p = device.buffer(PARAMS["quantize"].nbytes, label="pq", uniform=True)
+            device.write(p, PARAMS["quantize"].pack(k=cols, n=1, x_off=0, x_stride=cols, q_off=0, row_words=row_words))
+            pipe = await kernels.get(quantize_key(fmt))
+            dispatch = [(pipe, device.bind_group(pipe, [x, q, p]), (groups(cols // per), 1, 1))]
+            await timed(device, dispatch, q, 1)
+            wall, cpu = await timed(device, dispatch, q, reps)
+            results[f"quantize {fmt}"] = rates(cols * 4, cols, wall, cpu, roof)
     return results
 
 
-async def bench_decode(device, roof: dict, model: str) -> dict:
+async def bench_matvec_i8(device, kernels, roof: dict, w, raw, qtype, rows: int, cols: int, reps: int) -> dict:
+    """The int8 matvec as the executor binds it for one token (the quantized row as a uniform)."""
+    fmt = I8_ACTIVATIONS[qtype]
+    x = np.random.default_rng(1).standard_normal((1, cols), dtype=np.float32)
+    words = i8_emulation.pack(*i8_emulation.quantize(x, fmt))
+    xq = device.buffer(max(words.nbytes, UNIFORM_X_BYTES), label="xq", also_uniform=True)
+    device.write(xq, words)
+    uniform = words.nbytes <= UNIFORM_X_BYTES
+    y = device.buffer(rows * 4, label="y")
+    p = device.buffer(PARAMS["matvec_i8"].nbytes, label="p", uniform=True)
+    device.write(p, PARAMS["matvec_i8"].pack(m=rows, k=cols, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
+                                             bias_off=0, y_stride=rows, x_row_words=xq_row_words(cols, fmt)))
+    r = barrier_free_rows(device.caps)
+    pipe = await kernels.get(matvec_i8_key(qtype, uniform_x=uniform, rows=r))
+    dispatch = [(pipe, device.bind_group(pipe, [w, (xq, 0, UNIFORM_X_BYTES) if uniform else xq, y, p]),
+                 matvec_grid(rows, 1, rows=r))]
+    await timed(device, dispatch, y, 1)
+    wall, cpu = await timed(device, dispatch, y, reps)
+    return rates(raw.nbytes, rows * cols, wall, cpu, roof)
+
+
+async def bench_decode(device, roof: dict, model: str, int8: bool | None = None) -> dict:
     """Greedy decode steps (argmax on the GPU, 4 bytes read back per token)."""
     from pyshim.catalog import resolve_model
     from pyshim.gpu.runner import load_gpu_async
 
-    runner = await load_gpu_async(resolve_model(model), n_ctx=DECODE_PROMPT + DECODE_STEPS + 8, device=device)
+    runner = await load_gpu_async(resolve_model(model), n_ctx=DECODE_PROMPT + DECODE_STEPS + 8, device=device, int8=int8)
     prompt = list(range(100, 100 + DECODE_PROMPT))
     w0 = time.perf_counter()
     token = await runner.greedy_async(prompt, 0)
@@ -152,7 +194,7 @@ async def bench_decode(device, roof: dict, model: str) -> dict:
     wall, cpu = (w1 - w0) / DECODE_STEPS, (c1 - c0) / DECODE_STEPS
     elements = sum(int(np.prod(w.shape)) for w in runner.ops._bound.values())
     out = rates(runner.weight_bytes, elements, wall, cpu, roof)
-    out.update({"prefill_tokens": DECODE_PROMPT, "prefill_tok_s": DECODE_PROMPT / prefill_wall,
+    out.update({"int8": runner.ops.int8, "prefill_tokens": DECODE_PROMPT, "prefill_tok_s": DECODE_PROMPT / prefill_wall,
                 "prefill_tok_per_cpu_s": DECODE_PROMPT / prefill_cpu, "decode_tok_s": 1 / wall, "decode_tok_per_cpu_s": 1 / cpu, "weight_bytes": runner.weight_bytes,
                 "weight_elements": elements, "dispatches": len(program.ready), "host_ms": host / DECODE_STEPS * 1e3,
                 "host_share_pct": 100 * host / DECODE_STEPS / wall, "first_call_s": first,
@@ -168,7 +210,9 @@ async def main_async(args) -> dict:
     report = {"adapter": device.caps.summary(), "roofline": roof, "shape": [args.rows, args.cols]}
     only = [t for t in args.types.split(",") if t]
     report["matvec"] = await bench_matvec(device, kernels, roof, args.rows, args.cols, args.reps, only)
-    report["decode"] = {m: await bench_decode(device, roof, m) for m in args.models.split(",") if m}
+    choices = {"auto": [None], "on": [True], "off": [False], "both": [False, True]}[args.int8]
+    report["decode"] = {f"{m} int8={c}": await bench_decode(device, roof, m, c)
+                        for m in args.models.split(",") if m for c in choices}
     device.destroy()
     return report
 
@@ -180,6 +224,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=8)
     ap.add_argument("--types", default="", help="comma-separated subset of weight types, e.g. Q8_0,Q4_K")
     ap.add_argument("--models", default="", help="comma-separated models to decode with, e.g. smollm2,gemma3")
+    ap.add_argument("--int8", default="auto", choices=["auto", "on", "off", "both"])
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     r = asyncio.run(main_async(args))
@@ -191,9 +236,9 @@ def main() -> int:
     print(f"roofline (vec4 f32 read+reduce, {roof['bytes'] >> 20} MiB): wall {roof['wall_GBps']:.2f} GB/s "
           f"({roof['wall_Gelem_s']:.3f} G f32/s); per CPU-second {roof['cpu_GBps']:.2f} GB ({roof['cpu_Gelem_s']:.3f} G f32)")
     print(f"matvec {r['shape'][0]}x{r['shape'][1]}, 1 token (the executor's decode variant):")
-    print(f"{'type':6} {'ms':>7} {'GB/s':>6} {'Gel/s':>6} {'eff%':>5} | {'cpu ms':>7} {'GB/cs':>6} {'Gel/cs':>6} {'eff%':>5}")
+    print(f"{'type':13} {'ms':>7} {'GB/s':>6} {'Gel/s':>6} {'eff%':>5} | {'cpu ms':>7} {'GB/cs':>6} {'Gel/cs':>6} {'eff%':>5}")
     for name, t in r["matvec"].items():
-        print(f"{name:6} {t['ms']:7.2f} {t['wall_GBps']:6.2f} {t['wall_Gelem_s']:6.3f} {t['wall_eff_pct']:5.0f} | "
+        print(f"{name:13} {t['ms']:7.2f} {t['wall_GBps']:6.2f} {t['wall_Gelem_s']:6.3f} {t['wall_eff_pct']:5.0f} | "
               f"{t['cpu_ms']:7.2f} {t['cpu_GBps']:6.2f} {t['cpu_Gelem_s']:6.3f} {t['cpu_eff_pct']:5.0f}")
     for model, d in r["decode"].items():
         print(f"prefill {model} ({d['prefill_tokens']} tokens): {d['prefill_tok_s']:.1f} tok/s wall, "

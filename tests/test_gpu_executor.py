@@ -127,16 +127,16 @@ def test_greedy_on_gpu_equals_argmax_of_reference(tmp_path_factory, loop, device
 
 @pytest.mark.models
 @pytest.mark.slow
-@pytest.mark.parametrize("int8", [False, True], ids=["f32", "int8"])
 @pytest.mark.parametrize("name", ["smollm2", "gemma3"])
-def test_greedy_32_tokens_equal_cpu(loop, device, name, int8):
-    """f32 kernels against the plain reference; the int8 route against the reference emulating llama.cpp."""
+def test_greedy_32_tokens_equal_cpu(loop, device, name):
+    """The f32 kernels. (The int8 route cannot equal any CPU run token for token on a deep model — see
+    tests/test_int8_llama_cpp.py, which holds it to llama.cpp instead.)"""
     from pyshim.catalog import resolve_model
     from pyshim.tokenizer import Tokenizer
 
     path = resolve_model(name)
-    ref = load(path, n_ctx=256, emulate_llama_cpp=int8)
-    runner = loop.run_until_complete(load_gpu_async(path, n_ctx=256, device=device, loop=loop, int8=int8))
+    ref = load(path, n_ctx=256)
+    runner = loop.run_until_complete(load_gpu_async(path, n_ctx=256, device=device, loop=loop, int8=False))
     prompt = Tokenizer.from_metadata(ref.metadata).encode("The capital of France is")
     ref_seq, gpu_seq = list(prompt), list(prompt)
     logits = ref.forward(ref_seq, 0)[-1]
