@@ -101,6 +101,7 @@ export class Engine {
       this.adapter = gpu.adapter;
       return gpu;
     })();
+    this.#ready.catch(() => { this.#ready = null; });   // a failed start (a null adapter under load) may be retried
     return this.#ready;
   }
 
