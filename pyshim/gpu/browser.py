@@ -169,5 +169,8 @@ class BrowserDevice(GPUDevice):
         self._check()
         return data
 
+    def release(self, buffer) -> None:
+        buffer.destroy()
+
     def destroy(self) -> None:
         self._device.destroy()

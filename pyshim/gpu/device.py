@@ -98,5 +98,9 @@ class GPUDevice(ABC):
         """Copy bytes out of a buffer (waits for the work queued before it)."""
 
     @abstractmethod
+    def release(self, buffer: Any) -> None:
+        """Free one buffer made by buffer() (work already submitted that uses it still completes)."""
+
+    @abstractmethod
     def destroy(self) -> None:
         """Release the device; later calls fail."""

@@ -94,6 +94,7 @@ class Program:
         self.output: Tensor | None = None
         self.argmax: Any = None          # buffer holding the winning id (when recorded)
         self.topk: Any = None            # buffer holding the TOPK (value, id) pairs (when recorded)
+        self.uniforms: Any = None        # the params arena, made by build()
         self.ready: list = []
 
     async def build(self, device: GPUDevice, kernels: KernelCache, pool: ActivationPool) -> None:
@@ -107,7 +108,7 @@ class Program:
             arena[at // 4: at // 4 + d.params.size] = d.params
             offsets.append(at)
             at += slot
-        uniforms = device.buffer(max(16, arena.nbytes), label=f"params_n{self.n}", uniform=True)
+        uniforms = self.uniforms = device.buffer(max(16, arena.nbytes), label=f"params_n{self.n}", uniform=True)
         device.write(uniforms, arena)
         self.ready = []
         for d, off in zip(self.dispatches, offsets):
@@ -423,6 +424,17 @@ class GpuOps:
                      len=vocab, chunk=ARGMAX_CHUNK, x_off=off)
         self._record("argmax", self._key("argmax", PASS2=True), [partial, result], (1, 1, 1), len=parts, chunk=0, x_off=0)
         return result
+
+    def drop(self, program: Program) -> None:
+        """Free the buffers only `program` uses (its params arena and sampled-token results); its
+        activations stay in the shared pool."""
+        for buf in (program.argmax, program.topk):
+            if buf is not None and not isinstance(buf, Slot):
+                self.allocated -= int(buf.size)
+                self.device.release(buf)
+        if program.uniforms is not None:
+            self.device.release(program.uniforms)
+        program.ready = []
 
     def record_topk(self, logits: Tensor):
         """The TOPK largest logits of the last row as (f32 bits, id) pairs, largest first; returns their buffer."""

@@ -162,6 +162,10 @@ class NativeDevice(GPUDevice):
         staging.destroy()
         return data
 
+    def release(self, buffer) -> None:
+        if not self._closed:
+            buffer.destroy()
+
     def destroy(self) -> None:
         self._closed = True
         self._device.destroy()

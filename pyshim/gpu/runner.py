@@ -10,6 +10,7 @@ browser caller awaits the async ones).
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -18,13 +19,15 @@ from pyshim.errors import BadRequestError, ContextOverflowError
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.executor import GpuOps, Program
 from pyshim.gpu.kernels import TOPK
+
+KEEP_PROGRAMS = 8       # step shapes (other than one token) kept built; more are rebuilt on use
 from pyshim.gpu.pool import physical
 
 
 class GpuRunner:
     def __init__(self, spec, header, ops: GpuOps, model, n_ctx: int, loop: asyncio.AbstractEventLoop | None = None):
         self.spec, self.header, self.ops, self.model, self.n_ctx = spec, header, ops, model, n_ctx
-        self._programs: dict[tuple[int, bool, bool, bool], Program] = {}
+        self._programs: OrderedDict[tuple[int, bool, bool, bool], Program] = OrderedDict()   # least recently used first
         self._loop = loop
 
     @property
@@ -67,7 +70,17 @@ class GpuRunner:
             ops.end()
             await program.build(ops.device, ops.kernels, ops.pool)
             self._programs[key] = program
+            self._evict()
+        self._programs.move_to_end(key)
         return self._programs[key]
+
+    def _evict(self) -> None:
+        """Keep the one-token programs and the KEEP_PROGRAMS most recently used others: every prompt length
+        makes a program (params arena and some 600 bind groups), and a long chat sees many lengths. The
+        one dropped is the least recently used, never one of the step being run."""
+        others = [key for key in self._programs if key[0] != 1]
+        for key in others[:max(0, len(others) - KEEP_PROGRAMS)]:
+            self.ops.drop(self._programs.pop(key))
 
     def _check(self, ids, start: int) -> None:
         if len(ids) == 0:
