@@ -223,3 +223,41 @@ def test_text_completion_streamed_equals_whole(api):
     assert all(c["object"] == "text_completion" for c in chunks) and chunks[-1]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]
     assert "".join(c["choices"][0]["text"] for c in chunks) == text
     assert chunks[-1]["usage"] == whole["usage"] and whole["usage"]["completion_tokens"] == 4
+
+
+ABORT_JS = """async (body) => {
+  const chunks = [];
+  for await (const c of await window.engine.chat.completions.create(body)) {
+    chunks.push(c);
+    if (c.choices[0].delta.content) window.engine.abort();   // the first words are enough
+  }
+  return chunks;
+}"""
+
+
+def test_abort_stops_the_running_request(api):
+    page, _, _, _ = api
+    chunks = page.evaluate(ABORT_JS, greedy(QUESTION, 64, stream=True))
+    last = chunks[-1]
+    assert last["choices"][0]["finish_reason"] == "abort" and last["usage"]["completion_tokens"] < 64
+    assert page.evaluate("() => window.engine.stats()")["last"]["finish_reason"] == "abort"
+
+
+UNLOAD_JS = """async () => {
+  await window.engine.unload();
+  let refused = null;
+  try { await window.engine.chat.completions.create({messages: [{role: 'user', content: 'hi'}]}); }
+  catch (e) { refused = [e.status, e.body.error.code, e.message]; }
+  const t0 = performance.now();
+  await window.engine.load('smollm2');
+  return {refused, reload_ms: performance.now() - t0, stats: window.engine.stats(), models: await window.engine.models.list()};
+}"""
+
+
+def test_unload_then_load_from_the_store(api):
+    page, watch, _, _ = api
+    out = page.evaluate(UNLOAD_JS)
+    assert out["refused"] == [400, "model_not_found", "no model is loaded"]
+    assert out["stats"]["model"] == "smollm2" and out["models"]["data"][0]["id"] == "smollm2"
+    assert out["stats"]["load"]["store_ms"] < 5_000   # already stored: nothing downloaded again
+    watch.check()
