@@ -102,7 +102,7 @@ def build_cases(rows: int, cols: int, types: list[str], only: list[str]) -> tupl
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, cols), dtype=np.float32)
     blobs["x"] = b64(x)
-    for fmt in I8_BLOCKS:
+    for fmt in [f for f in I8_BLOCKS if cols % I8_BLOCKS[f][0] == 0]:
         blobs[f"xq_{fmt}"] = b64(i8_emulation.pack(*i8_emulation.quantize(x, fmt)))
         per = I8_BLOCKS[fmt][0]
         row_words = xq_row_words(cols, fmt)
@@ -124,7 +124,7 @@ def build_cases(rows: int, cols: int, types: list[str], only: list[str]) -> tupl
                          matvec_grid(rows, 1, reduce=True)))
         x_blob = {name: "x" for name, _, _ in variants}
         fmt = I8_ACTIVATIONS.get(qtype)
-        if fmt is not None:
+        if fmt is not None and f"xq_{fmt}" in blobs:
             params_i8 = b64(PARAMS["matvec_i8"].pack(m=rows, k=cols, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
                                                      bias_off=0, y_stride=rows, x_row_words=xq_row_words(cols, fmt)))
             for r, uniform in ((2, True), (4, True), (4, False)):

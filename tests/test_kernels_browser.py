@@ -15,7 +15,7 @@ import pytest
 import harness
 import i8_emulation
 from gpu_helpers import random_weight
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, I8_ACTIVATIONS, I8_BLOCKS, PARAMS, WEIGHT_TYPES, WG, attention_keys, groups,
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, PARAMS, WEIGHT_TYPES, WG, attention_keys, groups,
                                 matvec_grid, matvec_i8_key, matvec_key, quantize_key, rope_theta, shader_block,
                                 xq_row_words)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
@@ -233,6 +233,15 @@ def add_int8_cases(c: Cases, rng) -> None:
                   dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
                        x_row_words=xq_row_words(k, fmt)), matvec_grid(m, n, rows=4), close(want, rel=1e-5),
                   uniform=[1] if uniform else [])
+    for qtype in sorted(I8_PAIR_TYPES):            # two blocks per call: rows of an even block count
+        k, m = 320, 37
+        raw = random_weight(qtype, m, k, rng)
+        q, info = i8_emulation.quantize(rng.standard_normal((1, k), dtype=np.float32), "q8_0")
+        c.add(f"matvec_i8 {qtype.name} pairs", matvec_i8_key(qtype, uniform_x=True, rows=4, pairs=True),
+              [raw, i8_emulation.pack(q, info)], [m * 4],
+              dict(m=m, k=k, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
+                   x_row_words=xq_row_words(k, "q8_0")), matvec_grid(m, 1, rows=4),
+              close(i8_emulation.matvec(raw, qtype, q, info).astype(np.float32), rel=1e-5), uniform=[1])
     g = rng.standard_normal((2, 40), dtype=np.float32) * 2
     u = rng.standard_normal((2, 40), dtype=np.float32)
     c.add("glu gelu f16 table", ShaderKey.of("glu", WG=WG, ACT_GELU=True, GELU_F16=True), [g, u], [g.nbytes],

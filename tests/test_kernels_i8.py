@@ -11,8 +11,8 @@ from gguf import quants
 
 import i8_emulation as emu
 from gpu_helpers import GPU, random_weight
-from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, UNIFORM_X_BYTES, groups, matvec_grid, matvec_i8_key,
-                                quantize_key, xq_row_words)
+from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, UNIFORM_X_BYTES, groups, i8_pairs, matvec_grid,
+                                matvec_i8_key, quantize_key, xq_row_words)
 
 I8_TYPES = list(I8_ACTIVATIONS)
 
@@ -46,7 +46,7 @@ def run_quantize(gpu, x: np.ndarray, fmt: str, x_pad: int = 0, q_pad: int = 0) -
 
 
 def run_matvec_i8(gpu, qtype, raw, words: np.ndarray, n: int, k: int, *, rows=1, uniform_x=False, bias=None,
-                  w_pad=0, x_pad=0, y_pad=0):
+                  w_pad=0, x_pad=0, y_pad=0, pairs=False):
     """raw (m, row_bytes), quantized rows `words` -> y (n, m)."""
     m, row_bytes = raw.shape
     w = np.concatenate([np.zeros(w_pad, np.uint8), raw.reshape(-1)])
@@ -57,7 +57,7 @@ def run_matvec_i8(gpu, qtype, raw, words: np.ndarray, n: int, k: int, *, rows=1,
         gpu.device.write(buf, xs)
         x_in = (buf, 0, UNIFORM_X_BYTES)
     inputs = [w, x_in] + ([bias] if bias is not None else [])
-    key = matvec_i8_key(qtype, bias=bias is not None, uniform_x=uniform_x, rows=rows)
+    key = matvec_i8_key(qtype, bias=bias is not None, uniform_x=uniform_x, rows=rows, pairs=pairs)
     (out,) = gpu.dispatch(key, inputs, [(y_pad + n * m) * 4],
                           dict(m=m, k=k, n=n, row_bytes=row_bytes, w_off=w_pad, x_off=x_pad, y_off=y_pad, bias_off=0,
                                y_stride=m, x_row_words=xq_row_words(k, I8_ACTIVATIONS[qtype])),
@@ -101,6 +101,20 @@ def test_matvec_i8_random_blocks(gpu, qtype, variant):
         rows = int(variant[-1])
         got = run_matvec_i8(gpu, qtype, raw, words, n, k, rows=rows, uniform_x=variant.startswith("uniform"))
     check(got, want)
+
+
+@pytest.mark.parametrize("uniform_x", [False, True])
+@pytest.mark.parametrize("qtype", sorted(I8_PAIR_TYPES), ids=lambda t: t.name)
+def test_matvec_i8_pairs(gpu, qtype, uniform_x):
+    """Two blocks per call on rows of an even block count (word-aligned rows), with offsets."""
+    rng = np.random.default_rng(int(qtype) + 100)
+    m, k, n = 67, 320, 1
+    assert i8_pairs(qtype, k)
+    raw = random_weight(qtype, m, k, rng)
+    q, info = emu.quantize(activations(rng, n, k), "q8_0")
+    got = run_matvec_i8(gpu, qtype, raw, emu.pack(q, info), n, k, rows=4, uniform_x=uniform_x, pairs=True,
+                        w_pad=8 if not uniform_x else 0, y_pad=4)
+    check(got, emu.matvec(raw, qtype, q, info))
 
 
 @pytest.mark.parametrize("qtype", [QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0], ids=lambda t: t.name)

@@ -30,7 +30,7 @@ from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.pool import ActivationPool, Slot, physical
 from pyshim.gpu.kernels import (ARGMAX_CHUNK, ATTN_SPLITS_GPU, I8_ACTIVATIONS, I8_BLOCKS, KV_TYPES_GPU, PARAMS, Q8_BLOCK, TOPK, TOPK_CHUNK,
                                 WG, KernelCache,
-                                attention_keys, attention_record_bytes, barrier_free_rows, default_int8, groups, kv_write_key,
+                                attention_keys, attention_record_bytes, barrier_free_rows, default_int8, groups, i8_pairs, kv_write_key,
                                 matvec_grid, matvec_i8_key, matvec_key, quantize_key, rope_theta, shader_block,
                                 weight_define, xq_row_words, UNIFORM_X_BYTES, UNIFORM_X_VEC4)
 from pyshim.ops import ACTIVATIONS, AttnSpec
@@ -305,7 +305,8 @@ class GpuOps:
         m = w.shape[0]
         xq, row_words = self._quantize(x, fmt)
         uniform_x = n == 1 and row_words * 4 <= UNIFORM_X_BYTES
-        key = matvec_i8_key(w.ref.qtype, bias=bias is not None, uniform_x=uniform_x, rows=self.matvec_rows)
+        key = matvec_i8_key(w.ref.qtype, bias=bias is not None, uniform_x=uniform_x, rows=self.matvec_rows,
+                            pairs=i8_pairs(w.ref.qtype, k))
         x_binding = (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq
         for buf, row0, rows in w.parts:
             bindings = [buf, x_binding] + ([bias.f32_buf] if bias is not None else []) + [out.buf]

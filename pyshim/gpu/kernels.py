@@ -69,6 +69,9 @@ WEIGHT_TYPES: dict[QT, tuple[str, int, int]] = {
 # (blocks of 256, f32 scale, sums of 16). F32/F16 weights keep the f32 kernels.
 I8_ACTIVATIONS: dict[QT, str] = {QT.Q4_0: "q8_0", QT.Q4_1: "q8_0", QT.Q5_0: "q8_0", QT.Q8_0: "q8_0",
                                  QT.Q4_K: "q8_k", QT.Q5_K: "q8_k", QT.Q6_K: "q8_k"}
+# Types whose 2-byte-offset blocks (18, 22, 34 bytes) matvec_i8 can take two at a time (PAIRS) when a row
+# has an even block count: every row then starts word-aligned and the shifts become constants.
+I8_PAIR_TYPES = frozenset({QT.Q4_0, QT.Q5_0, QT.Q8_0})
 # activation format -> (elements per block, f32 metadata words per block), as quantize.wgsl lays them out
 I8_BLOCKS = {"q8_0": (32, 4), "q8_k": (256, 20)}
 # The WGSL language feature dot4I8Packed and pack4xI8 need (Chromium lists it in
@@ -92,10 +95,17 @@ def quantize_key(fmt: str) -> ShaderKey:
     return ShaderKey.of("quantize", WG=WG, Q8_K=fmt == "q8_k")
 
 
-def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, rows: int = MATVEC_ROWS) -> ShaderKey:
-    """The barrier-free int8 matvec (`uniform_x`: the quantized row bound as a 64 KiB uniform)."""
+def i8_pairs(qtype: QT, k: int) -> bool:
+    """Whether matvec_i8 reads this weight's blocks two at a time (rows of an even block count)."""
+    return QT(qtype) in I8_PAIR_TYPES and k % 64 == 0
+
+
+def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, rows: int = MATVEC_ROWS,
+                  pairs: bool = False) -> ShaderKey:
+    """The barrier-free int8 matvec (`uniform_x`: the quantized row bound as a 64 KiB uniform; `pairs`: see
+    i8_pairs)."""
     return ShaderKey.of("matvec_i8", **{weight_define(qtype): True}, WG=MATVEC_WG, ROWS=rows, BIAS=bias,
-                        UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None)
+                        UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, PAIRS=pairs)
 
 
 def weight_define(qtype: QT) -> str:
@@ -265,6 +275,8 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
         keys += [quantize_key(fmt) for fmt in I8_BLOCKS]
         keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows) for q in I8_ACTIVATIONS for bias in (False, True)
                  for ux in (False, True) for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
+        keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows, pairs=True) for q in I8_PAIR_TYPES
+                 for bias in (False, True) for ux in (False, True) for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
     keys += [ShaderKey.of("rmsnorm", WG=WG)] + [kv_write_key(t) for t in KV_TYPES_GPU]
     keys += [ShaderKey.of("rope", WG=WG, NEOX=neox) for neox in (False, True)]
     for hd in head_dims:

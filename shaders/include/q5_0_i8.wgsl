@@ -1,11 +1,26 @@
 // Q5_0 (see q5_0.wgsl) against Q8_0 activations: d_w * d_x * (sum q*x - 16 * sum x), q the 5-bit values.
+#ifdef PAIRS
+// Two blocks per call (44 bytes, rows of an even block count start word-aligned): the first block's
+// fields sit 2 bytes into their words, the second's are aligned, so both shifts are constants.
+const BLOCK_ELEMS: u32 = 64u;
+const BLOCK_BYTES: u32 = 44u;
+
+fn block_dot(wb: u32, b: u32) -> f32 {
+    return block_dot_at(wb, 2u * b, 16u) + block_dot_at(wb + 22u, 2u * b + 1u, 0u);
+}
+#else
 const BLOCK_ELEMS: u32 = 32u;
 const BLOCK_BYTES: u32 = 22u;
 
 fn block_dot(wb: u32, b: u32) -> f32 {
+    return block_dot_at(wb, b, ((wb + 2u) & 3u) * 8u);
+}
+#endif
+
+// block b of the row at byte wb; sh: the bit offset of the fields after d within their words
+fn block_dot_at(wb: u32, b: u32, sh: u32) -> f32 {
     let d = w_f16(wb);
     let i0 = (wb + 2u) >> 2u;
-    let sh = ((wb + 2u) & 3u) * 8u;
     var lo = w[i0 + 1u];
     let qh = funnel(w[i0], lo, sh);
     let xa = xv(2u * b);
