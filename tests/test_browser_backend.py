@@ -105,3 +105,16 @@ def test_a_browser_without_webgpu_is_a_clear_error(tmp_path, capsys, monkeypatch
     assert main(["generate", str(model), "--prompt", "hello", "--max-tokens", "2", "--backend", "browser", "--json"]) == 2
     err = capsys.readouterr().err
     assert "WebGPU unavailable" in err and "--backend gpu" in err
+
+
+def test_a_model_outside_models_is_served_to_the_page_from_disk(tmp_path, capsys):
+    """A file the dev server does not host reaches the page through the CLI's own Range route."""
+    from gguf import GGMLQuantizationType as QT
+
+    from tiny_models import write_tiny_model
+
+    model = str(write_tiny_model(tmp_path, "llama", QT.Q8_0))
+    argv = ["generate", model, "--prompt", "hello", "--max-tokens", "4", "--ignore-eos", "--json"]
+    browser = _json(capsys, argv + ["--backend", "browser"])
+    cpu = _json(capsys, argv + _like(browser))
+    assert browser["prompt_ids"] == cpu["prompt_ids"] and len(browser["ids"]) == 4
