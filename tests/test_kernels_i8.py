@@ -4,6 +4,8 @@ against the reference executor's llama.cpp emulation. Odd sizes; one device for 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
@@ -109,7 +111,7 @@ def test_matvec_i8_pairs(gpu, qtype, uniform_x):
     """Two blocks per call on rows of an even block count (word-aligned rows), with offsets."""
     rng = np.random.default_rng(int(qtype) + 100)
     m, k, n = 67, 320, 1
-    assert i8_pairs(qtype, k)
+    assert i8_pairs(qtype, k, SimpleNamespace(architecture="swiftshader"))
     raw = random_weight(qtype, m, k, rng)
     q, info = emu.quantize(activations(rng, n, k), "q8_0")
     got = run_matvec_i8(gpu, qtype, raw, emu.pack(q, info), n, k, rows=4, uniform_x=uniform_x, pairs=True,

@@ -306,7 +306,7 @@ class GpuOps:
         xq, row_words = self._quantize(x, fmt)
         uniform_x = n == 1 and row_words * 4 <= UNIFORM_X_BYTES
         key = matvec_i8_key(w.ref.qtype, bias=bias is not None, uniform_x=uniform_x, rows=self.matvec_rows,
-                            pairs=i8_pairs(w.ref.qtype, k))
+                            pairs=i8_pairs(w.ref.qtype, k, self.device.caps))
         x_binding = (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq
         for buf, row0, rows in w.parts:
             bindings = [buf, x_binding] + ([bias.f32_buf] if bias is not None else []) + [out.buf]
