@@ -1,5 +1,7 @@
 """The GPU executor inside the site's engine Worker: Pyodide + WebGPU (SwiftShader here) through the
-browser face, against the NumPy reference run in the same Worker, on tiny random models."""
+browser face, against the NumPy reference run in the same Worker, on tiny random models: the f32 kernels
+against the plain reference, the int8 route (SwiftShader's default) against the reference's emulation of
+llama.cpp's rounding, judged as in tests/test_gpu_executor.py (assert_like_emulation)."""
 
 from __future__ import annotations
 
@@ -30,27 +32,35 @@ RTOL = {rtol}
 data = base64.b64decode({b64!r})
 header = read_header(data, file_size=len(data))
 ids = {ids!r}
-runner = await load_gpu_async(header=header, source=BufferSource(data), n_ctx={n_ctx}, max_chunk=4)
+runner = await load_gpu_async(header=header, source=BufferSource(data), n_ctx={n_ctx}, max_chunk=4, int8={int8})
 got = await runner.forward_async(ids, 0, all_logits=True)
-want = load(header=header, source=BufferSource(data), n_ctx={n_ctx}).forward(ids, 0, all_logits=True)
+want = load(header=header, source=BufferSource(data), n_ctx={n_ctx}, emulate_llama_cpp={int8}).forward(ids, 0, all_logits=True)
+plain = load(header=header, source=BufferSource(data), n_ctx={n_ctx}).forward(ids, 0, all_logits=True)
 greedy = await runner.greedy_async(ids, 0)
-json.dumps({{"face": runner.device.caps.face, "adapter": runner.device.caps.summary(),
+json.dumps({{"face": runner.device.caps.face, "adapter": runner.device.caps.summary(), "int8": runner.ops.int8,
             "max_err": float(np.abs(got - want).max()), "scale": float(np.abs(want).max()),
             "excess": float((np.abs(got - want) - RTOL * np.abs(want)).max()),
+            "effect": float(np.abs(plain - want).max()),
+            "same_argmax": bool((got.argmax(-1) == want.argmax(-1)).all()),
             "greedy": greedy, "argmax": int(np.argmax(want[-1])), "shape": list(got.shape)}})
 """
 
 
+@pytest.mark.parametrize("int8", [False, True], ids=["f32", "int8"])
 @pytest.mark.parametrize("arch, qtype", CASES, ids=[f"{a}-{q}" for a, q in CASES])
-def test_gpu_executor_in_the_worker_matches_reference(site_page, tmp_path_factory, arch, qtype):
+def test_gpu_executor_in_the_worker_matches_reference(site_page, tmp_path_factory, arch, qtype, int8):
     from gguf import GGMLQuantizationType as QT
 
     page, _, _ = site_page
     path = tiny_models.write_tiny_model(tmp_path_factory.mktemp(arch), arch, QT[qtype])
     ids = tiny_models.test_ids()
-    code = RUN.format(b64=base64.b64encode(path.read_bytes()).decode(), ids=ids, n_ctx=tiny_models.N_CTX, rtol=RTOL)
+    code = RUN.format(b64=base64.b64encode(path.read_bytes()).decode(), ids=ids, n_ctx=tiny_models.N_CTX, rtol=RTOL,
+                      int8=int8)
     result = harness.engine_request(page, "exec", {"code": code})
-    assert result["face"] == "browser"
+    assert result["face"] == "browser" and result["int8"] == int8
     assert result["shape"] == [len(ids), tiny_models.N_VOCAB]
-    assert result["excess"] <= ATOL_OF_SCALE * result["scale"], str(result)
+    if int8:
+        assert result["same_argmax"] and result["max_err"] < result["effect"], str(result)
+    else:
+        assert result["excess"] <= ATOL_OF_SCALE * result["scale"], str(result)
     assert result["greedy"] == result["argmax"]
