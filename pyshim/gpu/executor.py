@@ -11,7 +11,9 @@ argmax). Weights stay in their GGUF blocks, one buffer per tensor (split by rows
 limit), uploaded straight from the byte source, or left to the caller along `uploads` (the browser).
 Kernel variants follow the adapter: barrier-free matvecs (2 rows per invocation, 4 on SwiftShader, x
 as a uniform for one-token steps) and unsplit attention on CPU adapters; workgroup-reduction matvecs
-and key-split attention on GPUs.
+and key-split attention on GPUs. On CPU adapters whose WGSL has dot4I8Packed, quantized weights take the
+int8 route (llama.cpp's CPU arithmetic: each matmul input quantized once to int8 blocks, then integer
+dot products; see shaders/README.md).
 
 KV cache: per layer a K and a V ring of f32 [cap, kv_heads, head_dim]; cap = n_ctx for full layers,
 window + max_chunk - 1 for sliding-window layers (a chunk never evicts a key its queries need).
