@@ -167,10 +167,3 @@ def run(model: Path, kind: str, params: dict, *, on_text: Callable[[str], None] 
     if not outcome["ok"]:
         raise _engine_error(outcome["error"])
     return outcome["result"]
-
-
-def check_options(**unsupported) -> None:
-    """Refuses CLI options the browser engine does not take (name -> whether it was set)."""
-    given = [name for name, on in unsupported.items() if on]
-    if given:
-        raise BadRequestError(f"{', '.join(given)} is not available with --backend browser", hint="use --backend cpu")

@@ -73,15 +73,16 @@ class ChatEngine:
 
     @classmethod
     async def open(cls, header: GGUFHeader, source, *, n_ctx: int | None = None, device=None,
-                   upload_now: bool = True, kv_type: str = "f32") -> "ChatEngine":
+                   upload_now: bool = True, kv_type: str = "f32", int8: bool | None = None) -> "ChatEngine":
         """Bind the model on the GPU. With `upload_now=False` the caller copies the weights along
-        `engine.uploads` before the first `chat()`. `kv_type`: f32, f16 or q8 (pyshim.memory.KV_TYPES)."""
+        `engine.uploads` before the first `chat()`. `kv_type`: f32, f16 or q8 (pyshim.memory.KV_TYPES);
+        `int8`: the executor's int8 route on or off (None: the adapter's default)."""
         from pyshim.gpu.runner import load_gpu_async
 
         tokenizer = Tokenizer.from_metadata(header.metadata)
         template = ChatTemplate.from_metadata(header.metadata, tokenizer)
         runner = await load_gpu_async(header=header, source=source, n_ctx=n_ctx, device=device, upload_now=upload_now,
-                                      kv_type=kv_type)
+                                      kv_type=kv_type, int8=int8)
         return cls(runner, tokenizer, template)
 
     @classmethod

@@ -176,9 +176,9 @@ async def score_ids(runner, ids: Sequence[int], top_k: int) -> dict:
 
 def arithmetic(runner) -> str:
     """"int8": the GPU executor rounds matmul activations as llama.cpp's CPU backend does (its int8 route,
-    taken on CPU adapters), so it matches the reference's llama.cpp emulation; "f32": the plain reference
-    (and the reference runner itself, which has no int8 route)."""
-    return "int8" if getattr(runner.ops, "int8", False) else "f32"
+    taken on CPU adapters), or the reference emulates exactly that rounding; "f32": neither."""
+    ops = runner.ops
+    return "int8" if getattr(ops, "int8", False) or getattr(ops, "emulate_llama_cpp", False) else "f32"
 
 
 # --- the Worker's entry points (web/engine/runs.js): JSON in, JSON out ---------------------------------
@@ -238,4 +238,5 @@ async def bench(request_json: str) -> str:
     return json.dumps({"prompt_tokens": done.prompt_tokens, "prefill_ms": done.prefill_ms, "ttft_ms": done.prefill_ms,
                        "decode_tokens": len(done.token_ids), "decode_ms": done.decode_ms, "cpu_ms": done.cpu_ms,
                        "cpu_share": done.cpu_ms / done.decode_ms if done.decode_ms > 0 else None,
-                       "decode_tok_per_s": done.decode_tok_per_s, "text": done.text, **gpu_bytes(engine.runner)})
+                       "decode_tok_per_s": done.decode_tok_per_s, "text": done.text, "arithmetic": arithmetic(engine.runner),
+                       **gpu_bytes(engine.runner)})

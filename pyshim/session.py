@@ -38,13 +38,20 @@ def loaded_engine() -> ChatEngine:
     return engine
 
 
-async def load(key: str, prefix, file_size: int, ranges, n_ctx: int):
+ARITHMETIC_INT8 = {"int8": True, "f32": False}    # a load's `arithmetic` -> the executor's int8 route
+
+
+async def load(key: str, prefix, file_size: int, ranges, n_ctx: int, arithmetic: str | None = None):
     """Bind a model on the GPU; returns (GPUDevice, [(file_offset, nbytes, GPUBuffer, buffer_offset), ...])
-    for JS to copy the weights from the store. `finish_load()` follows once they are copied."""
+    for JS to copy the weights from the store. `finish_load()` follows once they are copied. `arithmetic`:
+    "f32" or "int8" (see pyshim.runs.arithmetic); None: the adapter's default."""
+    if arithmetic is not None and arithmetic not in ARITHMETIC_INT8:
+        raise BadRequestError(f"arithmetic must be one of {', '.join(ARITHMETIC_INT8)}, got {arithmetic!r}")
     unload()
     pairs = ranges.to_py() if hasattr(ranges, "to_py") else ranges
     data = {int(offset): _bytes(chunk) for offset, chunk in pairs}
-    engine = await ChatEngine.open_prefix(_bytes(prefix), int(file_size), data, n_ctx=int(n_ctx))
+    engine = await ChatEngine.open_prefix(_bytes(prefix), int(file_size), data, n_ctx=int(n_ctx),
+                                          int8=ARITHMETIC_INT8.get(arithmetic))
     _state.update(engine=engine, key=None, pending=key)
     uploads = [(u.file_offset, u.nbytes, u.buffer, u.buffer_offset) for u in engine.uploads]
     return engine.runner.device.raw, uploads

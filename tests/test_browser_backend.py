@@ -5,9 +5,11 @@ Each CLI call starts its own dev server and Chromium (what a user's call does), 
 the model in the page's IndexedDB and loads it into the GPU: ~30 s before the first token here, then
 SmolLM2 decodes at ~1 tok/s and Gemma 3 at ~0.5. So: few calls, short texts.
 
-The reference runs in the browser's arithmetic: on a CPU adapter (SwiftShader) the executor takes its
-int8 route (activations rounded as llama.cpp's CPU backend does; the JSON says "arithmetic": "int8"), so
-the CPU reference runs with --like-llama-cpp, its exact emulation of that rounding.
+Arithmetic: on a CPU adapter (SwiftShader) the executor takes its int8 route by default (activations
+rounded as llama.cpp's CPU backend does; the JSON says "arithmetic": "int8"), which the reference emulates
+with --like-llama-cpp. The issue's bar — 32 greedy tokens equal to the reference — is the f32 kernels'
+(`--arithmetic f32`; the int8 route is held to llama.cpp in tests/test_real_models.py and
+tests/test_gpu_executor.py); scores are checked in the default arithmetic, the one users get.
 """
 
 from __future__ import annotations
@@ -49,10 +51,11 @@ def _like(browser: dict) -> list[str]:
 
 
 def _greedy_pair(capsys, name: str) -> tuple[dict, dict]:
-    argv = ["generate", _model(name), "--prompt", PROMPT, "--max-tokens", str(GREEDY_TOKENS), "--ignore-eos", "--ctx", "256", "--json"]
+    argv = ["generate", _model(name), "--prompt", PROMPT, "--max-tokens", str(GREEDY_TOKENS), "--ignore-eos", "--ctx", "256",
+            "--arithmetic", "f32", "--json"]
     browser = _json(capsys, argv + ["--backend", "browser"])
-    cpu = _json(capsys, argv + _like(browser))
-    assert cpu["arithmetic"] == browser["arithmetic"]
+    cpu = _json(capsys, argv)
+    assert cpu["arithmetic"] == browser["arithmetic"] == "f32"
     return browser, cpu
 
 

@@ -38,13 +38,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default="cpu", help="cpu (the NumPy reference executor), gpu (WGSL kernels through "
                         "native wgpu) or browser (the site's engine Worker in headless Chromium, WebGPU from Pyodide)")
     parser.add_argument("--chat", action="store_true", help="apply the model's chat template to the prompt")
-    parser.add_argument("--like-llama-cpp", action="store_true",
-                        help="cpu backend: round matmul activations the way llama.cpp's CPU backend does, as the GPU "
-                             "executor's int8 route on CPU adapters does (its JSON says \"arithmetic\")")
+    add_arithmetic_arguments(parser)
     parser.add_argument("--ignore-eos", action="store_true",
                         help="do not stop at end-of-generation tokens: always --max-tokens (fixed-length benchmark runs)")
     parser.add_argument("--json", action="store_true",
                         help='print one JSON object {"text", "ids", "prompt_ids", "prefill_tok_s", "decode_tok_s"}')
+
+
+def add_arithmetic_arguments(parser: argparse.ArgumentParser) -> None:
+    """--like-llama-cpp and --arithmetic (shared with `pyshim score`)."""
+    parser.add_argument("--like-llama-cpp", action="store_true",
+                        help="cpu backend: round matmul activations the way llama.cpp's CPU backend does (= --arithmetic int8)")
+    parser.add_argument("--arithmetic", choices=("f32", "int8"), default=None,
+                        help="f32, or int8 (activations rounded as llama.cpp's CPU backend does: the GPU executor's "
+                             "int8 route, the cpu reference's emulation of it). Default: the backend's own — cpu f32, "
+                             "gpu/browser int8 on CPU adapters; the JSON says which ran")
+
+
+def arithmetic_options(args: argparse.Namespace) -> dict:
+    """load() options for the arithmetic asked for: the cpu reference's emulation, or the GPU's route."""
+    from pyshim.errors import BadRequestError
+
+    if args.like_llama_cpp and args.arithmetic == "f32":
+        raise BadRequestError("--like-llama-cpp is --arithmetic int8: drop one of them")
+    if args.backend == "cpu":
+        return {"emulate_llama_cpp": args.like_llama_cpp or args.arithmetic == "int8"}
+    if args.like_llama_cpp:
+        raise BadRequestError("--like-llama-cpp is a cpu-backend option", hint="use --arithmetic int8")
+    return {} if args.arithmetic is None else {"int8": args.arithmetic == "int8"}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     path = resolve_model(args.model)
     if args.backend == "browser":
         return _run_in_browser(args, path, params)
-    runner = load(path, n_ctx=args.ctx, backend=args.backend, emulate_llama_cpp=args.like_llama_cpp)
+    runner = load(path, n_ctx=args.ctx, backend=args.backend, **arithmetic_options(args))
     tokenizer = Tokenizer.from_metadata(runner.metadata)
     prompt_ids, stop_ids = _prompt(args, tokenizer, runner.metadata)
 
@@ -74,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"text": result.text, "ids": result.ids, "prompt_ids": result.prompt_ids,
                           "prefill_tok_s": round(stats.prefill_tok_s, 2), "decode_tok_s": round(stats.decode_tok_s, 2),
-                          "finish_reason": stats.finish_reason, "arithmetic": "int8" if args.like_llama_cpp else arithmetic(runner),
+                          "finish_reason": stats.finish_reason, "arithmetic": arithmetic(runner),
                           "cpu_share_pct": None if stats.cpu_share_pct is None else round(stats.cpu_share_pct, 2)}))
     else:
         print()
@@ -104,15 +125,16 @@ def _run_in_browser(args: argparse.Namespace, path, params) -> int:
     from pyshim import browser_backend
     from pyshim.tokenizer import Tokenizer
 
-    browser_backend.check_options(**{"--like-llama-cpp": args.like_llama_cpp})
+    arithmetic_options(args)            # checks the flags; the Worker takes --arithmetic itself
     header, n_ctx = browser_backend.open_header(path, args.ctx)
     prompt_ids, stop_ids = _prompt(args, Tokenizer.from_metadata(header.metadata), header.metadata)
     sampling = {"temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p, "min_p": params.min_p,
                 "repetition_penalty": params.repetition_penalty, "presence_penalty": params.presence_penalty,
                 "frequency_penalty": params.frequency_penalty, "seed": params.seed, "max_tokens": args.max_tokens,
                 "stop": args.stop, "ignore_eos": args.ignore_eos}
-    r = browser_backend.run(path, "complete", {"context": n_ctx, "prompt_ids": prompt_ids, "stop_token_ids": sorted(stop_ids),
-                                              "sampling": sampling}, on_text=None if args.json else _show)
+    r = browser_backend.run(path, "complete", {"context": n_ctx, "arithmetic": args.arithmetic, "prompt_ids": prompt_ids,
+                                              "stop_token_ids": sorted(stop_ids), "sampling": sampling},
+                            on_text=None if args.json else _show)
     t = r["timings"]
     prefill_tok_s = 1e3 * len(prompt_ids) / t["prefill_ms"] if t["prefill_ms"] else 0.0
     cpu_share = 100 * t["cpu_ms"] / t["decode_ms"] if t["decode_ms"] else None

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from pyshim.commands.generate import limit_blas_threads
+from pyshim.commands.generate import add_arithmetic_arguments, arithmetic_options, limit_blas_threads
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,8 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default="cpu", help="cpu (the NumPy reference executor), gpu (WGSL kernels through "
                         "native wgpu) or browser (the site's engine Worker in headless Chromium, WebGPU from Pyodide)")
     parser.add_argument("--json", action="store_true", help="print JSON (the only output format)")
-    parser.add_argument("--like-llama-cpp", action="store_true",
-                        help="round matmul activations the way llama.cpp's CPU backend does (closer agreement)")
+    add_arithmetic_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,13 +37,12 @@ def run(args: argparse.Namespace) -> int:
     text = args.text if args.text is not None else args.file.read_text(encoding="utf-8")
     if args.backend == "browser":
         return _score_in_browser(args, resolve_model(args.model), text)
-    runner = load(resolve_model(args.model), n_ctx=args.ctx, backend=args.backend,
-                  emulate_llama_cpp=args.like_llama_cpp)
+    runner = load(resolve_model(args.model), n_ctx=args.ctx, backend=args.backend, **arithmetic_options(args))
     ids = Tokenizer.from_metadata(runner.metadata).encode(text, add_special=True)
     top_ids, top_logits = score(runner, ids, args.top_k)
     print(json.dumps({"ids": ids, "top_ids": top_ids.tolist(),
                       "top_logits": [[round(float(v), 5) for v in row] for row in top_logits],
-                      "arithmetic": "int8" if args.like_llama_cpp else arithmetic(runner)}))
+                      "arithmetic": arithmetic(runner)}))
     return 0
 
 
@@ -53,9 +51,9 @@ def _score_in_browser(args: argparse.Namespace, path, text: str) -> int:
     from pyshim import browser_backend
     from pyshim.tokenizer import Tokenizer
 
-    browser_backend.check_options(**{"--like-llama-cpp": args.like_llama_cpp})
+    arithmetic_options(args)            # checks the flags; the Worker takes --arithmetic itself
     header, n_ctx = browser_backend.open_header(path, args.ctx)
     ids = Tokenizer.from_metadata(header.metadata).encode(text, add_special=True)
-    r = browser_backend.run(path, "score", {"context": n_ctx, "ids": ids, "top_k": args.top_k})
+    r = browser_backend.run(path, "score", {"context": n_ctx, "arithmetic": args.arithmetic, "ids": ids, "top_k": args.top_k})
     print(json.dumps({"ids": r["ids"], "top_ids": r["top_ids"], "top_logits": r["top_logits"], "arithmetic": r["arithmetic"]}))
     return 0

@@ -36,8 +36,11 @@ function writeAligned(device, buffer, offset, bytes) {
   }
 }
 
+// What session.loaded_key() holds for a model loaded so: "<id>@<context>", then "#<arithmetic>" when forced.
+export const loadKey = (modelId, context, arithmetic = null) => `${modelId}@${context}${arithmetic ? `#${arithmetic}` : ""}`;
+
 // Also used by runs.js (complete, score, bench): one loaded model, shared.
-export async function loadModel(py, modelId, context, emit) {
+export async function loadModel(py, modelId, context, emit, arithmetic = null) {
   const manifest = await store.getModel(modelId);
   if (!manifest || manifest.status !== "ready") {
     throw Object.assign(new Error("this model is not fully stored yet"), { name: "ModelNotReadyError", hint: "finish its download first" });
@@ -51,7 +54,7 @@ export async function loadModel(py, modelId, context, emit) {
   for await (const { slice, at, bytes } of store.slicePieces(modelId, wanted, manifest)) buffers.get(slice).set(bytes, at);
   for (const [s, bytes] of buffers) ranges.push([s.offset, bytes]);
 
-  const loaded = await session.load(`${modelId}@${context}`, prefix, manifest.size, ranges, context);
+  const loaded = await session.load(loadKey(modelId, context, arithmetic), prefix, manifest.size, ranges, context, arithmetic);
   const [device, uploads] = loaded.toJs({ depth: 2 });
   loaded.destroy();
   const slices = uploads.map((u) => {
@@ -76,13 +79,14 @@ export async function loadModel(py, modelId, context, emit) {
 
 // Loads stored model `modelId` with a `context`-position KV cache unless the GPU holds it already;
 // returns the milliseconds it took (0 when it was there). The Worker's `load` kind calls it too.
-export async function ensureLoaded(py, modelId, context, emit) {
+// `arithmetic` (runs.js only): "f32" | "int8" forces the executor's route, null takes the adapter's default.
+export async function ensureLoaded(py, modelId, context, emit, arithmetic = null) {
   const session = py.pyimport("pyshim.session");
-  const loaded = session.loaded_key() === `${modelId}@${context}`;
+  const loaded = session.loaded_key() === loadKey(modelId, context, arithmetic);
   session.destroy();
   if (loaded) return 0;
   const t0 = performance.now();
-  await loadModel(py, modelId, context, emit);
+  await loadModel(py, modelId, context, emit, arithmetic);
   return performance.now() - t0;
 }
 

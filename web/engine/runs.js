@@ -7,19 +7,21 @@
 // then loaded IndexedDB → GPU along Python's upload plan like any stored model. One loading path for
 // everything, so `bench` measures the load users get, and a second run of the same URL loads from disk.
 // `context` (KV positions) defaults to the loaded model's when it is the same model, else DEFAULT_CONTEXT.
+// `arithmetic` ("f32" | "int8", optional) forces the executor's route (on CPU adapters int8 is the default,
+// matching the reference's llama.cpp emulation; f32 matches the plain reference); results say which ran.
 //
-// complete {model_id | model_url, context, prompt (string) | prompt_ids (int list), stop_token_ids?,
+// complete {model_id | model_url, context, arithmetic?, prompt (string) | prompt_ids (int list), stop_token_ids?,
 //           sampling: {temperature, top_p, top_k, min_p, max_tokens, seed, stop: [strings], ignore_eos,
 //                      repetition_penalty, presence_penalty, frequency_penalty}}
 //   events  {id, event: "token", data: {text, token, index}}   (text UTF-8-safe; the last piece has token -1)
 //           {id, event: "load-progress" | "store-progress", data: {...}}
-//   result  {text, token_ids, finish_reason: "stop" | "length" | "abort",
+//   result  {text, token_ids, finish_reason: "stop" | "length" | "abort", arithmetic: "f32" | "int8",
 //            usage: {prompt_tokens, completion_tokens, total_tokens},
 //            timings: {load_ms, store_ms?, prefill_ms, ttft_ms, decode_ms, decode_tok_per_s, cpu_ms}}
 //            cpu_ms: the part of decode_ms not spent awaiting the GPU (Python, FFI, encoding)
 //   aborted like generate: abort {request_id} resolves it with finish_reason "abort".
-// score    {model_id | model_url, context, text | ids, top_k = 10}
-//   result  {ids, top_ids, top_logits, top_logprobs}   row i: the top-k predicted after ids[..i]
+// score    {model_id | model_url, context, arithmetic?, text | ids, top_k = 10}
+//   result  {ids, top_ids, top_logits, top_logprobs, arithmetic}   row i: the top-k predicted after ids[..i]
 // bench    {model_url | model_id, context, prompt | prompt_ids, max_tokens, ignore_eos = true}
 //   result  {prompt_tokens, load_ms, ttft_ms, prefill_ms, decode_tokens, decode_ms, decode_tok_per_s,
 //            cpu_ms, cpu_share (= cpu_ms / decode_ms), text, peak_gpu_bytes, planned_gpu_bytes}
@@ -69,14 +71,13 @@ async function ensureModel(py, params, probe, emit) {
     ({ id: modelId, store_ms: storeMs } = await storedFromURL(params.model_url, probe, emit));
   }
   let context = params.context;
-  if (context == null) {   // the loaded model's own context when it is this model (the key is "<id>@<context>")
+  if (context == null) {   // the loaded model's own context when it is this model (chat.js loadKey)
     const session = py.pyimport("pyshim.session");
-    const loaded = session.loaded_key() ?? "";
+    const loaded = (session.loaded_key() ?? "").match(/^(.*)@(\d+)(#\w+)?$/);
     session.destroy();
-    const at = loaded.lastIndexOf("@");
-    context = at > 0 && loaded.slice(0, at) === modelId ? Number(loaded.slice(at + 1)) : DEFAULT_CONTEXT;
+    context = loaded && loaded[1] === modelId ? Number(loaded[2]) : DEFAULT_CONTEXT;
   }
-  return { load_ms: await ensureLoaded(py, modelId, context, emit), store_ms: storeMs };
+  return { load_ms: await ensureLoaded(py, modelId, context, emit, params.arithmetic ?? null), store_ms: storeMs };
 }
 
 // Calls pyshim.runs.<fn>(request JSON, ...extra) and parses its JSON answer.
@@ -89,7 +90,7 @@ async function callRuns(py, fn, request, ...extra) {
   }
 }
 
-const modelless = ({ model_id, model_url, context, ...rest }) => rest;
+const modelless = ({ model_id, model_url, context, arithmetic, ...rest }) => rest;
 
 // The handlers worker.js adds to its own. ensurePython() -> pyodide (booted); probe(prefix, size) ->
 // Python's header summary (the worker's probe-bytes).
