@@ -12,6 +12,7 @@ import json
 from pyshim.engine import ChatEngine, small_tensor_ranges
 from pyshim.errors import BadRequestError
 from pyshim.header import read_header
+from pyshim.memory import KV_TYPES
 from pyshim.sampling import SamplingParams
 
 _state: dict = {"engine": None, "key": None}
@@ -41,17 +42,19 @@ def loaded_engine() -> ChatEngine:
 ARITHMETIC_INT8 = {"int8": True, "f32": False}    # a load's `arithmetic` -> the executor's int8 route
 
 
-async def load(key: str, prefix, file_size: int, ranges, n_ctx: int, arithmetic: str | None = None):
+async def load(key: str, prefix, file_size: int, ranges, n_ctx: int, arithmetic: str | None = None, kv_type: str = "f32"):
     """Bind a model on the GPU; returns (GPUDevice, [(file_offset, nbytes, GPUBuffer, buffer_offset), ...])
     for JS to copy the weights from the store. `finish_load()` follows once they are copied. `arithmetic`:
-    "f32" or "int8" (see pyshim.runs.arithmetic); None: the adapter's default."""
+    "f32" or "int8" (see pyshim.runs.arithmetic); None: the adapter's default. `kv_type`: f32, f16 or q8."""
     if arithmetic is not None and arithmetic not in ARITHMETIC_INT8:
         raise BadRequestError(f"arithmetic must be one of {', '.join(ARITHMETIC_INT8)}, got {arithmetic!r}")
+    if kv_type not in KV_TYPES:
+        raise BadRequestError(f"kv_type must be one of {', '.join(KV_TYPES)}, got {kv_type!r}")
     unload()
     pairs = ranges.to_py() if hasattr(ranges, "to_py") else ranges
     data = {int(offset): _bytes(chunk) for offset, chunk in pairs}
     engine = await ChatEngine.open_prefix(_bytes(prefix), int(file_size), data, n_ctx=int(n_ctx),
-                                          int8=ARITHMETIC_INT8.get(arithmetic))
+                                          int8=ARITHMETIC_INT8.get(arithmetic), kv_type=kv_type)
     _state.update(engine=engine, key=None, pending=key)
     uploads = [(u.file_offset, u.nbytes, u.buffer, u.buffer_offset) for u in engine.uploads]
     return engine.runner.device.raw, uploads

@@ -1,6 +1,9 @@
 """Chat in the real site: SmolLM2 downloaded into IndexedDB, loaded IndexedDB → GPU buffers by the
 Worker along Python's upload plan, and a greedy reply streamed by the WebGPU executor (SwiftShader
-here) that equals `pyshim generate --backend cpu` for the same messages and template."""
+here) that equals `pyshim generate --backend cpu` for the same messages and template — with the exact
+(f32) arithmetic the settings offer, for an f32 KV cache and for a q8 one (the reference rounding its
+cache the same way). The adapter's default arithmetic (int8 on CPU adapters) is held to llama.cpp by
+the executor's own tests."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ def site(chromium, dev_server):
     context.close()
 
 
-def cpu_reference_reply() -> str:
+def cpu_reference_reply(kv_type: str = "f32") -> str:
     from pyshim.catalog import resolve_model
     from pyshim.chat import ChatTemplate
     from pyshim.generate import generate_text
@@ -31,7 +34,7 @@ def cpu_reference_reply() -> str:
     from pyshim.sampling import SamplingParams
     from pyshim.tokenizer import Tokenizer
 
-    runner = load(resolve_model("smollm2"), n_ctx=512)
+    runner = load(resolve_model("smollm2"), n_ctx=512, kv_type=kv_type)
     tok = Tokenizer.from_metadata(runner.metadata)
     template = ChatTemplate.from_metadata(runner.metadata, tok)
     ids = template.encode(tok, [{"role": "user", "content": QUESTION}])
@@ -39,24 +42,42 @@ def cpu_reference_reply() -> str:
                          stop_ids=template.stop_ids).text
 
 
-def test_greedy_chat_reply_equals_the_cpu_reference(site):
-    _, page, watch = site
-    page.click(f"#models li:has-text('{MODEL}') button")
-    wait_status(page, MODEL, "ready")
+def ask(page, settings: dict) -> str:
+    """A new chat with these settings, QUESTION sent; the reply's text once it has finished."""
+    page.click("#new-chat")
     page.click("#settings-toggle")
-    for key, value in {"temperature": "0", "max_tokens": str(MAX_TOKENS), "context": "512", "system": ""}.items():
-        page.fill(f"#set-{key}", value)
+    for key, value in settings.items():
+        page.fill(f"#set-{key}", value) if key not in ("kv_type", "arithmetic") else page.select_option(f"#set-{key}", value)
         page.dispatch_event(f"#set-{key}", "change")
     page.click("#settings-toggle")
-    assert page.evaluate("() => window.pyshimEngine.request('capabilities')")["generate"] is True
     page.fill("#prompt", QUESTION)
     page.click("#send")
     page.wait_for_selector("#stop:not([hidden])")
     page.wait_for_selector("#stop", state="hidden", timeout=REPLY_TIMEOUT_MS)
     replies = page.locator("#messages .bubble")
-    text = replies.nth(replies.count() - 1).inner_text().strip()
+    return replies.nth(replies.count() - 1).inner_text().strip()
+
+
+EXACT = {"temperature": "0", "max_tokens": str(MAX_TOKENS), "context": "512", "system": "", "arithmetic": "f32"}
+
+
+def test_greedy_chat_reply_equals_the_cpu_reference(site):
+    _, page, watch = site
+    page.click(f"#models li:has-text('{MODEL}') button")
+    wait_status(page, MODEL, "ready")
+    assert page.evaluate("() => window.pyshimEngine.request('capabilities')")["generate"] is True
+    text = ask(page, {**EXACT, "kv_type": "f32"})
     shot(page, "12-chatting")
     assert text == cpu_reference_reply().strip()
     assert "Paris" in text
     assert "tok/s" in page.inner_text("#messages")
+    watch.check()
+
+
+def test_q8_kv_cache_reply_equals_the_reference_with_that_cache(site):
+    _, page, watch = site
+    text = ask(page, {**EXACT, "kv_type": "q8"})
+    key = page.evaluate("() => window.pyshimEngine.request('exec', {code: 'import json\\nfrom pyshim.session import loaded_key\\njson.dumps(loaded_key())'})")
+    assert key.endswith("#f32~q8"), key          # the model was loaded again, with a q8 cache
+    assert text == cpu_reference_reply("q8").strip()
     watch.check()

@@ -36,11 +36,17 @@ function writeAligned(device, buffer, offset, bytes) {
   }
 }
 
-// What session.loaded_key() holds for a model loaded so: "<id>@<context>", then "#<arithmetic>" when forced.
-export const loadKey = (modelId, context, arithmetic = null) => `${modelId}@${context}${arithmetic ? `#${arithmetic}` : ""}`;
+// How a model is set up on the GPU besides its context: `arithmetic` "f32" | "int8" forces the executor's
+// route (null: the adapter's default, int8 on CPU adapters); `kv_type` "f32" | "f16" | "q8" the KV cache.
+export const setupOf = (params) => ({ arithmetic: params?.arithmetic ?? null, kv_type: params?.kv_type ?? "f32" });
 
-// Also used by runs.js (complete, score, bench): one loaded model, shared.
-export async function loadModel(py, modelId, context, emit, arithmetic = null) {
+// What session.loaded_key() holds for a model loaded so: "<id>@<context>", then "#<arithmetic>" when
+// forced and "~<kv_type>" when not f32.
+export const loadKey = (modelId, context, { arithmetic = null, kv_type = "f32" } = {}) =>
+  `${modelId}@${context}${arithmetic ? `#${arithmetic}` : ""}${kv_type !== "f32" ? `~${kv_type}` : ""}`;
+
+// Also used by runs.js (complete, score, bench): one loaded model, shared. `setup`: see setupOf.
+export async function loadModel(py, modelId, context, emit, setup = setupOf(null)) {
   const manifest = await store.getModel(modelId);
   if (!manifest || manifest.status !== "ready") {
     throw Object.assign(new Error("this model is not fully stored yet"), { name: "ModelNotReadyError", hint: "finish its download first" });
@@ -54,7 +60,7 @@ export async function loadModel(py, modelId, context, emit, arithmetic = null) {
   for await (const { slice, at, bytes } of store.slicePieces(modelId, wanted, manifest)) buffers.get(slice).set(bytes, at);
   for (const [s, bytes] of buffers) ranges.push([s.offset, bytes]);
 
-  const loaded = await session.load(loadKey(modelId, context, arithmetic), prefix, manifest.size, ranges, context, arithmetic);
+  const loaded = await session.load(loadKey(modelId, context, setup), prefix, manifest.size, ranges, context, setup.arithmetic, setup.kv_type);
   const [device, uploads] = loaded.toJs({ depth: 2 });
   loaded.destroy();
   const slices = uploads.map((u) => {
@@ -79,14 +85,14 @@ export async function loadModel(py, modelId, context, emit, arithmetic = null) {
 
 // Loads stored model `modelId` with a `context`-position KV cache unless the GPU holds it already;
 // returns the milliseconds it took (0 when it was there). The Worker's `load` kind calls it too.
-// `arithmetic` (runs.js only): "f32" | "int8" forces the executor's route, null takes the adapter's default.
-export async function ensureLoaded(py, modelId, context, emit, arithmetic = null) {
+// `setup`: the arithmetic and KV type (setupOf); a model loaded otherwise is loaded again.
+export async function ensureLoaded(py, modelId, context, emit, setup = setupOf(null)) {
   const session = py.pyimport("pyshim.session");
-  const loaded = session.loaded_key() === loadKey(modelId, context, arithmetic);
+  const loaded = session.loaded_key() === loadKey(modelId, context, setup);
   session.destroy();
   if (loaded) return 0;
   const t0 = performance.now();
-  await loadModel(py, modelId, context, emit, arithmetic);
+  await loadModel(py, modelId, context, emit, setup);
   return performance.now() - t0;
 }
 
@@ -94,7 +100,7 @@ export async function ensureLoaded(py, modelId, context, emit, arithmetic = null
 export function chatEngine(ensurePython) {
   return async ({ params, emit, signal }) => {
     const py = await ensurePython();
-    const loadMs = await ensureLoaded(py, params.model_id, params.context, emit);
+    const loadMs = await ensureLoaded(py, params.model_id, params.context, emit, setupOf(params));
     const session = py.pyimport("pyshim.session");
     let index = 0;
     const onText = (text, token) => emit("token", { text, token, index: index++ });

@@ -4,11 +4,13 @@
 //
 //   await engine.load(model, {onProgress, context, signal})   store it (download if needed), then GPU
 //   engine.select(storeId, {context})    use a stored model; it reaches the GPU on the first request
+//   (both also take kvType: "f32" | "f16" | "q8", the KV cache, and arithmetic: null | "f32" | "int8",
+//    the executor's route — null: the adapter's default; changing either reloads the GPU)
 //   await engine.chat.completions.create({messages, model, temperature, top_p, max_tokens, stop, seed,
 //                                         stream}, {signal})  -> chat.completion | async iterator of chunks
 //   await engine.completions.create({prompt, ...}, {signal})  -> text_completion | async iterator
 //   engine.abort()      stops the running request and everything queued behind it
-//   engine.stats()      {model, context, running, queued, requests, last, load}
+//   engine.stats()      {model, context, kv_type, arithmetic, running, queued, requests, last, load}
 //   await engine.models.list()   OpenAI's model list
 //   await engine.unload()        frees the GPU;  engine.terminate()  ends a Worker this engine started
 //
@@ -80,10 +82,12 @@ export class Engine {
   // `client`: an EngineClient to share (the site's own); without one the engine starts its own
   // Worker, or with `shared` connects to the origin's SharedWorker (shared.js): one Python, GPU device
   // and model for every page that asks for it. `onProgress`: default listener for download and load.
-  constructor({ client = null, context = DEFAULT_CONTEXT, onProgress = null, shared = false } = {}) {
+  constructor({ client = null, context = DEFAULT_CONTEXT, onProgress = null, shared = false, kvType = "f32", arithmetic = null } = {}) {
     this.client = client ?? new EngineClient(undefined, { shared });
     this.ownsClient = !client;
     this.context = context;
+    this.kvType = kvType;
+    this.arithmetic = arithmetic;
     this.onProgress = onProgress;
     this.model = null;   // {id, storeId, name, aliases}
     this.adapter = null;
@@ -105,15 +109,20 @@ export class Engine {
     return this.#ready;
   }
 
-  async load(model, { onProgress = this.onProgress, context = this.context, signal = null } = {}) {
+  // What the Worker's load, generate and complete kinds are told besides the model and context.
+  #setup() {
+    return { kv_type: this.kvType, arithmetic: this.arithmetic };
+  }
+
+  async load(model, { onProgress = this.onProgress, context = this.context, signal = null, kvType = this.kvType, arithmetic = this.arithmetic } = {}) {
     const t0 = performance.now();
     const where = await locate(model);   // an unknown name fails here, before Python boots
     onProgress?.(progressOf("boot", 0, null));
     await this.ready();
-    const manifest = await ensureStored(where, { client: this.client, adapter: this.adapter, context, onProgress, signal });
+    const manifest = await ensureStored(where, { client: this.client, adapter: this.adapter, context, kvType, onProgress, signal });
     const stored = performance.now();
-    this.select(manifest, { context: Math.min(context, manifest.probe?.context_length || context), id: model });
-    await this.#enqueue(signal, () => this.client.request("load", { model_id: manifest.id, context: this.context }, {
+    this.select(manifest, { context: Math.min(context, manifest.probe?.context_length || context), id: model, kvType, arithmetic });
+    await this.#enqueue(signal, () => this.client.request("load", { model_id: manifest.id, context: this.context, ...this.#setup() }, {
       onEvent: (event, data) => {
         if (event === "load-progress") onProgress?.(progressOf("load", data.done_bytes, data.total_bytes));
       },
@@ -125,10 +134,12 @@ export class Engine {
 
   // Uses stored model `manifest` (or its id) from now on, without loading it yet: the Worker loads
   // it on the first request. `id` is the name requests and responses use (default: the store id).
-  select(manifest, { context = this.context, id = null } = {}) {
+  select(manifest, { context = this.context, id = null, kvType = this.kvType, arithmetic = this.arithmetic } = {}) {
     const storeId = typeof manifest === "string" ? manifest : manifest.id;
     const name = typeof manifest === "string" ? null : manifest.name;
     this.context = context;
+    this.kvType = kvType;
+    this.arithmetic = arithmetic;
     this.model = { id: id ?? storeId, storeId, name, aliases: [storeId, name].filter(Boolean) };
     return this.model;
   }
@@ -144,7 +155,8 @@ export class Engine {
 
   stats() {
     return {
-      model: this.model?.id ?? null, context: this.context, running: Boolean(this.#running), queued: this.#queued,
+      model: this.model?.id ?? null, context: this.context, kv_type: this.kvType, arithmetic: this.arithmetic,
+      running: Boolean(this.#running), queued: this.#queued,
       requests: this.#requests, last: this.#last, load: this.#loadInfo,
     };
   }
@@ -224,7 +236,7 @@ export class Engine {
     const base = openai.responseBase("chatcmpl", request.model);
     return this.#run({
       kind: "generate", stream: request.stream, signal, base,
-      params: { model_id: this.model.storeId, context: this.context, messages: request.messages, sampling: openai.workerSampling(request) },
+      params: { model_id: this.model.storeId, context: this.context, ...this.#setup(), messages: request.messages, sampling: openai.workerSampling(request) },
       whole: openai.chatCompletion,
       first: openai.chatChunk(base, { role: "assistant", content: "" }),
       piece: (b, text, last) => (last ? openai.chatChunk(b, {}, last) : openai.chatChunk(b, { content: text })),
@@ -238,7 +250,7 @@ export class Engine {
     const { temperature, top_p, top_k, max_tokens, seed, stop } = request;
     return this.#run({
       kind: "complete", stream: request.stream, signal, base,
-      params: { model_id: this.model.storeId, context: this.context, prompt: request.prompt, sampling: { temperature, top_p, top_k, max_tokens, seed, stop } },
+      params: { model_id: this.model.storeId, context: this.context, ...this.#setup(), prompt: request.prompt, sampling: { temperature, top_p, top_k, max_tokens, seed, stop } },
       whole: openai.textCompletion,
       first: null,
       piece: (b, text, last) => (last ? openai.textChunk(b, "", last) : openai.textChunk(b, text)),
@@ -250,8 +262,9 @@ export class Engine {
 // stored (downloaded through the store when missing, with progress) and loaded onto the GPU.
 // `shared`: use the origin's shared engine (see Engine); pages sharing one should ask for the same
 // model and context, or each switch reloads the GPU.
-export async function createEngine({ model = null, context = DEFAULT_CONTEXT, onProgress = null, signal = null, shared = false } = {}) {
-  const engine = new Engine({ context, onProgress, shared });
+export async function createEngine({ model = null, context = DEFAULT_CONTEXT, onProgress = null, signal = null, shared = false,
+  kvType = "f32", arithmetic = null } = {}) {
+  const engine = new Engine({ context, onProgress, shared, kvType, arithmetic });
   if (model) {
     try {
       await engine.load(model, { onProgress, context, signal });

@@ -52,9 +52,11 @@ export async function locate(spec) {
 // "Will it fit?" for download()'s gate: Python's probe (through the engine Worker's probe-bytes) of
 // the header bytes at `context` positions, judged against the adapter. Answers {need} while the
 // header runs past the bytes given, else {ok, reasons, summary}; a file that is not a usable GGUF
-// throws an error marked `refusal`. `adapter`: gpu-selftest's adapter dict (null without WebGPU).
-export async function checkFit(client, adapter, context, prefix, size) {
-  let summary = await client.request("probe-bytes", { bytes: prefix, file_size: size, context });
+// throws an error marked `refusal`. `adapter`: gpu-selftest's adapter dict (null without WebGPU);
+// `kvType`: the KV cache type it will run with (f32, f16, q8).
+export async function checkFit(client, adapter, context, prefix, size, kvType = "f32") {
+  const kv_type = kvType;
+  let summary = await client.request("probe-bytes", { bytes: prefix, file_size: size, context, kv_type });
   if (summary.need !== undefined) return summary;
   if (summary.refused) {
     const { name, message, hint } = summary.refused;
@@ -63,7 +65,7 @@ export async function checkFit(client, adapter, context, prefix, size) {
     throw Object.assign(new StoreError(name, text, hint), { refusal: true });
   }
   if (summary.supported && summary.context_length && summary.context_length < context) {
-    summary = await client.request("probe-bytes", { bytes: prefix, file_size: size, context: summary.context_length });
+    summary = await client.request("probe-bytes", { bytes: prefix, file_size: size, context: summary.context_length, kv_type });
   }
   return { ...judge(summary, adapter), summary };
 }
@@ -74,13 +76,13 @@ export function progressOf(phase, loaded, total, extra = {}) {
 }
 
 // The model `where` (locate's answer) stored and verified, downloading what is missing -> its manifest.
-export async function ensureStored(where, { client, adapter, context, onProgress = null, signal = null }) {
+export async function ensureStored(where, { client, adapter, context, kvType = "f32", onProgress = null, signal = null }) {
   const manifest = where.id ? await store.getModel(where.id)
     : await store.createFromURL(where.url, { name: where.name, expectedSha256: expectedSha256(fileName(where.url)) });
   if (manifest.status === "ready") return manifest;
   return store.download(manifest.id, {
     signal,
-    checkFit: (prefix, size) => checkFit(client, adapter, context, prefix, size),
+    checkFit: (prefix, size) => checkFit(client, adapter, context, prefix, size, kvType),
     onProgress: (p) => onProgress?.(progressOf(p.phase, p.doneBytes, p.totalBytes, { bytesPerSec: p.bytesPerSec, etaSec: p.etaSec })),
   });
 }

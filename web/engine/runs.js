@@ -28,7 +28,7 @@
 //            greedy, as playwright/bench_engines.py reads it; peak = allocated so far, planned = pyshim.memory
 
 import * as store from "../store/store.js";
-import { ensureLoaded } from "./chat.js";
+import { ensureLoaded, setupOf } from "./chat.js";
 import { track } from "./generation.js";
 
 const SITE_ROOT = new URL("../", import.meta.url);
@@ -73,11 +73,11 @@ async function ensureModel(py, params, probe, emit) {
   let context = params.context;
   if (context == null) {   // the loaded model's own context when it is this model (chat.js loadKey)
     const session = py.pyimport("pyshim.session");
-    const loaded = (session.loaded_key() ?? "").match(/^(.*)@(\d+)(#\w+)?$/);
+    const loaded = (session.loaded_key() ?? "").match(/^(.*)@(\d+)(#\w+)?(~\w+)?$/);
     session.destroy();
     context = loaded && loaded[1] === modelId ? Number(loaded[2]) : DEFAULT_CONTEXT;
   }
-  return { load_ms: await ensureLoaded(py, modelId, context, emit, params.arithmetic ?? null), store_ms: storeMs };
+  return { load_ms: await ensureLoaded(py, modelId, context, emit, setupOf(params)), store_ms: storeMs };
 }
 
 // Calls pyshim.runs.<fn>(request JSON, ...extra) and parses its JSON answer.
@@ -90,7 +90,7 @@ async function callRuns(py, fn, request, ...extra) {
   }
 }
 
-const modelless = ({ model_id, model_url, context, arithmetic, ...rest }) => rest;
+const modelless = ({ model_id, model_url, context, arithmetic, kv_type, ...rest }) => rest;
 
 // The handlers worker.js adds to its own. ensurePython() -> pyodide (booted); probe(prefix, size) ->
 // Python's header summary (the worker's probe-bytes).

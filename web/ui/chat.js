@@ -10,6 +10,7 @@ import { Engine } from "../engine/engine.js";
 const SETTINGS_KEY = "pyshim.chatSettings";
 export const DEFAULT_SETTINGS = {
   system: "You are a helpful assistant.", temperature: 0.7, top_p: 0.95, top_k: 40, max_tokens: 512, seed: "", context: 4096,
+  kv_type: "f32", arithmetic: "auto",
 };
 
 let state = { engine: null, canGenerate: false, model: null, messages: [], running: null };
@@ -89,7 +90,7 @@ async function send() {
   renderNotice();
   try {
     // The same engine interface pages use (engine/engine.js): the Worker loads the model on first use.
-    state.engine.select(state.model, { context: s.context });
+    state.engine.select(state.model, { context: s.context, kvType: s.kv_type, arithmetic: s.arithmetic === "auto" ? null : s.arithmetic });
     const stream = await state.engine.chat.completions.create({
       messages: history, stream: true, temperature: s.temperature, top_p: s.top_p, top_k: s.top_k, max_tokens: s.max_tokens,
       seed: s.seed === "" ? null : s.seed,

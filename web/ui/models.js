@@ -21,7 +21,8 @@ const STATUS_TEXT = {
 // ---- the "will it fit?" gate handed to store.download ------------------------------------------
 
 async function checkFit(prefix, size) {
-  return fitVerdict(ctx.engine, await ctx.adapter, ctx.settings().context || DEFAULT_CONTEXT, prefix, size);
+  const s = ctx.settings();
+  return fitVerdict(ctx.engine, await ctx.adapter, s.context || DEFAULT_CONTEXT, prefix, size, s.kv_type || "f32");
 }
 
 // ---- downloads ---------------------------------------------------------------------------------
