@@ -24,7 +24,7 @@ async def open_like_the_browser(path):
     header = read_header_from_file(path)
     file = FileSource(path)
     ranges = {off: file.read(off, n).tobytes() for off, n in small_tensor_ranges(header)}
-    engine = await ChatEngine.open(header, RangesSource(ranges), n_ctx=256, upload_now=False)
+    engine = await ChatEngine.open(header, RangesSource(ranges), n_ctx=256, upload_now=False, int8=False)   # exact arithmetic: the plain reference is the oracle
     device = engine.runner.device
     for up in engine.uploads:
         device.write(up.buffer, file.read(up.file_offset, up.nbytes), up.buffer_offset)
