@@ -35,6 +35,7 @@ import harness
 
 HERE = Path(__file__).resolve().parent
 BENCH_KIND = "bench"
+KERNEL_PREFIX = "kernel_ms:"   # sample keys of the per-kernel decode profile: "kernel_ms:matvec_i8 q4_1"
 PEER_PAGE = "bench/wllama.html"
 PAGE_READY_TIMEOUT_MS = 60_000
 RUN_TIMEOUT_MS = 900_000          # one engine run on a loaded 2-core machine (Gemma 3, 512-token prompt)
@@ -224,7 +225,8 @@ def _worker_generation(page, model_url: str, workload: list[dict]) -> dict:
     sample: dict = {}
     for i, prompt in enumerate(workload):
         r = harness.engine_request(page, BENCH_KIND, {"model_url": model_url, "prompt": prompt["text"],
-                                                       "max_tokens": prompt["max_tokens"], "ignore_eos": True},
+                                                       "max_tokens": prompt["max_tokens"], "ignore_eos": True,
+                                                       "kernels": bool(prompt.get("decode"))},
                                    timeout_ms=RUN_TIMEOUT_MS)
         if i == 0 and r.get("load_ms") is not None:
             sample["load_ms"] = r["load_ms"]
@@ -237,9 +239,11 @@ def _worker_generation(page, model_url: str, workload: list[dict]) -> dict:
                 sample["decode_tok_s"] = steps / (r["decode_ms"] / 1e3)
             if r.get("cpu_ms") is not None and r["decode_ms"] > 0:
                 sample["cpu_share_pct"] = 100 * r["cpu_ms"] / r["decode_ms"]
-            for key in ("peak_gpu_bytes", "planned_gpu_bytes"):
+            for key in ("peak_gpu_bytes", "planned_gpu_bytes", "kernel_step_ms"):
                 if r.get(key) is not None:
                     sample[key] = r[key]
+            for group, ms in (r.get("kernel_ms") or {}).items():     # flat keys, so medians() takes them
+                sample[f"{KERNEL_PREFIX}{group}"] = ms
             sample["text"] = r.get("text", "")
     return sample
 

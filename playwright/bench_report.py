@@ -7,6 +7,8 @@ import html
 import json
 from pathlib import Path
 
+from bench_engines import KERNEL_PREFIX
+
 ENGINE_COLOURS = {
     "browser": "#2f6fd6", "gpu": "#1f9e89", "cpu": "#8c6bb1",
     "wllama-1t": "#e0892b", "wllama-2t": "#c2452d", "llamacpp-1t": "#9a9a9a", "llamacpp-2t": "#5a5a5a",
@@ -138,6 +140,21 @@ def _bars(report: dict, key: str) -> list[tuple[str, str, float | None, str]]:
     return bars
 
 
+def kernel_charts(report: dict) -> list[str]:
+    """Per model and engine with a kernel profile: where a decode step's time goes, ms per shader group
+    (pyshim.gpu.profile: each group submitted alone; they add up to about the whole step)."""
+    charts = []
+    for r in report["results"]:
+        groups = {k[len(KERNEL_PREFIX):]: v for k, v in r["median"].items()
+                  if k.startswith(KERNEL_PREFIX) and isinstance(v, (int, float))}
+        if groups:
+            bars = [(name, r["engine"], ms, "") for name, ms in sorted(groups.items(), key=lambda kv: -kv[1])]
+            step = r["median"].get("kernel_step_ms")
+            title = f"{r['model']} · {r['engine']}: a decode step by kernel, ms" + (f" (whole step {_fmt(step)} ms)" if step else "")
+            charts.append(bar_chart(title, bars, "ms"))
+    return charts
+
+
 def html_report(report: dict) -> str:
     header, rows = summary_rows(report)
     prompts = report["config"]["settings"]["prompt_tokens"]
@@ -147,7 +164,7 @@ def html_report(report: dict) -> str:
         bar_chart("Decode: % of the device's streaming roofline", _bars(report, "roofline_pct"), "%"),
         bar_chart("Python ready in the Worker (Pyodide + packages), seconds", [
             (label, engine, v / 1e3 if v else None, note) for label, engine, v, note in _bars(report, "ready_ms") if engine == "browser"], "s"),
-    ]
+    ] + kernel_charts(report)
     m = report["machine"]
     adapter = report.get("adapter") or {}
     table = ["<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead><tbody>"]
@@ -162,7 +179,8 @@ def html_report(report: dict) -> str:
         f"WebGPU adapter in the browser: {html.escape(str(adapter.get('summary') or '–'))}"
         + (" — a CPU (software) adapter: GPU figures here measure SwiftShader on this machine's cores, not a graphics card."
            if adapter.get("is_fallback") else ""),
-        "Kernel breakdown (time of a token by kernel): n/a until the engine reports per-kernel timestamps.",
+        "Kernel breakdown: each shader group of a decode step submitted alone and timed (no timestamp queries "
+        "on these adapters), browser rows.",
     ]
     models = "".join(
         f"<li>{html.escape(f['name'])}: {html.escape(f['file'])} ({f['file_bytes'] / 1e6:.0f} MB, {html.escape(f['architecture'])}); "

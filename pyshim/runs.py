@@ -23,6 +23,7 @@ from pyshim.generate import StopStrings, top_k_rows
 from pyshim.sampling import SamplingParams, make_rng, sample
 
 DEFAULT_MAX_TOKENS = 256      # as the chat's sampling default (pyshim.session)
+KERNEL_REPS = 2         # per-kernel profile in bench: submissions per group (a decode step costs 0.3-2 s on SwiftShader)
 DEFAULT_SCORE_TOP_K = 10      # as `pyshim score`
 MAX_SCORE_TOP_K = 100         # a score row holds k ids and k floats per position
 
@@ -223,10 +224,13 @@ def gpu_bytes(runner) -> dict:
     return {"peak_gpu_bytes": ops.memory()["total"], "planned_gpu_bytes": plan.total_bytes}
 
 
+
 async def bench(request_json: str) -> str:
-    """Request {prompt, max_tokens, ignore_eos (default true)}: a greedy run -> {prompt_tokens, prefill_ms,
-    ttft_ms, decode_tokens, decode_ms, cpu_ms, cpu_share, text, peak_gpu_bytes, planned_gpu_bytes} as JSON
-    (load_ms filled in by JS). cpu_share = cpu_ms / decode_ms, the CPU side of a decode step (0..1)."""
+    """Request {prompt, max_tokens, ignore_eos (default true), kernels (default false)}: a greedy run ->
+    {prompt_tokens, prefill_ms, ttft_ms, decode_tokens, decode_ms, cpu_ms, cpu_share, text, peak_gpu_bytes,
+    planned_gpu_bytes} as JSON (load_ms filled in by JS). cpu_share = cpu_ms / decode_ms, the CPU side of a
+    decode step (0..1). With `kernels`: also kernel_ms {shader group: ms per decode step} and
+    kernel_step_ms (pyshim.gpu.profile; a few decode steps' worth of extra time)."""
     engine = _engine()
     request = json.loads(request_json)
     prompt = request_ids(engine.tokenizer, request, engine.runner.spec.n_vocab)
@@ -235,7 +239,13 @@ async def bench(request_json: str) -> str:
         raise BadRequestError("max_tokens must be at least 1")
     stop_ids = () if request.get("ignore_eos", True) else sorted(engine.tokenizer.eog_ids)
     done = await complete_ids(engine.runner, engine.tokenizer, prompt, SamplingParams(), max_tokens, stop_ids=stop_ids)
-    return json.dumps({"prompt_tokens": done.prompt_tokens, "prefill_ms": done.prefill_ms, "ttft_ms": done.prefill_ms,
+    profile = {}
+    if request.get("kernels"):
+        from pyshim.gpu.profile import kernel_times
+
+        times = await kernel_times(engine.runner, reps=KERNEL_REPS, rounds=1)
+        profile = {"kernel_ms": {name: g["ms"] for name, g in times["groups"].items()}, "kernel_step_ms": times["step_ms"]}
+    return json.dumps({**profile, "prompt_tokens": done.prompt_tokens, "prefill_ms": done.prefill_ms, "ttft_ms": done.prefill_ms,
                        "decode_tokens": len(done.token_ids), "decode_ms": done.decode_ms, "cpu_ms": done.cpu_ms,
                        "cpu_share": done.cpu_ms / done.decode_ms if done.decode_ms > 0 else None,
                        "decode_tok_per_s": done.decode_tok_per_s, "text": done.text, "arithmetic": arithmetic(engine.runner),

@@ -79,6 +79,9 @@ def test_markdown_and_html_reports_have_every_engine_and_open_offline():
     page = bench_report.html_report(report)
     assert "<script" not in page and "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert page.count("<svg") == 4
+    report["results"][0]["median"].update({"kernel_ms:matvec_i8 q4_1": 30.0, "kernel_ms:attention": 2.0, "kernel_step_ms": 33.0})
+    page = bench_report.html_report(report)
+    assert page.count("<svg") == 5 and "a decode step by kernel" in page and "matvec_i8 q4_1" in page
     for svg in page.split("<svg")[1:]:
         ET.fromstring("<svg" + svg.split("</svg>")[0] + "</svg>")  # each chart is well-formed XML
 
@@ -124,6 +127,9 @@ def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
     assert engines["browser"]["status"] == "ok" and browser["decode_tokens"] == 8 and browser["decode_tok_s"] > 0
     assert browser["text"] and browser["load_ms"] > 0 and browser["prefill_32_tok_s"] > 0
     assert 0 < browser["cpu_share_pct"] < 100          # the Worker's bench request measures the CPU side
+    kernels = {k: v for k, v in browser.items() if k.startswith("kernel_ms:")}
+    assert any(k.startswith("kernel_ms:matvec") for k in kernels) and all(v >= 0 for v in kernels.values())
+    assert browser["kernel_step_ms"] > 0
     for peer in ("wllama-1t", "wllama-2t"):
         assert engines[peer]["status"] == "ok", engines[peer]["status"]
         m = engines[peer]["median"]
