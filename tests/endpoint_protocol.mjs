@@ -24,6 +24,10 @@ function fakeEngine(id) {
         create: async (body, { signal } = {}) => {
           engine.requests++;
           const request = openai.validateChatRequest(body, { models: [engine.model] });
+          if (request.messages.at(-1).content === "fail late") {
+            await new Promise((r) => setTimeout(r, 20 * STEP_MS));
+            throw new openai.APIError(500, "the GPU was lost", { type: "server_error", code: "DeviceLostError" });
+          }
           const words = request.messages.at(-1).content.split(" ").reverse().slice(0, request.max_tokens);
           const base = openai.responseBase("chatcmpl", request.model);
           const job = (onPiece) => {
@@ -117,7 +121,7 @@ async function send(callerId, path, { method = "POST", body = undefined, raw = u
   }
   const text = await response.text();
   await Promise.all(waits);
-  return { status: response.status, type, ...(type.startsWith("application/json") ? { body: JSON.parse(text) } : { text }) };
+  return { status: response.status, type, ...(type.startsWith("application/json") ? { body: JSON.parse(text), padding: text.length - text.trimStart().length } : { text }) };
 }
 
 const chat = (content, extra = {}) => ({ model: "m1", messages: [{ role: "user", content }], max_tokens: 50, temperature: 0, ...extra });
@@ -165,5 +169,12 @@ const before = e1.cancelled;
 out.cancel = await send("h1", "v1/chat/completions", { body: chat("w ".repeat(40).trim(), { stream: true }), abortAfterMs: 3 * STEP_MS });
 await new Promise((r) => setTimeout(r, 20 * STEP_MS));
 out.cancelled_in_engine = e1.cancelled - before;
+
+// A non-streamed reply slower than TIMING.respondByMs: answered 200 at once, whitespace, then its JSON;
+// a late failure can then only be a JSON error body.
+Object.assign(endpoint.TIMING, { respondByMs: 4 * STEP_MS, padMs: 2 * STEP_MS });
+out.late = await send("h1", "v1/chat/completions", { body: chat("w ".repeat(30).trim()) });
+out.late_failure = await send("h1", "v1/chat/completions", { body: chat("fail late") });
+out.early_failure = await send("h1", "v1/chat/completions", { body: chat("x", { max_tokens: 0 }) });
 
 console.log(JSON.stringify(out));

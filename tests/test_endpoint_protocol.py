@@ -100,3 +100,13 @@ def test_concurrent_callers_get_their_own_answers_in_turn(seen):
 
 def test_a_caller_that_goes_away_stops_the_engine(seen):
     assert seen["cancel"]["cancelled"] is True and seen["cancelled_in_engine"] == 1
+
+
+def test_a_slow_non_streamed_reply_is_answered_in_time_and_padded(seen):
+    """Chromium stops a service worker whose fetch event goes unanswered for 5 minutes: past
+    TIMING.respondByMs the endpoint answers 200 and writes whitespace until the JSON is ready."""
+    late = seen["late"]
+    assert late["status"] == 200 and late["padding"] > 0
+    assert late["body"]["choices"][0]["message"]["content"] == " ".join(["w"] * 30)
+    assert seen["late_failure"]["status"] == 200 and seen["late_failure"]["body"]["error"]["code"] == "DeviceLostError"
+    assert error_of(seen["early_failure"], 400)["param"] == "max_tokens"   # refusals come before the deadline

@@ -38,7 +38,7 @@ CLIENT_ERROR_JS = """async (body) => {
   catch (e) { return {status: e.status ?? null, error: e.error ?? null, name: e.constructor.name}; }
 }"""
 
-# Both pages ask at once; each request is sent before either answer comes back.
+# A greedy chat request over plain fetch ([question, max_tokens] -> {status, type, text}).
 def chat_fetch_js(stream: bool) -> str:
     return """async ([question, maxTokens]) => {
       const r = await fetch('/v1/chat/completions', {method: 'POST', headers: {'Content-Type': 'application/json'},
@@ -171,7 +171,8 @@ def test_two_pages_at_once_get_their_own_answers(host, client_page):
     assert other_solo["status"] == 200, other_solo
     other_solo = json.loads(other_solo["text"])["choices"][0]["message"]["content"]
 
-    # Now both at once: the host page streams its question over plain fetch, the other page asks its own.
+    # Now both at once (each sent before either answer is back): the host page streams its question over
+    # plain fetch, the other page asks its own.
     page.evaluate("([js, q, n]) => { window.concurrent = (eval(js))([q, n]); }", [chat_fetch_js(True), QUESTION, MAX_TOKENS])
     client_page.evaluate("([js, q, n]) => { window.concurrent = (eval(js))([q, n]); }", [chat_fetch_js(False), OTHER_QUESTION, MAX_TOKENS])
     streamed = page.evaluate("() => window.concurrent")

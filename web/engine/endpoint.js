@@ -11,8 +11,7 @@
 //                {type: "chunk", chunk} one chunk of a stream
 //                {type: "done", body?}  the end; for a non-streamed request `body` is the whole response
 //                {type: "error", status, body}   OpenAI's error object ({error: {message, type, param, code}})
-//                {type: "alive"}        every HEARTBEAT_MS while the request waits or runs (and, as a
-//                                       service-worker event, navigator.serviceWorker.controller.postMessage({type: KEEPALIVE}))
+//                {type: "alive"}        every HEARTBEAT_MS while the request waits or runs
 //   SW -> page   {type: "cancel"}       the caller went away (its stream was cancelled, its fetch aborted)
 //
 // Which page: the caller itself when it serves the requested model, else the first other same-origin
@@ -25,10 +24,14 @@ import * as openai from "./openai.js";
 export const PROBE = "pyshim-openai:probe";
 export const REQUEST = "pyshim-openai:request";
 export const CLAIM = "pyshim-openai:claim";   // a page asks the service worker to control it now
-export const KEEPALIVE = "pyshim-openai:keepalive";   // a host's heartbeat as an event: keeps a relaying worker alive
-export const HEARTBEAT_MS = 10_000;
-const PROBE_TIMEOUT_MS = 400;       // pages without host.js never answer a probe
-const HOST_SILENCE_MS = 120_000;    // no message for this long: the host page is gone (timers in a hidden tab run ~1/min)
+export const HEARTBEAT_MS = 10_000;   // a host's "alive" period
+// The service worker's timings (an object so that tests can shorten them).
+export const TIMING = {
+  probeMs: 400,            // pages without host.js never answer a probe
+  hostSilenceMs: 120_000,  // no message for this long: the host page is gone (timers in a hidden tab run ~1/min)
+  respondByMs: 240_000,    // answer a non-streamed request by then (Chromium stops a worker at 5 minutes)
+  padMs: 10_000,           // whitespace this often in a late JSON body; also the watchdog's period
+};
 const POSTS = { "chat/completions": "chat.completions", completions: "completions" };
 const NO_HOST = "no page of this site is serving a model: open one that loads a model (e.g. examples/openai.html) and retry";
 
@@ -54,7 +57,7 @@ export function endpointOf(url, scope) {
 function probe(client) {
   return new Promise((resolve) => {
     const channel = new MessageChannel();
-    const timer = setTimeout(() => { channel.port1.close(); resolve(null); }, PROBE_TIMEOUT_MS);
+    const timer = setTimeout(() => { channel.port1.close(); resolve(null); }, TIMING.probeMs);
     channel.port1.onmessage = (e) => {
       clearTimeout(timer);
       channel.port1.close();
@@ -98,31 +101,47 @@ async function listModels() {
   return json(200, openai.modelList(ids));
 }
 
+// A 200 response whose body is written as the reply arrives: Server-Sent Events for a stream, or
+// (late JSON) whitespace until the whole JSON is ready. -> {response, write(text), close()}.
+function openBody(contentType, onCancel) {
+  let controller;
+  const body = new ReadableStream({ start: (c) => { controller = c; }, cancel: onCancel });
+  return {
+    response: new Response(body, { status: 200, headers: { "Content-Type": contentType, "Cache-Control": "no-cache" } }),
+    write: (text) => controller.enqueue(encoder.encode(text)),
+    close: () => controller.close(),
+  };
+}
+
 // Relays one request to `host` and answers with JSON or, for a stream, Server-Sent Events.
+//
+// Lifetime, as measured in Chromium 156: a fetch event left unanswered for 5 minutes stops the service
+// worker (the caller sees a network error at 308 s, whatever else arrives meanwhile), and so does a
+// fetch event kept open with waitUntil; a response whose body is still being written is not cut (a
+// 390-s stream completed). So streams answer as soon as the host accepts them, and a non-streamed
+// reply still unfinished after TIMING.respondByMs is answered 200 with whitespace (JSON allows it)
+// until its JSON is ready; a failure after that point can only be a JSON error body under status 200.
 function relay(event, host, endpoint, body, stream) {
   const channel = new MessageChannel();
   const port = channel.port1;
   let lastHeard = Date.now();
-  let settle;        // resolves the response promise (JSON, or the SSE stream once accepted)
-  let sse = null;    // the SSE stream's controller once accepted
+  let settle;            // resolves the response promise
+  let out = null;        // the body being written, once a 200 has been answered
   let finished = false;
-  let finish;
-  const done = new Promise((resolve) => { finish = resolve; });
 
   const end = () => {
     if (finished) return;
     finished = true;
     clearInterval(watchdog);
+    clearTimeout(late);
     port.close();
-    finish();
   };
   const fail = (status, errorBody) => {
-    if (sse) {
-      // OpenAI's clients raise an `error` event inside a stream as an APIError.
-      sse.enqueue(encoder.encode(openai.sseData(errorBody)));
-      sse.close();
-    } else {
-      settle(json(status, errorBody));
+    if (!out) settle(json(status, errorBody));
+    else {
+      // In a stream, OpenAI's clients raise an `error` event as an APIError.
+      out.write(stream ? openai.sseData(errorBody) : JSON.stringify(errorBody));
+      out.close();
     }
     end();
   };
@@ -131,27 +150,34 @@ function relay(event, host, endpoint, body, stream) {
     end();
   };
   const watchdog = setInterval(() => {
-    if (Date.now() - lastHeard > HOST_SILENCE_MS) {
+    if (Date.now() - lastHeard > TIMING.hostSilenceMs) {
       fail(503, { error: { message: "the page serving the model stopped answering (closed or reloaded?)", type: "server_error", param: null, code: "host_gone" } });
+    } else if (out && !stream) {
+      out.write(" ");   // keeps the late JSON response's body moving
     }
-  }, HEARTBEAT_MS);
+  }, TIMING.padMs);
+  const late = stream ? null : setTimeout(() => {
+    out = openBody("application/json", cancel);
+    settle(out.response);
+  }, TIMING.respondByMs);
   event.request.signal?.addEventListener("abort", cancel);
 
   port.onmessage = (e) => {
     const msg = e.data ?? {};
     lastHeard = Date.now();
     if (finished) return;
-    if (msg.type === "accepted" && stream && !sse) {
-      settle(new Response(new ReadableStream({
-        start: (controller) => { sse = controller; },
-        cancel,
-      }), { status: 200, headers: { "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache" } }));
-    } else if (msg.type === "chunk" && sse) {
-      sse.enqueue(encoder.encode(openai.sseData(msg.chunk)));
+    if (msg.type === "accepted" && stream && !out) {
+      out = openBody("text/event-stream; charset=utf-8", cancel);
+      settle(out.response);
+    } else if (msg.type === "chunk" && stream && out) {
+      out.write(openai.sseData(msg.chunk));
     } else if (msg.type === "done") {
-      if (sse) {
-        sse.enqueue(encoder.encode(openai.SSE_DONE));
-        sse.close();
+      if (stream) {
+        out?.write(openai.SSE_DONE);
+        out?.close();
+      } else if (out) {
+        out.write(JSON.stringify(msg.body));
+        out.close();
       } else {
         settle(json(200, msg.body));
       }
@@ -162,7 +188,6 @@ function relay(event, host, endpoint, body, stream) {
   };
   const response = new Promise((resolve) => { settle = resolve; });
   host.client.postMessage({ type: REQUEST, endpoint, body }, [channel.port2]);
-  event.waitUntil(done);   // keeps the service worker alive while the reply streams
   return response;
 }
 
@@ -219,7 +244,6 @@ export function handleEndpoint(event, scope) {
 // A page registered the service worker after loading, so nothing controls it yet: take it over, so
 // that its fetches to /v1 come here (clients.claim() only runs on activation otherwise).
 export function handleMessage(event) {
-  if (event.data?.type === KEEPALIVE) return true;   // its arrival is all it is for
   if (event.data?.type !== CLAIM) return false;
   event.waitUntil(self.clients.claim());
   return true;

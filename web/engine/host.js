@@ -13,7 +13,7 @@
 // tell a slow reply (a long queue, SwiftShader) from a page that was closed.
 
 import * as openai from "./openai.js";
-import { CLAIM, HEARTBEAT_MS, KEEPALIVE, PROBE, REQUEST } from "./endpoint.js";
+import { CLAIM, HEARTBEAT_MS, PROBE, REQUEST } from "./endpoint.js";
 
 const SITE = new URL("../", import.meta.url);
 const CREATE = {
@@ -29,14 +29,9 @@ function modelsOf(engine) {
 }
 
 // Runs one relayed request on `engine`, posting its reply on `port` (endpoint.js's protocol).
-async function serve(engine, { endpoint, body }, port, container) {
+async function serve(engine, { endpoint, body }, port) {
   const controller = new AbortController();
-  const alive = setInterval(() => {
-    port.postMessage({ type: "alive" });
-    // Port messages are not service-worker events; Chromium stops a worker busy with one event for
-    // over 5 minutes unless events keep arriving, and a long queue on a slow GPU can take that long.
-    container.controller?.postMessage({ type: KEEPALIVE });
-  }, HEARTBEAT_MS);
+  const alive = setInterval(() => port.postMessage({ type: "alive" }), HEARTBEAT_MS);
   port.onmessage = (e) => {
     if (e.data?.type === "cancel") controller.abort();
   };
@@ -67,7 +62,7 @@ export function serveOpenAI(engine, { container = navigator.serviceWorker } = {}
     const port = event.ports?.[0];
     if (!port || !msg) return;
     if (msg.type === PROBE) port.postMessage({ type: "host", models: modelsOf(engine) });
-    else if (msg.type === REQUEST) serve(engine, msg, port, container);
+    else if (msg.type === REQUEST) serve(engine, msg, port);
   };
   container.addEventListener("message", onMessage);
   container.startMessages();   // messages wait in a queue until this (or an onmessage setter)
