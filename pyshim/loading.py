@@ -75,16 +75,19 @@ def open_model(path: str | Path | None = None, *, header: GGUFHeader | None = No
 
 def load(path: str | Path | None = None, *, header: GGUFHeader | None = None, source: ByteSource | None = None,
          n_ctx: int | None = None, backend: str = "cpu", cache_weights: bool = True,
-         emulate_llama_cpp: bool = False, kv_type: str = "f32", int8: bool | None = None) -> Runner:
+         emulate_llama_cpp: bool = False, kv_type: str = "f32", int8: bool | None = None,
+         max_chunk: int | None = None) -> Runner:
     """A Runner for a GGUF file (`path`), or for a parsed header plus a byte source (Pyodide). `int8` (gpu):
-    the executor's int8 route on or off (None: the adapter's default, pyshim.gpu.kernels.default_int8)."""
+    the executor's int8 route on or off (None: the adapter's default, pyshim.gpu.kernels.default_int8);
+    `max_chunk` (gpu): most tokens per GPU step (prefill is split into steps of at most this many)."""
     if backend not in BACKENDS:
         raise BadRequestError(f"backend {backend!r} is not available here", hint=f"use one of: {', '.join(BACKENDS)}")
     if backend == "gpu":
         if emulate_llama_cpp:
             raise BadRequestError("emulating llama.cpp's activation rounding is a cpu-backend option")
         from pyshim.gpu.runner import load_gpu
-        return load_gpu(path, header=header, source=source, n_ctx=n_ctx, kv_type=kv_type, int8=int8)
+        return load_gpu(path, header=header, source=source, n_ctx=n_ctx, kv_type=kv_type, int8=int8,
+                        **({} if max_chunk is None else {"max_chunk": max_chunk}))
     header, source, spec, n_ctx = open_model(path, header=header, source=source, n_ctx=n_ctx)
     from pyshim.reference import NumpyOps
     ops = NumpyOps(WeightStore(tensor_refs_from_header(header), source), spec, n_ctx, cache_weights=cache_weights,

@@ -101,3 +101,24 @@ def test_gpu_backend_reports_its_arithmetic_and_the_cpu_side_of_decode(model, ca
     assert 0 < gpu["cpu_share_pct"] < 100 and gpu["arithmetic"] in ("int8", "f32")
     cpu = _json(capsys, argv + (["--like-llama-cpp"] if gpu["arithmetic"] == "int8" else []))
     assert cpu["cpu_share_pct"] is None and cpu["arithmetic"] == gpu["arithmetic"]
+
+
+def test_kv_type_and_prefill_chunk(tmp_path, capsys):
+    """--kv-type reaches the cpu reference and the gpu executor alike (same greedy ids here), and
+    --prefill-chunk splits the gpu prefill into small steps without changing the answer."""
+    from gguf import GGMLQuantizationType as QT
+
+    import tiny_models
+    from pyshim.cli import main
+
+    path = str(tiny_models.write_tiny_model(tmp_path, "llama", QT.F32))
+    runs = {}
+    for name, extra in {"cpu": ["--backend", "cpu"], "gpu": ["--backend", "gpu", "--arithmetic", "f32"],
+                        "gpu-chunk3": ["--backend", "gpu", "--arithmetic", "f32", "--prefill-chunk", "3"]}.items():
+        assert main(["generate", path, "--prompt", "hello world, once more", "--max-tokens", "6", "--kv-type", "q8", "--json",
+                     "--ignore-eos", *extra]) == 0
+        runs[name] = json.loads(capsys.readouterr().out)["ids"]
+    assert runs["cpu"] == runs["gpu"] == runs["gpu-chunk3"] and len(runs["cpu"]) == 6
+    assert main(["generate", path, "--prompt", "hi", "--prefill-chunk", "3"]) == 2          # cpu: refused, said why
+    assert "--prefill-chunk" in capsys.readouterr().err
+    assert main(["generate", path, "--prompt", "hi", "--backend", "gpu", "--prefill-chunk", "0"]) == 2

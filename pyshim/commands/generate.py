@@ -46,13 +46,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arithmetic_arguments(parser: argparse.ArgumentParser) -> None:
-    """--like-llama-cpp and --arithmetic (shared with `pyshim score`)."""
+    """--like-llama-cpp, --arithmetic, --kv-type and --prefill-chunk: how the model is set up (shared with
+    `pyshim score`)."""
+    parser.add_argument("--kv-type", choices=("f32", "f16", "q8"), default="f32",
+                        help="the KV cache: f32, f16 (half the memory) or q8 (int8 blocks, 28%%); every backend")
+    parser.add_argument("--prefill-chunk", type=int, default=None,
+                        help="gpu: most prompt tokens per GPU step (default 256); smaller steps keep a slow GPU under "
+                             "its watchdog and need less activation memory")
     parser.add_argument("--like-llama-cpp", action="store_true",
                         help="cpu backend: round matmul activations the way llama.cpp's CPU backend does (= --arithmetic int8)")
     parser.add_argument("--arithmetic", choices=("f32", "int8"), default=None,
                         help="f32, or int8 (activations rounded as llama.cpp's CPU backend does: the GPU executor's "
                              "int8 route, the cpu reference's emulation of it). Default: the backend's own — cpu f32, "
                              "gpu/browser int8 on CPU adapters; the JSON says which ran")
+
+
+def load_options(args: argparse.Namespace) -> dict:
+    """load() options for the setup asked for: arithmetic, KV cache type, prefill chunk (gpu)."""
+    from pyshim.errors import BadRequestError
+
+    options = {**arithmetic_options(args), "kv_type": args.kv_type}
+    if args.prefill_chunk is not None:
+        if args.backend != "gpu":
+            raise BadRequestError("--prefill-chunk is a gpu-backend option (the cpu reference has no GPU steps to bound)")
+        from pyshim.generate import PREFILL_CHUNK     # the most the prefill loop hands the runner at once
+
+        if not 1 <= args.prefill_chunk <= PREFILL_CHUNK:
+            raise BadRequestError(f"--prefill-chunk must be in [1, {PREFILL_CHUNK}], got {args.prefill_chunk}")
+        options["max_chunk"] = args.prefill_chunk
+    return options
 
 
 def arithmetic_options(args: argparse.Namespace) -> dict:
@@ -83,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     path = resolve_model(args.model)
     if args.backend == "browser":
         return _run_in_browser(args, path, params)
-    runner = load(path, n_ctx=args.ctx, backend=args.backend, **arithmetic_options(args))
+    runner = load(path, n_ctx=args.ctx, backend=args.backend, **load_options(args))
     tokenizer = Tokenizer.from_metadata(runner.metadata)
     prompt_ids, stop_ids = _prompt(args, tokenizer, runner.metadata)
 
@@ -125,14 +147,14 @@ def _run_in_browser(args: argparse.Namespace, path, params) -> int:
     from pyshim import browser_backend
     from pyshim.tokenizer import Tokenizer
 
-    arithmetic_options(args)            # checks the flags; the Worker takes --arithmetic itself
+    load_options(args)                  # checks the flags; the Worker takes --arithmetic and --kv-type itself
     header, n_ctx = browser_backend.open_header(path, args.ctx)
     prompt_ids, stop_ids = _prompt(args, Tokenizer.from_metadata(header.metadata), header.metadata)
     sampling = {"temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p, "min_p": params.min_p,
                 "repetition_penalty": params.repetition_penalty, "presence_penalty": params.presence_penalty,
                 "frequency_penalty": params.frequency_penalty, "seed": params.seed, "max_tokens": args.max_tokens,
                 "stop": args.stop, "ignore_eos": args.ignore_eos}
-    r = browser_backend.run(path, "complete", {"context": n_ctx, "arithmetic": args.arithmetic, "prompt_ids": prompt_ids,
+    r = browser_backend.run(path, "complete", {"context": n_ctx, "arithmetic": args.arithmetic, "kv_type": args.kv_type, "prompt_ids": prompt_ids,
                                               "stop_token_ids": sorted(stop_ids), "sampling": sampling},
                             on_text=None if args.json else _show)
     t = r["timings"]

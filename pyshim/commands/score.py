@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from pyshim.commands.generate import add_arithmetic_arguments, arithmetic_options, limit_blas_threads
+from pyshim.commands.generate import add_arithmetic_arguments, limit_blas_threads, load_options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     text = args.text if args.text is not None else args.file.read_text(encoding="utf-8")
     if args.backend == "browser":
         return _score_in_browser(args, resolve_model(args.model), text)
-    runner = load(resolve_model(args.model), n_ctx=args.ctx, backend=args.backend, **arithmetic_options(args))
+    runner = load(resolve_model(args.model), n_ctx=args.ctx, backend=args.backend, **load_options(args))
     ids = Tokenizer.from_metadata(runner.metadata).encode(text, add_special=True)
     top_ids, top_logits = score(runner, ids, args.top_k)
     print(json.dumps({"ids": ids, "top_ids": top_ids.tolist(),
@@ -51,9 +51,10 @@ def _score_in_browser(args: argparse.Namespace, path, text: str) -> int:
     from pyshim import browser_backend
     from pyshim.tokenizer import Tokenizer
 
-    arithmetic_options(args)            # checks the flags; the Worker takes --arithmetic itself
+    load_options(args)                  # checks the flags; the Worker takes --arithmetic and --kv-type itself
     header, n_ctx = browser_backend.open_header(path, args.ctx)
     ids = Tokenizer.from_metadata(header.metadata).encode(text, add_special=True)
-    r = browser_backend.run(path, "score", {"context": n_ctx, "arithmetic": args.arithmetic, "ids": ids, "top_k": args.top_k})
+    r = browser_backend.run(path, "score", {"context": n_ctx, "arithmetic": args.arithmetic, "kv_type": args.kv_type, "ids": ids,
+                                            "top_k": args.top_k})
     print(json.dumps({"ids": r["ids"], "top_ids": r["top_ids"], "top_logits": r["top_logits"], "arithmetic": r["arithmetic"]}))
     return 0
