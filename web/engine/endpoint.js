@@ -28,6 +28,7 @@ export const HEARTBEAT_MS = 10_000;   // a host's "alive" period
 // The service worker's timings (an object so that tests can shorten them).
 export const TIMING = {
   probeMs: 400,            // pages without host.js never answer a probe
+  callerGraceMs: 50,       // how much longer the caller may take than another host to claim its own request
   hostSilenceMs: 120_000,  // no message for this long: the host page is gone (timers in a hidden tab run ~1/min)
   respondByMs: 240_000,    // answer a non-streamed request by then (Chromium stops a worker at 5 minutes)
   padMs: 10_000,           // whitespace this often in a late JSON body; also the watchdog's period
@@ -70,17 +71,9 @@ function probe(client) {
 
 const serves = (host, model) => model == null || host.models.some((m) => m.id === model || (m.aliases ?? []).includes(model));
 
-// The host for `model` (any when null), preferring the calling client; {host} or {hosts} (every host
-// that answered, none serving `model`) when there is none.
-async function findHost(callerId, model) {
-  const clients = await self.clients.matchAll({ type: "window", includeUncontrolled: true });
-  const probes = clients.map((client) => probe(client));
-  const callerIndex = clients.findIndex((c) => c.id === callerId);
-  if (callerIndex >= 0) {
-    const caller = await probes[callerIndex];
-    if (caller && serves(caller, model)) return { host: caller };
-  }
-  const host = await new Promise((resolve) => {
+// The first of `probes` to answer as a host serving `model`, or null once all have settled.
+function firstServing(probes, model) {
+  return new Promise((resolve) => {
     let left = probes.length;
     if (!left) resolve(null);
     for (const p of probes) {
@@ -90,6 +83,21 @@ async function findHost(callerId, model) {
       });
     }
   });
+}
+
+// The host for `model` (any when null), preferring the calling client; {host} or {hosts} (every host
+// that answered, none serving `model`) when there is none. A caller without host.js never answers its
+// probe: once another host has answered it is waited for only TIMING.callerGraceMs more.
+async function findHost(callerId, model) {
+  const clients = await self.clients.matchAll({ type: "window", includeUncontrolled: true });
+  const probes = clients.map((client) => probe(client));
+  const callerIndex = clients.findIndex((c) => c.id === callerId);
+  const callerProbe = callerIndex >= 0 ? probes[callerIndex] : Promise.resolve(null);
+  const other = firstServing(probes.filter((_, i) => i !== callerIndex), model);
+  const grace = other.then((h) => (h ? new Promise((r) => setTimeout(() => r(null), TIMING.callerGraceMs)) : callerProbe));
+  const caller = await Promise.race([callerProbe, grace]);
+  if (caller && serves(caller, model)) return { host: caller };
+  const host = await other;
   if (host) return { host };
   return { hosts: (await Promise.all(probes)).filter(Boolean) };
 }
