@@ -13,9 +13,10 @@
 //                {type: "error", status, body}   OpenAI's error object ({error: {message, type, param, code}})
 //                {type: "alive"}        every HEARTBEAT_MS while the request waits or runs
 //   SW -> page   {type: "cancel"}       the caller went away (its stream was cancelled, its fetch aborted)
+//   page -> SW   registration.active.postMessage({type: CLAIM})   control me now (host.js endpointReady)
 //
 // Which page: the caller itself when it serves the requested model, else the first other same-origin
-// window that does. The engine queues its requests (web/engine/engine.js), so requests from several
+// window that does (the relay costs ~4 ms when the caller hosts, ~60 ms through another page). The engine queues its requests (web/engine/engine.js), so requests from several
 // pages to one engine run one after another, never mixed. Nothing is kept between requests: the
 // browser may stop and restart this service worker at any time, so every request probes afresh.
 
