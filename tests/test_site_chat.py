@@ -81,3 +81,14 @@ def test_q8_kv_cache_reply_equals_the_reference_with_that_cache(site):
     assert key.endswith("#f32~q8"), key          # the model was loaded again, with a q8 cache
     assert text == cpu_reference_reply("q8").strip()
     watch.check()
+
+
+def test_the_site_serves_its_model_to_same_origin_openai_clients(site):
+    _, page, watch = site
+    models = page.evaluate("""async () => {
+        const base = await (await import('/engine/host.js')).endpointReady();
+        return (await fetch(base + '/models')).json();
+    }""")
+    assert models["object"] == "list" and len(models["data"]) == 1, models
+    assert "SmolLM2" in models["data"][0]["id"], models          # the model picked on the site
+    watch.check()

@@ -16,3 +16,6 @@
 
 export { createEngine, Engine } from "./engine/engine.js";
 export { APIError } from "./engine/openai.js";
+// Serve an engine to same-origin OpenAI clients (the service worker's /v1): `const base = await
+// endpointReady(); serveOpenAI(engine);` then `new OpenAI({baseURL: base, apiKey: "none", dangerouslyAllowBrowser: true})`.
+export { endpointReady, serveOpenAI } from "./engine/host.js";

@@ -6,6 +6,7 @@
 import { h, $, toast } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 import { Engine } from "../engine/engine.js";
+import { serveOpenAI } from "../engine/host.js";
 
 const SETTINGS_KEY = "pyshim.chatSettings";
 export const DEFAULT_SETTINGS = {
@@ -13,7 +14,7 @@ export const DEFAULT_SETTINGS = {
   kv_type: "f32", arithmetic: "auto",
 };
 
-let state = { engine: null, canGenerate: false, model: null, messages: [], running: null };
+let state = { engine: null, unserve: null, canGenerate: false, model: null, messages: [], running: null };
 
 export function settings() {
   try {
@@ -90,7 +91,7 @@ async function send() {
   renderNotice();
   try {
     // The same engine interface pages use (engine/engine.js): the Worker loads the model on first use.
-    state.engine.select(state.model, { context: s.context, kvType: s.kv_type, arithmetic: s.arithmetic === "auto" ? null : s.arithmetic });
+    state.engine.select(state.model, setupOf(s));
     const stream = await state.engine.chat.completions.create({
       messages: history, stream: true, temperature: s.temperature, top_p: s.top_p, top_k: s.top_k, max_tokens: s.max_tokens,
       seed: s.seed === "" ? null : s.seed,
@@ -131,8 +132,15 @@ function newChat() {
   renderMessages();
 }
 
+// The engine's setup from the settings (engine/engine.js select()).
+function setupOf(s) {
+  return { context: s.context, kvType: s.kv_type, arithmetic: s.arithmetic === "auto" ? null : s.arithmetic };
+}
+
 export function setModel(manifest) {
   state.model = manifest;
+  // A stored model is also what this page serves to same-origin OpenAI clients at /v1 (engine/host.js).
+  if (manifest?.status === "ready" && state.engine) state.engine.select(manifest, setupOf(settings()));
   $("chat-model").textContent = manifest ? manifest.name : "No model selected";
   const sub = { ready: "Stored on this computer", refused: "Won't run on this GPU", error: "Download stopped", paused: "Download paused" };
   $("chat-sub").textContent = manifest ? (sub[manifest.status] ?? "Downloading…") : "Choose a model on the left";
@@ -141,7 +149,13 @@ export function setModel(manifest) {
 
 // `client`: the page's EngineClient (or a test's stand-in for it); the chat drives it through one Engine.
 export function setEngine(client, canGenerate) {
-  if (state.engine?.client !== client) state.engine = new Engine({ client });
+  if (state.engine?.client !== client) {
+    state.unserve?.();
+    state.engine = new Engine({ client });
+    // Same-origin pages can reach this page's model through the service worker's /v1 endpoint.
+    state.unserve = "serviceWorker" in navigator ? serveOpenAI(state.engine) : null;
+    if (state.model?.status === "ready") state.engine.select(state.model, setupOf(settings()));
+  }
   state.canGenerate = canGenerate;
   renderNotice();
 }
