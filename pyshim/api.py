@@ -51,11 +51,17 @@ class _AsyncCpuRunner:
         self._runner.reset()
 
 
-async def load(model: str, *, backend: str | None = None, n_ctx: int | None = None, on_progress=None, js_module=None) -> "Engine":
+async def load(model: str, *, backend: str | None = None, n_ctx: int | None = None, kv_type: str = "f32",
+               on_progress=None, js_module=None) -> "Engine":
     """An engine for a model path or short name (`smollm2`, `gemma3`, `qwen2.5`); backend "gpu" (native
     WebGPU through wgpu), "cpu" (the NumPy reference) or, in Pyodide, "browser" (the default there: the
     site's JavaScript engine; `on_progress(dict)` gets its download/load progress, `js_module` is
-    web/pyshim.js or its URL when the PyScript config does not name it, see pyshim/pyodide_engine.py)."""
+    web/pyshim.js or its URL when the PyScript config does not name it, see pyshim/pyodide_engine.py).
+    `kv_type`: the KV cache, "f32", "f16" or "q8"."""
+    from pyshim.memory import KV_TYPES
+
+    if kv_type not in KV_TYPES:
+        raise BadRequestError(f"unknown kv_type {kv_type!r}", hint=f"use one of: {', '.join(KV_TYPES)}")
     backend = backend or ("browser" if IN_PYODIDE else "gpu")
     if backend == "browser":
         if not IN_PYODIDE:
@@ -63,7 +69,7 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
                                   hint="use 'gpu' or 'cpu' here; `pyshim generate --backend browser` drives a headless browser")
         from pyshim.pyodide_engine import load_js_engine
 
-        chat_engine = await load_js_engine(model, n_ctx=n_ctx, on_progress=on_progress, js_module=js_module)
+        chat_engine = await load_js_engine(model, n_ctx=n_ctx, kv_type=kv_type, on_progress=on_progress, js_module=js_module)
         return Engine(chat_engine, model_id=str(model))
     from pyshim.catalog import resolve_model
     from pyshim.chat import ChatTemplate
@@ -75,12 +81,12 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
     path = resolve_model(model)
     header = read_header_from_file(path)
     if backend == "gpu":
-        chat_engine = await ChatEngine.open(header, FileSource(path), n_ctx=n_ctx)
+        chat_engine = await ChatEngine.open(header, FileSource(path), n_ctx=n_ctx, kv_type=kv_type)
     elif backend == "cpu":
         from pyshim.loading import load as load_cpu
 
         tokenizer = Tokenizer.from_metadata(header.metadata)
-        chat_engine = ChatEngine(_AsyncCpuRunner(load_cpu(path, n_ctx=n_ctx)), tokenizer,
+        chat_engine = ChatEngine(_AsyncCpuRunner(load_cpu(path, n_ctx=n_ctx, kv_type=kv_type)), tokenizer,
                                  ChatTemplate.from_metadata(header.metadata, tokenizer))
     else:
         raise BadRequestError(f"unknown backend {backend!r}", hint="use 'gpu' or 'cpu' ('browser' in Pyodide)")

@@ -127,12 +127,13 @@ class JsChatEngine:
         self._proxies = ()
 
 
-async def load_js_engine(model: str, *, n_ctx: int | None = None, on_progress=None, js_module=None) -> JsChatEngine:
-    """createEngine({model, context, onProgress}) from web/pyshim.js: the model is downloaded into the
+async def load_js_engine(model: str, *, n_ctx: int | None = None, kv_type: str = "f32", on_progress=None,
+                         js_module=None) -> JsChatEngine:
+    """createEngine({model, context, kvType, onProgress}) from web/pyshim.js: the model is downloaded into the
     site's store once (resumable) and loaded onto the GPU in the engine's Worker. `on_progress(dict)`
     receives the engine's progress events ({phase, fraction, …})."""
     module = await _module(js_module)
-    options = {"model": model}
+    options = {"model": model, "kvType": kv_type}
     if n_ctx is not None:
         options["context"] = n_ctx
     progress = create_proxy(lambda p: on_progress(_py(p))) if on_progress is not None else None

@@ -83,3 +83,18 @@ def test_concurrent_requests_are_queued_not_mixed(engine):
     a, b = run(two())
     assert a["choices"][0]["message"]["content"] == run(one(MESSAGES))["choices"][0]["message"]["content"]
     assert b["choices"][0]["message"]["content"] == run(one([{"role": "user", "content": "Name a colour."}]))["choices"][0]["message"]["content"]
+
+
+def test_kv_type_reaches_the_engine():
+    async def reply(kv_type):
+        engine = await load("smollm2", backend="gpu", n_ctx=256, kv_type=kv_type)
+        try:
+            assert engine._engine.runner.ops.kv_type == kv_type
+            out = await engine.chat.completions.create(messages=MESSAGES, temperature=0, max_tokens=4)
+            return out["choices"][0]["message"]["content"]
+        finally:
+            engine._engine.runner.device.destroy()
+
+    assert run(reply("q8"))
+    with pytest.raises(BadRequestError, match="kv_type"):
+        run(load("smollm2", backend="cpu", kv_type="q4"))
