@@ -214,7 +214,7 @@ def test_smollm2_scores_match_llama_cpp_on_f32_copy():
     path = root / fx["file"]
     if not path.is_file():
         pytest.skip(f"{path.name} is not in models/")
-    top_ids, top_logits = score(load(path, backend="gpu"), fx["passage"]["ids"], 10)
+    top_ids, top_logits = score(load(path, backend="gpu", int8=False), fx["passage"]["ids"], 10)   # f32 arithmetic, as llama.cpp on F32 weights
     ref = fx["passage_f32"]
     assert np.mean(top_ids[:, 0] == np.array(ref["top_ids"])[:, 0]) == 1.0
     assert np.abs(top_logits[:, 0] - np.array(ref["top_logits"])[:, 0]).max() < 2e-3
