@@ -58,7 +58,7 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
     site's JavaScript engine; `on_progress(dict)` gets its download/load progress, `js_module` is
     web/pyshim.js or its URL when the PyScript config does not name it, see pyshim/pyodide_engine.py).
     `kv_type`: the KV cache, "f32", "f16" or "q8"."""
-    from pyshim.memory import KV_TYPES
+    from pyshim.kvcache import KV_TYPES     # light: PyScript pages have numpy and pyshim, not gguf
 
     if kv_type not in KV_TYPES:
         raise BadRequestError(f"unknown kv_type {kv_type!r}", hint=f"use one of: {', '.join(KV_TYPES)}")
