@@ -1,21 +1,6 @@
 // Q4_0 (see q4_0.wgsl) against Q8_0 activations: d_w * d_x * (sum q*x - 8 * sum x), q the raw nibbles.
-#ifdef PAIRS
-// Two blocks per call (36 bytes, rows of an even block count start word-aligned): the first block's
-// fields sit 2 bytes into their words, the second's are aligned, so both shifts are constants.
-const BLOCK_ELEMS: u32 = 64u;
-const BLOCK_BYTES: u32 = 36u;
-
-fn block_dot(wb: u32, b: u32) -> f32 {
-    return block_dot_at(wb, 2u * b, 16u) + block_dot_at(wb + 18u, 2u * b + 1u, 0u);
-}
-#else
-const BLOCK_ELEMS: u32 = 32u;
-const BLOCK_BYTES: u32 = 18u;
-
-fn block_dot(wb: u32, b: u32) -> f32 {
-    return block_dot_at(wb, b, ((wb + 2u) & 3u) * 8u);
-}
-#endif
+const SINGLE_BYTES: u32 = 18u;
+#include "include/pairs_i8.wgsl"
 
 // block b of the row at byte wb; sh: the bit offset of the fields after d within their words
 fn block_dot_at(wb: u32, b: u32, sh: u32) -> f32 {

@@ -1,21 +1,6 @@
 // Q8_0 (see q8_0.wgsl) against Q8_0 activations: d_w * d_x * sum q*x.
-#ifdef PAIRS
-// Two blocks per call (68 bytes, rows of an even block count start word-aligned): the first block's
-// fields sit 2 bytes into their words, the second's are aligned, so both shifts are constants.
-const BLOCK_ELEMS: u32 = 64u;
-const BLOCK_BYTES: u32 = 68u;
-
-fn block_dot(wb: u32, b: u32) -> f32 {
-    return block_dot_at(wb, 2u * b, 16u) + block_dot_at(wb + 34u, 2u * b + 1u, 0u);
-}
-#else
-const BLOCK_ELEMS: u32 = 32u;
-const BLOCK_BYTES: u32 = 34u;
-
-fn block_dot(wb: u32, b: u32) -> f32 {
-    return block_dot_at(wb, b, ((wb + 2u) & 3u) * 8u);
-}
-#endif
+const SINGLE_BYTES: u32 = 34u;
+#include "include/pairs_i8.wgsl"
 
 // block b of the row at byte wb; sh: the bit offset of the fields after d within their words
 fn block_dot_at(wb: u32, b: u32, sh: u32) -> f32 {
