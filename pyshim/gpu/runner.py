@@ -112,14 +112,19 @@ class GpuRunner:
                 rows.append(np.frombuffer(data, dtype=np.float32).reshape(out.shape))
         return np.concatenate(rows) if all_logits else rows[-1]
 
-    async def greedy_async(self, ids, start: int) -> int:
-        """The argmax of the last id's logits, computed on the GPU (4 bytes come back)."""
+    async def _last_step(self, ids, start: int, *, greedy: bool = False, topk: bool = False) -> Program:
+        """Runs ids in steps of at most max_chunk; the earlier ones only fill the KV cache, the last one
+        (returned) also picks on the GPU (argmax or top-k of its last row)."""
         self._check(ids, start)
         chunk = self.ops.max_chunk
-        for at in range(0, len(ids) - chunk, chunk):       # earlier chunks only fill the KV cache
+        for at in range(0, len(ids) - chunk, chunk):
             await self._run(list(ids[at:at + chunk]), start + at, False, False)
         at = (len(ids) - 1) // chunk * chunk
-        program = await self._run(list(ids[at:]), start + at, False, True)
+        return await self._run(list(ids[at:]), start + at, False, greedy, topk)
+
+    async def greedy_async(self, ids, start: int) -> int:
+        """The argmax of the last id's logits, computed on the GPU (4 bytes come back)."""
+        program = await self._last_step(ids, start, greedy=True)
         return int(np.frombuffer(await self.device.read(program.argmax, 4), dtype=np.uint32)[0])
 
     async def top_k_async(self, ids, start: int, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -127,12 +132,7 @@ class GpuRunner:
         first), picked on the GPU: k pairs come back instead of the vocabulary."""
         if not 0 < k <= TOPK:
             raise BadRequestError(f"top-k on the GPU takes k in [1, {TOPK}], got {k}")
-        self._check(ids, start)
-        chunk = self.ops.max_chunk
-        for at in range(0, len(ids) - chunk, chunk):
-            await self._run(list(ids[at:at + chunk]), start + at, False, False)
-        at = (len(ids) - 1) // chunk * chunk
-        program = await self._run(list(ids[at:]), start + at, False, False, topk=True)
+        program = await self._last_step(ids, start, topk=True)
         pairs = np.frombuffer(await self.device.read(program.topk, k * 8), dtype=np.uint32).reshape(k, 2)
         return pairs[:, 0].view(np.float32).copy(), pairs[:, 1].astype(np.int64)
 
