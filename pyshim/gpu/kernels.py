@@ -47,6 +47,15 @@ UNIFORM_X_BYTES = UNIFORM_X_VEC4 * 16
 # against 4.7 s for one token per invocation (its per-token accumulator array is not kept in registers),
 # so the executor uses it only when asked (GpuOps(multi_token=True)); unmeasured on real GPUs.
 MATMUL_TOKENS = 4
+# The workgroup-tiled matmul (matmul.wgsl) for steps of several tokens on real GPUs: TM weight rows x TN
+# tokens per workgroup (its tile constants; the grid follows them). Untuned: no GPU was at hand.
+MATMUL_TILE_M = 32
+MATMUL_TILE_N = 32
+# Causal prefill attention tiled over the keys (attention_prefill.wgsl): the K and V tiles in workgroup
+# memory take at most this many bytes (WebGPU's guaranteed maxComputeWorkgroupStorageSize), and at most
+# ATTN_TILE_KEYS keys (each invocation keeps one score per key of a tile in registers).
+ATTN_TILE_BYTES = 16384
+ATTN_TILE_KEYS = 32
 
 # Weight type -> (define, elements per shader block, bytes per shader block). F32/F16 "blocks" are
 # 8 elements: what one call of block_apply reads (two vec4s).
@@ -162,6 +171,10 @@ PARAMS: dict[str, ParamsLayout] = {
     "embed": _layout("d:u32 n:u32 row_bytes:u32 w_off:u32 tok_off:u32 out_off:u32 row0:u32 rows:u32"),
     "rmsnorm": _layout("rows:u32 d:u32 eps:f32 x_off:u32 y_off:u32 w_off:u32 _pad0:u32 _pad1:u32"),
     "rope": _layout("n:u32 heads:u32 head_dim:u32 dims:u32 mscale:f32 x_off:u32 y_off:u32 pos_off:u32"),
+    "matmul": _layout("m:u32 k:u32 n:u32 row_bytes:u32 w_off:u32 x_off:u32 y_off:u32 bias_off:u32 y_stride:u32 "
+                      "_pad0:u32 _pad1:u32 _pad2:u32"),
+    "attention_prefill": _layout("n:u32 heads:u32 kv_heads:u32 cap:u32 window:u32 scale:f32 softcap:f32 pos_off:u32 "
+                                 "q_off:u32 out_off:u32 _pad0:u32 _pad1:u32"),
     "attention": _layout("n:u32 heads:u32 kv_heads:u32 cap:u32 window:u32 scale:f32 softcap:f32 pos_off:u32 "
                          "q_off:u32 out_off:u32 _pad0:u32 _pad1:u32"),
     "kv_write": _layout("n:u32 k_row:u32 v_row:u32 cap:u32 pos_off:u32 k_off:u32 v_off:u32 _pad0:u32"),
@@ -211,6 +224,27 @@ def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int,
     common = dict(WG=WG, HD4=head_dim // 4, HDV4=head_dim_v // 4, SPLITS=splits)
     combine = ShaderKey.of("attention", COMBINE=True, **common) if splits > 1 else None
     return ShaderKey.of("attention", SOFTCAP=softcap, KV_F16=kv_type == "f16", KV_Q8=kv_type == "q8", **common), combine
+
+
+def matmul_key(qtype: QT, *, bias: bool = False) -> ShaderKey:
+    """The workgroup-tiled matmul (steps of several tokens on real GPUs)."""
+    return ShaderKey.of("matmul", **{weight_define(qtype): True}, WG=WG, BIAS=bias)
+
+
+def matmul_grid(m: int, n: int) -> tuple[int, int, int]:
+    return groups(m, MATMUL_TILE_M), groups(n, MATMUL_TILE_N), 1
+
+
+def attention_prefill_key(head_dim: int, head_dim_v: int, softcap: bool, kv_type: str = "f32") -> ShaderKey:
+    """The key-tiled causal prefill attention; KTILE keys per tile fill ATTN_TILE_BYTES with f32 K and V rows."""
+    tile = max(1, min(ATTN_TILE_KEYS, ATTN_TILE_BYTES // ((head_dim + head_dim_v) * 4)))
+    return ShaderKey.of("attention_prefill", WG=WG, HD4=head_dim // 4, HDV4=head_dim_v // 4, KTILE=tile,
+                        SOFTCAP=softcap, KV_F16=kv_type == "f16", KV_Q8=kv_type == "q8")
+
+
+def attention_prefill_grid(n: int, heads: int, kv_heads: int) -> tuple[int, int, int]:
+    """One workgroup per KV head and WG // G query tokens (G query heads per KV head)."""
+    return kv_heads, groups(n, WG // (heads // kv_heads)), 1
 
 
 def attention_record_bytes(head_dim_v: int) -> int:
@@ -285,6 +319,8 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
         for splits in (1, ATTN_SPLITS_GPU):
             keys += [k for cap in (False, True) for t in KV_TYPES_GPU for k in attention_keys(hd, hd, cap, splits, t)
                      if k is not None and k not in keys]
+        keys += [attention_prefill_key(hd, hd, cap, t) for cap in (False, True) for t in KV_TYPES_GPU]
+    keys += [matmul_key(q, bias=bias) for q in WEIGHT_TYPES for bias in (False, True)]
     keys += [ShaderKey.of("glu", WG=WG, **{act: True}) for act in ("ACT_SILU", "ACT_GELU")]
     keys.append(ShaderKey.of("glu", WG=WG, ACT_GELU=True, GELU_F16=True))
     keys += [ShaderKey.of("eltwise", WG=WG, **{op: True}) for op in ("OP_ADD", "OP_SCALE", "OP_SOFTCAP", "OP_COPY")]
