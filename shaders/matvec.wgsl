@@ -2,7 +2,11 @@
 // Barrier-free: one invocation computes ROWS consecutive output rows for one token (what CPU adapters
 // like lavapipe and SwiftShader want). Grid: x = rows / (WG * ROWS), y = tokens.
 // Defines: one W_<type>, WG, ROWS, optional BIAS; REDUCE selects the workgroup-reduction variant below,
-// MULTI (with TOKENS) the many-token variant for prefill; UNIFORM_X (with X_VEC4) reads x as a uniform.
+// MULTI (with TOKENS) the many-token variant for prefill; UNIFORM_X (with X_VEC4) reads x as a uniform;
+// SUBGROUP (with REDUCE) sums the partials with subgroupAdd instead of a shared-memory tree.
+#ifdef SUBGROUP
+#enable subgroups
+#endif
 #include "include/wtype.wgsl"
 
 struct Params {
@@ -130,6 +134,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
 // (neighbours read neighbouring blocks: coalesced), then a shared-memory tree sums the WG partials.
 // Grid: x * z = ceil(m / ROWS) (z when x would pass 65535 workgroups), y = tokens. WG: a power of 2.
 var<workgroup> partial_sums: array<f32, WG * ROWS>;
+#ifndef SUBGROUP
 
 @compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
@@ -167,5 +172,47 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         y[params.y_off + t * params.y_stride + row] = y_r;
     }
 }
+#else
+// The same rows and blocks per invocation, summed by subgroupAdd: one barrier instead of log2(WG), and
+// one shared-memory slot per subgroup instead of per invocation. The subgroup size is the device's (4 on
+// SwiftShader, 4-128 on lavapipe, 32 or 64 on most GPUs), so the slots are indexed by subgroup_id and
+// the ROWS first invocations add num_subgroups of them (one when a subgroup spans the workgroup).
+// partial_sums keeps WG slots per row: enough for any subgroup size.
+@compute @workgroup_size(WG)
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32,
+        @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) n_sg: u32) {
+    let t = wid.y;
+    let first = (wid.x + wid.z * nwg.x) * ROWS;
+    if (first >= params.m) {
+        return;
+    }
+    x_base = params.x_off + t * params.k;
+    let nb = params.k / BLOCK_ELEMS;
+    for (var r = 0u; r < ROWS; r++) {
+        let wb = params.w_off + min(first + r, params.m - 1u) * params.row_bytes;
+        var acc = vec4<f32>(0.0);
+        for (var b = lid.x; b < nb; b += WG) {
+            block_apply(wb + b * BLOCK_BYTES, b * BLOCK_ELEMS, &acc);
+        }
+        let s = subgroupAdd(acc.x + acc.y + acc.z + acc.w);
+        if (lane == 0u) {
+            partial_sums[r * WG + sg] = s;
+        }
+    }
+    workgroupBarrier();
+    let row = first + lid.x;
+    if (lid.x < ROWS && row < params.m) {
+        var y_r = 0.0;
+        for (var i = 0u; i < n_sg; i++) {
+            y_r += partial_sums[lid.x * WG + i];
+        }
+#ifdef BIAS
+        y_r += bias[params.bias_off + row];
+#endif
+        y[params.y_off + t * params.y_stride + row] = y_r;
+    }
+}
+#endif
 #endif
 #endif

@@ -11,6 +11,7 @@ import base64
 
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType as QT
 
 import harness
 import i8_emulation
@@ -27,7 +28,8 @@ pytestmark = pytest.mark.browser
 RUN_JS = """async (cases) => {
   const adapter = await navigator.gpu.requestAdapter();
   if (!adapter) return {error: "no adapter"};
-  const device = await adapter.requestDevice();
+  // the subgroup variants need the feature at device creation, as pyshim.gpu.browser requests it
+  const device = await adapter.requestDevice({requiredFeatures: adapter.features.has("subgroups") ? ["subgroups"] : []});
   const U = GPUBufferUsage;
   const bytes = (b64) => Uint8Array.from(atob(b64), c => c.charCodeAt(0));
   const pad = (n) => Math.max(16, Math.ceil(n / 16) * 16);
@@ -107,8 +109,9 @@ def build_cases() -> Cases:
         raw = random_weight(qtype, m, k, rng)
         x = rng.standard_normal((n, k), dtype=np.float32)
         want = x @ dequantize_rows(raw, qtype).reshape(m, k).T
-        for reduce, multi in ((False, False), (True, False), (False, True)):
-            c.add(f"matvec {qtype.name} reduce={reduce} multi={multi}", matvec_key(qtype, reduce=reduce, multi=multi),
+        for reduce, multi, subgroup in ((False, False, False), (True, False, False), (False, True, False), (True, False, True)):
+            c.add(f"matvec {qtype.name} reduce={reduce} multi={multi} subgroup={subgroup}",
+                  matvec_key(qtype, reduce=reduce, multi=multi, subgroup=subgroup),
                   [raw, x], [n * m * 4], dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
                                              bias_off=0, y_stride=m), matvec_grid(m, n, reduce, multi), close(want))
         c.add(f"matvec {qtype.name} uniform x", matvec_key(qtype, uniform_x=True), [raw, x], [n * m * 4],
@@ -121,6 +124,7 @@ def build_cases() -> Cases:
               (groups(k // per), len(tokens), 1), close(want, rel=0))
 
     add_int8_cases(c, rng)
+    add_subgroup_cases(c, rng)
 
     rows, d = 9, 64
     x = rng.standard_normal((rows, d), dtype=np.float32)
@@ -195,6 +199,19 @@ def build_cases() -> Cases:
     c.add("argmax pass 1", ShaderKey.of("argmax", WG=WG, PASS1=True), [logits], [parts * 8],
           dict(len=len(logits), chunk=ARGMAX_CHUNK, x_off=0), (groups(parts), 1, 1), argmax_check)
     return c
+
+
+def add_subgroup_cases(c: Cases, rng) -> None:
+    """The subgroup matvec with a bias, in workgroups of one subgroup (4 = SwiftShader's size) and of 32."""
+    qtype, m, k, n = QT.Q5_K, 37, 1280, 2
+    raw = random_weight(qtype, m, k, rng)
+    x = rng.standard_normal((n, k), dtype=np.float32)
+    bias = rng.standard_normal(m, dtype=np.float32)
+    want = x @ dequantize_rows(raw, qtype).reshape(m, k).T + bias
+    for wg, rows in ((4, 3), (32, 1)):
+        c.add(f"matvec subgroup bias wg={wg}", ShaderKey.of("matvec", W_Q5_K=True, WG=wg, ROWS=rows, REDUCE=True, SUBGROUP=True, BIAS=True),
+              [raw, x, bias], [n * m * 4], dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
+                                                bias_off=0, y_stride=m), (groups(m, rows), n, 1), close(want))
 
 
 def quantized_like(x: np.ndarray, fmt: str):

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.browser
 COMPILE_JS = """async (sources) => {
   const adapter = await navigator.gpu.requestAdapter();
   if (!adapter) return {adapter: null};
-  const device = await adapter.requestDevice();
+  // the subgroup variants need the feature at device creation, as pyshim.gpu.browser requests it
+  const device = await adapter.requestDevice({requiredFeatures: adapter.features.has("subgroups") ? ["subgroups"] : []});
   const failures = [];
   for (const [label, code] of sources) {
     device.pushErrorScope("validation");

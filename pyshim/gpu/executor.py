@@ -32,7 +32,8 @@ from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.pool import ActivationPool, Slot, physical
 from pyshim.gpu.kernels import (ARGMAX_CHUNK, ATTN_SPLITS_GPU, I8_ACTIVATIONS, I8_BLOCKS, KV_TYPES_GPU, PARAMS, Q8_BLOCK, TOPK, TOPK_CHUNK,
                                 WG, KernelCache,
-                                attention_keys, attention_record_bytes, barrier_free_rows, default_int8, groups, i8_pairs, kv_write_key,
+                                attention_keys, attention_record_bytes, barrier_free_rows, default_int8, default_subgroup, groups, i8_pairs,
+                                kv_write_key, subgroups_usable,
                                 matvec_grid, matvec_i8_key, matvec_key, quantize_key, rope_theta, shader_block,
                                 weight_define, xq_row_words, UNIFORM_X_BYTES, UNIFORM_X_VEC4)
 from pyshim.ops import ACTIVATIONS, AttnSpec
@@ -126,7 +127,7 @@ class GpuOps:
     def __init__(self, device: GPUDevice, store: WeightStore, spec, n_ctx: int, kernels: KernelCache | None = None,
                  *, max_chunk: int = MAX_CHUNK, max_binding: int | None = None, upload_now: bool = True,
                  reduce: bool | None = None, multi_token: bool = False, attn_splits: int | None = None,
-                 int8: bool | None = None, kv_type: str = "f32"):
+                 int8: bool | None = None, kv_type: str = "f32", subgroup: bool | None = None):
         """`max_chunk`: most tokens per step (sizes the sliding-window rings); `max_binding` lowers the
         device's storage binding limit (tests use it to force tensors split by rows); `upload_now=False`
         leaves the quantized weights' bytes to the caller, who follows `uploads` (the browser's store
@@ -136,7 +137,9 @@ class GpuOps:
         `attn_splits`: key-range splits in attention (default 1 on CPU adapters, ATTN_SPLITS_GPU on GPUs);
         `int8`: quantized weights against int8-quantized activations (llama.cpp's arithmetic, see
         kernels.default_int8 for the default; only with the barrier-free matvec); `kv_type`: the KV cache's
-        element type, "f32" or "f16" (halves packed in u32s: half the memory on any adapter)."""
+        element type, "f32" or "f16" (halves packed in u32s: half the memory on any adapter); `subgroup`: the
+        reduction matvec sums with subgroupAdd (default where kernels.default_subgroup says; True forces it,
+        and the reduction matvec, on any device with subgroups: how CPU adapters test it)."""
         if kv_type not in KV_TYPES_GPU:
             raise BadRequestError(f"KV cache type {kv_type!r} is not available on the GPU", hint=f"use one of: {', '.join(KV_TYPES_GPU)}")
         if kv_type == "q8" and (spec.head_dim_k % Q8_BLOCK or spec.head_dim_v % Q8_BLOCK):
@@ -149,7 +152,10 @@ class GpuOps:
         self.spec = spec
         self.n_ctx = n_ctx
         self.max_chunk = max_chunk
-        self.reduce = (not device.caps.is_fallback) if reduce is None else reduce
+        self.reduce = (not device.caps.is_fallback or bool(subgroup)) if reduce is None else reduce
+        self.subgroup = self.reduce and (default_subgroup(device.caps) if subgroup is None else subgroup)
+        if self.subgroup and not subgroups_usable(device.caps):
+            raise UnsupportedError("this device has no subgroups (or no subgroup_id builtin)", hint="leave subgroup unset")
         self.multi_token = multi_token
         self.attn_splits = attn_splits or (1 if device.caps.is_fallback else ATTN_SPLITS_GPU)
         self.matvec_rows = barrier_free_rows(device.caps)
@@ -280,7 +286,7 @@ class GpuOps:
         uniform_x = (not self.reduce and not multi and n == 1 and isinstance(x.buf, Slot)
                      and x.off + k <= 4 * UNIFORM_X_VEC4)
         key = matvec_key(w.ref.qtype, bias=bias is not None, reduce=self.reduce, multi=multi, uniform_x=uniform_x,
-                         rows=self.matvec_rows)
+                         rows=self.matvec_rows, subgroup=self.subgroup)
         x_binding = (x.buf, 0, UNIFORM_X_BYTES) if uniform_x else x.buf
         for buf, row0, rows in w.parts:
             bindings = [buf, x_binding] + ([bias.f32_buf] if bias is not None else []) + [out.buf]

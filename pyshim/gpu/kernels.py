@@ -33,6 +33,10 @@ MATVEC_WG = 64          # invocations per workgroup of the barrier-free matvec
 # (no GPU was at hand): 32 is one NVIDIA warp; k-quant rows of few blocks leave invocations idle.
 REDUCE_WG = 32
 REDUCE_ROWS = 2
+# The subgroup variant of it (matvec.wgsl SUBGROUP) keeps REDUCE_WG and REDUCE_ROWS, so on a GPU the two
+# differ only in how the WG partials are summed. It needs subgroupAdd and the subgroup_id/num_subgroups
+# builtins: Chromium lists the latter as a WGSL language feature, native ones are probed (gpu/native.py).
+SUBGROUP_ID_FEATURE = "wgsl:subgroup_id"
 MAX_GROUPS = 65535      # WebGPU's default maxComputeWorkgroupsPerDimension
 # Splits of the key range per (head, token) in decode attention: on real GPUs a handful of heads would
 # otherwise keep only a handful of invocations busy over the whole context (untuned: no GPU at hand);
@@ -86,6 +90,19 @@ I8_BLOCKS = {"q8_0": (32, 4), "q8_k": (256, 20)}
 # The WGSL language feature dot4I8Packed and pack4xI8 need (Chromium lists it in
 # navigator.gpu.wgslLanguageFeatures; naga in wgpu-py 0.32 accepts it but reports no such list).
 DOT4_FEATURE = "wgsl:packed_4x8_integer_dot_product"
+
+
+def subgroups_usable(caps) -> bool:
+    """Whether the subgroup-reduction matvec compiles on this device (the 'subgroups'/'subgroup' feature,
+    which the faces request at device creation, and the subgroup_id builtin)."""
+    return caps.has_subgroups and SUBGROUP_ID_FEATURE in caps.features
+
+
+def default_subgroup(caps) -> bool:
+    """Subgroup reductions where the workgroup-reduction matvec runs (real GPUs) and the device has them.
+    Unmeasured on a real GPU (none at hand): chosen because it does the same loads with one barrier
+    instead of log2(REDUCE_WG); its correctness is tested on lavapipe and SwiftShader by forcing it."""
+    return not caps.is_fallback and subgroups_usable(caps)
 
 
 def default_int8(caps) -> bool:
@@ -196,14 +213,15 @@ def barrier_free_rows(caps) -> int:
 
 
 def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False, multi: bool = False,
-               uniform_x: bool = False, rows: int = MATVEC_ROWS) -> ShaderKey:
+               uniform_x: bool = False, rows: int = MATVEC_ROWS, subgroup: bool = False) -> ShaderKey:
     """The barrier-free matvec (CPU adapters; `uniform_x`: x bound as a 64 KiB uniform), the
-    workgroup-reduction one (`reduce`, real GPUs), or the many-token one (`multi`: MATMUL_TOKENS tokens
-    per invocation)."""
+    workgroup-reduction one (`reduce`, real GPUs; with `subgroup`, summed by subgroupAdd: see
+    subgroups_usable), or the many-token one (`multi`: MATMUL_TOKENS tokens per invocation)."""
     if multi:
         return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=WG, MULTI=True, TOKENS=MATMUL_TOKENS, BIAS=bias)
     if reduce:
-        return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=REDUCE_WG, ROWS=REDUCE_ROWS, REDUCE=True, BIAS=bias)
+        return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=REDUCE_WG, ROWS=REDUCE_ROWS, REDUCE=True, BIAS=bias,
+                            SUBGROUP=subgroup)
     return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=MATVEC_WG, ROWS=rows, BIAS=bias,
                         UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None)
 
@@ -267,7 +285,7 @@ class KernelCache:
 
     def __init__(self, device: GPUDevice, sources: Mapping[str, str] | None = None):
         self.device = device
-        self.pre = Preprocessor(sources)
+        self.pre = Preprocessor(sources, compiler="naga" if device.caps.face == "native" else "tint")
         self._pipelines: dict[ShaderKey, object] = {}
 
     def source(self, key: ShaderKey) -> str:
@@ -296,14 +314,17 @@ def rope_theta(spec, freq_factors: np.ndarray | None = None) -> tuple[np.ndarray
     return theta.astype(np.float32), float(mscale)
 
 
-def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = True) -> list[ShaderKey]:
+def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = True, subgroups: bool = True) -> list[ShaderKey]:
     """Every pipeline the executor and the benchmark may ask for (attention per head size): what the
-    compile checks in naga and Tint go through (`int8`: with the dot4I8Packed ones)."""
+    compile checks in naga and Tint go through (`int8`: with the dot4I8Packed ones; `subgroups`: with the
+    ones that need the device's subgroups feature)."""
     keys = []
     for define, _, _ in WEIGHT_TYPES.values():
         keys.append(ShaderKey.of("embed", **{define: True}, WG=WG))
     keys += [matvec_key(q, bias=bias, reduce=reduce, multi=multi) for q in WEIGHT_TYPES for bias in (False, True)
              for reduce, multi in ((False, False), (True, False), (False, True))]
+    if subgroups:
+        keys += [matvec_key(q, bias=bias, reduce=True, subgroup=True) for q in WEIGHT_TYPES for bias in (False, True)]
     keys += [matvec_key(q, bias=bias, uniform_x=True, rows=rows) for q in WEIGHT_TYPES for bias in (False, True)
              for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
     keys += [matvec_key(q, rows=SWIFTSHADER_ROWS) for q in WEIGHT_TYPES]

@@ -18,6 +18,9 @@ OPTIONAL_FEATURES = ("shader-f16", "subgroup", "timestamp-query")
 LANGUAGE_PROBES = {
     "packed_4x8_integer_dot_product": "@group(0) @binding(0) var<storage, read_write> o: array<i32>;\n"
     "@compute @workgroup_size(1) fn main() { o[0] = dot4I8Packed(pack4xI8(vec4<i32>(1, -2, 3, -4)), 0x01020304u); }",
+    # the subgroup matvec's builtins (naga takes them without `enable subgroups;` once the device has 'subgroup')
+    "subgroup_id": "@group(0) @binding(0) var<storage, read_write> o: array<u32>;\n"
+    "@compute @workgroup_size(1) fn main(@builtin(subgroup_id) s: u32, @builtin(num_subgroups) n: u32) { o[s] = n; }",
 }
 
 

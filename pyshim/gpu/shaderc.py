@@ -6,6 +6,8 @@ family plus a set of defines (`W_Q4_K`, `WG=64`, ...); the preprocessor understa
     #include "include/x.wgsl"     paste that file here (relative to the shader root; once per module)
     #define NAME value            replace the word NAME by `value` in the lines below (value may be empty)
     #ifdef NAME / #ifndef NAME / #else / #endif
+    #enable NAME                  the WGSL extension NAME: `enable NAME;` heads the module, unless the target
+                                  compiler enables NAME by itself and rejects the line (IMPLICIT_ENABLES)
 
 Defines given by the caller are applied the same way as `#define` lines. Malformed input (an unknown
 directive, an unterminated `#if`, a stray `#else`/`#endif`, a missing include, an include cycle) raises
@@ -26,6 +28,11 @@ _WORD = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 _INCLUDE = re.compile(r'^#include\s+"([^"]+)"\s*$')
 _DEFINE = re.compile(r"^#define\s+([A-Za-z_][A-Za-z0-9_]*)(?:\s+(.*?))?\s*$")
 _COND = re.compile(r"^#(ifdef|ifndef)\s+([A-Za-z_][A-Za-z0-9_]*)\s*$")
+_ENABLE = re.compile(r"^#enable\s+([A-Za-z_][A-Za-z0-9_]*)\s*$")
+# WGSL compilers -> the extensions each turns on by itself and rejects an `enable` line for. naga (wgpu-py
+# 0.32) answers `enable subgroups;` with "the `subgroups` enable-extension is not yet supported" yet compiles
+# the subgroup builtins once the device has its 'subgroup' feature; Tint (Chromium) requires the line.
+IMPLICIT_ENABLES = {"tint": frozenset(), "naga": frozenset({"subgroups"})}
 
 
 def load_sources(root: str | Path | None = None) -> dict[str, str]:
@@ -67,20 +74,28 @@ class ShaderKey:
 
 
 class Preprocessor:
-    def __init__(self, sources: Mapping[str, str] | None = None):
+    def __init__(self, sources: Mapping[str, str] | None = None, compiler: str = "tint"):
+        """`compiler`: "tint" (browsers) or "naga" (wgpu): which `enable` lines the modules get."""
+        if compiler not in IMPLICIT_ENABLES:
+            raise ValueError(f"unknown WGSL compiler {compiler!r}")
         self.sources = dict(sources) if sources is not None else load_sources()
+        self.implicit = IMPLICIT_ENABLES[compiler]
 
     def expand(self, path: str, defines: Mapping[str, str] | None = None) -> str:
         """The expanded source of `path` (e.g. "matvec.wgsl") under `defines`."""
         table = dict(defines or {})
         out: list[str] = []
-        self._expand(path, table, out, stack=(), included=set())
-        return "\n".join(out) + "\n"
+        enables: list[str] = []
+        self._expand(path, table, out, enables, stack=(), included=set())
+        # WGSL wants enable directives before any declaration, wherever the #enable stood
+        head = [f"enable {name};" for name in dict.fromkeys(enables) if name not in self.implicit]
+        return "\n".join(head + out) + "\n"
 
     def build(self, key: ShaderKey) -> str:
         return self.expand(f"{key.family}.wgsl", dict(key.defines))
 
-    def _expand(self, path: str, table: dict[str, str], out: list[str], stack: tuple[str, ...], included: set[str]) -> None:
+    def _expand(self, path: str, table: dict[str, str], out: list[str], enables: list[str], stack: tuple[str, ...],
+                included: set[str]) -> None:
         if path in stack:
             raise ShaderError(f"include cycle: {' -> '.join(stack + (path,))}")
         if path not in self.sources:
@@ -108,16 +123,18 @@ class Preprocessor:
                     raise ShaderError(f"{where}: #endif without a matching #ifdef/#ifndef")
                 conds.pop()
             elif not active:
-                if not stripped.startswith(("#include", "#define")):
+                if not stripped.startswith(("#include", "#define", "#enable")):
                     raise ShaderError(f"{where}: unknown directive {stripped.split()[0]!r}")
             elif m := _INCLUDE.match(stripped):
                 target = m.group(1)
                 if target in stack or target == path:
                     raise ShaderError(f"{where}: include cycle: {' -> '.join(stack + (path, target))}")
                 if target not in included:       # each file once per module (WGSL has no redefinition)
-                    self._expand(target, table, out, stack + (path,), included)
+                    self._expand(target, table, out, enables, stack + (path,), included)
             elif m := _DEFINE.match(stripped):
                 table[m.group(1)] = _substitute(m.group(2) or "", table)
+            elif m := _ENABLE.match(stripped):
+                enables.append(m.group(1))
             else:
                 raise ShaderError(f"{where}: malformed or unknown directive {stripped!r}")
         if conds:
