@@ -34,6 +34,7 @@ from pyshim.gpu.kernels import (ARGMAX_CHUNK, ATTN_SPLITS_GPU, I8_ACTIVATIONS, I
                                 WG, KernelCache,
                                 attention_keys, attention_record_bytes, barrier_free_rows, default_int8, default_subgroup, groups, i8_pairs,
                                 kv_write_key, subgroups_usable,
+                                attention_prefill_grid, attention_prefill_key, matmul_grid, matmul_key,
                                 matvec_grid, matvec_i8_key, matvec_key, quantize_key, rope_theta, shader_block,
                                 weight_define, xq_row_words, UNIFORM_X_BYTES, UNIFORM_X_VEC4)
 from pyshim.ops import ACTIVATIONS, AttnSpec
@@ -127,6 +128,7 @@ class GpuOps:
     def __init__(self, device: GPUDevice, store: WeightStore, spec, n_ctx: int, kernels: KernelCache | None = None,
                  *, max_chunk: int = MAX_CHUNK, max_binding: int | None = None, upload_now: bool = True,
                  reduce: bool | None = None, multi_token: bool = False, attn_splits: int | None = None,
+                 tiled_matmul: bool | None = None, tiled_attention: bool | None = None,
                  int8: bool | None = None, kv_type: str = "f32", subgroup: bool | None = None):
         """`max_chunk`: most tokens per step (sizes the sliding-window rings); `max_binding` lowers the
         device's storage binding limit (tests use it to force tensors split by rows); `upload_now=False`
@@ -134,6 +136,9 @@ class GpuOps:
         writes them from IndexedDB without passing them through Python); `reduce` picks the matvec variant
         (default: workgroup reductions on real GPUs, barrier-free on CPU adapters); `multi_token` uses the
         many-token matvec for steps of several tokens (slower on lavapipe, see kernels.MATMUL_TOKENS);
+        `tiled_matmul` / `tiled_attention`: the workgroup-tiled prefill kernels for steps of several tokens
+        (matmul.wgsl for the f32 route's matmuls, attention_prefill.wgsl); default on real GPUs, off on CPU
+        adapters (workgroup barriers cost most there); True forces them anywhere (tests);
         `attn_splits`: key-range splits in attention (default 1 on CPU adapters, ATTN_SPLITS_GPU on GPUs);
         `int8`: quantized weights against int8-quantized activations (llama.cpp's arithmetic, see
         kernels.default_int8 for the default; only with the barrier-free matvec); `kv_type`: the KV cache's
@@ -157,6 +162,8 @@ class GpuOps:
         if self.subgroup and not subgroups_usable(device.caps):
             raise UnsupportedError("this device has no subgroups (or no subgroup_id builtin)", hint="leave subgroup unset")
         self.multi_token = multi_token
+        self.tiled_matmul = (not device.caps.is_fallback) if tiled_matmul is None else tiled_matmul
+        self.tiled_attention = (not device.caps.is_fallback) if tiled_attention is None else tiled_attention
         self.attn_splits = attn_splits or (1 if device.caps.is_fallback else ATTN_SPLITS_GPU)
         self.matvec_rows = barrier_free_rows(device.caps)
         self.int8 = (default_int8(device.caps) if int8 is None else int8) and not self.reduce
@@ -282,6 +289,8 @@ class GpuOps:
         fmt = I8_ACTIVATIONS.get(w.ref.qtype) if self.int8 else None
         if fmt is not None and k % I8_BLOCKS[fmt][0] == 0:
             return self._matmul_i8(x, w, bias, out, fmt)
+        if self.tiled_matmul and n > 1:
+            return self._matmul_tiled(x, w, bias, out)
         multi = self.multi_token and n > 1      # several tokens per invocation share each decoded weight
         uniform_x = (not self.reduce and not multi and n == 1 and isinstance(x.buf, Slot)
                      and x.off + k <= 4 * UNIFORM_X_VEC4)
@@ -292,6 +301,16 @@ class GpuOps:
             bindings = [buf, x_binding] + ([bias.f32_buf] if bias is not None else []) + [out.buf]
             # a part writes its rows of every token: y_off shifts by row0 and the row stride stays m
             self._record("matvec", key, bindings, matvec_grid(rows, n, self.reduce, multi, self.matvec_rows), m=rows, k=k, n=n, row_bytes=w.ref.row_bytes,
+                         w_off=0, x_off=x.off, y_off=out.off + row0, bias_off=row0, y_stride=m)
+        return out
+
+    def _matmul_tiled(self, x: Tensor, w: GpuWeight, bias: GpuWeight | None, out: Tensor) -> Tensor:
+        n, k = x.shape
+        m = w.shape[0]
+        key = matmul_key(w.ref.qtype, bias=bias is not None)
+        for buf, row0, rows in w.parts:
+            bindings = [buf, x.buf] + ([bias.f32_buf] if bias is not None else []) + [out.buf]
+            self._record("matmul", key, bindings, matmul_grid(rows, n), m=rows, k=k, n=n, row_bytes=w.ref.row_bytes,
                          w_off=0, x_off=x.off, y_off=out.off + row0, bias_off=row0, y_stride=m)
         return out
 
@@ -379,6 +398,12 @@ class GpuOps:
         key, combine = attention_keys(spec.head_dim, spec.head_dim_v, spec.softcap > 0, self.attn_splits, self.kv_type)
         params = dict(n=n, heads=spec.n_heads, kv_heads=spec.n_kv_heads, cap=cap, window=spec.window, scale=spec.scale,
                       softcap=spec.softcap, pos_off=positions.off, q_off=q.off, out_off=out.off)
+        if self.tiled_attention and n > 1 and spec.n_heads // spec.n_kv_heads <= WG:
+            # the step's positions are consecutive (what attention_prefill.wgsl needs)
+            key = attention_prefill_key(spec.head_dim, spec.head_dim_v, spec.softcap > 0, self.kv_type)
+            self._record("attention_prefill", key, [q.buf, kc, vc, positions.buf, out.buf],
+                         attention_prefill_grid(n, spec.n_heads, spec.n_kv_heads), **params)
+            return out
         grid = (groups(spec.n_heads), n, self.attn_splits)
         if combine is None:
             self._record("attention", key, [q.buf, kc, vc, positions.buf, out.buf], grid, **params)
