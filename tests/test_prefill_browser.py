@@ -1,0 +1,135 @@
+"""The real-GPU prefill kernels in Chromium (Tint + SwiftShader here) against NumPy: the tiled matmul for
+every weight type (ragged tiles, a bias and offsets) and the key-tiled causal attention over f32, f16 and
+q8 caches (GQA, a wrapped sliding-window ring, softcap). One page runs every case (test_kernels_browser's
+runner); one page per module."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+
+import harness
+from gpu_helpers import random_weight
+from pyshim.gpu.kernels import (MATMUL_TILE_M, MATMUL_TILE_N, Q8_BLOCK, WEIGHT_TYPES, attention_prefill_grid,
+                                attention_prefill_key, matmul_grid, matmul_key, shader_block)
+from pyshim.reference import dequantize_rows
+from test_kernels_browser import RUN_JS, Cases, close
+
+pytestmark = pytest.mark.browser
+
+
+def causal_attention(q, keys, vals, positions, window, softcap, scale):
+    """q [n, heads, hd] at `positions`; keys/vals [positions..., kv_heads, hd] by position -> [n, heads * hd]."""
+    n, heads, hd = q.shape
+    group = heads // keys.shape[1]
+    out = np.zeros((n, heads, vals.shape[-1]), np.float64)
+    for t, p in enumerate(positions):
+        seen = np.arange(max(0, p - window + 1) if window else 0, p + 1)
+        for h in range(heads):
+            s = keys[seen, h // group].astype(np.float64) @ q[t, h] * scale
+            if softcap:
+                s = softcap * np.tanh(s / softcap)
+            e = np.exp(s - s.max())
+            out[t, h] = (e / e.sum()) @ vals[seen, h // group]
+    return out.reshape(n, -1).astype(np.float32)
+
+
+def cache_bytes(rows: np.ndarray, kv_type: str, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Values [slots, kv_heads, hd] as the cache holds them -> (bytes, the values they decode to)."""
+    if kv_type == "f32":
+        return rows, rows
+    if kv_type == "f16":
+        half = rows.astype(np.float16)
+        return half, half.astype(np.float32)
+    # q8: per block of 32 along the head, 32 int8 then the f32 scale
+    blocks = rows.reshape(-1, Q8_BLOCK)
+    q = rng.integers(-127, 128, size=blocks.shape).astype(np.int8)
+    d = (np.abs(blocks).max(axis=1) / 127).astype(np.float32)
+    packed = np.concatenate([q.view(np.uint8), d[:, None].view(np.uint8)], axis=1)
+    return packed, (q.astype(np.float32) * d[:, None]).reshape(rows.shape)
+
+
+def add_attention_case(c: Cases, rng, *, heads, kv_heads, hd, window, softcap, first, n, cap, kv_type):
+    """Queries at positions first..first+n-1; every key position up to the last one written to slot j % cap
+    (the ring after kv_write), the ones a query needs being the last window + n - 1 (cap >= that)."""
+    last = first + n - 1
+    keys = rng.standard_normal((last + 1, kv_heads, hd), dtype=np.float32)
+    vals = rng.standard_normal((last + 1, kv_heads, hd), dtype=np.float32)
+    kc = np.zeros((cap, kv_heads, hd), np.float32)
+    vc = np.zeros((cap, kv_heads, hd), np.float32)
+    for j in range(last + 1):
+        kc[j % cap], vc[j % cap] = keys[j], vals[j]
+    kc_bytes, kc_seen = cache_bytes(kc, kv_type, rng)
+    vc_bytes, vc_seen = cache_bytes(vc, kv_type, rng)
+    for j in range(last + 1):
+        keys[j], vals[j] = kc_seen[j % cap], vc_seen[j % cap]
+    positions = np.arange(first, last + 1)
+    q = rng.standard_normal((n, heads, hd), dtype=np.float32)
+    want = causal_attention(q, keys, vals, positions, window, softcap, hd ** -0.5)
+    c.add(f"attention_prefill {kv_type} heads={heads}/{kv_heads} hd={hd} window={window} softcap={softcap}",
+          attention_prefill_key(hd, hd, softcap > 0, kv_type), [q, kc_bytes, vc_bytes, positions.astype(np.uint32)],
+          [want.nbytes], dict(n=n, heads=heads, kv_heads=kv_heads, cap=cap, window=window, scale=hd ** -0.5,
+                              softcap=softcap, pos_off=0, q_off=0, out_off=0),
+          attention_prefill_grid(n, heads, kv_heads), close(want, rel=1e-4))
+
+
+def build_cases() -> Cases:
+    c = Cases()
+    rng = np.random.default_rng(77)
+    for qtype in WEIGHT_TYPES:
+        per = shader_block(qtype)[0]
+        k = 3 * max(per, 32) if per < 256 else 512
+        m, n = MATMUL_TILE_M + 13, MATMUL_TILE_N + 5
+        raw = random_weight(qtype, m, k, rng)
+        x = rng.standard_normal((n, k), dtype=np.float32)
+        want = x @ dequantize_rows(raw, qtype).reshape(m, k).T
+        c.add(f"matmul {qtype.name}", matmul_key(qtype), [raw, x], [want.nbytes],
+              dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m),
+              matmul_grid(m, n), close(want))
+    # a bias, and the tensors at offsets in their buffers
+    qtype, m, k, n = QT.Q6_K, 7, 256, 3
+    raw = random_weight(qtype, m, k, rng)
+    x = rng.standard_normal((n, k), dtype=np.float32)
+    bias = rng.standard_normal(m, dtype=np.float32)
+    want = x @ dequantize_rows(raw, qtype).reshape(m, k).T + bias
+    c.add("matmul Q6_K bias offsets", matmul_key(qtype, bias=True),
+          [np.concatenate([np.zeros(36, np.uint8), raw.reshape(-1)]), np.concatenate([np.zeros(8, np.float32), x.reshape(-1)]), bias],
+          [(12 + n * m) * 4], dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=36, x_off=8, y_off=12, bias_off=0, y_stride=m),
+          matmul_grid(m, n), close(np.concatenate([np.zeros(12, np.float32), want.reshape(-1)])))
+    add_attention_case(c, rng, heads=6, kv_heads=2, hd=64, window=0, softcap=0.0, first=0, n=45, cap=64, kv_type="f32")
+    add_attention_case(c, rng, heads=4, kv_heads=1, hd=256, window=9, softcap=5.0, first=30, n=12, cap=20, kv_type="f16")
+    add_attention_case(c, rng, heads=4, kv_heads=2, hd=32, window=6, softcap=0.0, first=10, n=9, cap=15, kv_type="q8")
+    return c
+
+
+@pytest.fixture(scope="module")
+def browser_results(chromium, dev_server):
+    cases = build_cases()
+    context = chromium.new_context()
+    try:
+        page, _ = harness.open_page(context, dev_server.url + "/manifest.webmanifest")
+        harness.require_adapter(page)
+        page.set_default_timeout(300_000)
+        result = page.evaluate(RUN_JS, cases.cases)
+    finally:
+        context.close()
+    assert "error" not in result, result
+    return cases, result
+
+
+def test_prefill_kernels_in_chromium(browser_results):
+    cases, result = browser_results
+    failures = []
+    for (name, check), res in zip(cases.checks, result["results"]):
+        if res["error"]:
+            failures.append(f"{name}: {res['error']}")
+            continue
+        try:
+            check([base64.b64decode(o) for o in res["outputs"]])
+        except AssertionError as exc:
+            failures.append(f"{name}: {str(exc)[:300]}")
+    assert not failures, f"on {result['adapter']}:\n" + "\n".join(failures)
+    assert len(result["results"]) == len(cases.checks) == 13
