@@ -66,3 +66,16 @@ def test_every_family_expands_cleanly():
         for define in (WEIGHT_TYPES[t][0] for t in WEIGHT_TYPES):
             text = pre.expand(f"{family}.wgsl", {define: "", "WG": "64", "ROWS": "2", "HD4": "16", "HDV4": "16", "SPLITS": "1", "PASS1": ""})
             assert "#" not in text.replace("#[", "")     # every directive consumed
+
+
+def test_enable_lines_head_the_module_per_compiler():
+    files = {"main.wgsl": '#include "inc.wgsl"\n#ifdef SG\n#enable subgroups\n#endif\n#ifdef H\n#enable f16\n#endif\nmain\n',
+             "inc.wgsl": "#enable f16\nfn a() {}\n"}
+    tint = Preprocessor(files).expand("main.wgsl", {"SG": "", "H": ""}).splitlines()
+    assert tint[:3] == ["enable f16;", "enable subgroups;", "fn a() {}"] and tint.count("enable f16;") == 1
+    naga = Preprocessor(files, compiler="naga").expand("main.wgsl", {"SG": ""}).splitlines()
+    assert naga[:2] == ["enable f16;", "fn a() {}"] and "subgroups" not in "".join(naga)
+    with pytest.raises(ValueError, match="compiler"):
+        Preprocessor(files, compiler="dxc")
+    with pytest.raises(ShaderError, match="malformed"):
+        Preprocessor({"main.wgsl": "#enable\n"}).expand("main.wgsl")

@@ -1,0 +1,109 @@
+"""The real-GPU matvec variants forced on this machine's CPU adapter (lavapipe), end to end: the
+workgroup-reduction matvec (`reduce`) and its subgroup form (`subgroup`, the default on GPUs with
+subgroups) on tiny models of several architectures against the NumPy reference, and SmolLM2 greedy
+decoding equal to the cpu backend token for token. The f32 arithmetic throughout (int8=False): the
+variants change only how a row's partial sums are added."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+import tiny_models
+from pyshim.gpu.kernels import subgroups_usable
+from pyshim.gpu.runner import load_gpu_async
+from pyshim.loading import load
+
+VARIANTS = {"reduce": dict(reduce=True, subgroup=False), "subgroup": dict(subgroup=True)}
+CASES = [("llama", "Q4_0"), ("gemma3", "Q4_K"), ("qwen2", "F16"), ("phi3", "Q8_0"), ("qwen3", "Q6_K")]
+
+
+@pytest.fixture(scope="module")
+def loop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture(scope="module")
+def device(loop):
+    from pyshim.gpu import open_device
+
+    dev = loop.run_until_complete(open_device())
+    if not subgroups_usable(dev.caps):
+        dev.destroy()
+        pytest.skip("this adapter has no subgroups")
+    yield dev
+    dev.destroy()
+
+
+def runner_for(loop, device, path, n_ctx, variant, **options):
+    return loop.run_until_complete(load_gpu_async(path, n_ctx=n_ctx, device=device, loop=loop, int8=False,
+                                                  **VARIANTS[variant], **options))
+
+
+def matvec_defines(runner) -> set[str]:
+    return {name for p in runner._programs.values() for d in p.dispatches if d.key.family == "matvec" for name, _ in d.key.defines}
+
+
+@pytest.mark.parametrize("arch, qtype", CASES, ids=[f"{a}-{q}" for a, q in CASES])
+def test_subgroup_variant_logits_match_reference(tmp_path_factory, loop, device, arch, qtype):
+    """Chunked prefill then decode steps with tensors split by rows (a 40 kB binding limit)."""
+    from gguf import GGMLQuantizationType as QT
+
+    path = tiny_models.write_tiny_model(tmp_path_factory.mktemp(arch), arch, QT[qtype])
+    ids = tiny_models.test_ids() + [5, 77, 300, 9]
+    want = load(path, n_ctx=tiny_models.N_CTX).forward(ids, 0, all_logits=True)
+    runner = runner_for(loop, device, path, tiny_models.N_CTX, "subgroup", max_chunk=4, max_binding=40_000)
+    assert any(len(w.parts) > 1 for w in runner.ops._bound.values())
+    split = 9
+    got = [runner.forward(ids[:split], 0)[-1]]
+    for pos in range(split, len(ids)):
+        got.append(runner.forward([ids[pos]], pos)[-1])
+    assert {"SUBGROUP", "REDUCE"} <= matvec_defines(runner)
+    np.testing.assert_allclose(np.stack(got), want[split - 1:], atol=2e-4 * np.abs(want).max(), rtol=1e-3)
+
+
+def test_forcing_subgroups_without_them_is_refused(loop, device, tmp_path_factory):
+    from dataclasses import replace
+
+    from gguf import GGMLQuantizationType as QT
+
+    from pyshim.errors import UnsupportedError
+
+    path = tiny_models.write_tiny_model(tmp_path_factory.mktemp("llama"), "llama", QT.Q8_0)
+
+    class NoSubgroups:          # the device as one without the feature would describe itself
+        caps = replace(device.caps, features=frozenset(f for f in device.caps.features if "subgroup" not in f))
+
+        def __getattr__(self, name):
+            return getattr(device, name)
+
+    with pytest.raises(UnsupportedError, match="subgroups"):
+        loop.run_until_complete(load_gpu_async(path, n_ctx=tiny_models.N_CTX, device=NoSubgroups(), loop=loop, subgroup=True))
+
+
+@pytest.mark.models
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_smollm2_greedy_32_tokens_equal_cpu(loop, device, variant):
+    from pyshim.catalog import resolve_model
+    from pyshim.tokenizer import Tokenizer
+
+    path = resolve_model("smollm2")
+    ref = load(path, n_ctx=128)
+    runner = runner_for(loop, device, path, 128, variant)
+    prompt = Tokenizer.from_metadata(ref.metadata).encode("The capital of France is")
+    ref_seq, gpu_seq = list(prompt), list(prompt)
+    logits = ref.forward(ref_seq, 0)[-1]
+    token = runner.greedy(gpu_seq, 0)
+    for _ in range(32):
+        want = int(np.argmax(logits))
+        assert token == want, (ref_seq[len(prompt):], want, token)
+        ref_seq.append(want)
+        gpu_seq.append(token)
+        logits = ref.forward([want], len(ref_seq) - 1)[-1]
+        token = runner.greedy([token], len(gpu_seq) - 1)
+    assert ("SUBGROUP" in matvec_defines(runner)) == (variant == "subgroup")
