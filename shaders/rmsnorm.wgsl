@@ -1,5 +1,9 @@
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w  for rows r (tokens, or tokens x heads for q/k
-// norms). One invocation per row, vec4 loads: d is a multiple of 4. Defines: WG.
+// norms). Vec4 loads: d is a multiple of 4. Defines: WG; REDUCE: one workgroup per row (real GPUs), its
+// sum of squares by a shared-memory tree, or by subgroupAdd with SUBGROUP as well.
+#ifdef SUBGROUP
+#enable subgroups
+#endif
 struct Params {
     rows: u32,
     d: u32,
@@ -16,6 +20,8 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> y: array<vec4<f32>>;
 @group(0) @binding(3) var<uniform> params: Params;
 
+#ifndef REDUCE
+// One invocation per row (CPU adapters: no barrier). Grid: x = rows / WG.
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let r = gid.x;
@@ -36,3 +42,56 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         y[yb + i] = x[xb + i] * inv * w[wb + i];
     }
 }
+#else
+// One workgroup per row: invocation i takes vec4s i, i + WG, ... (a one-token step's norm is then
+// d/4/WG loads deep instead of d/4). Grid: x * z = rows (z when x would pass 65535). WG: a power of 2.
+var<workgroup> partial: array<f32, WG>;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>
+#ifdef SUBGROUP
+        , @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) n_sg: u32
+#endif
+        ) {
+    let r = wid.x + wid.z * nwg.x;
+    if (r >= params.rows) {
+        return;
+    }
+    let n4 = params.d / 4u;
+    let xb = (params.x_off + r * params.d) / 4u;
+    var ss = vec4<f32>(0.0);
+    for (var i = lid.x; i < n4; i += WG) {
+        let v = x[xb + i];
+        ss = fma(v, v, ss);
+    }
+#ifdef SUBGROUP
+    // one slot per subgroup (any subgroup size), then every invocation adds the n_sg slots
+    let s = subgroupAdd(ss.x + ss.y + ss.z + ss.w);
+    if (lane == 0u) {
+        partial[sg] = s;
+    }
+    workgroupBarrier();
+    var total = 0.0;
+    for (var i = 0u; i < n_sg; i++) {
+        total += partial[i];
+    }
+#else
+    partial[lid.x] = ss.x + ss.y + ss.z + ss.w;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
+        if (lid.x < stride) {
+            partial[lid.x] += partial[lid.x + stride];
+        }
+        workgroupBarrier();
+    }
+    let total = partial[0];
+#endif
+    let inv = inverseSqrt(total / f32(params.d) + params.eps);
+    let yb = (params.y_off + r * params.d) / 4u;
+    let wb = params.w_off / 4u;
+    for (var i = lid.x; i < n4; i += WG) {
+        y[yb + i] = x[xb + i] * inv * w[wb + i];
+    }
+}
+#endif

@@ -17,8 +17,8 @@ import harness
 import i8_emulation
 from gpu_helpers import random_weight
 from pyshim.gpu.kernels import (ARGMAX_CHUNK, I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, PARAMS, WEIGHT_TYPES, WG, attention_keys, groups,
-                                matvec_grid, matvec_i8_key, matvec_key, quantize_key, rope_theta, shader_block,
-                                xq_row_words)
+                                matvec_grid, matvec_i8_key, matvec_key, quantize_key, rmsnorm_grid, rmsnorm_key, rope_theta,
+                                shader_block, xq_row_words)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.reference import dequantize_rows
 from pyshim.rope import RopeSpec
@@ -202,7 +202,8 @@ def build_cases() -> Cases:
 
 
 def add_subgroup_cases(c: Cases, rng) -> None:
-    """The subgroup matvec with a bias, in workgroups of one subgroup (4 = SwiftShader's size) and of 32."""
+    """The subgroup matvec with a bias, in workgroups of one subgroup (4 = SwiftShader's size) and of 32;
+    the one-workgroup-per-row rmsnorm (tree and subgroup sums)."""
     qtype, m, k, n = QT.Q5_K, 37, 1280, 2
     raw = random_weight(qtype, m, k, rng)
     x = rng.standard_normal((n, k), dtype=np.float32)
@@ -212,6 +213,13 @@ def add_subgroup_cases(c: Cases, rng) -> None:
         c.add(f"matvec subgroup bias wg={wg}", ShaderKey.of("matvec", W_Q5_K=True, WG=wg, ROWS=rows, REDUCE=True, SUBGROUP=True, BIAS=True),
               [raw, x, bias], [n * m * 4], dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
                                                 bias_off=0, y_stride=m), (groups(m, rows), n, 1), close(want))
+    rows, d = 5, 1028                          # 257 vec4s: 4 per invocation and one more
+    x = rng.standard_normal((rows, d), dtype=np.float32)
+    w = rng.standard_normal(d, dtype=np.float32)
+    want = (x / np.sqrt(np.mean(np.square(x, dtype=np.float64), axis=-1, keepdims=True) + 1e-6)).astype(np.float32) * w
+    for subgroup in (False, True):
+        c.add(f"rmsnorm workgroup per row subgroup={subgroup}", rmsnorm_key(reduce=True, subgroup=subgroup), [x, w], [x.nbytes],
+              dict(rows=rows, d=d, eps=1e-6, x_off=0, y_off=0, w_off=0), rmsnorm_grid(rows, reduce=True), close(want))
 
 
 def quantized_like(x: np.ndarray, fmt: str):

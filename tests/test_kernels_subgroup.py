@@ -1,7 +1,8 @@
 """The subgroup-reduction matvec (matvec.wgsl SUBGROUP, the default on real GPUs with subgroups) forced on
 the native device (lavapipe here: its subgroups are CPU SIMD lanes) against NumPy: every weight type, odd
-sizes, bias and offsets, the z-folded grid, and workgroups of several subgroups. Also the per-compiler
-`enable` lines it needs. Its speed is not measured here: lavapipe is a CPU."""
+sizes, bias and offsets, the z-folded grid, and workgroups of several subgroups; the one-workgroup-per-row
+rmsnorm (tree and subgroup sums); the per-compiler `enable` lines. Speed is not measured here: lavapipe is
+a CPU."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from pyshim.gpu.kernels import REDUCE_ROWS, WEIGHT_TYPES, groups, matvec_grid, matvec_key, shader_block, subgroups_usable
+from pyshim.gpu.kernels import (REDUCE_ROWS, WEIGHT_TYPES, groups, matvec_grid, matvec_key, rmsnorm_grid, rmsnorm_key,
+                                shader_block, subgroups_usable)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.reference import dequantize_rows
 from gpu_helpers import GPU, random_weight
@@ -105,6 +107,21 @@ def test_subgroup_matvec_folds_the_grid_past_65535_workgroups(gpu):
     grid = matvec_grid(m, 1, reduce=True)
     assert grid[2] > 1 and grid[0] <= 65535 and m > 65535 * REDUCE_ROWS
     check_close(run(gpu, matvec_key(QT.F32, reduce=True, subgroup=True), w.view(np.uint8), x, grid), x @ w.T)
+
+
+@pytest.mark.parametrize("subgroup", [False, True], ids=["tree", "subgroup"])
+@pytest.mark.parametrize("rows, d", [(71, 68), (3, 2052), (70_000, 4)])
+def test_rmsnorm_one_workgroup_per_row(gpu, rows, d, subgroup):
+    """Rows shorter and longer than the workgroup, and more rows than 65535 workgroups (the z fold)."""
+    rng = np.random.default_rng(rows + d)
+    x = rng.standard_normal((rows, d), dtype=np.float32) * 3
+    w = rng.standard_normal(d, dtype=np.float32)
+    pad = 8
+    (out,) = gpu.dispatch(rmsnorm_key(reduce=True, subgroup=subgroup), [np.concatenate([np.zeros(pad, np.float32), x.ravel()]), w],
+                          [(pad + x.size) * 4], dict(rows=rows, d=d, eps=1e-6, x_off=pad, y_off=pad, w_off=0),
+                          rmsnorm_grid(rows, reduce=True))
+    want = x / np.sqrt(np.mean(np.square(x, dtype=np.float64), axis=-1, keepdims=True) + 1e-6) * w
+    check_close(np.frombuffer(out, np.float32)[pad:].reshape(rows, d), want.astype(np.float32))
 
 
 def test_enable_line_per_compiler():

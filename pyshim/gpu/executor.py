@@ -11,9 +11,10 @@ argmax). Weights stay in their GGUF blocks, one buffer per tensor (split by rows
 limit), uploaded straight from the byte source, or left to the caller along `uploads` (the browser).
 Kernel variants follow the adapter: barrier-free matvecs (2 rows per invocation, 4 on SwiftShader, x
 as a uniform for one-token steps) and unsplit attention on CPU adapters; workgroup-reduction matvecs
-and key-split attention on GPUs. On CPU adapters whose WGSL has dot4I8Packed, quantized weights take the
-int8 route (llama.cpp's CPU arithmetic: each matmul input quantized once to int8 blocks, then integer
-dot products; see shaders/README.md).
+and rmsnorms (summed by subgroupAdd where the device has subgroups) and key-split attention on GPUs. On
+CPU adapters whose WGSL has dot4I8Packed, quantized weights take the int8 route (llama.cpp's CPU
+arithmetic: each matmul input quantized once to int8 blocks, then integer dot products; see
+shaders/README.md).
 
 KV cache: per layer a K and a V ring of f32 [cap, kv_heads, head_dim]; cap = n_ctx for full layers,
 window + max_chunk - 1 for sliding-window layers (a chunk never evicts a key its queries need).
@@ -33,7 +34,7 @@ from pyshim.gpu.pool import ActivationPool, Slot, physical
 from pyshim.gpu.kernels import (ARGMAX_CHUNK, ATTN_SPLITS_GPU, I8_ACTIVATIONS, I8_BLOCKS, KV_TYPES_GPU, PARAMS, Q8_BLOCK, TOPK, TOPK_CHUNK,
                                 WG, KernelCache,
                                 attention_keys, attention_record_bytes, barrier_free_rows, default_int8, default_subgroup, groups, i8_pairs,
-                                kv_write_key, subgroups_usable,
+                                kv_write_key, rmsnorm_grid, rmsnorm_key, subgroups_usable,
                                 attention_prefill_grid, attention_prefill_key, matmul_grid, matmul_key,
                                 matvec_grid, matvec_i8_key, matvec_key, quantize_key, rope_theta, shader_block,
                                 weight_define, xq_row_words, UNIFORM_X_BYTES, UNIFORM_X_VEC4)
@@ -346,8 +347,8 @@ class GpuOps:
         d = x.shape[-1]
         rows = x.size // d
         out = self._tensor(x.shape, "rmsnorm")
-        self._record("rmsnorm", self._key("rmsnorm"), [x.buf, w.f32_buf, out.buf], (groups(rows), 1, 1),
-                     rows=rows, d=d, eps=eps, x_off=x.off, y_off=out.off, w_off=0)
+        self._record("rmsnorm", rmsnorm_key(reduce=self.reduce, subgroup=self.subgroup), [x.buf, w.f32_buf, out.buf],
+                     rmsnorm_grid(rows, self.reduce), rows=rows, d=d, eps=eps, x_off=x.off, y_off=out.off, w_off=0)
         return out
 
     def view(self, x: Tensor, shape: Sequence[int]) -> Tensor:

@@ -37,6 +37,9 @@ REDUCE_ROWS = 2
 # differ only in how the WG partials are summed. It needs subgroupAdd and the subgroup_id/num_subgroups
 # builtins: Chromium lists the latter as a WGSL language feature, native ones are probed (gpu/native.py).
 SUBGROUP_ID_FEATURE = "wgsl:subgroup_id"
+# Invocations per workgroup of the one-workgroup-per-row rmsnorm (real GPUs; untuned): d = 576-4096 is
+# then 2-16 vec4 loads per invocation instead of d/4 in one invocation.
+RMSNORM_WG = 64
 MAX_GROUPS = 65535      # WebGPU's default maxComputeWorkgroupsPerDimension
 # Splits of the key range per (head, token) in decode attention: on real GPUs a handful of heads would
 # otherwise keep only a handful of invocations busy over the whole context (untuned: no GPU at hand);
@@ -270,6 +273,21 @@ def attention_record_bytes(head_dim_v: int) -> int:
     return (head_dim_v // 4 + 1) * 16
 
 
+def rmsnorm_key(*, reduce: bool = False, subgroup: bool = False) -> ShaderKey:
+    """One invocation per row (CPU adapters), or one workgroup per row (`reduce`; `subgroup`: summed by
+    subgroupAdd)."""
+    if reduce:
+        return ShaderKey.of("rmsnorm", WG=RMSNORM_WG, REDUCE=True, SUBGROUP=subgroup)
+    return ShaderKey.of("rmsnorm", WG=WG)
+
+
+def rmsnorm_grid(rows: int, reduce: bool = False) -> tuple[int, int, int]:
+    if not reduce:
+        return groups(rows), 1, 1
+    x = min(rows, MAX_GROUPS)
+    return x, 1, groups(rows, x)
+
+
 def matvec_grid(m: int, n: int, reduce: bool = False, multi: bool = False, rows: int = MATVEC_ROWS) -> tuple[int, int, int]:
     if multi:
         return groups(m, WG), groups(n, MATMUL_TOKENS), 1
@@ -334,7 +352,9 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
                  for ux in (False, True) for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
         keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows, pairs=True) for q in I8_PAIR_TYPES
                  for bias in (False, True) for ux in (False, True) for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
-    keys += [ShaderKey.of("rmsnorm", WG=WG)] + [kv_write_key(t) for t in KV_TYPES_GPU]
+    keys += [rmsnorm_key(), rmsnorm_key(reduce=True)] + [kv_write_key(t) for t in KV_TYPES_GPU]
+    if subgroups:
+        keys.append(rmsnorm_key(reduce=True, subgroup=True))
     keys += [ShaderKey.of("rope", WG=WG, NEOX=neox) for neox in (False, True)]
     for hd in head_dims:
         for splits in (1, ATTN_SPLITS_GPU):
