@@ -2,6 +2,11 @@
 // PASS1: invocation g scans [g*chunk, (g+1)*chunk) and writes (max, index) to partial[g];
 // PASS2: one invocation scans the partials and writes the winning index to result[0].
 // Ties go to the lowest index (as numpy.argmax). Defines: WG and PASS1 or PASS2.
+// SUBGROUP (real GPUs with subgroups): PASS1 gives each workgroup a chunk (read coalesced) and PASS2 one
+// workgroup the partials, the best of a workgroup found by subgroupMax/subgroupMin (see workgroup_best).
+#ifdef SUBGROUP
+#enable subgroups
+#endif
 struct Params {
     len: u32,           // logits (PASS1) or partials (PASS2)
     chunk: u32,
@@ -13,7 +18,83 @@ struct Params {
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read_write> partial: array<vec2<u32>>;
 @group(0) @binding(2) var<uniform> params: Params;
+#endif
+#ifdef PASS2
+@group(0) @binding(0) var<storage, read> partial: array<vec2<u32>>;
+@group(0) @binding(1) var<storage, read_write> result: array<u32>;
+@group(0) @binding(2) var<uniform> params: Params;
+#endif
 
+#ifdef SUBGROUP
+const FLOOR: f32 = -3.4028234e38;   // the lowest finite f32: what an invocation without candidates holds
+const NONE: u32 = 0xffffffffu;
+var<workgroup> slots: array<vec2<u32>, WG>;     // (value bits, index) per subgroup: enough for any size
+
+// v beats (best, best_i): larger, or equal with a lower index
+fn beats(v: f32, i: u32, best: f32, best_i: u32) -> bool {
+    return v > best || (v == best && i < best_i);
+}
+
+// The workgroup's best of every invocation's (v, i): the subgroup's largest value and the lowest index
+// holding it, one slot per subgroup, then every invocation scans the n_sg slots. Values below FLOOR
+// (-inf) count as FLOOR, so an invocation without candidates (FLOOR, NONE) loses every tie.
+fn workgroup_best(v: f32, i: u32, lane: u32, sg: u32, n_sg: u32) -> vec2<u32> {
+    let top = subgroupMax(v);
+    let top_i = subgroupMin(select(NONE, i, v == top));
+    if (lane == 0u) {
+        slots[sg] = vec2<u32>(bitcast<u32>(top), top_i);
+    }
+    workgroupBarrier();
+    var best = bitcast<f32>(slots[0].x);
+    var best_i = slots[0].y;
+    for (var s = 1u; s < n_sg; s++) {
+        if (beats(bitcast<f32>(slots[s].x), slots[s].y, best, best_i)) {
+            best = bitcast<f32>(slots[s].x);
+            best_i = slots[s].y;
+        }
+    }
+    return vec2<u32>(bitcast<u32>(best), best_i);
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) n_sg: u32) {
+#ifdef PASS1
+    // workgroup g: logits [g*chunk, (g+1)*chunk), invocation lid every WG-th of them
+    let start = wid.x * params.chunk;
+    let end = min(start + params.chunk, params.len);
+    var best = FLOOR;
+    var best_i = NONE;
+    for (var i = start + lid.x; i < end; i += WG) {
+        let v = max(x[params.x_off + i], FLOOR);
+        if (beats(v, i, best, best_i)) {
+            best = v;
+            best_i = i;
+        }
+    }
+    let won = workgroup_best(best, best_i, lane, sg, n_sg);
+    if (lid.x == 0u && start < params.len) {
+        partial[wid.x] = won;
+    }
+#endif
+#ifdef PASS2
+    var best = FLOOR;
+    var best_i = NONE;
+    for (var g = lid.x; g < params.len; g += WG) {
+        let v = bitcast<f32>(partial[g].x);
+        if (beats(v, partial[g].y, best, best_i)) {
+            best = v;
+            best_i = partial[g].y;
+        }
+    }
+    let won = workgroup_best(best, best_i, lane, sg, n_sg);
+    if (lid.x == 0u) {
+        result[0] = won.y;
+    }
+#endif
+}
+#else
+#ifdef PASS1
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let g = gid.x;
@@ -36,10 +117,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 #endif
 
 #ifdef PASS2
-@group(0) @binding(0) var<storage, read> partial: array<vec2<u32>>;
-@group(0) @binding(1) var<storage, read_write> result: array<u32>;
-@group(0) @binding(2) var<uniform> params: Params;
-
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (gid.x != 0u) {
@@ -56,4 +133,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     result[0] = best_i;
 }
+#endif
 #endif

@@ -16,9 +16,9 @@ from gguf import GGMLQuantizationType as QT
 import harness
 import i8_emulation
 from gpu_helpers import random_weight
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, PARAMS, WEIGHT_TYPES, WG, attention_keys, groups,
-                                matvec_grid, matvec_i8_key, matvec_key, quantize_key, rmsnorm_grid, rmsnorm_key, rope_theta,
-                                shader_block, xq_row_words)
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, PARAMS, WEIGHT_TYPES, WG, argmax_keys,
+                                argmax_pass1, attention_keys, groups, matvec_grid, matvec_i8_key, matvec_key, quantize_key,
+                                rmsnorm_grid, rmsnorm_key, rope_theta, shader_block, xq_row_words)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.reference import dequantize_rows
 from pyshim.rope import RopeSpec
@@ -203,7 +203,7 @@ def build_cases() -> Cases:
 
 def add_subgroup_cases(c: Cases, rng) -> None:
     """The subgroup matvec with a bias, in workgroups of one subgroup (4 = SwiftShader's size) and of 32;
-    the one-workgroup-per-row rmsnorm (tree and subgroup sums)."""
+    the one-workgroup-per-row rmsnorm (tree and subgroup sums); the subgroup argmax's two passes."""
     qtype, m, k, n = QT.Q5_K, 37, 1280, 2
     raw = random_weight(qtype, m, k, rng)
     x = rng.standard_normal((n, k), dtype=np.float32)
@@ -220,6 +220,20 @@ def add_subgroup_cases(c: Cases, rng) -> None:
     for subgroup in (False, True):
         c.add(f"rmsnorm workgroup per row subgroup={subgroup}", rmsnorm_key(reduce=True, subgroup=subgroup), [x, w], [x.nbytes],
               dict(rows=rows, d=d, eps=1e-6, x_off=0, y_off=0, w_off=0), rmsnorm_grid(rows, reduce=True), close(want))
+    logits = rng.standard_normal(5000, dtype=np.float32)
+    logits[[4321, 1234, 1233]] = 9.0                      # ties across workgroups and within a subgroup
+    chunk, parts, grid = argmax_pass1(len(logits), subgroup=True)
+    pass1, pass2 = argmax_keys(subgroup=True)
+    partial = np.zeros((parts, 2), np.uint32)
+    for g in range(parts):
+        best = g * chunk + int(np.argmax(logits[g * chunk:(g + 1) * chunk]))
+        partial[g] = logits[best].view(np.uint32), best
+
+    def exact(want):
+        return lambda outs: np.testing.assert_array_equal(np.frombuffer(outs[0], np.uint32)[: want.size], want.ravel())
+    c.add("argmax subgroup pass 1", pass1, [logits], [parts * 8], dict(len=len(logits), chunk=chunk, x_off=0), grid, exact(partial))
+    c.add("argmax subgroup pass 2", pass2, [partial], [4], dict(len=parts, chunk=0, x_off=0), (1, 1, 1),
+          exact(np.array([1233], np.uint32)))
 
 
 def quantized_like(x: np.ndarray, fmt: str):

@@ -1,8 +1,8 @@
 """The subgroup-reduction matvec (matvec.wgsl SUBGROUP, the default on real GPUs with subgroups) forced on
 the native device (lavapipe here: its subgroups are CPU SIMD lanes) against NumPy: every weight type, odd
 sizes, bias and offsets, the z-folded grid, and workgroups of several subgroups; the one-workgroup-per-row
-rmsnorm (tree and subgroup sums); the per-compiler `enable` lines. Speed is not measured here: lavapipe is
-a CPU."""
+rmsnorm (tree and subgroup sums); the subgroup argmax; the per-compiler `enable` lines. Speed is not
+measured here: lavapipe is a CPU."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from pyshim.gpu.kernels import (REDUCE_ROWS, WEIGHT_TYPES, groups, matvec_grid, matvec_key, rmsnorm_grid, rmsnorm_key,
+from pyshim.gpu.kernels import (REDUCE_ROWS, WEIGHT_TYPES, argmax_keys, argmax_pass1, groups, matvec_grid, matvec_key, rmsnorm_grid, rmsnorm_key,
                                 shader_block, subgroups_usable)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.reference import dequantize_rows
@@ -122,6 +122,22 @@ def test_rmsnorm_one_workgroup_per_row(gpu, rows, d, subgroup):
                           rmsnorm_grid(rows, reduce=True))
     want = x / np.sqrt(np.mean(np.square(x, dtype=np.float64), axis=-1, keepdims=True) + 1e-6) * w
     check_close(np.frombuffer(out, np.float32)[pad:].reshape(rows, d), want.astype(np.float32))
+
+
+@pytest.mark.parametrize("length, ties", [(1, ()), (1000, (3, 700)), (1000, (130, 129)), (49_153, (17, 40_000)),
+                                          (262_144, (262_143, 100_001, 100_000))])
+def test_argmax_subgroup_passes(gpu, length, ties):
+    """Ties in one subgroup, across subgroups and across workgroups (the lowest index wins), -inf logits."""
+    rng = np.random.default_rng(length)
+    x = rng.standard_normal(length, dtype=np.float32)
+    x[: length // 2: 7] = -np.inf
+    for i in ties:
+        x[i] = 10.0
+    chunk, parts, grid = argmax_pass1(length, subgroup=True)
+    pass1, pass2 = argmax_keys(subgroup=True)
+    (partial,) = gpu.dispatch(pass1, [x], [parts * 8], dict(len=length, chunk=chunk, x_off=0), grid)
+    (result,) = gpu.dispatch(pass2, [np.frombuffer(partial, np.uint32)], [4], dict(len=parts, chunk=0, x_off=0), (1, 1, 1))
+    assert int(np.frombuffer(result, np.uint32)[0]) == int(np.argmax(x))
 
 
 def test_enable_line_per_compiler():

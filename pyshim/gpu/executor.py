@@ -31,10 +31,10 @@ from gguf import GGMLQuantizationType as QT
 from pyshim.errors import BadRequestError, OutOfMemoryError, TensorShapeError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.pool import ActivationPool, Slot, physical
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, ATTN_SPLITS_GPU, I8_ACTIVATIONS, I8_BLOCKS, KV_TYPES_GPU, PARAMS, Q8_BLOCK, TOPK, TOPK_CHUNK,
+from pyshim.gpu.kernels import (ATTN_SPLITS_GPU, I8_ACTIVATIONS, I8_BLOCKS, KV_TYPES_GPU, PARAMS, Q8_BLOCK, TOPK, TOPK_CHUNK,
                                 WG, KernelCache,
                                 attention_keys, attention_record_bytes, barrier_free_rows, default_int8, default_subgroup, groups, i8_pairs,
-                                kv_write_key, rmsnorm_grid, rmsnorm_key, subgroups_usable,
+                                argmax_keys, argmax_pass1, kv_write_key, rmsnorm_grid, rmsnorm_key, subgroups_usable,
                                 attention_prefill_grid, attention_prefill_key, matmul_grid, matmul_key,
                                 matvec_grid, matvec_i8_key, matvec_key, quantize_key, rope_theta, shader_block,
                                 weight_define, xq_row_words, UNIFORM_X_BYTES, UNIFORM_X_VEC4)
@@ -452,12 +452,12 @@ class GpuOps:
         """Greedy sampling of the last row on the GPU; returns the 1-word result buffer."""
         vocab = logits.shape[-1]
         off = logits.off + (logits.size // vocab - 1) * vocab
-        parts = groups(vocab, ARGMAX_CHUNK)
+        chunk, parts, grid = argmax_pass1(vocab, self.subgroup)
+        pass1, pass2 = argmax_keys(self.subgroup)
         partial = Slot(parts * 8, "argmax_partial")
         result = self._buffer(16, "argmax")
-        self._record("argmax", self._key("argmax", PASS1=True), [logits.buf, partial], (groups(parts), 1, 1),
-                     len=vocab, chunk=ARGMAX_CHUNK, x_off=off)
-        self._record("argmax", self._key("argmax", PASS2=True), [partial, result], (1, 1, 1), len=parts, chunk=0, x_off=0)
+        self._record("argmax", pass1, [logits.buf, partial], grid, len=vocab, chunk=chunk, x_off=off)
+        self._record("argmax", pass2, [partial, result], (1, 1, 1), len=parts, chunk=0, x_off=0)
         return result
 
     def drop(self, program: Program) -> None:

@@ -20,6 +20,9 @@ from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 
 WG = 64                 # invocations per workgroup for every barrier-free kernel
 ARGMAX_CHUNK = 256      # logits scanned per invocation in argmax's first pass
+# Logits per workgroup in the first pass of the subgroup argmax (argmax.wgsl SUBGROUP, GPUs with subgroups):
+# 16 per invocation, and Gemma's 262k vocabulary leaves 256 partials for the one-workgroup second pass.
+ARGMAX_CHUNK_SUBGROUP = 1024
 TOPK = 64               # candidates topk.wgsl keeps: top-k sampling on the GPU for any k up to this
 TOPK_CHUNK = 2048       # logits per invocation in its first pass (Gemma's 262k vocabulary: 128 lists to merge)
 # Output rows per invocation of the barrier-free matvec. lavapipe, whole SmolLM2 decode steps in process
@@ -273,6 +276,18 @@ def attention_record_bytes(head_dim_v: int) -> int:
     return (head_dim_v // 4 + 1) * 16
 
 
+def argmax_keys(subgroup: bool = False) -> tuple[ShaderKey, ShaderKey]:
+    """The two passes of argmax: barrier-free, or a workgroup per chunk reduced by subgroup operations."""
+    return tuple(ShaderKey.of("argmax", WG=WG, SUBGROUP=subgroup, **{p: True}) for p in ("PASS1", "PASS2"))
+
+
+def argmax_pass1(vocab: int, subgroup: bool = False) -> tuple[int, int, tuple[int, int, int]]:
+    """(logits per partial, partials, grid) of argmax's first pass."""
+    chunk = ARGMAX_CHUNK_SUBGROUP if subgroup else ARGMAX_CHUNK
+    parts = groups(vocab, chunk)
+    return chunk, parts, ((parts, 1, 1) if subgroup else (groups(parts), 1, 1))
+
+
 def rmsnorm_key(*, reduce: bool = False, subgroup: bool = False) -> ShaderKey:
     """One invocation per row (CPU adapters), or one workgroup per row (`reduce`; `subgroup`: summed by
     subgroupAdd)."""
@@ -365,7 +380,7 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
     keys += [ShaderKey.of("glu", WG=WG, **{act: True}) for act in ("ACT_SILU", "ACT_GELU")]
     keys.append(ShaderKey.of("glu", WG=WG, ACT_GELU=True, GELU_F16=True))
     keys += [ShaderKey.of("eltwise", WG=WG, **{op: True}) for op in ("OP_ADD", "OP_SCALE", "OP_SOFTCAP", "OP_COPY")]
-    keys += [ShaderKey.of("argmax", WG=WG, **{p: True}) for p in ("PASS1", "PASS2")]
+    keys += [*argmax_keys()] + ([*argmax_keys(subgroup=True)] if subgroups else [])
     keys += [ShaderKey.of("topk", WG=WG, K=TOPK, **{p: True}) for p in ("PASS1", "PASS2")]
     keys += [ShaderKey.of("stream", WG=WG, STRIDED=s) for s in (False, True)]
     return keys
