@@ -66,6 +66,25 @@ def test_subgroup_variant_logits_match_reference(tmp_path_factory, loop, device,
     np.testing.assert_allclose(np.stack(got), want[split - 1:], atol=2e-4 * np.abs(want).max(), rtol=1e-3)
 
 
+def test_subgroup_greedy_equals_argmax_of_reference(tmp_path_factory, loop, device):
+    """The subgroup argmax in a whole greedy loop (SmolLM2's test below covers a vocabulary of many chunks)."""
+    from gguf import GGMLQuantizationType as QT
+
+    path = tiny_models.write_tiny_model(tmp_path_factory.mktemp("llama"), "llama", QT.Q4_1)
+    ref = load(path, n_ctx=tiny_models.N_CTX)
+    runner = runner_for(loop, device, path, tiny_models.N_CTX, "subgroup")
+    seq = tiny_models.test_ids()
+    logits = ref.forward(seq, 0)[-1]
+    token = runner.greedy(seq, 0)
+    for _ in range(8):
+        assert token == int(np.argmax(logits))
+        seq = seq + [token]
+        logits = ref.forward([token], len(seq) - 1)[-1]
+        token = runner.greedy([token], len(seq) - 1)
+    argmax = [d.key for p in runner._programs.values() for d in p.dispatches if d.key.family == "argmax"]
+    assert argmax and all(("SUBGROUP", "") in k.defines for k in argmax)
+
+
 def test_forcing_subgroups_without_them_is_refused(loop, device, tmp_path_factory):
     from dataclasses import replace
 
