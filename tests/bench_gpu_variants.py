@@ -1,12 +1,14 @@
-"""Benchmark (not a test): greedy decode speed of one model under each matvec variant, on the native adapter.
+"""Benchmark (not a test): greedy decode speed of one model under each kernel variant, on the native adapter.
 
-    .venv/bin/python tests/bench_matvec_variants.py [--model smollm2] [--steps 16] [--variants barrier_free,reduce,subgroup]
+    .venv/bin/python tests/bench_gpu_variants.py [--model smollm2] [--steps 16] [--variants barrier_free,reduce,subgroup]
 
-Variants (all with the f32 arithmetic, int8=False, so only the matvec differs): `barrier_free` (what CPU
-adapters get), `reduce` (workgroup shared-memory tree, real GPUs without subgroups), `subgroup` (subgroupAdd,
-real GPUs with subgroups). On a CPU adapter such as lavapipe the numbers say nothing about real GPUs: there
-a workgroup is a loop over SIMD lanes and every barrier a synchronisation of that loop. Two clocks: wall,
-and process CPU time (lavapipe's workers are threads of this process; steadier on a shared machine).
+Variants (all with the f32 arithmetic, int8=False): `barrier_free` (what CPU adapters get: matvec, rmsnorm
+and argmax without barriers), `reduce` (real GPUs without subgroups: the workgroup-reduction matvec and the
+workgroup-per-row rmsnorm, shared-memory trees), `subgroup` (real GPUs with subgroups: the same summed by
+subgroupAdd, and the subgroup argmax). On a CPU adapter such as lavapipe the numbers say nothing about real
+GPUs: there a workgroup is a loop over SIMD lanes and every barrier a synchronisation of that loop. Two
+clocks: wall, and process CPU time (lavapipe's workers are threads of this process; steadier on a shared
+machine).
 """
 
 from __future__ import annotations
