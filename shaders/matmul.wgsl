@@ -4,9 +4,9 @@
 // its TN tokens then reuses it, where the matvec decodes each weight once per token — and copies the
 // tokens' slice of x likewise; each invocation accumulates RM rows x RN tokens from the two tiles
 // (register tiling: RM + RN vec4 loads per RM * RN dot products). Blocks wider than KT (the K-quants,
-// 256) are decoded whole and only the step's slice is kept: 4x the decode work, spread over TN tokens.
+// 256) are decoded whole and only the step's slice is kept: 256 / KT times the decode work, over TN tokens.
 // Not for CPU adapters: workgroup barriers are what SwiftShader and lavapipe do worst (FACTS.md).
-// Grid: x = ceil(m / TM), y = ceil(n / TN). Defines: one W_<type>, WG (= GM * GN = 64), optional BIAS.
+// Grid: x = ceil(m / TM), y = ceil(n / TN). Defines: one W_<type>, the tile shape (below), WG, optional BIAS.
 #include "include/wtype.wgsl"
 
 struct Params {
@@ -35,12 +35,10 @@ struct Params {
 @group(0) @binding(3) var<uniform> params: Params;
 #endif
 
-const TM: u32 = 32u;            // weight rows per workgroup
-const TN: u32 = 32u;            // tokens per workgroup
-const KT: u32 = 64u;            // k per step: the two tiles are 2 * 32 * 64 * 4 B = 16 KiB, WebGPU's default limit
+// The tile shape comes as defines: TM weight rows x TN tokens per workgroup, KT elements of k per step,
+// RM rows x RN tokens per invocation (WG = TM / RM * TN / RN invocations); the two tiles take
+// (TM + TN) * KT * 4 bytes of workgroup memory (the default 32, 32, 64: 16 KiB, WebGPU's guaranteed limit).
 const KV4: u32 = KT / 4u;       // vec4s per tile row (a power of 2: see tile_at)
-const RM: u32 = 4u;             // rows per invocation
-const RN: u32 = 4u;             // tokens per invocation
 const GM: u32 = TM / RM;        // invocations along rows; WG = GM * GN
 const GN: u32 = TN / RN;
 // decode jobs per step: one per (tile row, block of the slice); K-quant blocks cover the slice alone

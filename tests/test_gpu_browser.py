@@ -32,12 +32,13 @@ RTOL = {rtol}
 data = base64.b64decode({b64!r})
 header = read_header(data, file_size=len(data))
 ids = {ids!r}
-runner = await load_gpu_async(header=header, source=BufferSource(data), n_ctx={n_ctx}, max_chunk=4, int8={int8})
+runner = await load_gpu_async(header=header, source=BufferSource(data), n_ctx={n_ctx}, max_chunk=4, int8={int8}{options})
 got = await runner.forward_async(ids, 0, all_logits=True)
 want = load(header=header, source=BufferSource(data), n_ctx={n_ctx}, emulate_llama_cpp={int8}).forward(ids, 0, all_logits=True)
 plain = load(header=header, source=BufferSource(data), n_ctx={n_ctx}).forward(ids, 0, all_logits=True)
 greedy = await runner.greedy_async(ids, 0)
 json.dumps({{"face": runner.device.caps.face, "adapter": runner.device.caps.summary(), "int8": runner.ops.int8,
+            "subgroup": runner.ops.subgroup,
             "max_err": float(np.abs(got - want).max()), "scale": float(np.abs(want).max()),
             "excess": float((np.abs(got - want) - RTOL * np.abs(want)).max()),
             "effect": float(np.abs(plain - want).max()),
@@ -55,7 +56,7 @@ def test_gpu_executor_in_the_worker_matches_reference(site_page, tmp_path_factor
     path = tiny_models.write_tiny_model(tmp_path_factory.mktemp(arch), arch, QT[qtype])
     ids = tiny_models.test_ids()
     code = RUN.format(b64=base64.b64encode(path.read_bytes()).decode(), ids=ids, n_ctx=tiny_models.N_CTX, rtol=RTOL,
-                      int8=int8)
+                      int8=int8, options="")
     result = harness.engine_request(page, "exec", {"code": code})
     assert result["face"] == "browser" and result["int8"] == int8
     assert result["shape"] == [len(ids), tiny_models.N_VOCAB]
@@ -63,4 +64,22 @@ def test_gpu_executor_in_the_worker_matches_reference(site_page, tmp_path_factor
         assert result["same_argmax"] and result["max_err"] < result["effect"], str(result)
     else:
         assert result["excess"] <= ATOL_OF_SCALE * result["scale"], str(result)
+    assert result["greedy"] == result["argmax"]
+
+
+def test_subgroup_kernels_in_the_worker_match_reference(site_page, tmp_path_factory):
+    """The real-GPU kernels with subgroups (matvec, rmsnorm, argmax), forced on SwiftShader through the
+    browser face: the 'subgroups' device feature and Tint's `enable subgroups;`."""
+    from gguf import GGMLQuantizationType as QT
+
+    page, _, _ = site_page
+    # (gemma3 as CASES has it: with Q4_K the tiny Gemma misses ATOL_OF_SCALE on SwiftShader under every
+    # variant alike, 6.6e-4 measured, its exp/tanh again)
+    path = tiny_models.write_tiny_model(tmp_path_factory.mktemp("gemma3"), "gemma3", QT.Q5_0)
+    ids = tiny_models.test_ids()
+    code = RUN.format(b64=base64.b64encode(path.read_bytes()).decode(), ids=ids, n_ctx=tiny_models.N_CTX, rtol=RTOL,
+                      int8=False, options=", subgroup=True")
+    result = harness.engine_request(page, "exec", {"code": code})
+    assert result["face"] == "browser" and result["subgroup"] and not result["int8"], str(result)
+    assert result["excess"] <= ATOL_OF_SCALE * result["scale"], str(result)
     assert result["greedy"] == result["argmax"]

@@ -13,10 +13,16 @@ from gguf import GGMLQuantizationType as QT
 
 import harness
 from gpu_helpers import random_weight
-from pyshim.gpu.kernels import (MATMUL_TILE_M, MATMUL_TILE_N, Q8_BLOCK, WEIGHT_TYPES, attention_prefill_grid,
+from pyshim.gpu.kernels import (MATMUL_TILE, MATMUL_TILE_CPU, Q8_BLOCK, WEIGHT_TYPES, attention_prefill_grid,
                                 attention_prefill_key, matmul_grid, matmul_key, shader_block)
 from pyshim.reference import dequantize_rows
-from test_kernels_browser import RUN_JS, Cases, close
+from test_kernels_browser import RUN_JS as KERNELS_JS, Cases, close
+
+# test_kernels_browser's runner on a device with the adapter's workgroup memory, as pyshim.gpu.browser
+# asks for it (the CPU-adapter tile takes 24 KiB, more than WebGPU's default 16)
+REQUEST = "adapter.requestDevice({"
+RUN_JS = KERNELS_JS.replace(REQUEST, REQUEST + "requiredLimits: {maxComputeWorkgroupStorageSize: adapter.limits.maxComputeWorkgroupStorageSize}, ")
+assert RUN_JS != KERNELS_JS
 
 pytestmark = pytest.mark.browser
 
@@ -82,13 +88,14 @@ def build_cases() -> Cases:
     for qtype in WEIGHT_TYPES:
         per = shader_block(qtype)[0]
         k = 3 * max(per, 32) if per < 256 else 512
-        m, n = MATMUL_TILE_M + 13, MATMUL_TILE_N + 5
-        raw = random_weight(qtype, m, k, rng)
-        x = rng.standard_normal((n, k), dtype=np.float32)
-        want = x @ dequantize_rows(raw, qtype).reshape(m, k).T
-        c.add(f"matmul {qtype.name}", matmul_key(qtype), [raw, x], [want.nbytes],
-              dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m),
-              matmul_grid(m, n), close(want))
+        for tile in (MATMUL_TILE, MATMUL_TILE_CPU):
+            m, n = tile[0] + 13, tile[1] + 5
+            raw = random_weight(qtype, m, k, rng)
+            x = rng.standard_normal((n, k), dtype=np.float32)
+            want = x @ dequantize_rows(raw, qtype).reshape(m, k).T
+            c.add(f"matmul {qtype.name} tile {tile}", matmul_key(qtype, tile=tile), [raw, x], [want.nbytes],
+                  dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m),
+                  matmul_grid(m, n, tile), close(want))
     # a bias, and the tensors at offsets in their buffers
     qtype, m, k, n = QT.Q6_K, 7, 256, 3
     raw = random_weight(qtype, m, k, rng)
@@ -132,4 +139,4 @@ def test_prefill_kernels_in_chromium(browser_results):
         except AssertionError as exc:
             failures.append(f"{name}: {str(exc)[:300]}")
     assert not failures, f"on {result['adapter']}:\n" + "\n".join(failures)
-    assert len(result["results"]) == len(cases.checks) == 13
+    assert len(result["results"]) == len(cases.checks) == 22

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from pyshim.gpu.kernels import (MATMUL_TILE_M, MATMUL_TILE_N, WEIGHT_TYPES, attention_prefill_grid, attention_prefill_key,
+from pyshim.gpu.kernels import (MATMUL_TILE, MATMUL_TILE_CPU, WEIGHT_TYPES, attention_prefill_grid, attention_prefill_key,
                                 groups, kv_write_key, matmul_grid, matmul_key, shader_block, PARAMS, Q8_BLOCK)
 from pyshim.kvcache import q8_round
 from pyshim.ops import AttnSpec
@@ -35,31 +35,32 @@ def check_close(got, want, rel=2e-5):
     np.testing.assert_allclose(got, want, rtol=rel, atol=rel * scale)
 
 
-def run_matmul(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0):
+def run_matmul(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0, tile=MATMUL_TILE):
     """raw uint8 (m, row_bytes); x (n, k) -> y (n, m); pads put the tensors at offsets in their buffers."""
     m, row_bytes = raw.shape
     n, k = x.shape
     w = np.concatenate([np.zeros(w_pad, np.uint8), raw.reshape(-1)])
     xs = np.concatenate([np.zeros(x_pad, np.float32), x.reshape(-1)])
     inputs = [w, xs] + ([bias] if bias is not None else [])
-    (out,) = gpu.dispatch(matmul_key(qtype, bias=bias is not None), inputs, [(y_pad + n * m) * 4],
+    (out,) = gpu.dispatch(matmul_key(qtype, bias=bias is not None, tile=tile), inputs, [(y_pad + n * m) * 4],
                           dict(m=m, k=k, n=n, row_bytes=row_bytes, w_off=w_pad, x_off=x_pad, y_off=y_pad, bias_off=0,
-                               y_stride=m), matmul_grid(m, n))
+                               y_stride=m), matmul_grid(m, n, tile))
     return f32(out, (y_pad + n * m,))[y_pad:].reshape(n, m)
 
 
+@pytest.mark.parametrize("tile", [MATMUL_TILE, MATMUL_TILE_CPU], ids=["gpu_tile", "cpu_tile"])
 @pytest.mark.parametrize("qtype", list(WEIGHT_TYPES), ids=lambda t: t.name)
-def test_matmul_random_blocks(gpu, qtype):
+def test_matmul_random_blocks(gpu, qtype, tile):
     rng = np.random.default_rng(int(qtype) + 100)
     per = shader_block(qtype)[0]
     # k: not a multiple of the 64-wide k step where the block allows it (odd block counts also put
     # 2-byte-aligned blocks at odd offsets); m and n: a full tile and a ragged one
     k = 3 * max(per, 32) if per < 256 else 512
-    m, n = MATMUL_TILE_M + 13, MATMUL_TILE_N + 5
+    m, n = tile[0] + 13, tile[1] + 5
     raw = random_weight(qtype, m, k, rng)
     x = rng.standard_normal((n, k), dtype=np.float32)
     want = x @ dequantize_rows(raw, qtype).reshape(m, k).T
-    check_close(run_matmul(gpu, qtype, raw, x), want)
+    check_close(run_matmul(gpu, qtype, raw, x, tile=tile), want)
 
 
 @pytest.mark.parametrize("qtype", [QT.Q4_0, QT.Q6_K, QT.F16], ids=lambda t: t.name)

@@ -16,8 +16,10 @@ pytestmark = pytest.mark.browser
 COMPILE_JS = """async (sources) => {
   const adapter = await navigator.gpu.requestAdapter();
   if (!adapter) return {adapter: null};
-  // the subgroup variants need the feature at device creation, as pyshim.gpu.browser requests it
-  const device = await adapter.requestDevice({requiredFeatures: adapter.features.has("subgroups") ? ["subgroups"] : []});
+  // as pyshim.gpu.browser requests the device: the subgroup variants need the feature, the CPU-adapter
+  // matmul tile the adapter's workgroup memory (24 KiB)
+  const device = await adapter.requestDevice({requiredFeatures: adapter.features.has("subgroups") ? ["subgroups"] : [],
+    requiredLimits: {maxComputeWorkgroupStorageSize: adapter.limits.maxComputeWorkgroupStorageSize}});
   const failures = [];
   for (const [label, code] of sources) {
     device.pushErrorScope("validation");

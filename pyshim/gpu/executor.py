@@ -35,7 +35,7 @@ from pyshim.gpu.kernels import (ATTN_SPLITS_GPU, I8_ACTIVATIONS, I8_BLOCKS, KV_T
                                 WG, KernelCache,
                                 attention_keys, attention_record_bytes, barrier_free_rows, default_int8, default_subgroup, groups, i8_pairs,
                                 argmax_keys, argmax_pass1, kv_write_key, rmsnorm_grid, rmsnorm_key, subgroups_usable,
-                                attention_prefill_grid, attention_prefill_key, matmul_grid, matmul_key,
+                                attention_prefill_grid, attention_prefill_key, matmul_grid, matmul_key, matmul_tile,
                                 matvec_grid, matvec_i8_key, matvec_key, quantize_key, rope_theta, shader_block,
                                 weight_define, xq_row_words, UNIFORM_X_BYTES, UNIFORM_X_VEC4)
 from pyshim.ops import ACTIVATIONS, AttnSpec
@@ -137,9 +137,10 @@ class GpuOps:
         writes them from IndexedDB without passing them through Python); `reduce` picks the matvec variant
         (default: workgroup reductions on real GPUs, barrier-free on CPU adapters); `multi_token` uses the
         many-token matvec for steps of several tokens (slower on lavapipe, see kernels.MATMUL_TOKENS);
-        `tiled_matmul` / `tiled_attention`: the workgroup-tiled prefill kernels for steps of several tokens
-        (matmul.wgsl for the f32 route's matmuls, attention_prefill.wgsl); default on real GPUs, off on CPU
-        adapters (workgroup barriers cost most there); True forces them anywhere (tests);
+        `tiled_matmul`: the workgroup-tiled matmul (matmul.wgsl) for the f32 route's steps of several tokens
+        (default on: faster than the matvec on real GPUs by design and on CPU adapters as measured, see
+        kernels.MATMUL_TILE_CPU); `tiled_attention`: the key-tiled prefill attention (attention_prefill.wgsl;
+        default on real GPUs only: no clear gain on CPU adapters); True forces either anywhere (tests);
         `attn_splits`: key-range splits in attention (default 1 on CPU adapters, ATTN_SPLITS_GPU on GPUs);
         `int8`: quantized weights against int8-quantized activations (llama.cpp's arithmetic, see
         kernels.default_int8 for the default; only with the barrier-free matvec); `kv_type`: the KV cache's
@@ -163,7 +164,7 @@ class GpuOps:
         if self.subgroup and not subgroups_usable(device.caps):
             raise UnsupportedError("this device has no subgroups (or no subgroup_id builtin)", hint="leave subgroup unset")
         self.multi_token = multi_token
-        self.tiled_matmul = (not device.caps.is_fallback) if tiled_matmul is None else tiled_matmul
+        self.tiled_matmul = True if tiled_matmul is None else tiled_matmul
         self.tiled_attention = (not device.caps.is_fallback) if tiled_attention is None else tiled_attention
         self.attn_splits = attn_splits or (1 if device.caps.is_fallback else ATTN_SPLITS_GPU)
         self.matvec_rows = barrier_free_rows(device.caps)
@@ -308,10 +309,11 @@ class GpuOps:
     def _matmul_tiled(self, x: Tensor, w: GpuWeight, bias: GpuWeight | None, out: Tensor) -> Tensor:
         n, k = x.shape
         m = w.shape[0]
-        key = matmul_key(w.ref.qtype, bias=bias is not None)
+        tile = matmul_tile(self.device.caps)
+        key = matmul_key(w.ref.qtype, bias=bias is not None, tile=tile)
         for buf, row0, rows in w.parts:
             bindings = [buf, x.buf] + ([bias.f32_buf] if bias is not None else []) + [out.buf]
-            self._record("matmul", key, bindings, matmul_grid(rows, n), m=rows, k=k, n=n, row_bytes=w.ref.row_bytes,
+            self._record("matmul", key, bindings, matmul_grid(rows, n, tile), m=rows, k=k, n=n, row_bytes=w.ref.row_bytes,
                          w_off=0, x_off=x.off, y_off=out.off + row0, bias_off=row0, y_stride=m)
         return out
 

@@ -57,10 +57,18 @@ UNIFORM_X_BYTES = UNIFORM_X_VEC4 * 16
 # against 4.7 s for one token per invocation (its per-token accumulator array is not kept in registers),
 # so the executor uses it only when asked (GpuOps(multi_token=True)); unmeasured on real GPUs.
 MATMUL_TOKENS = 4
-# The workgroup-tiled matmul (matmul.wgsl) for steps of several tokens on real GPUs: TM weight rows x TN
-# tokens per workgroup (its tile constants; the grid follows them). Untuned: no GPU was at hand.
-MATMUL_TILE_M = 32
-MATMUL_TILE_N = 32
+# The workgroup-tiled matmul (matmul.wgsl) for steps of several tokens, its tile shape: (TM weight rows,
+# TN tokens, KT elements of k per step, RM rows and RN tokens per invocation). On real GPUs untuned (none at
+# hand): 16 KiB of workgroup memory, WebGPU's guaranteed limit.
+MATMUL_TILE = (32, 32, 64, 4, 4)
+MATMUL_TILE_M, MATMUL_TILE_N = MATMUL_TILE[:2]
+# On CPU adapters (24 KiB: SwiftShader and lavapipe allow 32), where it serves the f32 route (the int8
+# route's matvec stays faster there). ms per 64-token matmul, Q4_1 1536x576 / Q4_K 640x2048: lavapipe
+# (process CPU, tests/bench_prefill.py --kernels) 33.8 / 53.2, against 37.6 / 91.3 for the barrier-free
+# matvec and 43.5 / 72.1 for MATMUL_TILE; 8x8 or 4x16 per invocation and 256-wide k steps were slower.
+# SwiftShader (GPU-process CPU, playwright/bench_prefill_kernels.py) 270-283 / 347-393 against 373-382 /
+# 530 for the matvec (4 rows), 303-343 / 468 for MATMUL_TILE, and 198 / 390-403 for the int8 matvec.
+MATMUL_TILE_CPU = (32, 64, 64, 4, 8)
 # Causal prefill attention tiled over the keys (attention_prefill.wgsl): the K and V tiles in workgroup
 # memory take at most this many bytes (WebGPU's guaranteed maxComputeWorkgroupStorageSize), and at most
 # ATTN_TILE_KEYS keys (each invocation keeps one score per key of a tile in registers).
@@ -250,13 +258,23 @@ def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int,
     return ShaderKey.of("attention", SOFTCAP=softcap, KV_F16=kv_type == "f16", KV_Q8=kv_type == "q8", **common), combine
 
 
-def matmul_key(qtype: QT, *, bias: bool = False) -> ShaderKey:
-    """The workgroup-tiled matmul (steps of several tokens on real GPUs)."""
-    return ShaderKey.of("matmul", **{weight_define(qtype): True}, WG=WG, BIAS=bias)
+def matmul_key(qtype: QT, *, bias: bool = False, tile: tuple[int, int, int, int, int] = MATMUL_TILE) -> ShaderKey:
+    """The workgroup-tiled matmul (steps of several tokens); `tile` as MATMUL_TILE."""
+    tm, tn, kt, rm, rn = tile
+    return ShaderKey.of("matmul", **{weight_define(qtype): True}, WG=tm // rm * (tn // rn), TM=tm, TN=tn, KT=kt, RM=rm, RN=rn,
+                        BIAS=bias)
 
 
-def matmul_grid(m: int, n: int) -> tuple[int, int, int]:
-    return groups(m, MATMUL_TILE_M), groups(n, MATMUL_TILE_N), 1
+def matmul_tile(caps) -> tuple[int, int, int, int, int]:
+    """The tile shape for this adapter (see MATMUL_TILE_CPU), within its workgroup memory."""
+    tile = MATMUL_TILE_CPU if caps.is_fallback else MATMUL_TILE
+    if (tile[0] + tile[1]) * tile[2] * 4 > caps.limits.get("max_compute_workgroup_storage_size", 16384):
+        return MATMUL_TILE
+    return tile
+
+
+def matmul_grid(m: int, n: int, tile: tuple[int, int, int, int, int] = MATMUL_TILE) -> tuple[int, int, int]:
+    return groups(m, tile[0]), groups(n, tile[1]), 1
 
 
 def attention_prefill_key(head_dim: int, head_dim_v: int, softcap: bool, kv_type: str = "f32") -> ShaderKey:
@@ -376,7 +394,8 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
             keys += [k for cap in (False, True) for t in KV_TYPES_GPU for k in attention_keys(hd, hd, cap, splits, t)
                      if k is not None and k not in keys]
         keys += [attention_prefill_key(hd, hd, cap, t) for cap in (False, True) for t in KV_TYPES_GPU]
-    keys += [matmul_key(q, bias=bias) for q in WEIGHT_TYPES for bias in (False, True)]
+    keys += [matmul_key(q, bias=bias, tile=tile) for q in WEIGHT_TYPES for bias in (False, True)
+             for tile in (MATMUL_TILE, MATMUL_TILE_CPU)]
     keys += [ShaderKey.of("glu", WG=WG, **{act: True}) for act in ("ACT_SILU", "ACT_GELU")]
     keys.append(ShaderKey.of("glu", WG=WG, ACT_GELU=True, GELU_F16=True))
     keys += [ShaderKey.of("eltwise", WG=WG, **{op: True}) for op in ("OP_ADD", "OP_SCALE", "OP_SOFTCAP", "OP_COPY")]
