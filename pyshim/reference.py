@@ -18,6 +18,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 from gguf import quants
 
+from pyshim import ggml_cpu
 from pyshim.errors import TensorShapeError, UnsupportedError
 from pyshim.kvcache import KVCache
 from pyshim.ops import ACTIVATIONS, AttnSpec
@@ -51,6 +52,11 @@ _ACT_Q8_1 = frozenset({QT.Q4_1})       # Q8_0's values plus a per-block sum kept
 _ACT_Q8_K = frozenset({QT.Q4_K, QT.Q5_K, QT.Q6_K})
 Q8_BLOCK = 32
 Q8_K_BLOCK = 256
+# Weight types whose matmul pyshim.ggml_cpu repeats bit for bit. The output head is left out: its
+# logits feed no later rounding, so its float order cannot change what follows (it is emulated to
+# within float error only, which is far faster for a 50k-260k-row matrix).
+_EXACT_TYPES = frozenset({QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q6_K})
+_HEADS = frozenset({"output.weight", "token_embd.weight"})
 
 
 def _q8_0_roundtrip(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -134,6 +140,13 @@ class Weight:
 
     def matmul_t(self, x: np.ndarray) -> np.ndarray:
         """x [n, k] @ self.T -> [n, m]."""
+        if self.emulate_llama_cpp and self.ref.qtype in _EXACT_TYPES and self.ref.name not in _HEADS:
+            raw = self.store.raw(self.ref.name)
+            if self.ref.qtype == QT.Q4_K:
+                return ggml_cpu.matmul_q4_k_repacked(x, raw)
+            if self.ref.qtype == QT.Q6_K:
+                return ggml_cpu.matmul_q6_k(x, raw)
+            return ggml_cpu.matmul_legacy(x, raw, self.ref.qtype)
         if self.emulate_llama_cpp:
             out = self._matmul_t(llama_cpp_activations(x, self.ref.qtype))
             if self.ref.qtype in _ACT_Q8_1:
@@ -155,6 +168,24 @@ class Weight:
             chunk = dequantize_rows(raw[start:start + DEQUANT_CHUNK_ROWS], self.ref.qtype)
             out[:, start:start + chunk.shape[0]] = x @ chunk.T
         return out
+
+
+def _attention_llama_cpp(qh: np.ndarray, keys: np.ndarray, vals: np.ndarray, visible: np.ndarray,
+                         spec: AttnSpec) -> np.ndarray:
+    """llama.cpp's CPU attention of a batch (f32 KV cache, no flash attention), bit for bit: q.k by
+    ggml_vec_dot_f32 (q is a permuted, non-contiguous view, so no tinyBLAS), soft_max_ext with the
+    scale and a 0/-inf mask, then probabilities x values through tinyBLAS. The key axis is padded with
+    masked keys to whole 16-lane chunks, as llama.cpp pads its KV view (they add exact zeros).
+    qh [Hkv, G, n, hd], keys [S, Hkv, hd], vals [S, Hkv, hd_v], visible [n, S] -> [n, Hq * hd_v]."""
+    hkv, group, n, _ = qh.shape
+    pad = -keys.shape[0] % ggml_cpu.LANES_512
+    keys = np.concatenate([keys, np.zeros((pad, *keys.shape[1:]), np.float32)])
+    vals = np.concatenate([vals, np.zeros((pad, *vals.shape[1:]), np.float32)])
+    visible = np.concatenate([visible, np.zeros((n, pad), bool)], axis=1)
+    scores = ggml_cpu.dot_f32(qh[:, :, :, None, :], keys.transpose(1, 0, 2)[:, None, None])  # [Hkv, G, n, S]
+    probs = ggml_cpu.softmax_rows(np.where(visible, scores, -np.inf), spec.scale)
+    out = ggml_cpu.tinyblas_f32(vals.transpose(1, 2, 0)[:, None], probs)               # [Hkv, G, n, hd_v]
+    return out.transpose(2, 0, 1, 3).reshape(n, spec.n_heads * spec.head_dim_v)
 
 
 class NumpyOps:
@@ -220,6 +251,8 @@ class NumpyOps:
         return out
 
     def rmsnorm(self, x: np.ndarray, w: Weight, eps: float) -> np.ndarray:
+        if self.emulate_llama_cpp:
+            return ggml_cpu.rmsnorm(x, w.dense(), eps)
         ms = np.mean(np.square(x, dtype=np.float64), axis=-1, keepdims=True)
         return (x / np.sqrt(ms + eps)).astype(np.float32) * w.dense()
 
@@ -231,6 +264,9 @@ class NumpyOps:
 
     def rope(self, x: np.ndarray, positions: np.ndarray, spec: RopeSpec, freq_factors: Weight | None = None) -> np.ndarray:
         ff = freq_factors.dense() if freq_factors is not None else None
+        if self.emulate_llama_cpp and spec.scaling != "yarn" and spec.attn_factor == 1.0:
+            cos, sin = ggml_cpu.rope_cos_sin(positions, spec.dims, spec.base, spec.freq_scale, ff)
+            return ggml_cpu.rope(x, cos, sin, spec.neox)
         cos, sin = cos_sin(spec, positions, ff)                 # [n, dims/2]
         cos, sin = cos[:, None, :], sin[:, None, :]             # broadcast over heads
         out = x.copy()
@@ -259,13 +295,15 @@ class NumpyOps:
         layer.update(positions, k, v)
 
         qh = q.reshape(n, hkv, group, hd).transpose(1, 2, 0, 3)               # [Hkv, G, n, hd]
+        visible = (kpos[None, :] <= positions[:, None]) & (kpos[None, :] >= 0)   # [n, S]
+        if spec.window:
+            visible &= positions[:, None] - kpos[None, :] < spec.window
+        if self.emulate_llama_cpp and not spec.softcap and hd % ggml_cpu.F32_STEP == 0:
+            return _attention_llama_cpp(qh, keys, vals, visible, spec)
         scores = qh @ keys.transpose(1, 2, 0)[:, None]                        # [Hkv, G, n, S]
         scores *= spec.scale
         if spec.softcap > 0:
             scores = spec.softcap * np.tanh(scores / spec.softcap)
-        visible = (kpos[None, :] <= positions[:, None]) & (kpos[None, :] >= 0)   # [n, S]
-        if spec.window:
-            visible &= positions[:, None] - kpos[None, :] < spec.window
         scores = np.where(visible, scores, -np.inf)
         scores -= scores.max(axis=-1, keepdims=True)
         probs = np.exp(scores)
@@ -275,6 +313,8 @@ class NumpyOps:
 
     def glu(self, gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:
         if act == "silu":
+            if self.emulate_llama_cpp:
+                return ggml_cpu.swiglu(gate, up)
             return gate / (1.0 + np.exp(-gate)) * up
         if act == "gelu_tanh":
             if self.emulate_llama_cpp:
