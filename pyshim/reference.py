@@ -318,7 +318,7 @@ class NumpyOps:
             return gate / (1.0 + np.exp(-gate)) * up
         if act == "gelu_tanh":
             if self.emulate_llama_cpp:
-                return _gelu_llama_cpp(gate) * up
+                return ggml_cpu.geglu(gate, up)
             return _gelu_tanh(gate) * up
         raise UnsupportedError(f"activation {act!r} is not one of {ACTIVATIONS}")
 
