@@ -174,17 +174,21 @@ def _attention_llama_cpp(qh: np.ndarray, keys: np.ndarray, vals: np.ndarray, vis
                          spec: AttnSpec) -> np.ndarray:
     """llama.cpp's CPU attention of a batch (f32 KV cache, no flash attention), bit for bit: q.k by
     ggml_vec_dot_f32 (q is a permuted, non-contiguous view, so no tinyBLAS), soft_max_ext with the
-    scale and a 0/-inf mask, then probabilities x values through tinyBLAS. The key axis is padded with
-    masked keys to whole 16-lane chunks, as llama.cpp pads its KV view (they add exact zeros).
+    scale and a 0/-inf mask, then probabilities x values through tinyBLAS — or, for one token (llamafile
+    only takes n >= 2), through ggml_vec_dot_f32 too. The key axis is padded with masked keys to whole
+    16- (or 64-) value steps, as llama.cpp pads its KV view (they add exact zeros).
     qh [Hkv, G, n, hd], keys [S, Hkv, hd], vals [S, Hkv, hd_v], visible [n, S] -> [n, Hq * hd_v]."""
     hkv, group, n, _ = qh.shape
-    pad = -keys.shape[0] % ggml_cpu.LANES_512
+    pad = -keys.shape[0] % (ggml_cpu.F32_STEP if n == 1 else ggml_cpu.LANES_512)
     keys = np.concatenate([keys, np.zeros((pad, *keys.shape[1:]), np.float32)])
     vals = np.concatenate([vals, np.zeros((pad, *vals.shape[1:]), np.float32)])
     visible = np.concatenate([visible, np.zeros((n, pad), bool)], axis=1)
     scores = ggml_cpu.dot_f32(qh[:, :, :, None, :], keys.transpose(1, 0, 2)[:, None, None])  # [Hkv, G, n, S]
     probs = ggml_cpu.softmax_rows(np.where(visible, scores, -np.inf), spec.scale)
-    out = ggml_cpu.tinyblas_f32(vals.transpose(1, 2, 0)[:, None], probs)               # [Hkv, G, n, hd_v]
+    if n == 1:
+        out = ggml_cpu.dot_f32(vals.transpose(1, 2, 0)[:, None, None], probs[..., None, :])   # [Hkv, G, 1, hd_v]
+    else:
+        out = ggml_cpu.tinyblas_f32(vals.transpose(1, 2, 0)[:, None], probs)               # [Hkv, G, n, hd_v]
     return out.transpose(2, 0, 1, 3).reshape(n, spec.n_heads * spec.head_dim_v)
 
 
