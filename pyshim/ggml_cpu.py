@@ -34,6 +34,52 @@ def fma(a, b, c) -> np.ndarray:
     return (np.asarray(a, F64) * np.asarray(b, F64) + np.asarray(c, F64)).astype(F32)
 
 
+# ---------------------------------------------------------------- the C library's float functions
+
+def _libm_float_functions():
+    """The C library's cosf, sinf, expf and tanhf when ctypes can reach them (CPython on Linux), else None.
+    llama.cpp calls them one value at a time, and glibc's are not correctly rounded (on the angles of
+    a 160-token rope, 114 of 5120 differ by an ulp from the float64 cos rounded to float)."""
+    try:
+        import ctypes
+        import ctypes.util
+
+        libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+    except (ImportError, OSError):
+        return None
+    funcs = []
+    for name in ("cosf", "sinf", "expf", "tanhf"):
+        f = getattr(libm, name)
+        f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float]
+        funcs.append(np.frompyfunc(f, 1, 1))
+    return funcs
+
+
+_LIBM = _libm_float_functions()
+
+
+def cos_sin_f32(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """cosf and sinf of float angles: the C library's where reachable, else float64 rounded to float."""
+    if _LIBM is None:
+        return np.cos(theta.astype(F64)).astype(F32), np.sin(theta.astype(F64)).astype(F32)
+    cosf, sinf = _LIBM[:2]
+    return cosf(theta).astype(F32), sinf(theta).astype(F32)
+
+
+def libm_tanhf(x: np.ndarray) -> np.ndarray:
+    """The C library's tanhf, value by value, where reachable (else float64 rounded to float)."""
+    if _LIBM is None:
+        return np.tanh(x.astype(F64)).astype(F32)
+    return _LIBM[3](x.astype(F32)).astype(F32)
+
+
+def libm_expf(x: np.ndarray) -> np.ndarray:
+    """The C library's expf, value by value, where reachable (else float64 rounded to float)."""
+    if _LIBM is None:
+        return np.exp(x.astype(F64)).astype(F32)
+    return _LIBM[2](x.astype(F32)).astype(F32)
+
+
 # ---------------------------------------------------------------- horizontal sums
 
 def hsum8(v: np.ndarray) -> np.ndarray:
@@ -49,7 +95,7 @@ def reduce16(v: np.ndarray) -> np.ndarray:
     return (u[..., 0] + u[..., 2]) + (u[..., 1] + u[..., 3])
 
 
-# ---------------------------------------------------------------- exp, SiLU, softmax
+# ---------------------------------------------------------------- exp, softmax, gated activations
 
 _EXP_C = [F32(float.fromhex(h)) for h in
           ("0x1.0e4020p-7", "0x1.573e2ep-5", "0x1.555e66p-3", "0x1.fffdb6p-2", "0x1.ffffecp-1")]
@@ -98,48 +144,6 @@ def softmax_rows(scores: np.ndarray, scale: float) -> np.ndarray:
     return (e * (1.0 / total).astype(F32)[..., None]).astype(F32)
 
 
-# ---------------------------------------------------------------- norms, rope
-
-def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    """ops.cpp rms_norm_f32 then the weight's mul: a sequential double sum of float squares,
-    mean rounded to float, scale = 1.0f/sqrtf(mean + eps), y = x*scale*w in float."""
-    x = x.astype(F32)
-    sq = (x * x).astype(F64)
-    mean = (np.cumsum(sq, axis=-1)[..., -1:] / x.shape[-1]).astype(F32)
-    scale = F32(1.0) / np.sqrt(mean + F32(eps))
-    return (x * scale * w.astype(F32)).astype(F32)
-
-
-def _libm_float_functions():
-    """The C library's cosf, sinf, expf and tanhf when ctypes can reach them (CPython on Linux), else None.
-    llama.cpp calls them one value at a time, and glibc's are not correctly rounded (on the angles of
-    a 160-token rope, 114 of 5120 differ by an ulp from the float64 cos rounded to float)."""
-    try:
-        import ctypes
-        import ctypes.util
-
-        libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-    except (ImportError, OSError):
-        return None
-    funcs = []
-    for name in ("cosf", "sinf", "expf", "tanhf"):
-        f = getattr(libm, name)
-        f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float]
-        funcs.append(np.frompyfunc(f, 1, 1))
-    return funcs
-
-
-_LIBM = _libm_float_functions()
-
-
-def cos_sin_f32(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """cosf and sinf of float angles: the C library's where reachable, else float64 rounded to float."""
-    if _LIBM is None:
-        return np.cos(theta.astype(F64)).astype(F32), np.sin(theta.astype(F64)).astype(F32)
-    cosf, sinf = _LIBM[:2]
-    return cosf(theta).astype(F32), sinf(theta).astype(F32)
-
-
 GELU_COEF_A = F32(0.044715)
 SQRT_2_OVER_PI = F32(0.79788456080286535587989211986876)
 GELU_TABLE_LIMIT = F32(10.0)
@@ -167,18 +171,16 @@ def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     return (act * up).astype(F32)
 
 
-def libm_tanhf(x: np.ndarray) -> np.ndarray:
-    """The C library's tanhf, value by value, where reachable (else float64 rounded to float)."""
-    if _LIBM is None:
-        return np.tanh(x.astype(F64)).astype(F32)
-    return _LIBM[3](x.astype(F32)).astype(F32)
+# ---------------------------------------------------------------- norms, rope
 
-
-def libm_expf(x: np.ndarray) -> np.ndarray:
-    """The C library's expf, value by value, where reachable (else float64 rounded to float)."""
-    if _LIBM is None:
-        return np.exp(x.astype(F64)).astype(F32)
-    return _LIBM[2](x.astype(F32)).astype(F32)
+def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """ops.cpp rms_norm_f32 then the weight's mul: a sequential double sum of float squares,
+    mean rounded to float, scale = 1.0f/sqrtf(mean + eps), y = x*scale*w in float."""
+    x = x.astype(F32)
+    sq = (x * x).astype(F64)
+    mean = (np.cumsum(sq, axis=-1)[..., -1:] / x.shape[-1]).astype(F32)
+    scale = F32(1.0) / np.sqrt(mean + F32(eps))
+    return (x * scale * w.astype(F32)).astype(F32)
 
 
 def rope_cos_sin(positions: np.ndarray, dims: int, base: float, freq_scale: float = 1.0,
@@ -410,11 +412,11 @@ def matmul_q6_k(x: np.ndarray, raw: np.ndarray) -> np.ndarray:
     """x [n, k] @ W.T for a Q6_K weight as ggml's CPU mul_mat computes it: from TILED_MIN_ROWS rows of x
     on, its tiled kernel (ggml_compute_forward_mul_mat_tiled); below, ggml_vec_dot_q6_K_q8_K."""
     if x.shape[0] >= TILED_MIN_ROWS:
-        return matmul_k_tiled(x, raw)
+        return matmul_q6_k_tiled(x, raw)
     return matmul_q6_k_vec_dot(x, raw)
 
 
-def matmul_k_tiled(x: np.ndarray, raw: np.ndarray) -> np.ndarray:
+def matmul_q6_k_tiled(x: np.ndarray, raw: np.ndarray) -> np.ndarray:
     """Q6_K through ggml's tiled x86 kernel (arch/x86/tiled-kernel.cpp, VNNI microtile): per 256-value
     super-block the whole integer dot S = sum scale * (q - 32) * y, then in float
     acc = fma(f32(S) * d_w, d_x, acc) (GCC contracts the kernel's mul + add into one FMA)."""

@@ -44,9 +44,11 @@ def dequantize_rows(raw: np.ndarray, qtype: QT) -> np.ndarray:
 
 
 # llama.cpp's CPU backend quantizes the activations of a quantized matmul before the dot products
-# (its "vec_dot_type"). Emulating that (`llama_cpp_activations=True`) makes the reference agree with
-# llama.cpp's logits far more closely; the GPU kernels keep f32 activations, so compare those against
-# the reference with it off.
+# (its "vec_dot_type"). With `emulate_llama_cpp` the reference repeats llama.cpp's x86 CPU arithmetic
+# bit for bit where pyshim.ggml_cpu knows the kernel (the matmuls below, attention, norms, rope, GLUs:
+# a quantized model is chaotic at the scale of that rounding, so anything less drifts to ~95% top-1);
+# elsewhere (F16 weights, the output head) it rounds the activations the same way and sums in f64.
+# The GPU kernels keep f32 activations, so compare those against the reference with it off.
 _ACT_Q8_0 = frozenset({QT.Q4_0, QT.Q5_0, QT.Q8_0})
 _ACT_Q8_1 = frozenset({QT.Q4_1})       # Q8_0's values plus a per-block sum kept as f16
 _ACT_Q8_K = frozenset({QT.Q4_K, QT.Q5_K, QT.Q6_K})
@@ -57,6 +59,8 @@ Q8_K_BLOCK = 256
 # within float error only, which is far faster for a 50k-260k-row matrix).
 _EXACT_TYPES = frozenset({QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q6_K})
 _HEADS = frozenset({"output.weight", "token_embd.weight"})
+# llama.cpp repacks a Q4_K weight (q4_K_8x8, the kernel emulated) only when its rows come in eights
+REPACK_COLS = 8
 
 
 def _q8_0_roundtrip(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -140,7 +144,7 @@ class Weight:
 
     def matmul_t(self, x: np.ndarray) -> np.ndarray:
         """x [n, k] @ self.T -> [n, m]."""
-        if self.emulate_llama_cpp and self.ref.qtype in _EXACT_TYPES and self.ref.name not in _HEADS:
+        if self._exact():
             raw = self.store.raw(self.ref.name)
             if self.ref.qtype == QT.Q4_K:
                 return ggml_cpu.matmul_q4_k_repacked(x, raw)
@@ -153,6 +157,12 @@ class Weight:
                 out += q8_1_sum_correction(x, self._block_mins())
             return out
         return self._matmul_t(x)
+
+    def _exact(self) -> bool:
+        """Whether this matmul is one pyshim.ggml_cpu repeats bit for bit."""
+        if not self.emulate_llama_cpp or self.ref.qtype not in _EXACT_TYPES or self.ref.name in _HEADS:
+            return False
+        return self.ref.qtype != QT.Q4_K or self.shape[0] % REPACK_COLS == 0
 
     def _block_mins(self) -> np.ndarray:
         """Each Q4_1 block's min (f16 at bytes 2..4 of its 20): [rows, blocks]."""
