@@ -138,9 +138,10 @@ class GpuOps:
         (default: workgroup reductions on real GPUs, barrier-free on CPU adapters); `multi_token` uses the
         many-token matvec for steps of several tokens (slower on lavapipe, see kernels.MATMUL_TOKENS);
         `tiled_matmul`: the workgroup-tiled matmul (matmul.wgsl) for the f32 route's steps of several tokens
-        (default on: faster than the matvec on real GPUs by design and on CPU adapters as measured, see
-        kernels.MATMUL_TILE_CPU); `tiled_attention`: the key-tiled prefill attention (attention_prefill.wgsl;
-        default on real GPUs only: no clear gain on CPU adapters); True forces either anywhere (tests);
+        (default on unless `multi_token` asks for the many-token matvec: faster than the matvec on real GPUs
+        by design and on CPU adapters as measured, see kernels.MATMUL_TILE_CPU); `tiled_attention`: the
+        key-tiled prefill attention (attention_prefill.wgsl; default on real GPUs only: no clear gain on CPU
+        adapters); True forces either anywhere (tests);
         `attn_splits`: key-range splits in attention (default 1 on CPU adapters, ATTN_SPLITS_GPU on GPUs);
         `int8`: quantized weights against int8-quantized activations (llama.cpp's arithmetic, see
         kernels.default_int8 for the default; only with the barrier-free matvec); `kv_type`: the KV cache's
@@ -164,7 +165,7 @@ class GpuOps:
         if self.subgroup and not subgroups_usable(device.caps):
             raise UnsupportedError("this device has no subgroups (or no subgroup_id builtin)", hint="leave subgroup unset")
         self.multi_token = multi_token
-        self.tiled_matmul = True if tiled_matmul is None else tiled_matmul
+        self.tiled_matmul = (not multi_token) if tiled_matmul is None else tiled_matmul
         self.tiled_attention = (not device.caps.is_fallback) if tiled_attention is None else tiled_attention
         self.attn_splits = attn_splits or (1 if device.caps.is_fallback else ATTN_SPLITS_GPU)
         self.matvec_rows = barrier_free_rows(device.caps)
