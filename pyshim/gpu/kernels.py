@@ -56,8 +56,8 @@ UNIFORM_X_BYTES = UNIFORM_X_VEC4 * 16
 # Measured on lavapipe (SmolLM2, 64-token prefill, process CPU time): 9.2-10.9 s for 2, 4 or 8 tokens
 # against 4.7 s for one token per invocation (its per-token accumulator array is not kept in registers),
 # so the executor uses it only when asked (GpuOps(multi_token=True)); unmeasured on real GPUs. More tokens
-# per invocation do not help either (lavapipe, SmolLM2 64-token prefill, tokens per CPU-second, same run:
-# 4 → 6.6, 8 → 5.9, 16 → 5.0, against 13.6 for one and 15.0 for the tiled matmul: tests/bench_prefill.py).
+# per invocation do not help either (lavapipe, SmolLM2 64-token prefill, tokens per CPU-second: 4 → 6.6,
+# 8 → 5.9, 16 → 5.0, against 13.6 for one; the tiled matmul 15.0 in a later run: tests/bench_prefill.py).
 MATMUL_TOKENS = 4
 # The workgroup-tiled matmul (matmul.wgsl) for steps of several tokens, its tile shape: (TM weight rows,
 # TN tokens, KT elements of k per step, RM rows and RN tokens per invocation). On real GPUs untuned (none at
