@@ -44,11 +44,15 @@ def dequantize_rows(raw: np.ndarray, qtype: QT) -> np.ndarray:
 
 
 # llama.cpp's CPU backend quantizes the activations of a quantized matmul before the dot products
-# (its "vec_dot_type"). With `emulate_llama_cpp` the reference repeats llama.cpp's x86 CPU arithmetic
-# bit for bit where pyshim.ggml_cpu knows the kernel (the matmuls below, attention, norms, rope, GLUs:
-# a quantized model is chaotic at the scale of that rounding, so anything less drifts to ~95% top-1);
-# elsewhere (F16 weights, the output head) it rounds the activations the same way and sums in f64.
-# The GPU kernels keep f32 activations, so compare those against the reference with it off.
+# (its "vec_dot_type"). `emulate_llama_cpp`:
+# - True: round the activations the same way, then sum in f64 (the oracle of the GPU int8 route, whose
+#   kernels round that way too but sum in their own order);
+# - EXACT: moreover repeat llama.cpp's x86 CPU arithmetic bit for bit where pyshim.ggml_cpu knows the
+#   kernel (these matmuls, attention, norms, rope, GLUs). A quantized model is chaotic at the scale of
+#   that rounding, so anything less agrees with llama.cpp's top-1 at only ~95% of positions; exact, the
+#   logits equal llama.cpp's up to the output head (left to BLAS: it feeds no later rounding).
+# The GPU f32 kernels keep f32 activations, so compare those against the reference with it off.
+EXACT = "exact"
 _ACT_Q8_0 = frozenset({QT.Q4_0, QT.Q5_0, QT.Q8_0})
 _ACT_Q8_1 = frozenset({QT.Q4_1})       # Q8_0's values plus a per-block sum kept as f16
 _ACT_Q8_K = frozenset({QT.Q4_K, QT.Q5_K, QT.Q6_K})
@@ -121,9 +125,10 @@ def _gelu_llama_cpp(x: np.ndarray) -> np.ndarray:
 class Weight:
     """A bound GGUF tensor: its place in the file, and its f32 values once asked for (cached or not)."""
 
-    def __init__(self, store: WeightStore, ref: TensorRef, cache: bool, emulate_llama_cpp: bool = False):
+    def __init__(self, store: WeightStore, ref: TensorRef, cache: bool, emulate_llama_cpp: bool | str = False):
         self.store, self.ref, self.cache = store, ref, cache
-        self.emulate_llama_cpp = emulate_llama_cpp
+        self.emulate_llama_cpp = bool(emulate_llama_cpp)
+        self.exact = emulate_llama_cpp == EXACT
         self.shape = ref.shape
         self._dense: np.ndarray | None = None
 
@@ -160,7 +165,7 @@ class Weight:
 
     def _exact(self) -> bool:
         """Whether this matmul is one pyshim.ggml_cpu repeats bit for bit."""
-        if not self.emulate_llama_cpp or self.ref.qtype not in _EXACT_TYPES or self.ref.name in _HEADS:
+        if not self.exact or self.ref.qtype not in _EXACT_TYPES or self.ref.name in _HEADS:
             return False
         return self.ref.qtype != QT.Q4_K or self.shape[0] % REPACK_COLS == 0
 
@@ -206,10 +211,12 @@ class NumpyOps:
     """`pyshim.ops.Ops` in NumPy. Tensors are float32 ndarrays; tokens and positions int64 arrays."""
 
     def __init__(self, store: WeightStore, spec, n_ctx: int, cache_weights: bool = True,
-                 emulate_llama_cpp: bool = False, kv_type: str = "f32"):
+                 emulate_llama_cpp: bool | str = False, kv_type: str = "f32"):
         self.store = store
         self.cache_weights = cache_weights
-        self.emulate_llama_cpp = emulate_llama_cpp
+        self._emulate = emulate_llama_cpp        # False, True or EXACT, passed on to each Weight
+        self.emulate_llama_cpp = bool(emulate_llama_cpp)
+        self.exact = emulate_llama_cpp == EXACT
         self.kv = KVCache(spec, n_ctx, kv_type)
         self._bound: dict[str, Weight] = {}
 
@@ -251,7 +258,7 @@ class NumpyOps:
             raise TensorShapeError(f"tensor {name!r} has shape {tuple(ref.shape)}, expected {tuple(shape)} "
                                    "(NumPy order)", hint="the file does not match its own hyperparameters")
         if name not in self._bound:
-            self._bound[name] = Weight(self.store, ref, self.cache_weights, self.emulate_llama_cpp)
+            self._bound[name] = Weight(self.store, ref, self.cache_weights, self._emulate)
         return self._bound[name]
 
     # --- ops ---
@@ -265,7 +272,7 @@ class NumpyOps:
         return out
 
     def rmsnorm(self, x: np.ndarray, w: Weight, eps: float) -> np.ndarray:
-        if self.emulate_llama_cpp:
+        if self.exact:
             return ggml_cpu.rmsnorm(x, w.dense(), eps)
         ms = np.mean(np.square(x, dtype=np.float64), axis=-1, keepdims=True)
         return (x / np.sqrt(ms + eps)).astype(np.float32) * w.dense()
@@ -278,7 +285,7 @@ class NumpyOps:
 
     def rope(self, x: np.ndarray, positions: np.ndarray, spec: RopeSpec, freq_factors: Weight | None = None) -> np.ndarray:
         ff = freq_factors.dense() if freq_factors is not None else None
-        if self.emulate_llama_cpp and spec.scaling != "yarn" and spec.attn_factor == 1.0:
+        if self.exact and spec.scaling != "yarn" and spec.attn_factor == 1.0:
             cos, sin = ggml_cpu.rope_cos_sin(positions, spec.dims, spec.base, spec.freq_scale, ff)
             return ggml_cpu.rope(x, cos, sin, spec.neox)
         cos, sin = cos_sin(spec, positions, ff)                 # [n, dims/2]
@@ -312,7 +319,7 @@ class NumpyOps:
         visible = (kpos[None, :] <= positions[:, None]) & (kpos[None, :] >= 0)   # [n, S]
         if spec.window:
             visible &= positions[:, None] - kpos[None, :] < spec.window
-        if self.emulate_llama_cpp and not spec.softcap and hd % ggml_cpu.F32_STEP == 0:
+        if self.exact and not spec.softcap and hd % ggml_cpu.F32_STEP == 0:
             return _attention_llama_cpp(qh, keys, vals, visible, spec)
         scores = qh @ keys.transpose(1, 2, 0)[:, None]                        # [Hkv, G, n, S]
         scores *= spec.scale
@@ -327,12 +334,14 @@ class NumpyOps:
 
     def glu(self, gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:
         if act == "silu":
-            if self.emulate_llama_cpp:
+            if self.exact:
                 return ggml_cpu.swiglu(gate, up)
             return gate / (1.0 + np.exp(-gate)) * up
         if act == "gelu_tanh":
-            if self.emulate_llama_cpp:
+            if self.exact:
                 return ggml_cpu.geglu(gate, up)
+            if self.emulate_llama_cpp:
+                return _gelu_llama_cpp(gate) * up
             return _gelu_tanh(gate) * up
         raise UnsupportedError(f"activation {act!r} is not one of {ACTIVATIONS}")
 

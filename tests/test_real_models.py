@@ -23,6 +23,7 @@ import pytest
 
 from pyshim.generate import decode_one_token, prefill, score
 from pyshim.loading import load
+from pyshim.reference import EXACT
 
 pytestmark = [pytest.mark.models, pytest.mark.slow]
 
@@ -50,7 +51,7 @@ def _path(name: str) -> Path:
 
 @lru_cache(maxsize=None)
 def _runner(name: str, like_llama_cpp: bool):
-    return load(_path(name), emulate_llama_cpp=like_llama_cpp)
+    return load(_path(name), emulate_llama_cpp=EXACT if like_llama_cpp else False)
 
 
 @lru_cache(maxsize=None)
