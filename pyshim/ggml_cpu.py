@@ -18,6 +18,8 @@ in float64 and rounded once to float32: exact except when the float64 sum rounds
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
@@ -36,10 +38,22 @@ def fma(a, b, c) -> np.ndarray:
 
 # ---------------------------------------------------------------- the C library's float functions
 
-def _libm_float_functions():
-    """The C library's cosf, sinf, expf and tanhf when ctypes can reach them (CPython on Linux), else None.
-    llama.cpp calls them one value at a time, and glibc's are not correctly rounded (on the angles of
-    a 160-token rope, 114 of 5120 differ by an ulp from the float64 cos rounded to float)."""
+_LIBM: list = []        # [cosf, sinf, expf, tanhf] ufuncs, or [None]: looked up on first use
+
+
+def _libm():
+    """The C library's cosf, sinf, expf and tanhf when ctypes can reach them (CPython on Linux), else None
+    (Pyodide: no C library to load, so float64 results rounded to float stand in). llama.cpp calls
+    them one value at a time, and glibc's are not correctly rounded (on the angles of a 160-token rope,
+    114 of 5120 differ by an ulp from the float64 cos rounded to float)."""
+    if not _LIBM:
+        _LIBM.append(_load_libm())
+    return _LIBM[0]
+
+
+def _load_libm():
+    if sys.platform == "emscripten":
+        return None
     try:
         import ctypes
         import ctypes.util
@@ -55,29 +69,29 @@ def _libm_float_functions():
     return funcs
 
 
-_LIBM = _libm_float_functions()
-
-
 def cos_sin_f32(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """cosf and sinf of float angles: the C library's where reachable, else float64 rounded to float."""
-    if _LIBM is None:
+    libm = _libm()
+    if libm is None:
         return np.cos(theta.astype(F64)).astype(F32), np.sin(theta.astype(F64)).astype(F32)
-    cosf, sinf = _LIBM[:2]
+    cosf, sinf = libm[:2]
     return cosf(theta).astype(F32), sinf(theta).astype(F32)
 
 
 def libm_tanhf(x: np.ndarray) -> np.ndarray:
     """The C library's tanhf, value by value, where reachable (else float64 rounded to float)."""
-    if _LIBM is None:
+    libm = _libm()
+    if libm is None:
         return np.tanh(x.astype(F64)).astype(F32)
-    return _LIBM[3](x.astype(F32)).astype(F32)
+    return libm[3](x.astype(F32)).astype(F32)
 
 
 def libm_expf(x: np.ndarray) -> np.ndarray:
     """The C library's expf, value by value, where reachable (else float64 rounded to float)."""
-    if _LIBM is None:
+    libm = _libm()
+    if libm is None:
         return np.exp(x.astype(F64)).astype(F32)
-    return _LIBM[2](x.astype(F32)).astype(F32)
+    return libm[2](x.astype(F32)).astype(F32)
 
 
 # ---------------------------------------------------------------- horizontal sums
