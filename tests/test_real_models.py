@@ -108,8 +108,9 @@ def test_as_close_to_llama_cpp_as_llama_cpp_is_to_itself(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_decode_same_logits_as_llama_cpp_sequential(name):
-    """One token at a time, llama.cpp takes other kernels (no tinyBLAS below 2 rows, vec_dot instead of
-    the tiled / repacked gemm): pyshim's decode path repeats those, bit for bit up to the output head."""
+    """One token at a time, llama.cpp takes other kernels (vec_dot instead of tinyBLAS, which needs 2 rows,
+    and of the tiled k-quant kernel; the repacked gemv instead of its gemm): pyshim's decode path repeats
+    those too, bit for bit up to the output head."""
     runner = _runner(name, True)
     ref = FX["models"][name]["passage_sequential"]
     ids = ref["ids"][:SEQUENTIAL_POSITIONS]
