@@ -75,11 +75,13 @@ def open_model(path: str | Path | None = None, *, header: GGUFHeader | None = No
 
 def load(path: str | Path | None = None, *, header: GGUFHeader | None = None, source: ByteSource | None = None,
          n_ctx: int | None = None, backend: str = "cpu", cache_weights: bool = True,
-         emulate_llama_cpp: bool = False, kv_type: str = "f32", int8: bool | None = None,
+         emulate_llama_cpp: bool | str = False, kv_type: str = "f32", int8: bool | None = None,
          max_chunk: int | None = None) -> Runner:
     """A Runner for a GGUF file (`path`), or for a parsed header plus a byte source (Pyodide). `int8` (gpu):
     the executor's int8 route on or off (None: the adapter's default, pyshim.gpu.kernels.default_int8);
-    `max_chunk` (gpu): most tokens per GPU step (prefill is split into steps of at most this many)."""
+    `max_chunk` (gpu): most tokens per GPU step (prefill is split into steps of at most this many).
+    `emulate_llama_cpp` (cpu): True rounds each matmul input as llama.cpp's CPU backend does (the GPU int8
+    route's oracle); pyshim.reference.EXACT repeats llama.cpp's x86 CPU arithmetic bit for bit."""
     if backend not in BACKENDS:
         raise BadRequestError(f"backend {backend!r} is not available here", hint=f"use one of: {', '.join(BACKENDS)}")
     if backend == "gpu":

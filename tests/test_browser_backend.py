@@ -7,7 +7,7 @@ SmolLM2 decodes at ~1 tok/s and Gemma 3 at ~0.5. So: few calls, short texts.
 
 Arithmetic: on a CPU adapter (SwiftShader) the executor takes its int8 route by default (activations
 rounded as llama.cpp's CPU backend does; the JSON says "arithmetic": "int8"), which the reference emulates
-with --like-llama-cpp. The issue's bar — 32 greedy tokens equal to the reference — is the f32 kernels'
+with --arithmetic int8. The issue's bar — 32 greedy tokens equal to the reference — is the f32 kernels'
 (`--arithmetic f32`; the int8 route is held to llama.cpp in tests/test_real_models.py and
 tests/test_gpu_executor.py); scores are checked in the default arithmetic, the one users get.
 """
@@ -47,7 +47,7 @@ def _json(capsys, argv: list[str]) -> dict:
 def _like(browser: dict) -> list[str]:
     """The reference's flag for the browser's arithmetic."""
     assert browser["arithmetic"] in ("int8", "f32")
-    return ["--like-llama-cpp"] if browser["arithmetic"] == "int8" else []
+    return ["--arithmetic", browser["arithmetic"]]
 
 
 def _greedy_pair(capsys, name: str) -> tuple[dict, dict]:

@@ -99,7 +99,7 @@ def test_gpu_backend_reports_its_arithmetic_and_the_cpu_side_of_decode(model, ca
     argv = ["generate", model, "--prompt", "hello", "--max-tokens", "6", "--ignore-eos", "--json"]
     gpu = _json(capsys, argv + ["--backend", "gpu"])
     assert 0 < gpu["cpu_share_pct"] < 100 and gpu["arithmetic"] in ("int8", "f32")
-    cpu = _json(capsys, argv + (["--like-llama-cpp"] if gpu["arithmetic"] == "int8" else []))
+    cpu = _json(capsys, argv + ["--arithmetic", gpu["arithmetic"]])
     assert cpu["cpu_share_pct"] is None and cpu["arithmetic"] == gpu["arithmetic"]
 
 
@@ -122,3 +122,24 @@ def test_kv_type_and_prefill_chunk(tmp_path, capsys):
     assert main(["generate", path, "--prompt", "hi", "--prefill-chunk", "3"]) == 2          # cpu: refused, said why
     assert "--prefill-chunk" in capsys.readouterr().err
     assert main(["generate", path, "--prompt", "hi", "--backend", "gpu", "--prefill-chunk", "0"]) == 2
+
+
+@pytest.mark.models
+def test_score_like_llama_cpp_is_llama_cpp_bit_for_bit(capsys):
+    """`score --like-llama-cpp` is the bit-exact emulation of llama.cpp's CPU arithmetic: on the passage's
+    first sentence it gives llama.cpp's own top-10 logits (tests/fixtures/real_llamacpp.json, one batch)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    fx = json.loads((root / "tests" / "fixtures" / "real_llamacpp.json").read_text())["models"]["smollm2"]
+    path = root / fx["file"]
+    if not path.is_file():
+        pytest.skip(f"{path.name} is not in models/ (pyshim setup --test-models)")
+    sentence = (root / "tests" / "fixtures" / "passage.txt").read_text().split(". ")[0] + "."
+    got = _json(capsys, ["score", str(path), "--text", sentence, "--like-llama-cpp", "--json"])
+    n = len(got["ids"])
+    assert got["ids"] == fx["passage"]["ids"][:n]          # the same tokens: rows are comparable
+    assert got["top_ids"] == [row for row in fx["passage"]["top_ids"][:n]]
+    assert np.abs(np.array(got["top_logits"]) - np.array(fx["passage"]["top_logits"][:n])).max() < 1e-3
+    rounded = _json(capsys, ["score", str(path), "--text", sentence, "--arithmetic", "int8", "--json"])
+    assert np.abs(np.array(rounded["top_logits"])[:, 0] - np.array(fx["passage"]["top_logits"][:n])[:, 0]).max() > 1e-3

@@ -54,7 +54,8 @@ def add_arithmetic_arguments(parser: argparse.ArgumentParser) -> None:
                         help="gpu: most prompt tokens per GPU step (default 256); smaller steps keep a slow GPU under "
                              "its watchdog and need less activation memory")
     parser.add_argument("--like-llama-cpp", action="store_true",
-                        help="cpu backend: round matmul activations the way llama.cpp's CPU backend does (= --arithmetic int8)")
+                        help="cpu backend: repeat llama.cpp's x86 CPU arithmetic bit for bit (its activation rounding, "
+                             "kernels' summation order, GELU table; slow: an oracle, see pyshim/ggml_cpu.py)")
     parser.add_argument("--arithmetic", choices=("f32", "int8"), default=None,
                         help="f32, or int8 (activations rounded as llama.cpp's CPU backend does: the GPU executor's "
                              "int8 route, the cpu reference's emulation of it). Default: the backend's own — cpu f32, "
@@ -82,9 +83,13 @@ def arithmetic_options(args: argparse.Namespace) -> dict:
     from pyshim.errors import BadRequestError
 
     if args.like_llama_cpp and args.arithmetic == "f32":
-        raise BadRequestError("--like-llama-cpp is --arithmetic int8: drop one of them")
+        raise BadRequestError("--like-llama-cpp rounds activations to int8 as llama.cpp does: drop --arithmetic f32")
     if args.backend == "cpu":
-        return {"emulate_llama_cpp": args.like_llama_cpp or args.arithmetic == "int8"}
+        from pyshim.reference import EXACT
+
+        # --like-llama-cpp: bit for bit with llama.cpp; --arithmetic int8: its rounding only (the GPU int8
+        # route's oracle, which cannot repeat x86 summation order)
+        return {"emulate_llama_cpp": EXACT if args.like_llama_cpp else args.arithmetic == "int8"}
     if args.like_llama_cpp:
         raise BadRequestError("--like-llama-cpp is a cpu-backend option", hint="use --arithmetic int8")
     return {} if args.arithmetic is None else {"int8": args.arithmetic == "int8"}
