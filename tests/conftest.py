@@ -3,6 +3,7 @@ playwright/harness.py, once per test module (Pyodide takes seconds to boot)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import tempfile
@@ -52,3 +53,21 @@ def site_page(chromium, dev_server):
     boot = harness.wait_for_boot(page)
     yield page, watch, boot
     context.close()
+
+
+@pytest.fixture(scope="module")
+def loop():
+    """An event loop for a native-GPU test module (the runners' async API)."""
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture(scope="module")
+def device(loop):
+    """The native wgpu device (lavapipe here), one per test module."""
+    from pyshim.gpu import open_device
+
+    dev = loop.run_until_complete(open_device())
+    yield dev
+    dev.destroy()

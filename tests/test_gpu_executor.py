@@ -22,22 +22,6 @@ CASES = [("llama", "Q4_0"), ("qwen2", "Q4_1"), ("qwen3", "Q5_0"), ("gemma3", "Q4
 SMALL_CHUNK = 4           # steps of 4 tokens: Gemma's window-4 rings hold 7 slots and wrap many times
 
 
-@pytest.fixture(scope="module")
-def loop():
-    loop = asyncio.new_event_loop()
-    yield loop
-    loop.close()
-
-
-@pytest.fixture(scope="module")
-def device(loop):
-    from pyshim.gpu import open_device
-
-    dev = loop.run_until_complete(open_device())
-    yield dev
-    dev.destroy()
-
-
 def gpu_runner(loop, device, path, **options) -> GpuRunner:
     return loop.run_until_complete(load_gpu_async(path, n_ctx=tiny_models.N_CTX, device=device, loop=loop, **options))
 

@@ -6,8 +6,6 @@ variants change only how a row's partial sums are added."""
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 import pytest
 
@@ -21,22 +19,10 @@ CASES = [("llama", "Q4_0"), ("gemma3", "Q4_K"), ("qwen2", "F16"), ("phi3", "Q8_0
 
 
 @pytest.fixture(scope="module")
-def loop():
-    loop = asyncio.new_event_loop()
-    yield loop
-    loop.close()
-
-
-@pytest.fixture(scope="module")
-def device(loop):
-    from pyshim.gpu import open_device
-
-    dev = loop.run_until_complete(open_device())
-    if not subgroups_usable(dev.caps):
-        dev.destroy()
+def device(device):
+    if not subgroups_usable(device.caps):
         pytest.skip("this adapter has no subgroups")
-    yield dev
-    dev.destroy()
+    return device
 
 
 def runner_for(loop, device, path, n_ctx, variant, **options):

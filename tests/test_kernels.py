@@ -21,7 +21,7 @@ from gpu_helpers import GPU, random_weight
 
 ALL_TYPES = list(WEIGHT_TYPES)
 # `self` for the reference executor's per-op methods called unbound: plain f32 math, no llama.cpp emulation
-REF = SimpleNamespace(emulate_llama_cpp=False)
+REF = SimpleNamespace(emulate_llama_cpp=False, exact=False)
 QUANTIZABLE = [QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0]      # what gguf.quants.quantize implements
 
 
@@ -189,7 +189,7 @@ def attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, history, n, cap, 
     spec_m = SimpleNamespace(sliding_window=window, swa_layers=[bool(window)], n_layers=1, n_kv_heads=n_kv,
                              head_dim_k=hd, head_dim_v=hd)
     ref = NumpyOps.__new__(NumpyOps)
-    ref.emulate_llama_cpp = False
+    ref.emulate_llama_cpp = ref.exact = False
     from pyshim.kvcache import KVCache
 
     ref.kv = KVCache(spec_m, history + n)

@@ -5,24 +5,16 @@ runner); one page per module."""
 
 from __future__ import annotations
 
-import base64
-
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-import harness
 from gpu_helpers import random_weight
 from pyshim.gpu.kernels import (MATMUL_TILE, MATMUL_TILE_CPU, Q8_BLOCK, WEIGHT_TYPES, attention_prefill_grid,
                                 attention_prefill_key, matmul_grid, matmul_key, shader_block)
 from pyshim.reference import dequantize_rows
-from test_kernels_browser import RUN_JS as KERNELS_JS, Cases, close
+from test_kernels_browser import Cases, close, failures, run_in_chromium
 
-# test_kernels_browser's runner on a device with the adapter's workgroup memory, as pyshim.gpu.browser
-# asks for it (the CPU-adapter tile takes 24 KiB, more than WebGPU's default 16)
-REQUEST = "adapter.requestDevice({"
-RUN_JS = KERNELS_JS.replace(REQUEST, REQUEST + "requiredLimits: {maxComputeWorkgroupStorageSize: adapter.limits.maxComputeWorkgroupStorageSize}, ")
-assert RUN_JS != KERNELS_JS
 
 pytestmark = pytest.mark.browser
 
@@ -112,31 +104,9 @@ def build_cases() -> Cases:
     return c
 
 
-@pytest.fixture(scope="module")
-def browser_results(chromium, dev_server):
+def test_prefill_kernels_in_chromium(chromium, dev_server):
     cases = build_cases()
-    context = chromium.new_context()
-    try:
-        page, _ = harness.open_page(context, dev_server.url + "/manifest.webmanifest")
-        harness.require_adapter(page)
-        page.set_default_timeout(300_000)
-        result = page.evaluate(RUN_JS, cases.cases)
-    finally:
-        context.close()
-    assert "error" not in result, result
-    return cases, result
-
-
-def test_prefill_kernels_in_chromium(browser_results):
-    cases, result = browser_results
-    failures = []
-    for (name, check), res in zip(cases.checks, result["results"]):
-        if res["error"]:
-            failures.append(f"{name}: {res['error']}")
-            continue
-        try:
-            check([base64.b64decode(o) for o in res["outputs"]])
-        except AssertionError as exc:
-            failures.append(f"{name}: {str(exc)[:300]}")
-    assert not failures, f"on {result['adapter']}:\n" + "\n".join(failures)
+    result = run_in_chromium(chromium, dev_server, cases)
+    failed = failures(cases, result)
+    assert not failed, f"on {result['adapter']}:\n" + "\n".join(failed)
     assert len(result["results"]) == len(cases.checks) == 22

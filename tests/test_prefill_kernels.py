@@ -85,7 +85,7 @@ def prefill_attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, steps, ca
     spec_m = SimpleNamespace(sliding_window=window, swa_layers=[bool(window)], n_layers=1, n_kv_heads=n_kv,
                              head_dim_k=hd, head_dim_v=hd)
     ref = NumpyOps.__new__(NumpyOps)
-    ref.emulate_llama_cpp = False
+    ref.emulate_llama_cpp = ref.exact = False
     ref.kv = KVCache(spec_m, sum(steps))
     attn = AttnSpec(layer=0, n_heads=n_heads, n_kv_heads=n_kv, head_dim=hd, head_dim_v=hd, scale=hd ** -0.5,
                     window=window, softcap=softcap)

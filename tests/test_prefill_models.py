@@ -4,8 +4,6 @@ weight type, chunked with split tensors, and SmolLM2 and Gemma 3 scoring a ~100-
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 import pytest
 
@@ -17,22 +15,6 @@ CASES = [("llama", "Q4_0"), ("qwen2", "Q4_1"), ("qwen3", "Q5_0"), ("gemma3", "Q4
          ("llama", "Q5_K"), ("gemma3", "Q6_K"), ("qwen2", "F16"), ("llama", "F32")]
 TILED = dict(tiled_matmul=True, tiled_attention=True, int8=False)
 REAL_CHUNK = 40         # the real models' text goes in 3 steps of at most this many tokens
-
-
-@pytest.fixture(scope="module")
-def loop():
-    loop = asyncio.new_event_loop()
-    yield loop
-    loop.close()
-
-
-@pytest.fixture(scope="module")
-def device(loop):
-    from pyshim.gpu import open_device
-
-    dev = loop.run_until_complete(open_device())
-    yield dev
-    dev.destroy()
 
 
 def gpu_runner(loop, device, path, n_ctx=tiny_models.N_CTX, **options) -> GpuRunner:
