@@ -134,6 +134,17 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
 // (neighbours read neighbouring blocks: coalesced), then a shared-memory tree sums the WG partials.
 // Grid: x * z = ceil(m / ROWS) (z when x would pass 65535 workgroups), y = tokens. WG: a power of 2.
 var<workgroup> partial_sums: array<f32, WG * ROWS>;
+
+// invocation i's share of row `row` (rows past m repeat the last one: their sums are not stored)
+fn row_share(row: u32, i: u32) -> f32 {
+    let wb = params.w_off + min(row, params.m - 1u) * params.row_bytes;
+    let nb = params.k / BLOCK_ELEMS;
+    var acc = vec4<f32>(0.0);
+    for (var b = i; b < nb; b += WG) {
+        block_apply(wb + b * BLOCK_BYTES, b * BLOCK_ELEMS, &acc);
+    }
+    return acc.x + acc.y + acc.z + acc.w;
+}
 #ifndef SUBGROUP
 
 @compute @workgroup_size(WG)
@@ -145,14 +156,8 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         return;
     }
     x_base = params.x_off + t * params.k;
-    let nb = params.k / BLOCK_ELEMS;
     for (var r = 0u; r < ROWS; r++) {
-        let wb = params.w_off + min(first + r, params.m - 1u) * params.row_bytes;
-        var acc = vec4<f32>(0.0);
-        for (var b = lid.x; b < nb; b += WG) {
-            block_apply(wb + b * BLOCK_BYTES, b * BLOCK_ELEMS, &acc);
-        }
-        partial_sums[r * WG + lid.x] = acc.x + acc.y + acc.z + acc.w;
+        partial_sums[r * WG + lid.x] = row_share(first + r, lid.x);
     }
     workgroupBarrier();
     for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
@@ -188,14 +193,8 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         return;
     }
     x_base = params.x_off + t * params.k;
-    let nb = params.k / BLOCK_ELEMS;
     for (var r = 0u; r < ROWS; r++) {
-        let wb = params.w_off + min(first + r, params.m - 1u) * params.row_bytes;
-        var acc = vec4<f32>(0.0);
-        for (var b = lid.x; b < nb; b += WG) {
-            block_apply(wb + b * BLOCK_BYTES, b * BLOCK_ELEMS, &acc);
-        }
-        let s = subgroupAdd(acc.x + acc.y + acc.z + acc.w);
+        let s = subgroupAdd(row_share(first + r, lid.x));
         if (lane == 0u) {
             partial_sums[r * WG + sg] = s;
         }
