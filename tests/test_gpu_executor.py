@@ -114,7 +114,7 @@ def test_greedy_on_gpu_equals_argmax_of_reference(tmp_path_factory, loop, device
 @pytest.mark.parametrize("name", ["smollm2", "gemma3"])
 def test_greedy_32_tokens_equal_cpu(loop, device, name):
     """The f32 kernels. (The int8 route cannot equal any CPU run token for token on a deep model — see
-    tests/test_int8_llama_cpp.py, which holds it to llama.cpp instead.)"""
+    tests/test_gpu_llama_cpp.py, which holds it to llama.cpp instead.)"""
     from pyshim.catalog import resolve_model
     from pyshim.tokenizer import Tokenizer
 
