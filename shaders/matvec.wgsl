@@ -145,6 +145,18 @@ fn row_share(row: u32, i: u32) -> f32 {
     }
     return acc.x + acc.y + acc.z + acc.w;
 }
+
+// y[t, row] = the row's sum (+ bias), for rows inside m
+fn store_row(row: u32, t: u32, sum: f32) {
+    if (row >= params.m) {
+        return;
+    }
+    var y_r = sum;
+#ifdef BIAS
+    y_r += bias[params.bias_off + row];
+#endif
+    y[params.y_off + t * params.y_stride + row] = y_r;
+}
 #ifndef SUBGROUP
 
 @compute @workgroup_size(WG)
@@ -168,13 +180,8 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         }
         workgroupBarrier();
     }
-    let row = first + lid.x;
-    if (lid.x < ROWS && row < params.m) {
-        var y_r = partial_sums[lid.x * WG];
-#ifdef BIAS
-        y_r += bias[params.bias_off + row];
-#endif
-        y[params.y_off + t * params.y_stride + row] = y_r;
+    if (lid.x < ROWS) {
+        store_row(first + lid.x, t, partial_sums[lid.x * WG]);
     }
 }
 #else
@@ -200,16 +207,12 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         }
     }
     workgroupBarrier();
-    let row = first + lid.x;
-    if (lid.x < ROWS && row < params.m) {
+    if (lid.x < ROWS) {
         var y_r = 0.0;
         for (var i = 0u; i < n_sg; i++) {
             y_r += partial_sums[lid.x * WG + i];
         }
-#ifdef BIAS
-        y_r += bias[params.bias_off + row];
-#endif
-        y[params.y_off + t * params.y_stride + row] = y_r;
+        store_row(first + lid.x, t, y_r);
     }
 }
 #endif

@@ -9,7 +9,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 
-from pyshim.gpu.kernels import PARAMS, KernelCache
+from pyshim.gpu.kernels import PARAMS, Q8_BLOCK, KernelCache, groups, kv_write_key
 from pyshim.gpu.shaderc import ShaderKey
 
 # Byte offsets of the f16 scale fields inside one block, per type: random bytes there could be inf/NaN
@@ -68,3 +68,30 @@ class GPU:
         group = dev.bind_group(pipeline, in_bufs + out_bufs + [uniform], label=key.label)
         dev.submit([(pipeline, group, grid)], label=key.label)
         return [self.run(dev.read(b, n)) for b, n in zip(out_bufs, outputs)]
+
+    def write_kv(self, k: np.ndarray, v: np.ndarray, positions: np.ndarray, kc, vc, cap: int, kv_type: str = "f32"):
+        """kv_write: K and V [count, kv_heads, hd] into the cache rings kc/vc at `positions`; returns the
+        positions buffer (attention reads the same one)."""
+        count, n_kv, hd = k.shape
+        pipe = self.run(self.kernels.get(kv_write_key(kv_type)))
+        pos_buf = self.upload(positions.astype(np.uint32))
+        uniform = self.device.buffer(PARAMS["kv_write"].nbytes, label="p", uniform=True)
+        self.device.write(uniform, PARAMS["kv_write"].pack(n=count, k_row=n_kv * hd, v_row=n_kv * hd, cap=cap,
+                                                           pos_off=0, k_off=0, v_off=0))
+        group = self.device.bind_group(pipe, [self.upload(k), self.upload(v), pos_buf, kc, vc, uniform])
+        per = Q8_BLOCK if kv_type == "q8" else 4
+        self.device.submit([(pipe, group, (groups(n_kv * hd // per), count, 1))])
+        return pos_buf
+
+def assert_greedy_like_reference(ref, runner, prompt: list[int], n: int = 32) -> None:
+    """Assert the GPU runner's greedy tokens equal the reference's argmax, n steps after `prompt`."""
+    ref_seq, gpu_seq = list(prompt), list(prompt)
+    logits = ref.forward(ref_seq, 0)[-1]
+    token = runner.greedy(gpu_seq, 0)
+    for _ in range(n):
+        want = int(np.argmax(logits))
+        assert token == want, (ref_seq[len(prompt):], want, token)
+        ref_seq.append(want)
+        gpu_seq.append(token)
+        logits = ref.forward([want], len(ref_seq) - 1)[-1]
+        token = runner.greedy([token], len(gpu_seq) - 1)

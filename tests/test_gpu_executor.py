@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import tiny_models
+from gpu_helpers import assert_greedy_like_reference
 from pyshim.gpu.runner import GpuRunner, load_gpu_async
 from pyshim.loading import load
 
@@ -122,16 +123,7 @@ def test_greedy_32_tokens_equal_cpu(loop, device, name):
     ref = load(path, n_ctx=256)
     runner = loop.run_until_complete(load_gpu_async(path, n_ctx=256, device=device, loop=loop, int8=False))
     prompt = Tokenizer.from_metadata(ref.metadata).encode("The capital of France is")
-    ref_seq, gpu_seq = list(prompt), list(prompt)
-    logits = ref.forward(ref_seq, 0)[-1]
-    token = runner.greedy(gpu_seq, 0)
-    for _ in range(32):
-        want = int(np.argmax(logits))
-        assert token == want, (ref_seq[len(prompt):], want, token)
-        ref_seq.append(want)
-        gpu_seq.append(token)
-        logits = ref.forward([want], len(ref_seq) - 1)[-1]
-        token = runner.greedy([token], len(gpu_seq) - 1)
+    assert_greedy_like_reference(ref, runner, prompt, 32)
 
 
 def test_upload_plan_lets_the_caller_write_the_weights(tmp_path_factory, loop, device):

@@ -27,16 +27,22 @@ ROOT = Path(__file__).resolve().parent.parent
 FX = json.loads((ROOT / "tests" / "fixtures" / "real_llamacpp.json").read_text())
 
 
+def _model(name: str) -> tuple[dict, Path]:
+    """The model's fixture entry and its file (skipping when setup has not placed it)."""
+    m = FX["models"][name]
+    path = ROOT / m["file"]
+    if not path.is_file():
+        pytest.skip(f"{path.name} is not in models/ (pyshim setup --test-models)")
+    return m, path
+
+
 @pytest.mark.parametrize("name", ["smollm2", "gemma3"])
 def test_int8_scores_as_close_to_llama_cpp_as_llama_cpp_is_to_itself(name):
     from pyshim.generate import score
     from pyshim.gpu.kernels import DOT4_FEATURE
     from pyshim.gpu.runner import load_gpu
 
-    m = FX["models"][name]
-    path = ROOT / m["file"]
-    if not path.is_file():
-        pytest.skip(f"{path.name} is not in models/ (pyshim setup --test-models)")
+    m, path = _model(name)
     runner = load_gpu(path, int8=True)
     if DOT4_FEATURE not in runner.device.caps.features:
         pytest.skip("this adapter's WGSL has no packed_4x8_integer_dot_product")
@@ -55,10 +61,7 @@ def test_f32_kernels_score_as_the_f32_reference_does(name):
     from pyshim.gpu.runner import load_gpu
     from pyshim.loading import load
 
-    m = FX["models"][name]
-    path = ROOT / m["file"]
-    if not path.is_file():
-        pytest.skip(f"{path.name} is not in models/ (pyshim setup --test-models)")
+    m, path = _model(name)
     ids = m["passage"]["ids"]
     gpu_ids, gpu_logits = score(load_gpu(path, int8=False), ids, 10)
     ref_ids, ref_logits = score(load(path), ids, 10)

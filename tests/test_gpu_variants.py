@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tiny_models
+from gpu_helpers import assert_greedy_like_reference
 from pyshim.gpu.kernels import subgroups_usable
 from pyshim.gpu.runner import load_gpu_async
 from pyshim.loading import load
@@ -101,14 +102,5 @@ def test_smollm2_greedy_32_tokens_equal_cpu(loop, device, variant):
     ref = load(path, n_ctx=128)
     runner = runner_for(loop, device, path, 128, variant)
     prompt = Tokenizer.from_metadata(ref.metadata).encode("The capital of France is")
-    ref_seq, gpu_seq = list(prompt), list(prompt)
-    logits = ref.forward(ref_seq, 0)[-1]
-    token = runner.greedy(gpu_seq, 0)
-    for _ in range(32):
-        want = int(np.argmax(logits))
-        assert token == want, (ref_seq[len(prompt):], want, token)
-        ref_seq.append(want)
-        gpu_seq.append(token)
-        logits = ref.forward([want], len(ref_seq) - 1)[-1]
-        token = runner.greedy([token], len(gpu_seq) - 1)
+    assert_greedy_like_reference(ref, runner, prompt, 32)
     assert ("SUBGROUP" in matvec_defines(runner)) == (variant == "subgroup")

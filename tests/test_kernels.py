@@ -197,8 +197,6 @@ def attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, history, n, cap, 
                     window=window, softcap=softcap)
     kc = gpu.device.buffer(cap * n_kv * hd * 4, label="kc")
     vc = gpu.device.buffer(cap * n_kv * hd * 4, label="vc")
-    kvw = ShaderKey.of("kv_write", WG=WG)
-    kv_pipe = gpu.run(gpu.kernels.get(kvw))
     # the history goes in chunks the ring can take (window + chunk - 1 <= cap), then the n new tokens
     chunk = cap - window + 1 if window else history
     steps = [(s, min(chunk, history - s)) for s in range(0, history, max(chunk, 1))] + [(history, n)]
@@ -208,12 +206,7 @@ def attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, history, n, cap, 
         k = rng.standard_normal((count, n_kv, hd), dtype=np.float32)
         v = rng.standard_normal((count, n_kv, hd), dtype=np.float32)
         want = ref.attention(q, k, v, positions, attn)
-        pos_buf = gpu.upload(positions.astype(np.uint32))
-        uniform = gpu.device.buffer(PARAMS["kv_write"].nbytes, label="p", uniform=True)
-        gpu.device.write(uniform, PARAMS["kv_write"].pack(n=count, k_row=n_kv * hd, v_row=n_kv * hd, cap=cap,
-                                                          pos_off=0, k_off=0, v_off=0))
-        group = gpu.device.bind_group(kv_pipe, [gpu.upload(k), gpu.upload(v), pos_buf, kc, vc, uniform])
-        gpu.device.submit([(kv_pipe, group, (groups(n_kv * hd // 4), count, 1))])
+        pos_buf = gpu.write_kv(k, v, positions, kc, vc, cap)
         key, combine = attention_keys(hd, hd, softcap > 0, splits)
         params = dict(n=count, heads=n_heads, kv_heads=n_kv, cap=cap, window=window, scale=attn.scale,
                       softcap=softcap, pos_off=0, q_off=0, out_off=0)

@@ -304,8 +304,8 @@ def run_in_chromium(chromium, dev_server, cases: Cases) -> dict:
     return result
 
 
-def failures(cases: Cases, result: dict) -> list[str]:
-    """The cases whose run failed or whose outputs miss their check, one line each."""
+def assert_all_pass(cases: Cases, result: dict) -> None:
+    """Every case ran and its outputs pass their check (the failures listed, one line each)."""
     failed = []
     for (name, check), res in zip(cases.checks, result["results"]):
         if res["error"]:
@@ -315,12 +315,11 @@ def failures(cases: Cases, result: dict) -> list[str]:
             check([base64.b64decode(o) for o in res["outputs"]])
         except AssertionError as exc:
             failed.append(f"{name}: {str(exc)[:300]}")
-    return failed
+    assert not failed, f"on {result['adapter']}:\n" + "\n".join(failed)
+    assert len(result["results"]) == len(cases.checks)
 
 
 def test_every_kernel_case_in_chromium(chromium, dev_server):
     cases = build_cases()
-    result = run_in_chromium(chromium, dev_server, cases)
-    failed = failures(cases, result)
-    assert not failed, f"on {result['adapter']}:\n" + "\n".join(failed)
-    assert len(result["results"]) == len(cases.checks) > 20
+    assert_all_pass(cases, run_in_chromium(chromium, dev_server, cases))
+    assert len(cases.checks) > 20

@@ -13,7 +13,7 @@ from gpu_helpers import random_weight
 from pyshim.gpu.kernels import (MATMUL_TILE, MATMUL_TILE_CPU, Q8_BLOCK, WEIGHT_TYPES, attention_prefill_grid,
                                 attention_prefill_key, matmul_grid, matmul_key, shader_block)
 from pyshim.reference import dequantize_rows
-from test_kernels_browser import Cases, close, failures, run_in_chromium
+from test_kernels_browser import Cases, assert_all_pass, close, run_in_chromium
 
 
 pytestmark = pytest.mark.browser
@@ -106,7 +106,5 @@ def build_cases() -> Cases:
 
 def test_prefill_kernels_in_chromium(chromium, dev_server):
     cases = build_cases()
-    result = run_in_chromium(chromium, dev_server, cases)
-    failed = failures(cases, result)
-    assert not failed, f"on {result['adapter']}:\n" + "\n".join(failed)
-    assert len(result["results"]) == len(cases.checks) == 22
+    assert_all_pass(cases, run_in_chromium(chromium, dev_server, cases))
+    assert len(cases.checks) == 22

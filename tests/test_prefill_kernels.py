@@ -12,7 +12,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from pyshim.gpu.kernels import (MATMUL_TILE, MATMUL_TILE_CPU, WEIGHT_TYPES, attention_prefill_grid, attention_prefill_key,
-                                groups, kv_write_key, matmul_grid, matmul_key, shader_block, PARAMS, Q8_BLOCK)
+                                matmul_grid, matmul_key, shader_block)
 from pyshim.kvcache import q8_round
 from pyshim.ops import AttnSpec
 from pyshim.reference import NumpyOps, dequantize_rows
@@ -92,7 +92,6 @@ def prefill_attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, steps, ca
     cell = {"f32": 4, "f16": 2, "q8": 36 / 32}[kv_type]
     kc = gpu.device.buffer(int(cap * n_kv * hd * cell), label="kc")
     vc = gpu.device.buffer(int(cap * n_kv * hd * cell), label="vc")
-    kv_pipe = gpu.run(gpu.kernels.get(kv_write_key(kv_type)))
     key = attention_prefill_key(hd, hd, softcap > 0, kv_type)
     start = 0
     for count in steps:
@@ -102,13 +101,7 @@ def prefill_attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, steps, ca
         v = rng.standard_normal((count, n_kv, hd), dtype=np.float32)
         k, v = rounded(k, kv_type), rounded(v, kv_type)
         want = ref.attention(q, k, v, positions, attn)
-        pos_buf = gpu.upload(positions.astype(np.uint32))
-        uniform = gpu.device.buffer(PARAMS["kv_write"].nbytes, label="p", uniform=True)
-        gpu.device.write(uniform, PARAMS["kv_write"].pack(n=count, k_row=n_kv * hd, v_row=n_kv * hd, cap=cap,
-                                                          pos_off=0, k_off=0, v_off=0))
-        group = gpu.device.bind_group(kv_pipe, [gpu.upload(k), gpu.upload(v), pos_buf, kc, vc, uniform])
-        per = Q8_BLOCK if kv_type == "q8" else 4
-        gpu.device.submit([(kv_pipe, group, (groups(n_kv * hd // per), count, 1))])
+        pos_buf = gpu.write_kv(k, v, positions, kc, vc, cap, kv_type)
         params = dict(n=count, heads=n_heads, kv_heads=n_kv, cap=cap, window=window, scale=attn.scale,
                       softcap=softcap, pos_off=0, q_off=0, out_off=0)
         (out,) = gpu.dispatch(key, [q, kc, vc, pos_buf], [want.nbytes], params,
