@@ -9,20 +9,7 @@
 // (one invocation per head and token) merges the splits into out[].
 // Defines: WG, HEAD_DIM/4 as HD4, HEAD_DIM_V/4 as HDV4, SPLITS, optional SOFTCAP, and KV_F16 or KV_Q8
 // (the cache's type, include/kv.wgsl); COMBINE for pass 2.
-struct Params {
-    n: u32,             // query tokens
-    heads: u32,
-    kv_heads: u32,
-    cap: u32,           // slots in the cache ring
-    window: u32,        // 0: attend to every earlier position
-    scale: f32,
-    softcap: f32,
-    pos_off: u32,
-    q_off: u32,         // element offsets (multiples of 4)
-    out_off: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
+#include "include/attention_params.wgsl"
 
 // one split's record in `partial`: vec4(max, sum, 0, 0), then HDV4 vec4s of the unnormalized output
 const RECORD: u32 = HDV4 + 1u;

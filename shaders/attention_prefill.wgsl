@@ -8,20 +8,7 @@
 // positions increasing by one per token (what a prefill chunk is) and G <= WG.
 // Grid: x = kv_heads, y = ceil(n / QB). Defines: WG, HD4, HDV4, KTILE (keys per tile: the executor sizes
 // K + V tiles to 16 KiB), optional SOFTCAP, and KV_F16 or KV_Q8.
-struct Params {
-    n: u32,             // query tokens
-    heads: u32,
-    kv_heads: u32,
-    cap: u32,           // slots in the cache ring
-    window: u32,        // 0: attend to every earlier position
-    scale: f32,
-    softcap: f32,
-    pos_off: u32,
-    q_off: u32,         // element offsets (multiples of 4)
-    out_off: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
+#include "include/attention_params.wgsl"
 
 const SCORE_FLOOR: f32 = -3.0e38;   // the running max before any key (finite: exp() of differences stays defined)
 const TANH_CLAMP: f32 = 15.0;       // tanh is 1 to f32 precision beyond this; clamping avoids inf/inf in exp-based tanh

@@ -9,20 +9,7 @@
 // Grid: x = ceil(m / TM), y = ceil(n / TN). Defines: one W_<type>, the tile shape (below), WG, optional BIAS.
 #include "include/wtype.wgsl"
 
-struct Params {
-    m: u32,             // output rows
-    k: u32,             // input length (a multiple of BLOCK_ELEMS)
-    n: u32,             // tokens
-    row_bytes: u32,     // bytes of one weight row
-    w_off: u32,         // byte offset of the tensor in `w` (multiple of 4)
-    x_off: u32,         // element offsets (multiples of 4)
-    y_off: u32,
-    bias_off: u32,
-    y_stride: u32,      // elements between tokens' rows of y (m, or the whole width when W is split by rows)
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
+#include "include/matvec_params.wgsl"
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;

@@ -9,20 +9,7 @@
 #endif
 #include "include/wtype.wgsl"
 
-struct Params {
-    m: u32,             // output rows
-    k: u32,             // input length (a multiple of BLOCK_ELEMS)
-    n: u32,             // tokens
-    row_bytes: u32,     // bytes of one weight row
-    w_off: u32,         // byte offset of the tensor in `w` (multiple of 4)
-    x_off: u32,         // element offsets (multiples of 4)
-    y_off: u32,
-    bias_off: u32,
-    y_stride: u32,      // elements between tokens' rows of y (m, or the whole width when W is split by rows)
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
+#include "include/matvec_params.wgsl"
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
 #ifdef UNIFORM_X

@@ -204,10 +204,6 @@ PARAMS: dict[str, ParamsLayout] = {
     "embed": _layout("d:u32 n:u32 row_bytes:u32 w_off:u32 tok_off:u32 out_off:u32 row0:u32 rows:u32"),
     "rmsnorm": _layout("rows:u32 d:u32 eps:f32 x_off:u32 y_off:u32 w_off:u32 _pad0:u32 _pad1:u32"),
     "rope": _layout("n:u32 heads:u32 head_dim:u32 dims:u32 mscale:f32 x_off:u32 y_off:u32 pos_off:u32"),
-    "matmul": _layout("m:u32 k:u32 n:u32 row_bytes:u32 w_off:u32 x_off:u32 y_off:u32 bias_off:u32 y_stride:u32 "
-                      "_pad0:u32 _pad1:u32 _pad2:u32"),
-    "attention_prefill": _layout("n:u32 heads:u32 kv_heads:u32 cap:u32 window:u32 scale:f32 softcap:f32 pos_off:u32 "
-                                 "q_off:u32 out_off:u32 _pad0:u32 _pad1:u32"),
     "attention": _layout("n:u32 heads:u32 kv_heads:u32 cap:u32 window:u32 scale:f32 softcap:f32 pos_off:u32 "
                          "q_off:u32 out_off:u32 _pad0:u32 _pad1:u32"),
     "kv_write": _layout("n:u32 k_row:u32 v_row:u32 cap:u32 pos_off:u32 k_off:u32 v_off:u32 _pad0:u32"),
@@ -217,6 +213,9 @@ PARAMS: dict[str, ParamsLayout] = {
     "topk": _layout("len:u32 chunk:u32 x_off:u32 _pad0:u32"),
     "stream": _layout("n4:u32 per_thread:u32 _pad0:u32 _pad1:u32"),
 }
+# the tiled prefill kernels share their one-token twins' params (shaders/include/*_params.wgsl)
+PARAMS["matmul"] = PARAMS["matvec"]
+PARAMS["attention_prefill"] = PARAMS["attention"]
 
 
 def groups(n: int, per: int = WG) -> int:
