@@ -145,7 +145,7 @@ class GpuOps:
         `attn_splits`: key-range splits in attention (default 1 on CPU adapters, ATTN_SPLITS_GPU on GPUs);
         `int8`: quantized weights against int8-quantized activations (llama.cpp's arithmetic, see
         kernels.default_int8 for the default; only with the barrier-free matvec); `kv_type`: the KV cache's
-        element type, "f32" or "f16" (halves packed in u32s: half the memory on any adapter); `subgroup`: the
+        element type, "f32", "f16" (halves packed in u32s) or "q8" (int8 blocks), on any adapter; `subgroup`: the
         reduction matvec sums with subgroupAdd (default where kernels.default_subgroup says; True forces it,
         and the reduction matvec, on any device with subgroups: how CPU adapters test it)."""
         if kv_type not in KV_TYPES_GPU:
@@ -399,7 +399,6 @@ class GpuOps:
                      (groups(max(k_row, v_row) // (Q8_BLOCK if self.kv_type == "q8" else 4)), n, 1), n=n, k_row=k_row, v_row=v_row, cap=cap,
                      pos_off=positions.off, k_off=k.off, v_off=v.off)
         out = self._tensor((n, spec.n_heads * spec.head_dim_v), "attention")
-        key, combine = attention_keys(spec.head_dim, spec.head_dim_v, spec.softcap > 0, self.attn_splits, self.kv_type)
         params = dict(n=n, heads=spec.n_heads, kv_heads=spec.n_kv_heads, cap=cap, window=spec.window, scale=spec.scale,
                       softcap=spec.softcap, pos_off=positions.off, q_off=q.off, out_off=out.off)
         if self.tiled_attention and n > 1 and spec.n_heads // spec.n_kv_heads <= WG:
@@ -408,6 +407,7 @@ class GpuOps:
             self._record("attention_prefill", key, [q.buf, kc, vc, positions.buf, out.buf],
                          attention_prefill_grid(n, spec.n_heads, spec.n_kv_heads), **params)
             return out
+        key, combine = attention_keys(spec.head_dim, spec.head_dim_v, spec.softcap > 0, self.attn_splits, self.kv_type)
         grid = (groups(spec.n_heads), n, self.attn_splits)
         if combine is None:
             self._record("attention", key, [q.buf, kc, vc, positions.buf, out.buf], grid, **params)
