@@ -13,7 +13,11 @@ struct Params {
     rows: u32,
 }
 
+#ifdef W_VEC4
+@group(0) @binding(0) var<storage, read> w: array<vec4<u32>>;
+#else
 @group(0) @binding(0) var<storage, read> w: array<u32>;
+#endif
 @group(0) @binding(1) var<storage, read> tokens: array<u32>;
 @group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;
 @group(0) @binding(3) var<uniform> params: Params;

@@ -25,7 +25,11 @@ struct Params {
     _pad1: u32,
 }
 
+#ifdef W_VEC4
+@group(0) @binding(0) var<storage, read> w: array<vec4<u32>>;
+#else
 @group(0) @binding(0) var<storage, read> w: array<u32>;
+#endif
 #ifdef UNIFORM_X
 @group(0) @binding(1) var<uniform> x: array<vec4<u32>, X_VEC4>;
 #else
@@ -71,11 +75,22 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         acc[r] = 0.0;
         wb[r] = params.w_off + min(first + r, params.m - 1u) * params.row_bytes;
     }
+#ifdef ROW_BLOCKS
+    // a repacked layout: its decoder takes the rows' first block indices and does block b of every row in
+    // one call (the activation block loaded once)
+    for (var r = 0u; r < ROWS; r++) {
+        wb[r] /= BLOCK_BYTES;
+    }
+    for (var b = 0u; b < nb; b++) {
+        block_dots(b, &wb, &acc);
+    }
+#else
     for (var b = 0u; b < nb; b++) {
         for (var r = 0u; r < ROWS; r++) {
             acc[r] += block_dot(wb[r] + b * BLOCK_BYTES, b);
         }
     }
+#endif
     for (var r = 0u; r < ROWS; r++) {
         let row = first + r;
         if (row >= params.m) {

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
-from pyshim.gpu.kernels import I8_ACTIVATIONS, I8_BLOCKS, xq_row_words
+from pyshim.gpu.kernels import I8_ACTIVATIONS, I8_BLOCKS, REPACK_GROUP_BLOCKS, xq_row_words
 from pyshim.reference import dequantize_rows, llama_cpp_activations, q8_1_sum_correction
 
 
@@ -86,3 +86,15 @@ def llama_cpp_matvec(raw: np.ndarray, qtype: QT, x: np.ndarray) -> np.ndarray:
         mins = raw.reshape(m, k // 32, 20)[:, :, 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
         y += q8_1_sum_correction(x, mins)
     return y
+
+
+def grouped_q8_0(raw: np.ndarray) -> np.ndarray:
+    """Q8_0 bytes in repack.wgsl's layout, stated independently of the shader: blocks in file order, 8 to a
+    group; a group is their quants one block after another, then their 8 f16 scales; the last group padded
+    with zero blocks. -> uint8, flat."""
+    blocks = raw.reshape(-1, 34)
+    pad = -len(blocks) % REPACK_GROUP_BLOCKS
+    blocks = np.concatenate([blocks, np.zeros((pad, 34), np.uint8)]).reshape(-1, REPACK_GROUP_BLOCKS, 34)
+    quants = blocks[:, :, 2:].reshape(len(blocks), -1)
+    scales = blocks[:, :, :2].reshape(len(blocks), -1)
+    return np.concatenate([quants, scales], axis=1).reshape(-1)

@@ -141,6 +141,27 @@ def test_upload_plan_lets_the_caller_write_the_weights(tmp_path_factory, loop, d
     np.testing.assert_allclose(got, want, atol=2e-4 * np.abs(want).max(), rtol=1e-3)
 
 
+def test_grouped_q8_0_follows_the_upload_plan(tmp_path_factory, loop, device):
+    """The int8 route's Q8_0 weights are rearranged on the GPU after the caller's uploads (the browser's
+    order): split by rows, with the tied embedding read grouped too, the logits equal those of a load that
+    wrote the weights itself, and stay like the llama.cpp emulation."""
+    path = tiny(tmp_path_factory, "gemma3", "Q8_0")
+    ids = tiny_models.test_ids()
+    runner = gpu_runner(loop, device, path, upload_now=False, max_binding=40_000, int8=True)
+    grouped = [w for w in runner.ops._bound.values() if w.grouped]
+    assert grouped and any(len(w.parts) > 1 for w in grouped)
+    assert "token_embd.weight" in runner.ops._bound and runner.ops._bound["token_embd.weight"].grouped
+    blob = path.read_bytes()
+    for up in runner.ops.uploads:
+        device.write(up.buffer, blob[up.file_offset:up.file_offset + up.nbytes], up.buffer_offset)
+    got = runner.forward(ids, 0, all_logits=True)
+    keys = {d.key for p in runner._programs.values() for d in p.dispatches}
+    assert any(dict(k.defines).get("W_Q8_0G") == "" for k in keys if k.family in ("matvec_i8", "embed"))
+    np.testing.assert_array_equal(got, gpu_runner(loop, device, path, max_binding=40_000, int8=True).forward(ids, 0, all_logits=True))
+    want = load(path, n_ctx=tiny_models.N_CTX, emulate_llama_cpp=True).forward(ids, 0, all_logits=True)
+    assert_like_emulation(got, want, load(path, n_ctx=tiny_models.N_CTX).forward(ids, 0, all_logits=True))
+
+
 def runner_int8_default() -> bool:
     from pyshim.gpu import open_device
     from pyshim.gpu.kernels import default_int8

@@ -1,6 +1,7 @@
 """The kernels in Chromium (Tint + SwiftShader here) against NumPy: every weight type's matvec (every
 variant) and embedding, rmsnorm, rope, attention over a wrapped ring, glu and argmax; the int8 route
-(quantize exactly as the NumPy emulation of llama.cpp's rounding, matvec_i8 per type, the f16 GELU).
+(quantize exactly as the NumPy emulation of llama.cpp's rounding, matvec_i8 per type, the grouped Q8_0 layout
+and its repack, the f16 GELU).
 
 Python builds each case (expanded WGSL, input bytes, params, grid) and the expected result; one page runs
 all cases in one batch through plain WebGPU calls and returns the output bytes. One page per module."""
@@ -18,7 +19,8 @@ import i8_emulation
 from gpu_helpers import random_weight
 from pyshim.gpu.kernels import (ARGMAX_CHUNK, I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, PARAMS, WEIGHT_TYPES, WG, argmax_keys,
                                 argmax_pass1, attention_keys, groups, matvec_grid, matvec_i8_key, matvec_key, quantize_key,
-                                rmsnorm_grid, rmsnorm_key, rope_theta, shader_block, xq_row_words)
+                                rmsnorm_grid, rmsnorm_key, rope_theta, shader_block, xq_row_words,
+                                REPACK_GROUP_BYTES, embed_key, repack_bytes, repack_grid)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.reference import dequantize_rows
 from pyshim.rope import RopeSpec
@@ -49,7 +51,11 @@ RUN_JS = """async (cases) => {
       device.queue.writeBuffer(buf, 0, padded);
       return buf;
     });
-    const outs = c.outputs.map(n => device.createBuffer({size: pad(n), usage: U.STORAGE | U.COPY_SRC}));
+    const outs = c.outputs.map(o => {     // a byte size, or {size, init}: read-write data (in-place kernels)
+      const buf = device.createBuffer({size: pad(o.size ?? o), usage: U.STORAGE | U.COPY_SRC | U.COPY_DST});
+      if (o.init) device.queue.writeBuffer(buf, 0, bytes(o.init));
+      return buf;
+    });
     const params = device.createBuffer({size: pad(bytes(c.params).length), usage: U.UNIFORM | U.COPY_DST});
     device.queue.writeBuffer(params, 0, bytes(c.params));
     const all = [...buffers, ...outs, params];
@@ -87,6 +93,8 @@ class Cases:
         self.checks: list = []
 
     def add(self, name, key, inputs, outputs, params, grid, check, uniform=()):
+        """`outputs`: byte sizes, or arrays for buffers the kernel rewrites in place (read back the same)."""
+        outputs = [o if isinstance(o, int) else {"size": o.nbytes, "init": b64(o)} for o in outputs]
         self.cases.append({"code": self.pre.build(key), "inputs": [b64(x) for x in inputs], "outputs": outputs,
                            "params": b64(PARAMS[key.family].pack(**params)), "grid": list(grid), "uniform": list(uniform)})
         self.checks.append((name, check))
@@ -283,11 +291,40 @@ def add_int8_cases(c: Cases, rng) -> None:
               dict(m=m, k=k, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
                    x_row_words=xq_row_words(k, "q8_0")), matvec_grid(m, 1, rows=4),
               close(i8_emulation.matvec(raw, qtype, q, info).astype(np.float32), rel=1e-5), uniform=[1])
+    add_grouped_cases(c, rng)
     g = rng.standard_normal((2, 40), dtype=np.float32) * 2
     u = rng.standard_normal((2, 40), dtype=np.float32)
     c.add("glu gelu f16 table", ShaderKey.of("glu", WG=WG, ACT_GELU=True, GELU_F16=True), [g, u], [g.nbytes],
           dict(n=2, f=40, gate_off=0, gate_stride=40, up_off=0, up_stride=40, out_off=0), (groups(10), 2, 1),
           close(_gelu_llama_cpp(g) * u, rel=2e-3))
+
+
+def add_grouped_cases(c: Cases, rng) -> None:
+    """The int8 route's grouped Q8_0: repack.wgsl in place (a partial last group), then matvec_i8 and embed
+    reading the layout as i8_emulation.grouped_q8_0 states it."""
+    m, k = 67, 288
+    raw = random_weight(QT.Q8_0, m, k, rng)
+    nbytes = repack_bytes(m, raw.shape[1])
+    file_bytes = np.zeros(nbytes, np.uint8)
+    file_bytes[:raw.size] = raw.reshape(-1)
+    want = i8_emulation.grouped_q8_0(raw)
+
+    def is_grouped(outs):
+        np.testing.assert_array_equal(np.frombuffer(outs[0], np.uint8)[:want.size], want)
+    c.add("repack Q8_0", ShaderKey.of("repack", WG=WG), [], [file_bytes], dict(groups=nbytes // REPACK_GROUP_BYTES),
+          repack_grid(nbytes // REPACK_GROUP_BYTES), is_grouped)
+    for n, uniform in ((2, False), (1, True)):
+        q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), "q8_0")
+        c.add(f"matvec_i8 Q8_0 grouped uniform={uniform}", matvec_i8_key(QT.Q8_0, uniform_x=uniform, rows=4, grouped=True),
+              [want, i8_emulation.pack(q, info)], [n * m * 4],
+              dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
+                   x_row_words=xq_row_words(k, "q8_0")), matvec_grid(m, n, rows=4),
+              close(i8_emulation.matvec(raw, QT.Q8_0, q, info).astype(np.float32), rel=1e-5), uniform=[1] if uniform else [])
+    tokens = np.array([3, 0, 66, 3], dtype=np.uint32)
+    rows = dequantize_rows(raw[tokens.astype(np.int64)], QT.Q8_0).reshape(len(tokens), k)
+    c.add("embed Q8_0 grouped", embed_key(QT.Q8_0, grouped=True), [want, tokens], [rows.nbytes],
+          dict(d=k, n=len(tokens), row_bytes=raw.shape[1], w_off=0, tok_off=0, out_off=0, row0=0, rows=m),
+          (groups(k // 32), len(tokens), 1), close(rows, rel=0))
 
 
 def run_in_chromium(chromium, dev_server, cases: Cases) -> dict:

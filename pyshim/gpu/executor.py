@@ -37,7 +37,8 @@ from pyshim.gpu.kernels import (ATTN_SPLITS_GPU, I8_ACTIVATIONS, I8_BLOCKS, KV_T
                                 argmax_keys, argmax_pass1, kv_write_key, rmsnorm_grid, rmsnorm_key, subgroups_usable,
                                 attention_prefill_grid, attention_prefill_key, matmul_grid, matmul_key, matmul_tile,
                                 matvec_grid, matvec_i8_key, matvec_key, quantize_key, rope_theta, shader_block,
-                                weight_define, xq_row_words, UNIFORM_X_BYTES, UNIFORM_X_VEC4)
+                                weight_define, xq_row_words, UNIFORM_X_BYTES, UNIFORM_X_VEC4,
+                                GROUPED_TYPES, REPACK_GROUP_BYTES, embed_key, repack_bytes, repack_grid)
 from pyshim.ops import ACTIVATIONS, AttnSpec
 from pyshim.reference import SUPPORTED_TYPES, dequantize_rows
 from pyshim.rope import RopeSpec
@@ -71,12 +72,13 @@ class Upload:
 
 
 class GpuWeight:
-    """A bound tensor: 2-D ones as GGUF blocks in `parts` [(buffer, first row, rows)], 1-D ones (norms,
-    biases, rope factors) as f32 `values` and a buffer of them."""
+    """A bound tensor: 2-D ones as GGUF blocks in `parts` [(buffer, first row, rows)] (`grouped`: Q8_0
+    rearranged by repack.wgsl), 1-D ones (norms, biases, rope factors) as f32 `values` and a buffer of them."""
 
-    def __init__(self, ref: TensorRef, shape: tuple[int, ...]):
+    def __init__(self, ref: TensorRef, shape: tuple[int, ...], grouped: bool = False):
         self.ref = ref
         self.shape = shape
+        self.grouped = grouped
         self.parts: list[tuple[Any, int, int]] = []
         self.values: np.ndarray | None = None
         self.f32_buf = None
@@ -179,6 +181,7 @@ class GpuOps:
         self.pool = ActivationPool(lambda n, label: self._buffer(n, label, also_uniform=True), UNIFORM_X_BYTES)
         self.upload_now = upload_now
         self.uploads: list[Upload] = []                    # every file range -> buffer copy the weights need
+        self._repacks: list[tuple[Any, int]] = []          # (buffer, groups) to rearrange once uploaded
         self.tokens_buf = self._buffer(max_chunk * 4, "tokens")
         self.positions_buf = self._buffer(max_chunk * 4, "positions")
         self.kv = []                                       # per layer (k ring, v ring, cap)
@@ -253,7 +256,8 @@ class GpuOps:
                                    hint="the file does not match its own hyperparameters")
         if name in self._bound:
             return self._bound[name]
-        w = GpuWeight(ref, tuple(shape))
+        # the int8 route reads Q8_0 grouped (see kernels.GROUPED_TYPES); matmul takes that route for them
+        w = GpuWeight(ref, tuple(shape), grouped=self.int8 and len(shape) == 2 and ref.qtype in GROUPED_TYPES)
         if len(shape) == 1:     # norms, biases, rope factors: small, needed as f32 (also on the CPU side)
             w.values = dequantize_rows(self.store.raw(name), ref.qtype).reshape(-1).astype(np.float32)
             w.f32_buf = self._buffer(w.values.nbytes, name)
@@ -261,24 +265,44 @@ class GpuOps:
         else:
             if shape[-1] % shader_block(ref.qtype)[0]:
                 raise UnsupportedError(f"tensor {name!r}: rows of {shape[-1]} are not whole {ref.qtype.name} kernel blocks")
-            rows_per_part = max(1, min(self.max_binding, int(self.device.caps.limits["max_buffer_size"])) // ref.row_bytes)
+            limit = min(self.max_binding, int(self.device.caps.limits["max_buffer_size"]))
+            pad = REPACK_GROUP_BYTES if w.grouped else 0        # grouped parts round up to whole groups
+            rows_per_part = max(1, (limit - pad) // ref.row_bytes)
             for row0 in range(0, shape[0], rows_per_part):
                 rows = min(rows_per_part, shape[0] - row0)
-                buf = self._buffer(rows * ref.row_bytes, f"{name}[{row0}:]")
+                nbytes = repack_bytes(rows, ref.row_bytes) if w.grouped else rows * ref.row_bytes
+                buf = self._buffer(nbytes, f"{name}[{row0}:]")
                 upload = Upload(name, ref.offset + row0 * ref.row_bytes, rows * ref.row_bytes, buf, 0)
                 self.uploads.append(upload)
                 if self.upload_now:
                     self.device.write(buf, self.store.source.read(upload.file_offset, upload.nbytes))
+                if w.grouped:
+                    self._repacks.append((buf, nbytes // REPACK_GROUP_BYTES))
                 w.parts.append((buf, row0, rows))
         self._bound[name] = w
         return w
+
+    async def repack(self) -> None:
+        """Rearrange the grouped weights in place (repack.wgsl): once, after their bytes are uploaded and
+        before the first step (GpuRunner calls it). One submit for all of them."""
+        if not self._repacks:
+            return
+        repacks, self._repacks = self._repacks, []
+        program = self.begin(0)
+        key = self._key("repack")
+        for buf, n_groups in repacks:
+            self._record("repack", key, [buf], repack_grid(n_groups), groups=n_groups)
+        self.end()
+        await program.build(self.device, self.kernels, self.pool)
+        self.device.submit(program.ready, label="repack")
+        self.drop(program)
 
     # --- ops ---
     def embed(self, table: GpuWeight, tokens: Tensor) -> Tensor:
         n, d = tokens.shape[0], table.shape[1]
         out = self._tensor((n, d), "embed")
         per = shader_block(table.ref.qtype)[0]
-        key = self._key("embed", table.ref.qtype)
+        key = embed_key(table.ref.qtype, table.grouped)
         for buf, row0, rows in table.parts:
             self._record("embed", key, [buf, tokens.buf, out.buf], (groups(d // per), n, 1), d=d, n=n,
                          row_bytes=table.ref.row_bytes, w_off=0, tok_off=tokens.off, out_off=out.off,
@@ -337,7 +361,7 @@ class GpuOps:
         xq, row_words = self._quantize(x, fmt)
         uniform_x = n == 1 and row_words * 4 <= UNIFORM_X_BYTES
         key = matvec_i8_key(w.ref.qtype, bias=bias is not None, uniform_x=uniform_x, rows=self.matvec_rows,
-                            pairs=i8_pairs(w.ref.qtype, k, self.device.caps))
+                            pairs=not w.grouped and i8_pairs(w.ref.qtype, k, self.device.caps), grouped=w.grouped)
         x_binding = (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq
         for buf, row0, rows in w.parts:
             bindings = [buf, x_binding] + ([bias.f32_buf] if bias is not None else []) + [out.buf]

@@ -98,6 +98,13 @@ WEIGHT_TYPES: dict[QT, tuple[str, int, int]] = {
 # (blocks of 256, f32 scale, sums of 16). F32/F16 weights keep the f32 kernels.
 I8_ACTIVATIONS: dict[QT, str] = {QT.Q4_0: "q8_0", QT.Q4_1: "q8_0", QT.Q5_0: "q8_0", QT.Q8_0: "q8_0",
                                  QT.Q4_K: "q8_k", QT.Q5_K: "q8_k", QT.Q6_K: "q8_k"}
+# The int8 route's Q8_0 weights are rearranged on the GPU at load (repack.wgsl) into groups of
+# REPACK_GROUP_BLOCKS blocks (all quants, then the scales) read as vec4s: on SwiftShader the Q8_0 int8
+# matvec is bound by load instructions, 9 straddling words a block in the file layout vs 2 vec4s + a
+# scale grouped (32768x640, one token: 57-61 ms file layout, 27-28 ms grouped). Type -> its define.
+GROUPED_TYPES: dict[QT, str] = {QT.Q8_0: "W_Q8_0G"}
+REPACK_GROUP_BLOCKS = 8
+REPACK_GROUP_BYTES = REPACK_GROUP_BLOCKS * GGML_QUANT_SIZES[QT.Q8_0][1]
 # Types whose 2-byte-offset blocks (18, 22, 34 bytes) matvec_i8 can take two at a time (PAIRS) when a row
 # has an even block count: every row then starts word-aligned and the shifts become constants.
 I8_PAIR_TYPES = frozenset({QT.Q4_0, QT.Q5_0, QT.Q8_0})
@@ -145,11 +152,35 @@ def i8_pairs(qtype: QT, k: int, caps) -> bool:
 
 
 def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, rows: int = MATVEC_ROWS,
-                  pairs: bool = False) -> ShaderKey:
+                  pairs: bool = False, grouped: bool = False) -> ShaderKey:
     """The barrier-free int8 matvec (`uniform_x`: the quantized row bound as a 64 KiB uniform; `pairs`: see
-    i8_pairs)."""
-    return ShaderKey.of("matvec_i8", **{weight_define(qtype): True}, WG=MATVEC_WG, ROWS=rows, BIAS=bias,
+    i8_pairs; `grouped`: the weight in repack.wgsl's layout)."""
+    return ShaderKey.of("matvec_i8", **weight_defines(qtype, grouped), WG=MATVEC_WG, ROWS=rows, BIAS=bias,
                         UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, PAIRS=pairs)
+
+
+def embed_key(qtype: QT, grouped: bool = False) -> ShaderKey:
+    return ShaderKey.of("embed", **weight_defines(qtype, grouped), WG=WG)
+
+
+def weight_defines(qtype: QT, grouped: bool = False) -> dict[str, bool]:
+    """The defines naming a weight's decoder: its type's, or with `grouped` the repacked layout's (bound
+    as vec4s, W_VEC4)."""
+    if grouped:
+        return {GROUPED_TYPES[QT(qtype)]: True, "W_VEC4": True}
+    return {weight_define(qtype): True}
+
+
+def repack_bytes(rows: int, row_bytes: int) -> int:
+    """Bytes of a part of `rows` Q8_0 rows once grouped: whole groups (the last one zero-padded)."""
+    return -(-rows * row_bytes // REPACK_GROUP_BYTES) * REPACK_GROUP_BYTES
+
+
+def repack_grid(n_groups: int) -> tuple[int, int, int]:
+    """Workgroups for repack.wgsl (one invocation per group), wrapped into y past MAX_GROUPS."""
+    wgs = groups(n_groups)
+    x = min(wgs, MAX_GROUPS)
+    return x, -(-wgs // x), 1
 
 
 def weight_define(qtype: QT) -> str:
@@ -212,6 +243,7 @@ PARAMS: dict[str, ParamsLayout] = {
     "argmax": _layout("len:u32 chunk:u32 x_off:u32 _pad0:u32"),
     "topk": _layout("len:u32 chunk:u32 x_off:u32 _pad0:u32"),
     "stream": _layout("n4:u32 per_thread:u32 _pad0:u32 _pad1:u32"),
+    "repack": _layout("groups:u32 _pad0:u32 _pad1:u32 _pad2:u32"),
 }
 # the tiled prefill kernels share their one-token twins' params (shaders/include/*_params.wgsl)
 PARAMS["matmul"] = PARAMS["matvec"]
@@ -371,8 +403,7 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
     compile checks in naga and Tint go through (`int8`: with the dot4I8Packed ones; `subgroups`: with the
     ones that need the device's subgroups feature)."""
     keys = []
-    for define, _, _ in WEIGHT_TYPES.values():
-        keys.append(ShaderKey.of("embed", **{define: True}, WG=WG))
+    keys += [embed_key(q) for q in WEIGHT_TYPES] + [embed_key(q, grouped=True) for q in GROUPED_TYPES]
     keys += [matvec_key(q, bias=bias, reduce=reduce, multi=multi) for q in WEIGHT_TYPES for bias in (False, True)
              for reduce, multi in ((False, False), (True, False), (False, True))]
     if subgroups:
@@ -386,6 +417,9 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
                  for ux in (False, True) for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
         keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows, pairs=True) for q in I8_PAIR_TYPES
                  for bias in (False, True) for ux in (False, True) for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
+        keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows, grouped=True) for q in GROUPED_TYPES
+                 for bias in (False, True) for ux in (False, True) for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
+        keys.append(ShaderKey.of("repack", WG=WG))
     keys += [rmsnorm_key(), rmsnorm_key(reduce=True)] + [kv_write_key(t) for t in KV_TYPES_GPU]
     if subgroups:
         keys.append(rmsnorm_key(reduce=True, subgroup=True))

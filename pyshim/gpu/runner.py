@@ -46,7 +46,9 @@ class GpuRunner:
         """Nothing to clear: a step's attention reads only positions up to its own, all written before."""
 
     async def prepare_async(self) -> None:
-        """One-time work before anything is timed: record and build the one-token (decode) programs."""
+        """One-time work before anything is timed: rearrange the grouped weights (their bytes must be
+        uploaded by now), record and build the one-token (decode) programs."""
+        await self.ops.repack()
         for greedy in (False, True):
             await self._program(1, False, greedy)
 
@@ -90,6 +92,7 @@ class GpuRunner:
                                        hint="use a shorter prompt or a larger --ctx")
 
     async def _run(self, ids, start: int, all_logits: bool, greedy: bool, topk: bool = False) -> Program:
+        await self.ops.repack()        # no-op after the first step
         program = await self._program(len(ids), all_logits, greedy, topk)
         dev = self.device
         dev.write(self.ops.tokens_buf, np.asarray(ids, dtype=np.uint32))

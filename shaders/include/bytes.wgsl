@@ -1,4 +1,5 @@
-// Reading GGUF blocks straight from a `w: array<u32>` binding (declared by the including family).
+// Reading GGUF blocks straight from a `w: array<u32>` binding (declared by the including family; with
+// W_VEC4 it is an array<vec4<u32>> of repacked blocks, and w_f16 is left out).
 // Blocks of 18, 22, 34 and 210 bytes (Q4_0, Q5_0, Q8_0, Q6_K) start 2 bytes into a word every other
 // block, so their 32-bit fields straddle two words. The decoders slide a two-word window along each
 // field (one new load per word) and `funnel` the word out. Measured on lavapipe (8192x2048 matvec,
@@ -11,11 +12,13 @@ fn funnel(lo: u32, hi: u32, sh: u32) -> u32 {
     return select((lo >> sh) | (hi << (32u - sh)), lo, sh == 0u);
 }
 
+#ifndef W_VEC4
 // An f16 at an even byte offset, as f32 (unpack2x16float: no shader-f16 feature needed).
 fn w_f16(byte: u32) -> f32 {
     let word = w[byte >> 2u];
     return unpack2x16float(word >> ((byte & 2u) * 8u)).x;
 }
+#endif
 
 // The 4 low nibbles of the 4 bytes of q (byte order), and the 4 high nibbles.
 fn nib_lo(q: u32) -> vec4<f32> {

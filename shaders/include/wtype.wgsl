@@ -18,6 +18,9 @@
 #ifdef W_Q8_0
 #include "include/q8_0.wgsl"
 #endif
+#ifdef W_Q8_0G
+#include "include/q8_0g.wgsl"
+#endif
 #ifdef W_Q4_K
 #include "include/q4_k.wgsl"
 #endif

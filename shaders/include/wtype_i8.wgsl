@@ -15,6 +15,9 @@
 #ifdef W_Q8_0
 #include "include/q8_0_i8.wgsl"
 #endif
+#ifdef W_Q8_0G
+#include "include/q8_0g_i8.wgsl"
+#endif
 #ifdef W_Q4_K
 #include "include/q4_k_i8.wgsl"
 #endif

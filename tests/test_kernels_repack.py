@@ -1,0 +1,83 @@
+"""The grouped Q8_0 layout of the int8 route (repack.wgsl), natively: the in-place rearrangement against a
+NumPy statement of the layout (i8_emulation.grouped_q8_0), then the int8 matvec and the embedding reading it against the same
+arithmetic on the file layout. Block counts that leave the last group partial; one device for the module."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+
+import i8_emulation as emu
+from gpu_helpers import GPU, random_weight
+from pyshim.gpu.kernels import (MAX_GROUPS, REPACK_GROUP_BYTES, UNIFORM_X_BYTES, WG, embed_key,
+                                groups, matvec_grid, matvec_i8_key, repack_bytes, repack_grid, xq_row_words)
+from pyshim.gpu.shaderc import ShaderKey
+from pyshim.reference import dequantize_rows
+from test_kernels_i8 import activations, check
+
+@pytest.fixture(scope="module")
+def gpu():
+    g = GPU()
+    yield g
+    g.close()
+
+
+def repacked_buffer(gpu, raw: np.ndarray):
+    """raw (rows, row_bytes) uploaded as the file's bytes, then rearranged in place on the GPU."""
+    nbytes = repack_bytes(*raw.shape)
+    buf = gpu.device.buffer(nbytes, label="w")
+    gpu.device.write(buf, raw.reshape(-1))      # the padding stays zero, as in a fresh buffer
+    n_groups = nbytes // REPACK_GROUP_BYTES
+    gpu.dispatch(ShaderKey.of("repack", WG=WG), [buf], [], dict(groups=n_groups), repack_grid(n_groups))
+    return buf, nbytes
+
+
+@pytest.mark.parametrize("rows, k", [(67, 288), (1, 32), (16, 64)])
+def test_repack_is_the_grouped_layout(gpu, rows, k):
+    raw = random_weight(QT.Q8_0, rows, k, np.random.default_rng(rows + k))
+    buf, nbytes = repacked_buffer(gpu, raw)
+    got = np.frombuffer(gpu.run(gpu.device.read(buf, nbytes)), np.uint8)
+    np.testing.assert_array_equal(got, emu.grouped_q8_0(raw))
+
+
+def test_repack_grid_wraps_past_the_dispatch_limit():
+    x, y, z = repack_grid(MAX_GROUPS * WG * 3 + 5)
+    assert x <= MAX_GROUPS and z == 1 and x * y * WG >= MAX_GROUPS * WG * 3 + 5
+    assert repack_grid(10) == (1, 1, 1)
+
+
+@pytest.mark.parametrize("variant", ["rows1", "rows4", "uniform_rows4", "bias"])
+def test_matvec_i8_grouped(gpu, variant):
+    rng = np.random.default_rng(len(variant))
+    m, k = 67, 288          # 9 blocks a row: rows start mid-group
+    n = 1 if variant.startswith("uniform") else 3
+    raw = random_weight(QT.Q8_0, m, k, rng)
+    q, info = emu.quantize(activations(rng, n, k), "q8_0")
+    want = emu.matvec(raw, QT.Q8_0, q, info)
+    buf, _ = repacked_buffer(gpu, raw)
+    words = emu.pack(q, info)
+    x_in = words
+    if variant.startswith("uniform"):
+        x_in = gpu.device.buffer(UNIFORM_X_BYTES, label="xq", also_uniform=True)
+        gpu.device.write(x_in, words)
+        x_in = (x_in, 0, UNIFORM_X_BYTES)
+    bias = rng.standard_normal(m, dtype=np.float32) if variant == "bias" else None
+    rows = 1 if variant == "rows1" else 4
+    key = matvec_i8_key(QT.Q8_0, bias=bias is not None, uniform_x=variant.startswith("uniform"), rows=rows, grouped=True)
+    (out,) = gpu.dispatch(key, [buf, x_in] + ([bias] if bias is not None else []), [n * m * 4],
+                          dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
+                               x_row_words=xq_row_words(k, "q8_0")), matvec_grid(m, n, rows=rows))
+    check(np.frombuffer(out, np.float32).reshape(n, m), want + (bias if bias is not None else 0))
+
+
+def test_embed_grouped(gpu):
+    vocab, d = 37, 96
+    raw = random_weight(QT.Q8_0, vocab, d, np.random.default_rng(3))
+    buf, _ = repacked_buffer(gpu, raw)
+    tokens = np.array([5, 36, 0, 5, 17], dtype=np.uint32)
+    (out,) = gpu.dispatch(embed_key(QT.Q8_0, grouped=True), [buf, tokens], [len(tokens) * d * 4],
+                          dict(d=d, n=len(tokens), row_bytes=raw.shape[1], w_off=0, tok_off=0, out_off=0, row0=0, rows=vocab),
+                          (groups(d // 32), len(tokens), 1))
+    want = dequantize_rows(raw[tokens.astype(np.int64)], QT.Q8_0).reshape(len(tokens), d)
+    np.testing.assert_array_equal(np.frombuffer(out, np.float32).reshape(len(tokens), d), want)
