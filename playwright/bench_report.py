@@ -41,6 +41,16 @@ def _load_cell(m: dict) -> str:
     return _fmt(m.get("startup_and_load_ms"), 1, 1e-3) + "*" if m.get("startup_and_load_ms") is not None else "–"
 
 
+def _memory_cell(m: dict) -> str:
+    """The GPU executor's peak allocation in MB, then the memory plan's prediction and how far off it was."""
+    peak, plan = m.get("peak_gpu_bytes"), m.get("planned_gpu_bytes")
+    if not peak:
+        return "–"
+    if not plan:
+        return _fmt(peak, 1, 1e-6)
+    return f"{_fmt(peak, 1, 1e-6)} ({_fmt(plan, 1, 1e-6)}, {100 * (peak - plan) / plan:+.1f}%)"
+
+
 def text_agreement(report: dict) -> dict[tuple[str, str], str]:
     """(model, engine) -> "yes" | "no": does its greedy continuation start like most engines' do? The
     first TEXT_PREFIX characters are compared (native llama.cpp may drift late on f16 rounding)."""
@@ -63,7 +73,7 @@ def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     peer_names = sorted(set(peers))
     header = (["model", "engine", "status", "ready s", "header ms", "store MB/s", "load s", "TTFT ms"]
               + [f"prefill {n} tok/s" for n in prompts]
-              + ["decode tok/s", "GB/s", "roofline GB/s", "% roofline", "CPU side %", "same text"]
+              + ["decode tok/s", "GB/s", "roofline GB/s", "% roofline", "CPU side %", "GPU MB (plan)", "same text"]
               + [f"decode ×{p}" for p in peer_names])
     agree = text_agreement(report)
     rows = []
@@ -76,7 +86,7 @@ def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
                _fmt(m.get("store_MBps"), 0), _load_cell(m), _fmt(m.get("ttft_ms"), 0)]
         row += [_fmt(m.get(f"prefill_{n}_tok_s"), 1) for n in prompts]
         row += [decode, _fmt(m.get("achieved_GBps"), 2), _fmt(m.get("roofline_GBps"), 2), _fmt(m.get("roofline_pct"), 1),
-                _fmt(m.get("cpu_share_pct"), 1), agree.get((r["model"], r["engine"]), "–")]
+                _fmt(m.get("cpu_share_pct"), 1), _memory_cell(m), agree.get((r["model"], r["engine"]), "–")]
         row += [_fmt(r.get("vs_peer", {}).get(f"decode_tok_s_vs_{p}"), 2) if not r["peer"] else "" for p in peer_names]
         rows.append(row)
     return header, rows

@@ -24,7 +24,8 @@ def _fake_report() -> dict:
              "weight_elems_per_token": 1.6e8, "workload": [{"name": "p32", "token_count": 32}]}
     results = [
         {"model": "smollm2", "engine": "browser", "peer": False, "status": "ok", "samples": [],
-         "median": {"ready_ms": 9000.0, "header_ms": 250.0, "decode_tok_s": 20.0, "prefill_32_tok_s": 80.0, "roofline_GBps": 2.0}},
+         "median": {"ready_ms": 9000.0, "header_ms": 250.0, "decode_tok_s": 20.0, "prefill_32_tok_s": 80.0, "roofline_GBps": 2.0,
+                    "peak_gpu_bytes": 194.9e6, "planned_gpu_bytes": 198.0e6}},
         {"model": "smollm2", "engine": "gpu", "peer": False, "status": "n/a (not built yet)", "samples": [], "median": {}},
         {"model": "smollm2", "engine": "wllama-1t", "peer": True, "status": "ok", "samples": [],
          "median": {"decode_tok_s": 8.0, "prefill_32_tok_s": 40.0, "load_ms": 3000.0}},
@@ -76,6 +77,7 @@ def test_markdown_and_html_reports_have_every_engine_and_open_offline():
     assert len(table) == 2 + len(report["results"])
     assert all(line.count("|") == table[0].count("|") for line in table)
     assert "n/a (not built yet)" in md and "| 2.50 |" in md    # gpu not built; browser = 2.5× the peer
+    assert "| 194.9 (198.0, -1.6%) |" in md                     # the GPU's peak, the plan's and how far apart
     page = bench_report.html_report(report)
     assert "<script" not in page and "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert page.count("<svg") == 4
@@ -130,6 +132,9 @@ def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
     kernels = {k: v for k, v in browser.items() if k.startswith("kernel_ms:")}
     assert any(k.startswith("kernel_ms:matvec") for k in kernels) and all(v >= 0 for v in kernels.values())
     assert browser["kernel_step_ms"] > 0
+    for engine in ("browser", "gpu"):     # the GPU executor's peak allocation is what the memory plan predicted
+        m = engines[engine]["median"]
+        assert abs(m["peak_gpu_bytes"] - m["planned_gpu_bytes"]) <= 0.05 * m["planned_gpu_bytes"], (engine, m)
     for peer in ("wllama-1t", "wllama-2t"):
         assert engines[peer]["status"] == "ok", engines[peer]["status"]
         m = engines[peer]["median"]

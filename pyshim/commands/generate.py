@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from pyshim.catalog import resolve_model
     from pyshim.generate import generate_text
     from pyshim.loading import load
-    from pyshim.runs import arithmetic
+    from pyshim.runs import arithmetic, gpu_bytes
     from pyshim.sampling import SamplingParams
     from pyshim.tokenizer import Tokenizer
 
@@ -123,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"text": result.text, "ids": result.ids, "prompt_ids": result.prompt_ids,
                           "prefill_tok_s": round(stats.prefill_tok_s, 2), "decode_tok_s": round(stats.decode_tok_s, 2),
                           "finish_reason": stats.finish_reason, "arithmetic": arithmetic(runner),
-                          "cpu_share_pct": None if stats.cpu_share_pct is None else round(stats.cpu_share_pct, 2)}))
+                          "cpu_share_pct": None if stats.cpu_share_pct is None else round(stats.cpu_share_pct, 2),
+                          **(gpu_bytes(runner) if args.backend == "gpu" else {})}))
     else:
         print()
         print(f"[{stats.prompt_tokens} prompt tokens at {stats.prefill_tok_s:.1f} tok/s; {stats.generated} generated, "
