@@ -6,7 +6,8 @@ the CPU time of Chromium's GPU process (where SwiftShader's threads run: steadie
 
 Matmul shapes are the FFN up/gate matrices of SmolLM2 (Q4_1 1536x576, up/gate) and Gemma 3 270M (Q4_K 640x2048, down):
 the barrier-free matvec with 4 rows per invocation (the f32 route on SwiftShader), the many-token matvec
-(MATMUL_TOKENS per invocation), the int8 route's matvec (its quantize pass timed on its own row), and the
+(MATMUL_TOKENS per invocation), the int8 route's matvec (its quantize pass timed on its own row; one token per
+invocation as in decode, and for the 32-value block types (rows, tokens) per invocation, I8_SHAPES), and the
 tiled matmul with the CPU-adapter and the GPU tile shapes. Attention: the decode kernel one invocation per
 (head, token) against the key-tiled prefill kernel, over a prompt of --tokens at positions 0...
 """
@@ -29,16 +30,17 @@ import harness  # noqa: E402
 import i8_emulation  # noqa: E402
 from bench_kernels import BENCH_JS as KERNELS_JS, b64  # noqa: E402
 from gpu_helpers import random_weight  # noqa: E402
-from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, MATMUL_TILE, MATMUL_TILE_CPU, PARAMS, SWIFTSHADER_ROWS,  # noqa: E402
+from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, I8_TOKEN_TYPES, MATMUL_TILE, MATMUL_TILE_CPU, PARAMS, SWIFTSHADER_ROWS,  # noqa: E402
                                 attention_keys, attention_prefill_grid, attention_prefill_key, groups, matmul_grid,
-                                matmul_key, matvec_grid, matvec_i8_key, matvec_key, quantize_key, xq_row_words)
+                                matmul_key, matvec_grid, matvec_i8_grid, matvec_i8_key, matvec_key, quantize_key, xq_row_words)
 from pyshim.gpu.shaderc import Preprocessor  # noqa: E402
 
 # bench_kernels' runner, with the adapter's workgroup memory (the CPU tile takes 24 KiB), as pyshim.gpu.browser asks
 LIMIT = "maxBufferSize: adapter.limits.maxBufferSize"
 BENCH_JS = KERNELS_JS.replace(LIMIT, LIMIT + ", maxComputeWorkgroupStorageSize: adapter.limits.maxComputeWorkgroupStorageSize")
 assert BENCH_JS != KERNELS_JS
-MATMULS = [(QT.Q4_1, 1536, 576), (QT.Q4_K, 640, 2048)]
+MATMULS = [(QT.Q4_1, 1536, 576), (QT.Q4_K, 640, 2048), (QT.Q5_0, 2048, 640)]
+I8_SHAPES = ((4, 4), (4, 8), (8, 8), (8, 16), (16, 8))   # the int8 matvec's (rows, tokens) per invocation tried
 ATTENTION = [("smollm2", 9, 3, 64), ("gemma3", 4, 1, 256)]     # heads, kv heads, head dim
 CPU_REPS = 3
 
@@ -67,11 +69,15 @@ def build_cases(n: int) -> tuple[list[dict], dict]:
                       "inputs": [{"blob": x_blob}, {"size": n * row_words * 4}], "grid": [groups(k // I8_BLOCKS[fmt][0]), n, 1],
                       "params": b64(PARAMS["quantize"].pack(k=k, n=n, x_off=0, x_stride=k, q_off=0, row_words=row_words))})
         pairs = qtype in I8_PAIR_TYPES and k % 64 == 0
-        cases.append({"name": f"{qtype.name} {m}x{k} i8 matvec rows4", "code": pre.build(matvec_i8_key(qtype, rows=SWIFTSHADER_ROWS, pairs=pairs)),
-                      "grid": list(matvec_grid(m, n, rows=SWIFTSHADER_ROWS)), "sizes": [],
-                      "params": b64(PARAMS["matvec_i8"].pack(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
-                                                             bias_off=0, y_stride=m, x_row_words=row_words)),
-                      "inputs": [{"blob": w_blob}, {"blob": f"xq_{qtype.name}"}, {"size": n * m * 4}]})
+        i8_params = b64(PARAMS["matvec_i8"].pack(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
+                                                 bias_off=0, y_stride=m, x_row_words=row_words))
+        i8 = [("i8 matvec rows4", matvec_i8_key(qtype, rows=SWIFTSHADER_ROWS, pairs=pairs), SWIFTSHADER_ROWS, 1)]
+        if qtype in I8_TOKEN_TYPES:
+            i8 += [(f"i8 matvec rows{r} tokens{t}", matvec_i8_key(qtype, rows=r, tokens=t), r, t) for r, t in I8_SHAPES]
+        for name, key, rows, tokens in i8:
+            cases.append({"name": f"{qtype.name} {m}x{k} {name}", "code": pre.build(key), "params": i8_params, "sizes": [],
+                          "grid": list(matvec_i8_grid(m, n, rows, tokens)),
+                          "inputs": [{"blob": w_blob}, {"blob": f"xq_{qtype.name}"}, {"size": n * m * 4}]})
     blobs["positions"] = b64(np.arange(n, dtype=np.uint32))
     for model, heads, kv_heads, hd in ATTENTION:
         blobs[f"q_{model}"] = b64(rng.standard_normal((n, heads, hd), dtype=np.float32))

@@ -3,7 +3,8 @@
 // once per block (or sub-block). This is llama.cpp's CPU arithmetic: on CPU adapters (SwiftShader),
 // where per-element float work binds, it does a quarter of the multiply-adds of matvec.wgsl.
 // Barrier-free: one invocation computes ROWS consecutive output rows for one token.
-// Grid: x = rows / (WG * ROWS), y = tokens.
+// Grid: x = rows / (WG * ROWS), y = tokens (TOKENS: tokens / TOKENS, for steps of several tokens: the
+// 32-value block types, whose decoders define UNPACK, unpack each weight block once for TOKENS tokens).
 // Defines: one W_<type> (Q4_0, Q4_1, Q5_0, Q8_0 read blocks of 32 activations, Q8_0/Q8_1 style; Q4_K,
 // Q5_K, Q6_K read Q8_K's blocks of 256), WG, ROWS, optional BIAS; UNIFORM_X (with X_VEC4) binds the
 // quantized row as a uniform array (one-token steps on CPU adapters: one broadcast load per read).
@@ -59,22 +60,51 @@ fn xm(j: u32) -> vec4<f32> {
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    // the token from workgroup_id: x's index is then visibly the same across the workgroup
+    // the token from workgroup_id: x's index is then visibly the same across the workgroup (TOKENS: the
+    // first of the invocation's tokens)
+#ifdef TOKENS
+    let t = wid.y * TOKENS;
+#else
     let t = wid.y;
+#endif
     let first = gid.x * ROWS;
     if (t >= params.n || first >= params.m) {
         return;
     }
-    x_base = (params.x_off + t * params.x_row_words) >> 2u;
-    m_base = x_base + params.k / 16u;
     let nb = params.k / BLOCK_ELEMS;
     // rows past m repeat the last row (their results are not stored)
-    var acc: array<f32, ROWS>;
     var wb: array<u32, ROWS>;
     for (var r = 0u; r < ROWS; r++) {
-        acc[r] = 0.0;
         wb[r] = params.w_off + min(first + r, params.m - 1u) * params.row_bytes;
     }
+#ifdef TOKENS
+    // tokens t..t+TOKENS-1 (past n: the last token again, not stored); each block of each row is unpacked
+    // once for all of them, and each token's activation block is loaded once for all rows
+    var accs: array<array<f32, ROWS>, TOKENS>;
+    for (var b = 0u; b < nb; b++) {
+        var blk: array<WBlock, ROWS>;
+        for (var r = 0u; r < ROWS; r++) {
+            blk[r] = block_unpack(wb[r] + b * BLOCK_BYTES);
+        }
+        for (var i = 0u; i < TOKENS; i++) {
+            x_base = (params.x_off + min(t + i, params.n - 1u) * params.x_row_words) >> 2u;
+            m_base = x_base + params.k / 16u;
+            let xa = xv(2u * b);
+            let xb = xv(2u * b + 1u);
+            let m = xm(b);
+            for (var r = 0u; r < ROWS; r++) {
+                accs[i][r] += block_apply(blk[r], xa, xb, m);
+            }
+        }
+    }
+    for (var i = 0u; i < TOKENS && t + i < params.n; i++) {
+        store_rows(t + i, first, accs[i]);
+    }
+}
+#else
+    x_base = (params.x_off + t * params.x_row_words) >> 2u;
+    m_base = x_base + params.k / 16u;
+    var acc: array<f32, ROWS>;
 #ifdef ROW_BLOCKS
     // a repacked layout: its decoder takes the rows' first block indices and does block b of every row in
     // one call (the activation block loaded once)
@@ -91,6 +121,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         }
     }
 #endif
+    store_rows(t, first, acc);
+}
+#endif
+
+// token t's results for rows first..first+ROWS-1 (those below m)
+fn store_rows(t: u32, first: u32, acc: array<f32, ROWS>) {
     for (var r = 0u; r < ROWS; r++) {
         let row = first + r;
         if (row >= params.m) {

@@ -1,6 +1,6 @@
 """The kernels in Chromium (Tint + SwiftShader here) against NumPy: every weight type's matvec (every
 variant) and embedding, rmsnorm, rope, attention over a wrapped ring, glu and argmax; the int8 route
-(quantize exactly as the NumPy emulation of llama.cpp's rounding, matvec_i8 per type, the grouped Q8_0 layout
+(quantize exactly as the NumPy emulation of llama.cpp's rounding, matvec_i8 per type and with several tokens per invocation, the grouped Q8_0 layout
 and its repack, the f16 GELU).
 
 Python builds each case (expanded WGSL, input bytes, params, grid) and the expected result; one page runs
@@ -20,7 +20,8 @@ from gpu_helpers import random_weight
 from pyshim.gpu.kernels import (ARGMAX_CHUNK, I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, PARAMS, WEIGHT_TYPES, WG, argmax_keys,
                                 argmax_pass1, attention_keys, groups, matvec_grid, matvec_i8_key, matvec_key, quantize_key,
                                 rmsnorm_grid, rmsnorm_key, rope_theta, shader_block, xq_row_words,
-                                REPACK_GROUP_BYTES, embed_key, repack_bytes, repack_grid)
+                                REPACK_GROUP_BYTES, embed_key, repack_bytes, repack_grid,
+                                I8_TOKEN_ROWS, I8_TOKEN_TYPES, I8_TOKENS, matvec_i8_grid)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.reference import dequantize_rows
 from pyshim.rope import RopeSpec
@@ -282,6 +283,15 @@ def add_int8_cases(c: Cases, rng) -> None:
                   dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
                        x_row_words=xq_row_words(k, fmt)), matvec_grid(m, n, rows=4), close(want, rel=1e-5),
                   uniform=[1] if uniform else [])
+    for qtype in sorted(I8_TOKEN_TYPES):           # several tokens per invocation (prefill), a partial last group
+        k, m, n = 288, 67, 11
+        raw = random_weight(qtype, m, k, rng)
+        q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), "q8_0")
+        c.add(f"matvec_i8 {qtype.name} tokens", matvec_i8_key(qtype, rows=I8_TOKEN_ROWS, tokens=I8_TOKENS),
+              [raw, i8_emulation.pack(q, info)], [n * m * 4],
+              dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
+                   x_row_words=xq_row_words(k, "q8_0")), matvec_i8_grid(m, n, I8_TOKEN_ROWS, I8_TOKENS),
+              close(i8_emulation.matvec(raw, qtype, q, info).astype(np.float32), rel=1e-5))
     for qtype in sorted(I8_PAIR_TYPES):            # two blocks per call: rows of an even block count
         k, m = 320, 37
         raw = random_weight(qtype, m, k, rng)
@@ -313,12 +323,13 @@ def add_grouped_cases(c: Cases, rng) -> None:
         np.testing.assert_array_equal(np.frombuffer(outs[0], np.uint8)[:want.size], want)
     c.add("repack Q8_0", ShaderKey.of("repack", WG=WG), [], [file_bytes], dict(groups=nbytes // REPACK_GROUP_BYTES),
           repack_grid(nbytes // REPACK_GROUP_BYTES), is_grouped)
-    for n, uniform in ((2, False), (1, True)):
+    for n, uniform, rows, tokens in ((2, False, 4, 1), (1, True, 4, 1), (11, False, I8_TOKEN_ROWS, I8_TOKENS)):
         q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), "q8_0")
-        c.add(f"matvec_i8 Q8_0 grouped uniform={uniform}", matvec_i8_key(QT.Q8_0, uniform_x=uniform, rows=4, grouped=True),
+        c.add(f"matvec_i8 Q8_0 grouped uniform={uniform} tokens={tokens}",
+              matvec_i8_key(QT.Q8_0, uniform_x=uniform, rows=rows, grouped=True, tokens=tokens if tokens > 1 else None),
               [want, i8_emulation.pack(q, info)], [n * m * 4],
               dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
-                   x_row_words=xq_row_words(k, "q8_0")), matvec_grid(m, n, rows=4),
+                   x_row_words=xq_row_words(k, "q8_0")), matvec_i8_grid(m, n, rows, tokens),
               close(i8_emulation.matvec(raw, QT.Q8_0, q, info).astype(np.float32), rel=1e-5), uniform=[1] if uniform else [])
     tokens = np.array([3, 0, 66, 3], dtype=np.uint32)
     rows = dequantize_rows(raw[tokens.astype(np.int64)], QT.Q8_0).reshape(len(tokens), k)

@@ -13,8 +13,8 @@ from gguf import quants
 
 import i8_emulation as emu
 from gpu_helpers import GPU, random_weight
-from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, UNIFORM_X_BYTES, groups, i8_pairs, matvec_grid,
-                                matvec_i8_key, quantize_key, xq_row_words)
+from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, I8_TOKEN_TYPES, UNIFORM_X_BYTES, groups, i8_pairs,
+                                matvec_i8_grid, matvec_i8_key, quantize_key, xq_row_words)
 
 I8_TYPES = list(I8_ACTIVATIONS)
 
@@ -48,7 +48,7 @@ def run_quantize(gpu, x: np.ndarray, fmt: str, x_pad: int = 0, q_pad: int = 0) -
 
 
 def run_matvec_i8(gpu, qtype, raw, words: np.ndarray, n: int, k: int, *, rows=1, uniform_x=False, bias=None,
-                  w_pad=0, x_pad=0, y_pad=0, pairs=False):
+                  w_pad=0, x_pad=0, y_pad=0, pairs=False, tokens=None):
     """raw (m, row_bytes), quantized rows `words` -> y (n, m)."""
     m, row_bytes = raw.shape
     w = np.concatenate([np.zeros(w_pad, np.uint8), raw.reshape(-1)])
@@ -59,11 +59,11 @@ def run_matvec_i8(gpu, qtype, raw, words: np.ndarray, n: int, k: int, *, rows=1,
         gpu.device.write(buf, xs)
         x_in = (buf, 0, UNIFORM_X_BYTES)
     inputs = [w, x_in] + ([bias] if bias is not None else [])
-    key = matvec_i8_key(qtype, bias=bias is not None, uniform_x=uniform_x, rows=rows, pairs=pairs)
+    key = matvec_i8_key(qtype, bias=bias is not None, uniform_x=uniform_x, rows=rows, pairs=pairs, tokens=tokens)
     (out,) = gpu.dispatch(key, inputs, [(y_pad + n * m) * 4],
                           dict(m=m, k=k, n=n, row_bytes=row_bytes, w_off=w_pad, x_off=x_pad, y_off=y_pad, bias_off=0,
                                y_stride=m, x_row_words=xq_row_words(k, I8_ACTIVATIONS[qtype])),
-                          matvec_grid(m, n, rows=rows))
+                          matvec_i8_grid(m, n, rows=rows, tokens=tokens or 1))
     return np.frombuffer(out, np.float32)[y_pad:].reshape(n, m)
 
 
@@ -117,6 +117,21 @@ def test_matvec_i8_pairs(gpu, qtype, uniform_x):
     got = run_matvec_i8(gpu, qtype, raw, emu.pack(q, info), n, k, rows=4, uniform_x=uniform_x, pairs=True,
                         w_pad=8 if not uniform_x else 0, y_pad=4)
     check(got, emu.matvec(raw, qtype, q, info))
+
+
+@pytest.mark.parametrize("tokens, n", [(4, 7), (8, 3)])
+@pytest.mark.parametrize("qtype", sorted(I8_TOKEN_TYPES), ids=lambda t: t.name)
+def test_matvec_i8_tokens(gpu, qtype, tokens, n):
+    """Several tokens per invocation, each block unpacked once for all: token counts not a multiple of
+    TOKENS (and fewer), odd block counts (rows at 2-aligned byte offsets), a bias and offsets."""
+    rng = np.random.default_rng(int(qtype) + tokens)
+    m, k = 67, 288
+    raw = random_weight(qtype, m, k, rng)
+    q, info = emu.quantize(activations(rng, n, k), "q8_0")
+    bias = rng.standard_normal(m, dtype=np.float32)
+    got = run_matvec_i8(gpu, qtype, raw, emu.pack(q, info), n, k, rows=4, bias=bias, w_pad=36, x_pad=8, y_pad=12,
+                        tokens=tokens)
+    check(got, emu.matvec(raw, qtype, q, info) + bias)
 
 
 @pytest.mark.parametrize("qtype", [QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0], ids=lambda t: t.name)

@@ -11,7 +11,7 @@ from gguf import GGMLQuantizationType as QT
 import i8_emulation as emu
 from gpu_helpers import GPU, random_weight
 from pyshim.gpu.kernels import (MAX_GROUPS, REPACK_GROUP_BYTES, UNIFORM_X_BYTES, WG, embed_key,
-                                groups, matvec_grid, matvec_i8_key, repack_bytes, repack_grid, xq_row_words)
+                                groups, matvec_i8_grid, matvec_i8_key, repack_bytes, repack_grid, xq_row_words)
 from pyshim.gpu.shaderc import ShaderKey
 from pyshim.reference import dequantize_rows
 from test_kernels_i8 import activations, check
@@ -47,11 +47,11 @@ def test_repack_grid_wraps_past_the_dispatch_limit():
     assert repack_grid(10) == (1, 1, 1)
 
 
-@pytest.mark.parametrize("variant", ["rows1", "rows4", "uniform_rows4", "bias"])
+@pytest.mark.parametrize("variant", ["rows1", "rows4", "uniform_rows4", "bias", "tokens4"])
 def test_matvec_i8_grouped(gpu, variant):
     rng = np.random.default_rng(len(variant))
     m, k = 67, 288          # 9 blocks a row: rows start mid-group
-    n = 1 if variant.startswith("uniform") else 3
+    n = {"uniform_rows4": 1, "tokens4": 7}.get(variant, 3)
     raw = random_weight(QT.Q8_0, m, k, rng)
     q, info = emu.quantize(activations(rng, n, k), "q8_0")
     want = emu.matvec(raw, QT.Q8_0, q, info)
@@ -64,10 +64,12 @@ def test_matvec_i8_grouped(gpu, variant):
         x_in = (x_in, 0, UNIFORM_X_BYTES)
     bias = rng.standard_normal(m, dtype=np.float32) if variant == "bias" else None
     rows = 1 if variant == "rows1" else 4
-    key = matvec_i8_key(QT.Q8_0, bias=bias is not None, uniform_x=variant.startswith("uniform"), rows=rows, grouped=True)
+    tokens = 4 if variant == "tokens4" else None
+    key = matvec_i8_key(QT.Q8_0, bias=bias is not None, uniform_x=variant.startswith("uniform"), rows=rows, grouped=True,
+                        tokens=tokens)
     (out,) = gpu.dispatch(key, [buf, x_in] + ([bias] if bias is not None else []), [n * m * 4],
                           dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
-                               x_row_words=xq_row_words(k, "q8_0")), matvec_grid(m, n, rows=rows))
+                               x_row_words=xq_row_words(k, "q8_0")), matvec_i8_grid(m, n, rows=rows, tokens=tokens or 1))
     check(np.frombuffer(out, np.float32).reshape(n, m), want + (bias if bias is not None else 0))
 
 

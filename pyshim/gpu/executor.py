@@ -38,7 +38,8 @@ from pyshim.gpu.kernels import (ATTN_SPLITS_GPU, I8_ACTIVATIONS, I8_BLOCKS, KV_T
                                 attention_prefill_grid, attention_prefill_key, matmul_grid, matmul_key, matmul_tile,
                                 matvec_grid, matvec_i8_key, matvec_key, quantize_key, rope_theta, shader_block,
                                 weight_define, xq_row_words, UNIFORM_X_BYTES, UNIFORM_X_VEC4,
-                                GROUPED_TYPES, REPACK_GROUP_BYTES, embed_key, repack_bytes, repack_grid)
+                                GROUPED_TYPES, REPACK_GROUP_BYTES, embed_key, repack_bytes, repack_grid,
+                                I8_TOKEN_ROWS, I8_TOKEN_TYPES, I8_TOKENS, matvec_i8_grid)
 from pyshim.ops import ACTIVATIONS, AttnSpec
 from pyshim.reference import SUPPORTED_TYPES, dequantize_rows
 from pyshim.rope import RopeSpec
@@ -360,12 +361,16 @@ class GpuOps:
         m = w.shape[0]
         xq, row_words = self._quantize(x, fmt)
         uniform_x = n == 1 and row_words * 4 <= UNIFORM_X_BYTES
-        key = matvec_i8_key(w.ref.qtype, bias=bias is not None, uniform_x=uniform_x, rows=self.matvec_rows,
-                            pairs=not w.grouped and i8_pairs(w.ref.qtype, k, self.device.caps), grouped=w.grouped)
+        # steps of several tokens unpack each weight block once for I8_TOKENS of them, where the type can
+        tokens = I8_TOKENS if n > 1 and w.ref.qtype in I8_TOKEN_TYPES else 1
+        rows_per = I8_TOKEN_ROWS if tokens > 1 else self.matvec_rows
+        key = matvec_i8_key(w.ref.qtype, bias=bias is not None, uniform_x=uniform_x, rows=rows_per,
+                            pairs=tokens == 1 and not w.grouped and i8_pairs(w.ref.qtype, k, self.device.caps),
+                            grouped=w.grouped, tokens=tokens if tokens > 1 else None)
         x_binding = (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq
         for buf, row0, rows in w.parts:
             bindings = [buf, x_binding] + ([bias.f32_buf] if bias is not None else []) + [out.buf]
-            self._record("matvec_i8", key, bindings, matvec_grid(rows, n, rows=self.matvec_rows), m=rows, k=k, n=n,
+            self._record("matvec_i8", key, bindings, matvec_i8_grid(rows, n, rows_per, tokens), m=rows, k=k, n=n,
                          row_bytes=w.ref.row_bytes, w_off=0, x_off=0, y_off=out.off + row0, bias_off=row0, y_stride=m,
                          x_row_words=row_words)
         return out

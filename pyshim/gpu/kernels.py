@@ -104,6 +104,15 @@ I8_ACTIVATIONS: dict[QT, str] = {QT.Q4_0: "q8_0", QT.Q4_1: "q8_0", QT.Q5_0: "q8_
 # scale grouped (32768x640, one token: 57-61 ms file layout, 27-28 ms grouped). Type -> its define.
 GROUPED_TYPES: dict[QT, str] = {QT.Q8_0: "W_Q8_0G"}
 REPACK_GROUP_BLOCKS = 8
+# Types whose int8 decoders unpack a block once for several tokens (matvec_i8's TOKENS: 32-value blocks),
+# and the rows x tokens an invocation takes in steps of several tokens (prefill). SwiftShader, 64 tokens
+# (playwright/bench_prefill_kernels.py), ms against one token and 4 rows per invocation: Q4_1 1536x576 101
+# -> 60 (rows x tokens 8x8; 4x8 72, 8x16 56, 16x8 55), Q5_0 2048x640 172 -> 92 (4x8 108, 8x16 84, 16x8 84);
+# larger tiles waste more on short prompts and narrow matrices. lavapipe, Gemma 3 64-token prefill: 2060 ->
+# 1550-1640 ms for 4x4, 8x2 and 8x8 alike.
+I8_TOKEN_TYPES = frozenset({QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0})
+I8_TOKENS = 8
+I8_TOKEN_ROWS = 8
 REPACK_GROUP_BYTES = REPACK_GROUP_BLOCKS * GGML_QUANT_SIZES[QT.Q8_0][1]
 # Types whose 2-byte-offset blocks (18, 22, 34 bytes) matvec_i8 can take two at a time (PAIRS) when a row
 # has an even block count: every row then starts word-aligned and the shifts become constants.
@@ -152,11 +161,16 @@ def i8_pairs(qtype: QT, k: int, caps) -> bool:
 
 
 def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, rows: int = MATVEC_ROWS,
-                  pairs: bool = False, grouped: bool = False) -> ShaderKey:
+                  pairs: bool = False, grouped: bool = False, tokens: int | None = None) -> ShaderKey:
     """The barrier-free int8 matvec (`uniform_x`: the quantized row bound as a 64 KiB uniform; `pairs`: see
-    i8_pairs; `grouped`: the weight in repack.wgsl's layout)."""
+    i8_pairs; `grouped`: the weight in repack.wgsl's layout; `tokens`: that many tokens per invocation,
+    I8_TOKEN_TYPES only)."""
     return ShaderKey.of("matvec_i8", **weight_defines(qtype, grouped), WG=MATVEC_WG, ROWS=rows, BIAS=bias,
-                        UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, PAIRS=pairs)
+                        UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, PAIRS=pairs, TOKENS=tokens)
+
+
+def matvec_i8_grid(m: int, n: int, rows: int = MATVEC_ROWS, tokens: int = 1) -> tuple[int, int, int]:
+    return groups(m, MATVEC_WG * rows), groups(n, tokens), 1
 
 
 def embed_key(qtype: QT, grouped: bool = False) -> ShaderKey:
@@ -419,6 +433,8 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
                  for bias in (False, True) for ux in (False, True) for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
         keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows, grouped=True) for q in GROUPED_TYPES
                  for bias in (False, True) for ux in (False, True) for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
+        keys += [matvec_i8_key(q, bias=bias, rows=I8_TOKEN_ROWS, grouped=grouped, tokens=I8_TOKENS) for q in I8_TOKEN_TYPES
+                 for grouped in (False, True) if not grouped or q in GROUPED_TYPES for bias in (False, True)]
         keys.append(ShaderKey.of("repack", WG=WG))
     keys += [rmsnorm_key(), rmsnorm_key(reduce=True)] + [kv_write_key(t) for t in KV_TYPES_GPU]
     if subgroups:

@@ -19,3 +19,19 @@ fn block_dot_at(wb: u32, b: u32, sh: u32) -> f32 {
     let m = xm(b);
     return d * m.x * (f32(s) - 8.0 * m.z);
 }
+
+#define UNPACK
+fn block_unpack(wb: u32) -> WBlock {
+    let sh = ((wb + 2u) & 3u) * 8u;
+    let i0 = (wb + 2u) >> 2u;
+    var blk = WBlock(vec4<u32>(0u), vec4<u32>(0u), w_f16(wb), 8.0, 0.0);
+    var lo = w[i0];
+    for (var i = 0u; i < 4u; i++) {
+        let hi = w[i0 + i + 1u];
+        let q = funnel(lo, hi, sh);
+        blk.lo[i] = q & 0x0F0F0F0Fu;
+        blk.hi[i] = (q >> 4u) & 0x0F0F0F0Fu;
+        lo = hi;
+    }
+    return blk;
+}

@@ -15,3 +15,16 @@ fn block_dot(wb: u32, b: u32) -> f32 {
     let m = xm(b);
     return dm.x * m.x * f32(s) + dm.y * m.y;
 }
+
+#define UNPACK
+fn block_unpack(wb: u32) -> WBlock {
+    let i0 = wb >> 2u;
+    let dm = unpack2x16float(w[i0]);
+    var blk = WBlock(vec4<u32>(0u), vec4<u32>(0u), dm.x, 0.0, dm.y);
+    for (var i = 0u; i < 4u; i++) {
+        let q = w[i0 + 1u + i];
+        blk.lo[i] = q & 0x0F0F0F0Fu;
+        blk.hi[i] = (q >> 4u) & 0x0F0F0F0Fu;
+    }
+    return blk;
+}

@@ -22,3 +22,20 @@ fn block_dot_at(wb: u32, b: u32, sh: u32) -> f32 {
     let m = xm(b);
     return d * m.x * (f32(s) - 16.0 * m.z);
 }
+
+#define UNPACK
+fn block_unpack(wb: u32) -> WBlock {
+    let sh = ((wb + 2u) & 3u) * 8u;
+    let i0 = (wb + 2u) >> 2u;
+    var blk = WBlock(vec4<u32>(0u), vec4<u32>(0u), w_f16(wb), 16.0, 0.0);
+    var lo = w[i0 + 1u];
+    let qh = funnel(w[i0], lo, sh);
+    for (var i = 0u; i < 4u; i++) {
+        let hi = w[i0 + i + 2u];
+        let q = funnel(lo, hi, sh);
+        blk.lo[i] = (q & 0x0F0F0F0Fu) | (spread4(qh >> (4u * i)) << 4u);
+        blk.hi[i] = ((q >> 4u) & 0x0F0F0F0Fu) | (spread4(qh >> (16u + 4u * i)) << 4u);
+        lo = hi;
+    }
+    return blk;
+}

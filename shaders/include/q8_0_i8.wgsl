@@ -22,3 +22,22 @@ fn block_dot_at(wb: u32, b: u32, sh: u32) -> f32 {
     }
     return d * xm(b).x * f32(s);
 }
+
+#define UNPACK
+fn block_unpack(wb: u32) -> WBlock {
+    let sh = ((wb + 2u) & 3u) * 8u;
+    let i0 = (wb + 2u) >> 2u;
+    var blk = WBlock(vec4<u32>(0u), vec4<u32>(0u), w_f16(wb), 0.0, 0.0);
+    var lo = w[i0];
+    for (var i = 0u; i < 4u; i++) {
+        let hi = w[i0 + i + 1u];
+        blk.lo[i] = funnel(lo, hi, sh);
+        lo = hi;
+    }
+    for (var i = 0u; i < 4u; i++) {
+        let hi = w[i0 + i + 5u];
+        blk.hi[i] = funnel(lo, hi, sh);
+        lo = hi;
+    }
+    return blk;
+}

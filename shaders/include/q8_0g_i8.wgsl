@@ -5,8 +5,15 @@ const BLOCK_ELEMS: u32 = 32u;
 const BLOCK_BYTES: u32 = 34u;
 #define ROW_BLOCKS
 
-fn dot16(q: vec4<u32>, x: vec4<u32>) -> i32 {
-    return dot4I8Packed(q.x, x.x) + dot4I8Packed(q.y, x.y) + dot4I8Packed(q.z, x.z) + dot4I8Packed(q.w, x.w);
+#define UNPACK
+
+// wb: the block's file-layout byte offset (TOKENS passes bytes)
+fn block_unpack(wb: u32) -> WBlock {
+    let i = wb / BLOCK_BYTES;
+    let g = (i >> 3u) * 17u;
+    let j = i & 7u;
+    let d = unpack2x16float(w[g + 16u][j >> 1u] >> ((j & 1u) * 16u)).x;
+    return WBlock(w[g + 2u * j], w[g + 2u * j + 1u], d, 0.0, 0.0);
 }
 
 fn block_dots(b: u32, first: ptr<function, array<u32, ROWS>>, acc: ptr<function, array<f32, ROWS>>) {

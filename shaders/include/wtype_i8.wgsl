@@ -3,6 +3,7 @@
 // -> f32, reading the quantized activations through the family's xv(j) (vec4 j of int8 words) and xm(j)
 // (vec4 j of block metadata). Integer sums are exact; floats are applied per block as llama.cpp does.
 #include "include/bytes.wgsl"
+#include "include/unpack_i8.wgsl"
 #ifdef W_Q4_0
 #include "include/q4_0_i8.wgsl"
 #endif
