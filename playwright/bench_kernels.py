@@ -7,8 +7,8 @@ Python expands the WGSL and makes the random GGUF blocks; the page creates the b
 times (T(2r) − T(r)) / r with T the median of TRIALS submits awaited with onSubmittedWorkDone().
 Variants: uniform x (the executor's CPU-adapter decode kernel) with 2 or 4 rows, storage x with 1/2/4
 rows, REDUCE; and the int8 route ("i8 ...": matvec_i8 on x quantized in NumPy, uniform with 2 or 4 rows,
-storage with 4; "i8 grouped ..." on Q8_0 repacked as the executor does at load; the quantize pass itself
-is timed as "quantize <format>"). `--variants` keeps the cases
+storage with 4; Q8_0 repacked as the executor does at load; the quantize pass itself is timed as
+"quantize <format>"). `--variants` keeps the cases
 whose names contain one of its comma-separated words.
 Weights go to the page once per type (base64 through Playwright: sending a copy per variant, hundreds
 of MB, closed the page).
@@ -132,20 +132,17 @@ def build_cases(rows: int, cols: int, types: list[str], only: list[str]) -> tupl
                 name = f"i8 {'uniform-x ' if uniform else ''}rows{r}"
                 variants.append((name, matvec_i8_key(qtype, uniform_x=uniform, rows=r), (groups(rows, WG * r), 1, 1)))
                 x_blob[name] = f"xq_{fmt}"
-            if qtype in GROUPED_TYPES:      # the layout the executor repacks these to at load
+            if qtype in GROUPED_TYPES:      # matvec_i8 reads these in the layout the executor repacks them to
                 blobs[f"{qtype.name} grouped"] = b64(i8_emulation.grouped_q8_0(raw))
-                for r, uniform in ((4, True), (4, False)):
-                    name = f"i8 grouped {'uniform-x ' if uniform else ''}rows{r}"
-                    variants.append((name, matvec_i8_key(qtype, uniform_x=uniform, rows=r, grouped=True), (groups(rows, WG * r), 1, 1)))
-                    x_blob[name] = f"xq_{fmt}"
         for name, key, grid in variants:
             if only and not any(word in f"{qtype.name} {name}" for word in only):
                 continue
             uniform = "uniform" in name
             cases.append({"name": f"{qtype.name} {name}", "code": pre.build(key), "grid": list(grid),
                           "params": params_i8 if name.startswith("i8") else params,
-                          "inputs": [{"blob": f"{qtype.name} grouped" if "grouped" in name else qtype.name}, {"blob": x_blob[name], "uniform": uniform,
-                                                            "min": UNIFORM_X_BYTES if uniform else 0}, {"size": rows * 4}],
+                          "inputs": [{"blob": f"{qtype.name} grouped" if name.startswith("i8") and qtype in GROUPED_TYPES else qtype.name},
+                                     {"blob": x_blob[name], "uniform": uniform, "min": UNIFORM_X_BYTES if uniform else 0},
+                                     {"size": rows * 4}],
                           "sizes": [0, UNIFORM_X_BYTES if uniform else 0]})
     return cases, sizes, blobs
 

@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType as QT
 import harness
 import i8_emulation
 from gpu_helpers import random_weight
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, PARAMS, WEIGHT_TYPES, WG, argmax_keys,
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, GROUPED_TYPES, I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, PARAMS, WEIGHT_TYPES, WG, argmax_keys,
                                 argmax_pass1, attention_keys, groups, matvec_grid, matvec_i8_key, matvec_key, quantize_key,
                                 rmsnorm_grid, rmsnorm_key, rope_theta, shader_block, xq_row_words,
                                 REPACK_GROUP_BYTES, embed_key, repack_bytes, repack_grid,
@@ -272,6 +272,8 @@ def add_int8_cases(c: Cases, rng) -> None:
               dict(k=k, n=n, x_off=0, x_stride=k, q_off=0, row_words=xq_row_words(k, fmt)),
               (groups(k // I8_BLOCKS[fmt][0]), n, 1), quantized_like(x, fmt))
     for qtype, fmt in I8_ACTIVATIONS.items():
+        if qtype in GROUPED_TYPES:                 # read in their grouped layout: add_grouped_cases
+            continue
         k = 288 if fmt == "q8_0" else 768
         m = 67
         raw = random_weight(qtype, m, k, rng)
@@ -283,7 +285,7 @@ def add_int8_cases(c: Cases, rng) -> None:
                   dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
                        x_row_words=xq_row_words(k, fmt)), matvec_grid(m, n, rows=4), close(want, rel=1e-5),
                   uniform=[1] if uniform else [])
-    for qtype in sorted(I8_TOKEN_TYPES):           # several tokens per invocation (prefill), a partial last group
+    for qtype in sorted(I8_TOKEN_TYPES - GROUPED_TYPES.keys()):     # several tokens per invocation (prefill)
         k, m, n = 288, 67, 11
         raw = random_weight(qtype, m, k, rng)
         q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), "q8_0")
@@ -326,7 +328,7 @@ def add_grouped_cases(c: Cases, rng) -> None:
     for n, uniform, rows, tokens in ((2, False, 4, 1), (1, True, 4, 1), (11, False, I8_TOKEN_ROWS, I8_TOKENS)):
         q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), "q8_0")
         c.add(f"matvec_i8 Q8_0 grouped uniform={uniform} tokens={tokens}",
-              matvec_i8_key(QT.Q8_0, uniform_x=uniform, rows=rows, grouped=True, tokens=tokens if tokens > 1 else None),
+              matvec_i8_key(QT.Q8_0, uniform_x=uniform, rows=rows, tokens=tokens if tokens > 1 else None),
               [want, i8_emulation.pack(q, info)], [n * m * 4],
               dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
                    x_row_words=xq_row_words(k, "q8_0")), matvec_i8_grid(m, n, rows, tokens),

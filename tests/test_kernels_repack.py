@@ -65,8 +65,7 @@ def test_matvec_i8_grouped(gpu, variant):
     bias = rng.standard_normal(m, dtype=np.float32) if variant == "bias" else None
     rows = 1 if variant == "rows1" else 4
     tokens = 4 if variant == "tokens4" else None
-    key = matvec_i8_key(QT.Q8_0, bias=bias is not None, uniform_x=variant.startswith("uniform"), rows=rows, grouped=True,
-                        tokens=tokens)
+    key = matvec_i8_key(QT.Q8_0, bias=bias is not None, uniform_x=variant.startswith("uniform"), rows=rows, tokens=tokens)
     (out,) = gpu.dispatch(key, [buf, x_in] + ([bias] if bias is not None else []), [n * m * 4],
                           dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
                                x_row_words=xq_row_words(k, "q8_0")), matvec_i8_grid(m, n, rows=rows, tokens=tokens or 1))

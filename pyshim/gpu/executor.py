@@ -257,7 +257,7 @@ class GpuOps:
                                    hint="the file does not match its own hyperparameters")
         if name in self._bound:
             return self._bound[name]
-        # the int8 route reads Q8_0 grouped (see kernels.GROUPED_TYPES); matmul takes that route for them
+        # the int8 route reads Q8_0 grouped (see kernels.GROUPED_TYPES): matmul takes that route for them
         w = GpuWeight(ref, tuple(shape), grouped=self.int8 and len(shape) == 2 and ref.qtype in GROUPED_TYPES)
         if len(shape) == 1:     # norms, biases, rope factors: small, needed as f32 (also on the CPU side)
             w.values = dequantize_rows(self.store.raw(name), ref.qtype).reshape(-1).astype(np.float32)
@@ -365,8 +365,8 @@ class GpuOps:
         tokens = I8_TOKENS if n > 1 and w.ref.qtype in I8_TOKEN_TYPES else 1
         rows_per = I8_TOKEN_ROWS if tokens > 1 else self.matvec_rows
         key = matvec_i8_key(w.ref.qtype, bias=bias is not None, uniform_x=uniform_x, rows=rows_per,
-                            pairs=tokens == 1 and not w.grouped and i8_pairs(w.ref.qtype, k, self.device.caps),
-                            grouped=w.grouped, tokens=tokens if tokens > 1 else None)
+                            pairs=tokens == 1 and i8_pairs(w.ref.qtype, k, self.device.caps),
+                            tokens=tokens if tokens > 1 else None)
         x_binding = (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq
         for buf, row0, rows in w.parts:
             bindings = [buf, x_binding] + ([bias.f32_buf] if bias is not None else []) + [out.buf]

@@ -99,9 +99,10 @@ WEIGHT_TYPES: dict[QT, tuple[str, int, int]] = {
 I8_ACTIVATIONS: dict[QT, str] = {QT.Q4_0: "q8_0", QT.Q4_1: "q8_0", QT.Q5_0: "q8_0", QT.Q8_0: "q8_0",
                                  QT.Q4_K: "q8_k", QT.Q5_K: "q8_k", QT.Q6_K: "q8_k"}
 # The int8 route's Q8_0 weights are rearranged on the GPU at load (repack.wgsl) into groups of
-# REPACK_GROUP_BLOCKS blocks (all quants, then the scales) read as vec4s: on SwiftShader the Q8_0 int8
-# matvec is bound by load instructions, 9 straddling words a block in the file layout vs 2 vec4s + a
-# scale grouped (32768x640, one token: 57-61 ms file layout, 27-28 ms grouped). Type -> its define.
+# REPACK_GROUP_BLOCKS blocks (all quants, then the scales) read as vec4s, and matvec_i8 reads Q8_0 only
+# so: on SwiftShader the Q8_0 int8 matvec is bound by load instructions, 9 straddling words a block in the
+# file layout vs 2 vec4s + a scale grouped (32768x640, one token: 57-61 ms file layout, 27-28 ms
+# grouped). Type -> its define. (The f32 kernels read the file layout.)
 GROUPED_TYPES: dict[QT, str] = {QT.Q8_0: "W_Q8_0G"}
 REPACK_GROUP_BLOCKS = 8
 # Types whose int8 decoders unpack a block once for several tokens (matvec_i8's TOKENS: 32-value blocks),
@@ -114,9 +115,9 @@ I8_TOKEN_TYPES = frozenset({QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0})
 I8_TOKENS = 8
 I8_TOKEN_ROWS = 8
 REPACK_GROUP_BYTES = REPACK_GROUP_BLOCKS * GGML_QUANT_SIZES[QT.Q8_0][1]
-# Types whose 2-byte-offset blocks (18, 22, 34 bytes) matvec_i8 can take two at a time (PAIRS) when a row
+# Types whose 2-byte-offset blocks (18, 22 bytes) matvec_i8 can take two at a time (PAIRS) when a row
 # has an even block count: every row then starts word-aligned and the shifts become constants.
-I8_PAIR_TYPES = frozenset({QT.Q4_0, QT.Q5_0, QT.Q8_0})
+I8_PAIR_TYPES = frozenset({QT.Q4_0, QT.Q5_0})
 # activation format -> (elements per block, f32 metadata words per block), as quantize.wgsl lays them out
 I8_BLOCKS = {"q8_0": (32, 4), "q8_k": (256, 20)}
 # The WGSL language feature dot4I8Packed and pack4xI8 need (Chromium lists it in
@@ -161,11 +162,11 @@ def i8_pairs(qtype: QT, k: int, caps) -> bool:
 
 
 def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, rows: int = MATVEC_ROWS,
-                  pairs: bool = False, grouped: bool = False, tokens: int | None = None) -> ShaderKey:
+                  pairs: bool = False, tokens: int | None = None) -> ShaderKey:
     """The barrier-free int8 matvec (`uniform_x`: the quantized row bound as a 64 KiB uniform; `pairs`: see
-    i8_pairs; `grouped`: the weight in repack.wgsl's layout; `tokens`: that many tokens per invocation,
-    I8_TOKEN_TYPES only)."""
-    return ShaderKey.of("matvec_i8", **weight_defines(qtype, grouped), WG=MATVEC_WG, ROWS=rows, BIAS=bias,
+    i8_pairs; `tokens`: that many tokens per invocation, I8_TOKEN_TYPES only). GROUPED_TYPES are read in
+    repack.wgsl's layout: the int8 route always rearranges them."""
+    return ShaderKey.of("matvec_i8", **weight_defines(qtype, QT(qtype) in GROUPED_TYPES), WG=MATVEC_WG, ROWS=rows, BIAS=bias,
                         UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, PAIRS=pairs, TOKENS=tokens)
 
 
@@ -431,10 +432,8 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
                  for ux in (False, True) for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
         keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows, pairs=True) for q in I8_PAIR_TYPES
                  for bias in (False, True) for ux in (False, True) for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
-        keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows, grouped=True) for q in GROUPED_TYPES
-                 for bias in (False, True) for ux in (False, True) for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
-        keys += [matvec_i8_key(q, bias=bias, rows=I8_TOKEN_ROWS, grouped=grouped, tokens=I8_TOKENS) for q in I8_TOKEN_TYPES
-                 for grouped in (False, True) if not grouped or q in GROUPED_TYPES for bias in (False, True)]
+        keys += [matvec_i8_key(q, bias=bias, rows=I8_TOKEN_ROWS, tokens=I8_TOKENS) for q in I8_TOKEN_TYPES
+                 for bias in (False, True)]
         keys.append(ShaderKey.of("repack", WG=WG))
     keys += [rmsnorm_key(), rmsnorm_key(reduce=True)] + [kv_write_key(t) for t in KV_TYPES_GPU]
     if subgroups:

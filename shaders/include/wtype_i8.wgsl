@@ -13,9 +13,6 @@
 #ifdef W_Q5_0
 #include "include/q5_0_i8.wgsl"
 #endif
-#ifdef W_Q8_0
-#include "include/q8_0_i8.wgsl"
-#endif
 #ifdef W_Q8_0G
 #include "include/q8_0g_i8.wgsl"
 #endif
