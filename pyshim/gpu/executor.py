@@ -8,7 +8,8 @@ over handles; then `build()` compiles its pipelines (cached by ShaderKey), write
 into one uniform arena and creates the bind groups. A step is: write the token ids and positions
 (2 small writes), one submit (one command buffer, one compute pass), one read (logits, or 4 bytes of
 argmax). Weights stay in their GGUF blocks, one buffer per tensor (split by rows past the binding
-limit), uploaded straight from the byte source, or left to the caller along `uploads` (the browser).
+limit), uploaded straight from the byte source, or left to the caller along `uploads` (the browser); the
+int8 route's Q8_0 ones are then rearranged in place on the GPU before the first step (`repack`).
 Kernel variants follow the adapter: barrier-free matvecs (2 rows per invocation, 4 on SwiftShader, x
 as a uniform for one-token steps) and unsplit attention on CPU adapters; workgroup-reduction matvecs
 and rmsnorms (summed by subgroupAdd where the device has subgroups) and key-split attention on GPUs. On
