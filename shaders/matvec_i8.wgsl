@@ -4,7 +4,7 @@
 // where per-element float work binds, it does a quarter of the multiply-adds of matvec.wgsl.
 // Barrier-free: one invocation computes ROWS consecutive output rows for one token.
 // Grid: x = rows / (WG * ROWS), y = tokens (TOKENS: tokens / TOKENS, for steps of several tokens: the
-// 32-value block types, whose decoders define UNPACK, unpack each weight block once for TOKENS tokens).
+// 32-value block types, whose decoders have block_unpack, unpack each weight block once for TOKENS tokens).
 // Defines: one W_<type> (Q4_0, Q4_1, Q5_0, Q8_0 read blocks of 32 activations, Q8_0/Q8_1 style; Q4_K,
 // Q5_K, Q6_K read Q8_K's blocks of 256), WG, ROWS, optional BIAS; UNIFORM_X (with X_VEC4) binds the
 // quantized row as a uniform array (one-token steps on CPU adapters: one broadcast load per read).

@@ -105,6 +105,7 @@ I8_ACTIVATIONS: dict[QT, str] = {QT.Q4_0: "q8_0", QT.Q4_1: "q8_0", QT.Q5_0: "q8_
 # grouped). Type -> its define. (The f32 kernels read the file layout.)
 GROUPED_TYPES: dict[QT, str] = {QT.Q8_0: "W_Q8_0G"}
 REPACK_GROUP_BLOCKS = 8
+REPACK_GROUP_BYTES = REPACK_GROUP_BLOCKS * GGML_QUANT_SIZES[QT.Q8_0][1]
 # Types whose int8 decoders unpack a block once for several tokens (matvec_i8's TOKENS: 32-value blocks),
 # and the rows x tokens an invocation takes in steps of several tokens (prefill). SwiftShader, 64 tokens
 # (playwright/bench_prefill_kernels.py), ms against one token and 4 rows per invocation: Q4_1 1536x576 101
@@ -114,7 +115,6 @@ REPACK_GROUP_BLOCKS = 8
 I8_TOKEN_TYPES = frozenset({QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0})
 I8_TOKENS = 8
 I8_TOKEN_ROWS = 8
-REPACK_GROUP_BYTES = REPACK_GROUP_BLOCKS * GGML_QUANT_SIZES[QT.Q8_0][1]
 # Types whose 2-byte-offset blocks (18, 22 bytes) matvec_i8 can take two at a time (PAIRS) when a row
 # has an even block count: every row then starts word-aligned and the shifts become constants.
 I8_PAIR_TYPES = frozenset({QT.Q4_0, QT.Q5_0})

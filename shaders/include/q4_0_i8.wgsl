@@ -1,7 +1,6 @@
 // Q4_0 (see q4_0.wgsl) against Q8_0 activations: d_w * d_x * (sum q*x - 8 * sum x), q the raw nibbles.
 const SINGLE_BYTES: u32 = 18u;
 #include "include/pairs_i8.wgsl"
-#define UNPACK
 
 // the block at byte wb; sh: the bit offset of the fields after d within their words
 fn block_unpack_at(wb: u32, sh: u32) -> WBlock {

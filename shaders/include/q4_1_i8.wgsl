@@ -1,7 +1,6 @@
 // Q4_1 (see q4_1.wgsl) against Q8_1 activations: d_w * d_x * sum q*x + m_w * s_x (s_x: Q8_1's f16 sum).
 const BLOCK_ELEMS: u32 = 32u;
 const BLOCK_BYTES: u32 = 20u;
-#define UNPACK
 
 fn block_unpack(wb: u32) -> WBlock {
     let i0 = wb >> 2u;              // 20 is a multiple of 4: this block is word-aligned

@@ -1,7 +1,6 @@
 // Q5_0 (see q5_0.wgsl) against Q8_0 activations: d_w * d_x * (sum q*x - 16 * sum x), q the 5-bit values.
 const SINGLE_BYTES: u32 = 22u;
 #include "include/pairs_i8.wgsl"
-#define UNPACK
 
 // the block at byte wb; sh: the bit offset of the fields after d within their words
 fn block_unpack_at(wb: u32, sh: u32) -> WBlock {

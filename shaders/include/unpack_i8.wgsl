@@ -1,6 +1,6 @@
-// The 32-value block types' weights unpacked once into int8 words (block_unpack, in each decoder that
-// defines UNPACK), then dotted with any number of activation rows (block_apply): the TOKENS variant of
-// matvec_i8 shares one unpacking among several tokens. Same arithmetic as the decoders' block_dot:
+// The 32-value block types' weights unpacked once into int8 words (block_unpack, which each of their
+// decoders defines), then dotted with any number of activation rows (block_apply): the TOKENS variant
+// of matvec_i8 shares one unpacking among several tokens. Same arithmetic as the decoders' block_dot:
 // d_w * d_x * (sum q*x - off * sum x) + m_w * s_x.
 struct WBlock {
     lo: vec4<u32>,      // elements 0..15 as int8 (unsigned nibbles / 5-bit values for the offset types)
