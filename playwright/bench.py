@@ -100,11 +100,11 @@ def build_prompt(tokenizer, n_tokens: int) -> tuple[str, int]:
 
 def model_facts(name: str, settings: Settings) -> dict:
     """Header facts of a model and its prompts: path, sizes, bytes and weight elements read per decode token."""
-    from pyshim.catalog import resolve_model
-    from pyshim.header import read_header_from_file
-    from pyshim.memory import kv_cache_bytes
-    from pyshim.spec import ModelSpec
-    from pyshim.tokenizer import Tokenizer
+    from pyshim.setup.catalog import resolve_model
+    from pyshim.gguf.header import read_header_from_file
+    from pyshim.plan.memory import kv_cache_bytes
+    from pyshim.gguf.spec import ModelSpec
+    from pyshim.text.tokenizer import Tokenizer
 
     path = Path(resolve_model(name))
     header = read_header_from_file(path)
@@ -266,7 +266,7 @@ def _run_in_browser(report: dict, config: BenchConfig, facts: dict) -> None:
     settings = config.settings
     if "browser" in config.backends:
         # The page installs pyshim from its vendored wheel: rebuild it so the browser runs this checkout.
-        from pyshim import vendoring
+        from pyshim.setup import vendoring
 
         vendoring.vendor_pyshim()
         vendoring.write_manifest()

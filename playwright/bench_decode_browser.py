@@ -4,7 +4,7 @@ the adapter's streaming roofline measured in the same Worker: tok/s, weights/s, 
     .venv/bin/python playwright/bench_decode_browser.py [--int8 auto|on|off|both] [smollm2 gemma3 ...]
 
 The Worker fetches the model from the dev server into its heap (a stand-in for the site's IndexedDB
-upload path), loads it with pyshim.gpu.runner.load_gpu_async, prefills 16 tokens and times 8 greedy steps
+upload path), loads it with pyshim.exec.gpu_runner.load_gpu_async, prefills 16 tokens and times 8 greedy steps
 (argmax on the GPU, 4 bytes read back). `submit_ms` is the Python + FFI cost of encoding one step.
 `--int8`: the executor's default (auto), the int8 matvecs on or off, or both one after the other (the
 same page and minute, for a before/after).
@@ -29,10 +29,10 @@ CODE = """
 import json, statistics, time
 import numpy as np
 from js import fetch
-from pyshim.header import read_header
-from pyshim.weights import BufferSource
+from pyshim.gguf.header import read_header
+from pyshim.gguf.tensors import BufferSource
 from pyshim.gpu.kernels import PARAMS, WG, KernelCache, groups
-from pyshim.gpu.runner import load_gpu_async
+from pyshim.exec.gpu_runner import load_gpu_async
 from pyshim.gpu.shaderc import ShaderKey
 
 data = (await (await fetch("/models/{fname}")).arrayBuffer()).to_bytes()
@@ -88,8 +88,8 @@ json.dumps({{"adapter": dev.caps.summary(), "int8": runner.ops.int8, "prefill_to
 def main() -> int:
     from playwright.sync_api import sync_playwright
 
-    from pyshim import vendoring
-    from pyshim.catalog import resolve_model
+    from pyshim.setup import vendoring
+    from pyshim.setup.catalog import resolve_model
 
     args = sys.argv[1:]
     mode = "auto"

@@ -82,10 +82,10 @@ def generate_cli_support(python: str = sys.executable) -> dict:
     flags = set(re.findall(r"(--[a-z][a-z0-9-]*)", text))
     if "--backend" not in flags:
         return {"backends": {"cpu"}, "flags": flags}     # the reference executor is the only one without the flag
-    # The backends named in --backend's help (choices or prose), and those pyshim.loading accepts.
+    # The backends named in --backend's help (choices or prose), and those pyshim.exec.loading accepts.
     line = re.search(r"--backend\b[^\n]*(?:\n {20,}[^\n]*)*", text)
     named = {b for b in ("cpu", "gpu", "browser") if line and re.search(rf"\b{b}\b", line.group(0))}
-    probe = subprocess.run([python, "-c", "from pyshim.loading import BACKENDS; print(','.join(BACKENDS))"],
+    probe = subprocess.run([python, "-c", "from pyshim.exec.loading import BACKENDS; print(','.join(BACKENDS))"],
                            capture_output=True, text=True, cwd=harness.ROOT)
     loadable = set(probe.stdout.strip().split(",")) if probe.returncode == 0 else set()
     return {"backends": (named | loadable) - {""}, "flags": flags}

@@ -8,7 +8,7 @@
 Requests are validated before any work, with BadRequestError naming the field. Requests to one engine
 run one at a time (a lock), so two callers never interleave inside one KV cache.
 
-In Pyodide (a PyScript page) the backend is pyshim's JavaScript engine (pyshim/pyodide_engine.py): the
+In Pyodide (a PyScript page) the backend is pyshim's JavaScript engine (pyshim/serve/js_engine.py): the
 model comes from the site's store and runs in the engine's Worker; validation and shapes stay here.
 """
 
@@ -21,10 +21,10 @@ import uuid
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from pyshim.errors import BadRequestError
-from pyshim.sampling import SamplingParams
+from pyshim.serve.sampling import SamplingParams
 
 if TYPE_CHECKING:
-    from pyshim.engine import ChatEngine
+    from pyshim.serve.session import ChatEngine
 
 DEFAULT_MAX_TOKENS = 256
 ROLES = ("system", "user", "assistant")
@@ -56,9 +56,9 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
     """An engine for a model path or short name (`smollm2`, `gemma3`, `qwen2.5`); backend "gpu" (native
     WebGPU through wgpu), "cpu" (the NumPy reference) or, in Pyodide, "browser" (the default there: the
     site's JavaScript engine; `on_progress(dict)` gets its download/load progress, `js_module` is
-    web/pyshim.js or its URL when the PyScript config does not name it, see pyshim/pyodide_engine.py).
+    web/pyshim.js or its URL when the PyScript config does not name it, see pyshim/serve/js_engine.py).
     `kv_type`: the KV cache, "f32", "f16" or "q8"."""
-    from pyshim.kvcache import KV_TYPES     # light: PyScript pages have numpy and pyshim, not gguf
+    from pyshim.exec.kvcache import KV_TYPES     # light: PyScript pages have numpy and pyshim, not gguf
 
     if kv_type not in KV_TYPES:
         raise BadRequestError(f"unknown kv_type {kv_type!r}", hint=f"use one of: {', '.join(KV_TYPES)}")
@@ -67,23 +67,23 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
         if not IN_PYODIDE:
             raise BadRequestError("backend 'browser' runs only inside Pyodide (a PyScript page)",
                                   hint="use 'gpu' or 'cpu' here; `pyshim generate --backend browser` drives a headless browser")
-        from pyshim.pyodide_engine import load_js_engine
+        from pyshim.serve.js_engine import load_js_engine
 
         chat_engine = await load_js_engine(model, n_ctx=n_ctx, kv_type=kv_type, on_progress=on_progress, js_module=js_module)
         return Engine(chat_engine, model_id=str(model))
-    from pyshim.catalog import resolve_model
-    from pyshim.chat import ChatTemplate
-    from pyshim.engine import ChatEngine
-    from pyshim.header import read_header_from_file
-    from pyshim.tokenizer import Tokenizer
-    from pyshim.weights import FileSource
+    from pyshim.setup.catalog import resolve_model
+    from pyshim.text.chat import ChatTemplate
+    from pyshim.serve.session import ChatEngine
+    from pyshim.gguf.header import read_header_from_file
+    from pyshim.text.tokenizer import Tokenizer
+    from pyshim.gguf.tensors import FileSource
 
     path = resolve_model(model)
     header = read_header_from_file(path)
     if backend == "gpu":
         chat_engine = await ChatEngine.open(header, FileSource(path), n_ctx=n_ctx, kv_type=kv_type)
     elif backend == "cpu":
-        from pyshim.loading import load as load_cpu
+        from pyshim.exec.loading import load as load_cpu
 
         tokenizer = Tokenizer.from_metadata(header.metadata)
         chat_engine = ChatEngine(_AsyncCpuRunner(load_cpu(path, n_ctx=n_ctx, kv_type=kv_type)), tokenizer,

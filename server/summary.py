@@ -12,8 +12,8 @@ _lock = threading.Lock()
 
 
 def _describe(path: Path) -> dict:
-    from pyshim.header import read_header_from_file
-    from pyshim.probe import quant_summary
+    from pyshim.gguf.header import read_header_from_file
+    from pyshim.plan.probe import quant_summary
 
     header = read_header_from_file(path)
     return {

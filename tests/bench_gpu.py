@@ -38,7 +38,7 @@ from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, PARAMS, UNIFORM_X_BYT
                                 KernelCache, barrier_free_rows, groups, matvec_grid, matvec_i8_key, matvec_key,
                                 quantize_key, xq_row_words)
 from pyshim.gpu.shaderc import ShaderKey  # noqa: E402
-from pyshim.memory import estimate  # noqa: E402
+from pyshim.plan.memory import estimate  # noqa: E402
 
 ROOFLINE_BYTES = 128 << 20        # streamed by the roofline kernel (capped by the binding limit)
 ROOFLINE_PER_THREAD = 256         # vec4s each invocation sums in the contiguous variant (4 KiB)
@@ -165,8 +165,8 @@ async def bench_matvec_i8(device, kernels, roof: dict, w, raw, qtype, rows: int,
 
 async def bench_decode(device, roof: dict, model: str, int8: bool | None = None) -> dict:
     """Greedy decode steps (argmax on the GPU, 4 bytes read back per token)."""
-    from pyshim.catalog import resolve_model
-    from pyshim.gpu.runner import load_gpu_async
+    from pyshim.setup.catalog import resolve_model
+    from pyshim.exec.gpu_runner import load_gpu_async
 
     runner = await load_gpu_async(resolve_model(model), n_ctx=DECODE_PROMPT + DECODE_STEPS + 8, device=device, int8=int8)
     prompt = list(range(100, 100 + DECODE_PROMPT))

@@ -26,8 +26,8 @@ PROMPT = 16
 
 async def decode_rate(device, model: str, steps: int, options: dict) -> tuple[float, float]:
     """(tokens per wall second, tokens per process-CPU second) of greedy one-token steps."""
-    from pyshim.catalog import resolve_model
-    from pyshim.gpu.runner import load_gpu_async
+    from pyshim.setup.catalog import resolve_model
+    from pyshim.exec.gpu_runner import load_gpu_async
 
     runner = await load_gpu_async(resolve_model(model), n_ctx=PROMPT + steps + 8, device=device, int8=False, **options)
     token = await runner.greedy_async(list(range(100, 100 + PROMPT)), 0)

@@ -18,7 +18,7 @@ REPEATS = 5
 
 def bench(path, repeats: int = REPEATS) -> float:
     """Best wall time of `repeats` parses of the header of the GGUF at `path` (prefix read once, untimed)."""
-    from pyshim.header import read_header, read_header_from_file
+    from pyshim.gguf.header import read_header, read_header_from_file
 
     size = read_header_from_file(path).header_size
     with open(path, "rb") as f:
@@ -37,7 +37,7 @@ def bench_pyodide(paths) -> dict:
     import harness
     from playwright.sync_api import sync_playwright
 
-    from pyshim import vendoring
+    from pyshim.setup import vendoring
 
     vendoring.vendor_pyshim()
     vendoring.write_manifest()
@@ -54,8 +54,8 @@ def bench_pyodide(paths) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    from pyshim.catalog import resolve_model
-    from pyshim.header import read_header_from_file
+    from pyshim.setup.catalog import resolve_model
+    from pyshim.gguf.header import read_header_from_file
 
     browser = "--no-browser" not in argv
     names = [a for a in argv if not a.startswith("--")] or ["gemma3"]

@@ -35,9 +35,9 @@ VARIANTS = {
 
 
 async def prefill(name: str, tokens: int, options: dict) -> dict:
-    from pyshim.catalog import resolve_model
-    from pyshim.gpu.runner import load_gpu_async
-    from pyshim.tokenizer import Tokenizer
+    from pyshim.setup.catalog import resolve_model
+    from pyshim.exec.gpu_runner import load_gpu_async
+    from pyshim.text.tokenizer import Tokenizer
 
     options = dict(options)
     per_invocation = options.pop("tokens", None)

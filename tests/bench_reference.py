@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 
-from pyshim.catalog import resolve_model
-from pyshim.generate import decode_one_token, prefill
-from pyshim.loading import load
+from pyshim.setup.catalog import resolve_model
+from pyshim.serve.generation import decode_one_token, prefill
+from pyshim.exec.loading import load
 
 PROMPT_TOKENS = 64
 BANDWIDTH_BYTES = 1 << 28      # 256 MiB copied to estimate memory bandwidth

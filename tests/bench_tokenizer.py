@@ -16,10 +16,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from english_text import long_english_text  # noqa: E402
 
-from pyshim.catalog import resolve_model  # noqa: E402
+from pyshim.setup.catalog import resolve_model  # noqa: E402
 from pyshim.errors import ModelNotFoundError  # noqa: E402
-from pyshim.header import read_header_from_file  # noqa: E402
-from pyshim.tokenizer import Tokenizer  # noqa: E402
+from pyshim.gguf.header import read_header_from_file  # noqa: E402
+from pyshim.text.tokenizer import Tokenizer  # noqa: E402
 
 REPEATS = 3
 DEFAULT_MODELS = ["smollm2", "gemma3", "qwen2.5"]

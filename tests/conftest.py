@@ -25,7 +25,7 @@ def dev_server():
     if not (ROOT / "web" / "vendor" / "manifest.json").is_file():
         pytest.fail("web/vendor is missing: run `pyshim setup` (the README's test command does it)")
     # The browser installs pyshim from its wheel: rebuild it so the page runs this checkout's code.
-    from pyshim import vendoring
+    from pyshim.setup import vendoring
 
     vendoring.vendor_pyshim()
     vendoring.write_manifest()

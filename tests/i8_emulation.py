@@ -1,6 +1,6 @@
 """NumPy emulation of the int8 route (shaders/quantize.wgsl + shaders/matvec_i8.wgsl): the quantized rows
 exactly as the GPU lays them out, and the matvec result as llama.cpp's CPU backend computes it (through
-pyshim.reference's emulation of llama.cpp's activation rounding, which is this route's oracle)."""
+pyshim.exec.reference's emulation of llama.cpp's activation rounding, which is this route's oracle)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 
 from pyshim.gpu.kernels import I8_ACTIVATIONS, I8_BLOCKS, REPACK_GROUP_BLOCKS, xq_row_words
-from pyshim.reference import dequantize_rows, llama_cpp_activations, q8_1_sum_correction
+from pyshim.exec.reference import dequantize_rows, llama_cpp_activations, q8_1_sum_correction
 
 
 def quantize(x: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:

@@ -8,9 +8,9 @@ import time
 root = sys.path[0]
 sys.path.insert(0, root + "/tests")
 
-from pyshim.chat import ChatTemplate  # noqa: E402
-from pyshim.header import read_header  # noqa: E402
-from pyshim.tokenizer import Tokenizer  # noqa: E402
+from pyshim.text.chat import ChatTemplate  # noqa: E402
+from pyshim.gguf.header import read_header  # noqa: E402
+from pyshim.text.tokenizer import Tokenizer  # noqa: E402
 
 MODES = {"plain": (False, False), "add_special": (True, False), "parse_special": (True, True)}
 HEADER_PREFIX = 16_000_000     # bytes: more than any of the three headers

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import harness
-from pyshim.catalog import MODELS, model_path
+from pyshim.setup.catalog import MODELS, model_path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
@@ -130,7 +130,7 @@ def header_only_gguf(path: Path, *, n_vocab: int, n_embd: int, n_layers: int, n_
     import numpy as np
     from gguf import GGMLQuantizationType, GGUFWriter
 
-    from pyshim.header import read_header
+    from pyshim.gguf.header import read_header
 
     writer = GGUFWriter(str(path), "llama")
     writer.add_name("Oversized test model")

@@ -14,7 +14,7 @@ import pytest
 
 import bench
 import bench_report
-from pyshim.catalog import model_path
+from pyshim.setup.catalog import model_path
 
 QUICK_TIMEOUT_S = 600   # the quick run takes ~1.5 min on the loaded 2-core machine; this only stops a hang
 
@@ -160,7 +160,7 @@ def _npm_tarball(path, files: dict[str, bytes]):
 
 
 def test_wllama_vendoring_takes_only_what_the_peer_page_needs(tmp_path, monkeypatch):
-    from pyshim import vendoring
+    from pyshim.setup import vendoring
 
     tarball = _npm_tarball(tmp_path / "wllama.tgz", {
         "package/esm/index.js": b"export class Wllama {}", "package/esm/wasm/wllama.wasm": b"\0asm",
@@ -175,7 +175,7 @@ def test_wllama_vendoring_takes_only_what_the_peer_page_needs(tmp_path, monkeypa
 
 
 def test_wllama_vendoring_refuses_a_package_without_its_wasm(tmp_path, monkeypatch):
-    from pyshim import vendoring
+    from pyshim.setup import vendoring
     from pyshim.errors import SetupError
 
     tarball = _npm_tarball(tmp_path / "wllama.tgz", {"package/esm/index.js": b"x", "package/LICENCE": b"MIT"})

@@ -19,7 +19,7 @@ import json
 import numpy as np
 import pytest
 
-from pyshim.catalog import model_path
+from pyshim.setup.catalog import model_path
 from pyshim.cli import main
 
 pytestmark = [pytest.mark.browser, pytest.mark.models]

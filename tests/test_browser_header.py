@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import harness
-from pyshim.catalog import MODELS, model_path
+from pyshim.setup.catalog import MODELS, model_path
 
 pytestmark = [pytest.mark.browser, pytest.mark.models]
 

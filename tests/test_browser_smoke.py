@@ -41,7 +41,7 @@ def test_worker_runs_numpy_and_gguf(site_page):
 
 
 # Modules that only make sense in CPython (native GPU, downloads and the dev server's commands).
-CPYTHON_ONLY = ("pyshim.gpu.native", "pyshim.commands.", "pyshim.downloads", "pyshim.vendoring", "pyshim.model_files", "pyshim.cli")
+CPYTHON_ONLY = ("pyshim.gpu.native", "pyshim.cli.", "pyshim.setup.downloads", "pyshim.setup.vendoring", "pyshim.setup.model_files", "pyshim.cli")
 
 
 def test_every_engine_module_imports_in_pyodide(site_page):
@@ -56,7 +56,7 @@ def test_every_engine_module_imports_in_pyodide(site_page):
         "    except Exception as e:\n        failed[n] = f'{type(e).__name__}: {e}'\n"
         "json.dumps({'names': names, 'failed': failed})")})
     assert not result["failed"], result["failed"]
-    assert {"pyshim.header", "pyshim.tokenizer", "pyshim.gpu.browser"} <= set(result["names"])
+    assert {"pyshim.gguf.header", "pyshim.text.tokenizer", "pyshim.gpu.browser"} <= set(result["names"])
 
 
 def test_wgsl_from_python_in_worker(site_page):

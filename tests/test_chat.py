@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from pyshim.chat import CHATML, GEMMA, ChatTemplate, fallback_template
+from pyshim.text.chat import CHATML, GEMMA, ChatTemplate, fallback_template
 from pyshim.errors import ChatTemplateError
-from pyshim.header import read_header_from_file
-from pyshim.tokenizer import Tokenizer
-from pyshim.tokenizer.unicode import BYTE_TO_CHAR
+from pyshim.gguf.header import read_header_from_file
+from pyshim.text.tokenizer import Tokenizer
+from pyshim.text.tokenizer.unicode import BYTE_TO_CHAR
 
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(Path(__file__).parent))

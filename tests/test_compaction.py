@@ -1,4 +1,4 @@
-from pyshim.compaction import compact, salient_lines
+from pyshim.text.compaction import compact, salient_lines
 
 
 def words(messages):

@@ -12,7 +12,7 @@ from gguf import GGMLQuantizationType as QT
 import tiny_models
 from pyshim.errors import DeviceLostError
 from pyshim.gpu import open_device
-from pyshim.gpu.runner import load_gpu_async
+from pyshim.exec.gpu_runner import load_gpu_async
 
 
 def calls(device, buffer):

@@ -7,12 +7,12 @@ import asyncio
 
 import pytest
 
-from pyshim.catalog import resolve_model
-from pyshim.engine import ChatEngine, RangesSource, small_tensor_ranges
+from pyshim.setup.catalog import resolve_model
+from pyshim.serve.session import ChatEngine, RangesSource, small_tensor_ranges
 from pyshim.errors import BadRequestError
-from pyshim.header import read_header_from_file
-from pyshim.sampling import SamplingParams
-from pyshim.weights import FileSource
+from pyshim.gguf.header import read_header_from_file
+from pyshim.serve.sampling import SamplingParams
+from pyshim.gguf.tensors import FileSource
 
 pytestmark = [pytest.mark.models, pytest.mark.slow]
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
@@ -41,8 +41,8 @@ def test_browser_style_load_answers_like_the_cpu_reference():
         return engine, reply, pieces
 
     engine, reply, pieces = asyncio.run(run())
-    from pyshim.generate import generate_text
-    from pyshim.loading import load
+    from pyshim.serve.generation import generate_text
+    from pyshim.exec.loading import load
 
     cpu = load(path, n_ctx=256)
     tok = engine.tokenizer

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from pyshim.cli import main
-from pyshim.generate import score
-from pyshim.loading import load
+from pyshim.serve.generation import score
+from pyshim.exec.loading import load
 from tiny_models import QT, write_tiny_model
 
 
@@ -67,7 +67,7 @@ def test_prompt_longer_than_context_is_a_clean_error(model, capsys):
 def test_ignore_eos_runs_past_an_end_of_generation_id(model, capsys, monkeypatch):
     """Make one of the tiny model's greedy ids its end-of-generation id: generation stops before it, and
     with --ignore-eos runs on to --max-tokens through it (what fixed-length benchmark runs need)."""
-    from pyshim.tokenizer import Tokenizer
+    from pyshim.text.tokenizer import Tokenizer
 
     argv = ["generate", model, "--prompt", "hello", "--max-tokens", "8", "--json"]
     free = _json(capsys, argv)

@@ -1,4 +1,4 @@
-"""pyshim.ggml_cpu against llama.cpp's own CPU kernels (tests/fixtures/ggml_kernels.json, written by
+"""pyshim.exec.ggml_cpu against llama.cpp's own CPU kernels (tests/fixtures/ggml_kernels.json, written by
 tests/fixtures/make_ggml_kernels.py through the oracle's libggml): every result must be equal bit for
 bit, since one ulp anywhere is enough to make a quantized model drift away from llama.cpp."""
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from pyshim import ggml_cpu
-from pyshim.ops import AttnSpec
-from pyshim.reference import _attention_llama_cpp
+from pyshim.exec import ggml_cpu
+from pyshim.models.ops import AttnSpec
+from pyshim.exec.reference import _attention_llama_cpp
 
 FX = json.loads((Path(__file__).parent / "fixtures" / "ggml_kernels.json").read_text())
 X = np.array(FX["x"], np.float32).reshape(FX["x_shape"])

@@ -23,10 +23,10 @@ ATOL_OF_SCALE = 5e-4
 RUN = """
 import base64, json
 import numpy as np
-from pyshim.header import read_header
-from pyshim.weights import BufferSource
-from pyshim.gpu.runner import load_gpu_async
-from pyshim.loading import load
+from pyshim.gguf.header import read_header
+from pyshim.gguf.tensors import BufferSource
+from pyshim.exec.gpu_runner import load_gpu_async
+from pyshim.exec.loading import load
 
 RTOL = {rtol}
 data = base64.b64decode({b64!r})

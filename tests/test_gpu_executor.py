@@ -16,8 +16,8 @@ from gguf import GGMLQuantizationType as QT
 import tiny_models
 from gpu_helpers import assert_greedy_like_reference
 from pyshim.gpu.kernels import I8_TOKEN_TYPES
-from pyshim.gpu.runner import GpuRunner, load_gpu_async
-from pyshim.loading import load
+from pyshim.exec.gpu_runner import GpuRunner, load_gpu_async
+from pyshim.exec.loading import load
 
 # (arch, weight type) pairs: every architecture and every weight type at least once
 CASES = [("llama", "Q4_0"), ("qwen2", "Q4_1"), ("qwen3", "Q5_0"), ("gemma3", "Q4_K"), ("phi3", "Q8_0"),
@@ -119,8 +119,8 @@ def test_greedy_on_gpu_equals_argmax_of_reference(tmp_path_factory, loop, device
 def test_greedy_32_tokens_equal_cpu(loop, device, name):
     """The f32 kernels. (The int8 route cannot equal any CPU run token for token on a deep model — see
     tests/test_gpu_llama_cpp.py, which holds it to llama.cpp instead.)"""
-    from pyshim.catalog import resolve_model
-    from pyshim.tokenizer import Tokenizer
+    from pyshim.setup.catalog import resolve_model
+    from pyshim.text.tokenizer import Tokenizer
 
     path = resolve_model(name)
     ref = load(path, n_ctx=256)
@@ -180,10 +180,10 @@ def runner_int8_default() -> bool:
 
 
 def test_load_backend_gpu_generates_like_cpu(tmp_path_factory):
-    """`pyshim.loading.load(backend="gpu")` (what `generate`/`score --backend gpu` use) gives a runner the
+    """`pyshim.exec.loading.load(backend="gpu")` (what `generate`/`score --backend gpu` use) gives a runner the
     generation loop drives exactly like the cpu one."""
-    from pyshim.generate import generate_ids
-    from pyshim.sampling import SamplingParams
+    from pyshim.serve.generation import generate_ids
+    from pyshim.serve.sampling import SamplingParams
 
     path = tiny(tmp_path_factory, "gemma3", "Q8_0")
     prompt = tiny_models.test_ids()[:6]
@@ -207,7 +207,7 @@ def test_smollm2_scores_match_llama_cpp_on_f32_copy():
     import json
     from pathlib import Path
 
-    from pyshim.generate import score
+    from pyshim.serve.generation import score
 
     root = Path(__file__).resolve().parent.parent
     fx = json.loads((root / "tests" / "fixtures" / "real_llamacpp.json").read_text())["models"]["smollm2"]

@@ -1,7 +1,7 @@
 """The GPU executor's `score` on whole real models against llama.cpp (tests/fixtures/real_llamacpp.json).
 
 Issue 4's bar (top-1 equal to llama.cpp's at >= 97%) is met by the reference only in its bit-exact mode,
-which repeats llama.cpp's x86 summation order (pyshim/ggml_cpu.py); a GPU cannot. Why that matters: rounding
+which repeats llama.cpp's x86 summation order (pyshim/exec/ggml_cpu.py); a GPU cannot. Why that matters: rounding
 activations to int8 turns a 1-ulp difference upstream into a whole int8 step now and then, and through
 18-30 layers those steps decorrelate the rounding noise. llama.cpp's own batch and one-by-one paths differ
 that way (they differ in one attention kernel's last bits), and so does the int8 route from the
@@ -38,9 +38,9 @@ def _model(name: str) -> tuple[dict, Path]:
 
 @pytest.mark.parametrize("name", ["smollm2", "gemma3"])
 def test_int8_scores_as_close_to_llama_cpp_as_llama_cpp_is_to_itself(name):
-    from pyshim.generate import score
+    from pyshim.serve.generation import score
     from pyshim.gpu.kernels import DOT4_FEATURE
-    from pyshim.gpu.runner import load_gpu
+    from pyshim.exec.gpu_runner import load_gpu
 
     m, path = _model(name)
     runner = load_gpu(path, int8=True)
@@ -57,9 +57,9 @@ def test_int8_scores_as_close_to_llama_cpp_as_llama_cpp_is_to_itself(name):
 
 @pytest.mark.parametrize("name", ["smollm2", "gemma3"])
 def test_f32_kernels_score_as_the_f32_reference_does(name):
-    from pyshim.generate import score
-    from pyshim.gpu.runner import load_gpu
-    from pyshim.loading import load
+    from pyshim.serve.generation import score
+    from pyshim.exec.gpu_runner import load_gpu
+    from pyshim.exec.loading import load
 
     m, path = _model(name)
     ids = m["passage"]["ids"]

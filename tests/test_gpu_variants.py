@@ -12,8 +12,8 @@ import pytest
 import tiny_models
 from gpu_helpers import assert_greedy_like_reference
 from pyshim.gpu.kernels import subgroups_usable
-from pyshim.gpu.runner import load_gpu_async
-from pyshim.loading import load
+from pyshim.exec.gpu_runner import load_gpu_async
+from pyshim.exec.loading import load
 
 VARIANTS = {"reduce": dict(reduce=True, subgroup=False), "subgroup": dict(subgroup=True)}
 CASES = [("llama", "Q4_0"), ("gemma3", "Q4_K"), ("qwen2", "F16"), ("phi3", "Q8_0"), ("qwen3", "Q6_K")]
@@ -95,8 +95,8 @@ def test_forcing_subgroups_without_them_is_refused(loop, device, tmp_path_factor
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_smollm2_greedy_32_tokens_equal_cpu(loop, device, variant):
-    from pyshim.catalog import resolve_model
-    from pyshim.tokenizer import Tokenizer
+    from pyshim.setup.catalog import resolve_model
+    from pyshim.text.tokenizer import Tokenizer
 
     path = resolve_model("smollm2")
     ref = load(path, n_ctx=128)

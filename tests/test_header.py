@@ -11,12 +11,12 @@ from gguf import GGUFValueType as VT
 
 from ggufgen import kv, kv_array, kv_str, kv_str_array, kv_u32, minimal, pstr, raw_gguf, tensor_info, writer_file
 from pyshim.errors import GGUFFormatError, PyshimError
-from pyshim.header import (
+from pyshim.gguf.header import (
     MAX_HEADER_BYTES, AbsurdSizeError, BadAlignmentError, BadMagicError, BadTensorError, BadValueTypeError,
     DuplicateKeyError, DuplicateTensorError, NeedMoreBytes, TensorRangeError, TruncatedError, UnknownTensorTypeError,
     UnsupportedVersionError, raw_bytes, read_header, read_header_from_file,
 )
-from pyshim.quant import TensorType
+from pyshim.gguf.types import TensorType
 
 F32 = TensorType.F32
 

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from ggufgen import kv, kv_array, kv_str, kv_str_array, kv_u32, raw_gguf, tensor_info, writer_file
 from pyshim.errors import GGUFFormatError, PyshimError
-from pyshim.header import MAX_HEADER_BYTES, NeedMoreBytes, read_header
-from pyshim.memory import estimate
-from pyshim.spec import ModelSpec
+from pyshim.gguf.header import MAX_HEADER_BYTES, NeedMoreBytes, read_header
+from pyshim.plan.memory import estimate
+from pyshim.gguf.spec import ModelSpec
 
 pytestmark = pytest.mark.slow
 

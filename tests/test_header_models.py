@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from gguf import GGUFReader
 
-from pyshim.catalog import MODELS, model_path
-from pyshim.header import NeedMoreBytes, read_header, read_header_from_file
+from pyshim.setup.catalog import MODELS, model_path
+from pyshim.gguf.header import NeedMoreBytes, read_header, read_header_from_file
 from test_header import assert_same_as_reader
 
 pytestmark = [pytest.mark.models, pytest.mark.slow]

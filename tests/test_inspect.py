@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ggufgen import writer_file
-from pyshim.catalog import MODELS, model_path
+from pyshim.setup.catalog import MODELS, model_path
 from pyshim.cli import main
 
 

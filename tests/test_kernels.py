@@ -14,9 +14,9 @@ from gguf import quants
 from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, UNIFORM_X_BYTES, WEIGHT_TYPES, WG, attention_keys,
                                 attention_record_bytes, groups, matvec_grid, matvec_key, rope_theta, shader_block)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
-from pyshim.ops import AttnSpec
-from pyshim.reference import NumpyOps, dequantize_rows
-from pyshim.rope import RopeSpec
+from pyshim.models.ops import AttnSpec
+from pyshim.exec.reference import NumpyOps, dequantize_rows
+from pyshim.models.rope import RopeSpec
 from gpu_helpers import GPU, random_weight
 
 ALL_TYPES = list(WEIGHT_TYPES)
@@ -190,7 +190,7 @@ def attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, history, n, cap, 
                              head_dim_k=hd, head_dim_v=hd)
     ref = NumpyOps.__new__(NumpyOps)
     ref.emulate_llama_cpp = ref.exact = False
-    from pyshim.kvcache import KVCache
+    from pyshim.exec.kvcache import KVCache
 
     ref.kv = KVCache(spec_m, history + n)
     attn = AttnSpec(layer=0, n_heads=n_heads, n_kv_heads=n_kv, head_dim=hd, head_dim_v=hd, scale=hd ** -0.5,

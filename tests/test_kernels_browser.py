@@ -23,8 +23,8 @@ from pyshim.gpu.kernels import (ARGMAX_CHUNK, GROUPED_TYPES, I8_ACTIVATIONS, I8_
                                 REPACK_GROUP_BYTES, embed_key, repack_bytes, repack_grid,
                                 I8_TOKEN_ROWS, I8_TOKEN_TYPES, I8_TOKENS, matvec_i8_grid)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
-from pyshim.reference import dequantize_rows
-from pyshim.rope import RopeSpec
+from pyshim.exec.reference import dequantize_rows
+from pyshim.models.rope import RopeSpec
 
 pytestmark = pytest.mark.browser
 
@@ -144,7 +144,7 @@ def build_cases() -> Cases:
     c.add("rmsnorm", ShaderKey.of("rmsnorm", WG=WG), [x, w], [x.nbytes],
           dict(rows=rows, d=d, eps=1e-6, x_off=0, y_off=0, w_off=0), (groups(rows), 1, 1), close(want))
 
-    from pyshim.reference import NumpyOps
+    from pyshim.exec.reference import NumpyOps
     from types import SimpleNamespace
     ref = SimpleNamespace(emulate_llama_cpp=False, exact=False)
     spec = RopeSpec(dims=32, base=10000.0, neox=True, scaling="yarn", factor=4.0, n_ctx_orig=256)
@@ -262,7 +262,7 @@ def quantized_like(x: np.ndarray, fmt: str):
 
 def add_int8_cases(c: Cases, rng) -> None:
     """quantize (odd block counts, bit-exact), matvec_i8 for every type (storage and uniform x) and GELU_F16."""
-    from pyshim.reference import _gelu_llama_cpp
+    from pyshim.exec.reference import _gelu_llama_cpp
 
     for fmt, k in (("q8_0", 224), ("q8_k", 768)):
         n = 2

@@ -164,7 +164,7 @@ def test_glu_gelu_f16_is_llama_cpp_table(gpu):
     """The GELU the int8 route uses (GELU_F16): llama.cpp's f16 table, exact x or 0 past +-10."""
     from pyshim.gpu.kernels import WG
     from pyshim.gpu.shaderc import ShaderKey
-    from pyshim.reference import _gelu_llama_cpp
+    from pyshim.exec.reference import _gelu_llama_cpp
 
     rng = np.random.default_rng(19)
     n, f = 3, 1000

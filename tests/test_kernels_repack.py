@@ -13,7 +13,7 @@ from gpu_helpers import GPU, random_weight
 from pyshim.gpu.kernels import (MAX_GROUPS, REPACK_GROUP_BYTES, UNIFORM_X_BYTES, WG, embed_key,
                                 groups, matvec_i8_grid, matvec_i8_key, repack_bytes, repack_grid, xq_row_words)
 from pyshim.gpu.shaderc import ShaderKey
-from pyshim.reference import dequantize_rows
+from pyshim.exec.reference import dequantize_rows
 from test_kernels_i8 import activations, check
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyshim.generate import decode_one_token, prefill
-from pyshim.loading import load
+from pyshim.serve.generation import decode_one_token, prefill
+from pyshim.exec.loading import load
 import tiny_models
 from tiny_models import GEMMA_WINDOW, QT, write_tiny_model
 
@@ -62,9 +62,9 @@ def test_window_changes_the_result(tmp_path):
     """The window matters: the same weights with full attention everywhere give other logits past it."""
     from dataclasses import replace
 
-    from pyshim.loading import Runner
+    from pyshim.exec.loading import Runner
     from pyshim.models import build_model
-    from pyshim.reference import NumpyOps
+    from pyshim.exec.reference import NumpyOps
 
     windowed = load(write_tiny_model(tmp_path, "gemma3", QT.F32), n_ctx=64)
     spec = replace(windowed.spec, sliding_window=64)        # local layers see everything, same rope

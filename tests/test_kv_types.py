@@ -11,9 +11,9 @@ import pytest
 
 import tiny_models
 from pyshim.errors import BadRequestError
-from pyshim.kvcache import q8_round
-from pyshim.gpu.runner import load_gpu_async
-from pyshim.loading import load
+from pyshim.exec.kvcache import q8_round
+from pyshim.exec.gpu_runner import load_gpu_async
+from pyshim.exec.loading import load
 from tiny_models import QT, write_tiny_model
 
 IDS = tiny_models.test_ids() + [5, 77, 300, 9, 12, 41, 42, 43]

@@ -1,4 +1,4 @@
-"""The memory plan (pyshim.memory.estimate: what "will it fit?" answers before a download) against what
+"""The memory plan (pyshim.plan.memory.estimate: what "will it fit?" answers before a download) against what
 the GPU executor really allocates for the real models, after the largest step it runs (a full prefill
 chunk; 64 tokens here instead of the default 256 to keep the test short, the plan takes the chunk as a
 parameter). The issue's bar: the plan within 5% of the peak."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from pyshim.catalog import resolve_model
-from pyshim.header import read_header_from_file
-from pyshim.memory import estimate
+from pyshim.setup.catalog import resolve_model
+from pyshim.gguf.header import read_header_from_file
+from pyshim.plan.memory import estimate
 
 TOLERANCE = 0.05
 CHUNK = 64
@@ -18,7 +18,7 @@ CHUNK = 64
 @pytest.mark.models
 @pytest.mark.parametrize("name, context, kv_type", [("smollm2", 2048, "f32"), ("gemma3", 1024, "f32"), ("smollm2", 2048, "q8")])
 def test_plan_matches_gpu_allocation(name, context, kv_type):
-    from pyshim.gpu.runner import load_gpu
+    from pyshim.exec.gpu_runner import load_gpu
 
     path = resolve_model(name)
     runner = load_gpu(path, n_ctx=context, max_chunk=CHUNK, kv_type=kv_type)

@@ -6,9 +6,9 @@ import pytest
 
 from pyshim.errors import (ContextOverflowError, MissingTensorError, PyshimError, TensorShapeError,
                            UnsupportedError)
-from pyshim.generate import generate_ids, score
-from pyshim.loading import load
-from pyshim.sampling import SamplingParams
+from pyshim.serve.generation import generate_ids, score
+from pyshim.exec.loading import load
+from pyshim.serve.sampling import SamplingParams
 from tiny_models import QT, write_tiny_model
 
 
@@ -38,7 +38,7 @@ def test_wrong_shape(tmp_path):
 
 def test_errors_come_before_reading_tensor_data(tmp_path, monkeypatch):
     """Binding reads the header only: a source that refuses every read still loads."""
-    from pyshim import weights
+    from pyshim.gguf import tensors
 
     def refuse(self, offset, nbytes):
         raise AssertionError("tensor data read while loading")

@@ -12,7 +12,7 @@ from gguf import GGMLQuantizationType as QT
 from gpu_helpers import random_weight
 from pyshim.gpu.kernels import (MATMUL_TILE, MATMUL_TILE_CPU, Q8_BLOCK, WEIGHT_TYPES, attention_prefill_grid,
                                 attention_prefill_key, matmul_grid, matmul_key, shader_block)
-from pyshim.reference import dequantize_rows
+from pyshim.exec.reference import dequantize_rows
 from test_kernels_browser import Cases, assert_all_pass, close, run_in_chromium
 
 

@@ -13,9 +13,9 @@ from gguf import GGMLQuantizationType as QT
 
 from pyshim.gpu.kernels import (MATMUL_TILE, MATMUL_TILE_CPU, WEIGHT_TYPES, attention_prefill_grid, attention_prefill_key,
                                 matmul_grid, matmul_key, shader_block)
-from pyshim.kvcache import q8_round
-from pyshim.ops import AttnSpec
-from pyshim.reference import NumpyOps, dequantize_rows
+from pyshim.exec.kvcache import q8_round
+from pyshim.models.ops import AttnSpec
+from pyshim.exec.reference import NumpyOps, dequantize_rows
 from gpu_helpers import GPU, random_weight
 
 
@@ -80,7 +80,7 @@ def prefill_attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, steps, ca
     reference executor's attention over the same chunks. Cache types other than f32 round K and V, so
     the reference sees the rounded values (read back from the cache through the decode path's layout)."""
     rng = np.random.default_rng(n_heads * 100 + hd + window + len(kv_type))
-    from pyshim.kvcache import KVCache
+    from pyshim.exec.kvcache import KVCache
 
     spec_m = SimpleNamespace(sliding_window=window, swa_layers=[bool(window)], n_layers=1, n_kv_heads=n_kv,
                              head_dim_k=hd, head_dim_v=hd)

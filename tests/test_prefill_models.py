@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import tiny_models
-from pyshim.gpu.runner import GpuRunner, load_gpu_async
-from pyshim.loading import load
+from pyshim.exec.gpu_runner import GpuRunner, load_gpu_async
+from pyshim.exec.loading import load
 
 CASES = [("llama", "Q4_0"), ("qwen2", "Q4_1"), ("qwen3", "Q5_0"), ("gemma3", "Q4_K"), ("phi3", "Q8_0"),
          ("llama", "Q5_K"), ("gemma3", "Q6_K"), ("qwen2", "F16"), ("llama", "F32")]
@@ -64,9 +64,9 @@ def test_tiled_chunks_then_decode_with_split_tensors(tmp_path_factory, loop, dev
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["smollm2", "gemma3"])
 def test_tiled_score_logits_of_real_models(loop, device, name):
-    from pyshim.catalog import resolve_model
+    from pyshim.setup.catalog import resolve_model
     from english_text import long_english_text
-    from pyshim.tokenizer import Tokenizer
+    from pyshim.text.tokenizer import Tokenizer
 
     path = resolve_model(name)
     ref = load(path, n_ctx=128)

@@ -9,7 +9,7 @@ from gguf import GGMLQuantizationType as QT
 
 import tiny_models
 from pyshim.gpu.profile import group_name, kernel_times
-from pyshim.gpu.runner import load_gpu_async
+from pyshim.exec.gpu_runner import load_gpu_async
 from pyshim.gpu.shaderc import ShaderKey
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 
 import tiny_models
-from pyshim.gpu.runner import KEEP_PROGRAMS, load_gpu_async
+from pyshim.exec.gpu_runner import KEEP_PROGRAMS, load_gpu_async
 
 
 def test_programs_are_bounded_and_rebuilt_alike(tmp_path):

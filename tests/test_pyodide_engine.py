@@ -17,7 +17,7 @@ def test_importing_the_api_needs_only_numpy():
     """A PyScript page installs numpy and the pyshim wheel, not gguf/jinja2/PyYAML: the engine and its
     dependencies are imported only by the native backends."""
     code = ("import sys, pyshim.api\n"
-            "heavy = sorted(m for m in ('pyshim.engine', 'pyshim.header', 'pyshim.chat', 'gguf', 'jinja2', 'yaml') if m in sys.modules)\n"
+            "heavy = sorted(m for m in ('pyshim.serve.session', 'pyshim.gguf.header', 'pyshim.text.chat', 'gguf', 'jinja2', 'yaml') if m in sys.modules)\n"
             "print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 
-from pyshim.quant import RUNNABLE_TYPES, TensorType, tensor_nbytes, tensor_type
+from pyshim.gguf.types import RUNNABLE_TYPES, TensorType, tensor_nbytes, tensor_type
 
 
 def test_mirrors_gguf_enum_and_sizes():

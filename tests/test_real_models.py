@@ -5,7 +5,7 @@ Three comparisons, strongest first:
   dequantizes to f32) must agree almost exactly — this checks each architecture's arithmetic;
 - against llama.cpp on the quantized files (issue 4's bar: top-1 equal at >= 97% of positions, llama.cpp's
   top-1 within pyshim's top-5 everywhere), with pyshim repeating llama.cpp's CPU arithmetic bit for bit
-  (pyshim.ggml_cpu). That is what it takes: a quantized model is chaotic at the scale of its activation
+  (pyshim.exec.ggml_cpu). That is what it takes: a quantized model is chaotic at the scale of its activation
   rounding, and llama.cpp fed one token at a time instead of in one batch (one f32 kernel differs)
   agrees with its own batch top-1 at only 91–96% (numbers in the fixture). Exact, pyshim's logits equal
   llama.cpp's up to the output head's float order (~1e-5);
@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyshim.generate import decode_one_token, prefill, score
-from pyshim.loading import load
-from pyshim.reference import EXACT
+from pyshim.serve.generation import decode_one_token, prefill, score
+from pyshim.exec.loading import load
+from pyshim.exec.reference import EXACT
 
 pytestmark = [pytest.mark.models, pytest.mark.slow]
 
@@ -134,7 +134,7 @@ def _greedy(runner, prompt_ids, n):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_greedy_continuation(name):
-    from pyshim.tokenizer import Tokenizer
+    from pyshim.text.tokenizer import Tokenizer
 
     greedy = FX["models"][name]["greedy"]
     runner = _runner(name, False)

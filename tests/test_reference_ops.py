@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyshim.header import read_header
-from pyshim.loading import load
-from pyshim.ops import AttnSpec
-from pyshim.reference import NumpyOps
-from pyshim.rope import RopeSpec, cos_sin
-from pyshim.weights import BufferSource
+from pyshim.gguf.header import read_header
+from pyshim.exec.loading import load
+from pyshim.models.ops import AttnSpec
+from pyshim.exec.reference import NumpyOps
+from pyshim.models.rope import RopeSpec, cos_sin
+from pyshim.gguf.tensors import BufferSource
 from tiny_models import QT, test_ids as tiny_ids, write_tiny_model
 
 RNG = np.random.default_rng(0)

@@ -1,4 +1,4 @@
-"""pyshim.runs natively (wgpu on lavapipe), on a tiny random model: a raw-prompt completion on the GPU
+"""pyshim.serve.runs natively (wgpu on lavapipe), on a tiny random model: a raw-prompt completion on the GPU
 executor gives the CPU reference's tokens; stop ids, stop strings, ignore_eos; timings hold together;
 teacher-forced scores agree with the reference. (In the browser: tests/test_browser_backend.py.)"""
 
@@ -11,11 +11,11 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from pyshim.errors import BadRequestError
-from pyshim.generate import generate_ids, score
-from pyshim.loading import load
-from pyshim.runs import complete_ids, request_ids, sampling_params, score_ids
-from pyshim.sampling import SamplingParams
-from pyshim.tokenizer import Tokenizer
+from pyshim.serve.generation import generate_ids, score
+from pyshim.exec.loading import load
+from pyshim.serve.runs import complete_ids, request_ids, sampling_params, score_ids
+from pyshim.serve.sampling import SamplingParams
+from pyshim.text.tokenizer import Tokenizer
 import tiny_models
 from tiny_models import N_VOCAB, write_tiny_model
 
@@ -30,7 +30,7 @@ def model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def gpu(model):
     """(loop, runner): one native device for the module, on its own event loop."""
-    from pyshim.gpu.runner import load_gpu_async
+    from pyshim.exec.gpu_runner import load_gpu_async
 
     loop = asyncio.new_event_loop()
     runner = loop.run_until_complete(load_gpu_async(model, n_ctx=64))
@@ -89,7 +89,7 @@ def test_timings_hold_together(gpu):
 
 
 def test_gpu_bytes_are_the_allocation_and_the_plan(gpu):
-    from pyshim.runs import gpu_bytes
+    from pyshim.serve.runs import gpu_bytes
 
     _, runner = gpu
     got = gpu_bytes(runner)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from pyshim.errors import BadRequestError
-from pyshim.generate import StopStrings, generate_ids
-from pyshim.sampling import (SamplingParams, apply_penalties, make_rng, min_p_filter, sample, top_k_filter,
+from pyshim.serve.generation import StopStrings, generate_ids
+from pyshim.serve.sampling import (SamplingParams, apply_penalties, make_rng, min_p_filter, sample, top_k_filter,
                              top_p_filter)
 
 LOGITS = np.array([1.0, 3.0, 2.0, -1.0, 0.5], dtype=np.float32)

@@ -1,6 +1,6 @@
-"""pyshim/session.py's request parsing (the site Worker's `sampling` dict): stop strings reach the engine."""
+"""pyshim/serve/worker_api.py's request parsing (the site Worker's `sampling` dict): stop strings reach the engine."""
 
-from pyshim.session import sampling_from
+from pyshim.serve.worker_api import sampling_from
 
 
 def test_sampling_takes_one_stop_string_or_a_list():

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pyshim import model_files, vendoring
-from pyshim.catalog import PackagedModel
+from pyshim.setup import model_files
+
+from pyshim.setup import vendoring
+from pyshim.setup.catalog import PackagedModel
 from pyshim.errors import ChecksumError
 
 NUMPY = "numpy-2.0.2-cp312-cp312-pyodide_2024_0_wasm32.whl"
@@ -98,7 +100,7 @@ def test_pure_wheel_from_sdist_keeps_only_python(tmp_path):
 def test_pyshim_wheel_has_modules_and_shaders(tmp_path):
     wheel = vendoring.build_pyshim_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"pyshim/__init__.py", "pyshim/gpu/browser.py", "pyshim/header.py"} <= names
+    assert {"pyshim/__init__.py", "pyshim/gpu/browser.py", "pyshim/gguf/header.py"} <= names
     shaders = [n for n in names if n.startswith("pyshim/shaders/")]
     on_disk = [p for p in (vendoring.ROOT / "shaders").rglob("*") if p.is_file()]
     assert len(shaders) == len(on_disk)

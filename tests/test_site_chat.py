@@ -27,12 +27,12 @@ def site(chromium, dev_server):
 
 
 def cpu_reference_reply(kv_type: str = "f32") -> str:
-    from pyshim.catalog import resolve_model
-    from pyshim.chat import ChatTemplate
-    from pyshim.generate import generate_text
-    from pyshim.loading import load
-    from pyshim.sampling import SamplingParams
-    from pyshim.tokenizer import Tokenizer
+    from pyshim.setup.catalog import resolve_model
+    from pyshim.text.chat import ChatTemplate
+    from pyshim.serve.generation import generate_text
+    from pyshim.exec.loading import load
+    from pyshim.serve.sampling import SamplingParams
+    from pyshim.text.tokenizer import Tokenizer
 
     runner = load(resolve_model("smollm2"), n_ctx=512, kv_type=kv_type)
     tok = Tokenizer.from_metadata(runner.metadata)
@@ -77,7 +77,7 @@ def test_greedy_chat_reply_equals_the_cpu_reference(site):
 def test_q8_kv_cache_reply_equals_the_reference_with_that_cache(site):
     _, page, watch = site
     text = ask(page, {**EXACT, "kv_type": "q8"})
-    key = page.evaluate("() => window.pyshimEngine.request('exec', {code: 'import json\\nfrom pyshim.session import loaded_key\\njson.dumps(loaded_key())'})")
+    key = page.evaluate("() => window.pyshimEngine.request('exec', {code: 'import json\\nfrom pyshim.serve.worker_api import loaded_key\\njson.dumps(loaded_key())'})")
     assert key.endswith("#f32~q8"), key          # the model was loaded again, with a q8 cache
     assert text == cpu_reference_reply("q8").strip()
     watch.check()

@@ -9,12 +9,12 @@ import pytest
 from gguf import GGUFValueType as VT
 
 from ggufgen import kv, kv_array, kv_str, kv_str_array, kv_u32, raw_gguf, tensor_info
-from pyshim.catalog import MODELS, model_path
+from pyshim.setup.catalog import MODELS, model_path
 from pyshim.errors import GGUFFormatError, UnsupportedError
-from pyshim.header import MissingKeyError, read_header, read_header_from_file
-from pyshim.memory import KV_TYPES, best_fit, estimate, fits, kv_bytes_per_token, kv_cache_bytes, weights_by_type
-from pyshim.quant import TensorType
-from pyshim.spec import SUPPORTED_ARCHITECTURES, ModelSpec
+from pyshim.gguf.header import MissingKeyError, read_header, read_header_from_file
+from pyshim.plan.memory import KV_TYPES, best_fit, estimate, fits, kv_bytes_per_token, kv_cache_bytes, weights_by_type
+from pyshim.gguf.types import TensorType
+from pyshim.gguf.spec import SUPPORTED_ARCHITECTURES, ModelSpec
 
 BASE = {"block_count": 4, "context_length": 2048, "embedding_length": 256, "feed_forward_length": 512,
         "attention.head_count": 8, "attention.layer_norm_rms_epsilon": 1e-5}

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from pyshim.loading import load
+from pyshim.exec.loading import load
 from tiny_models import ARCHS, FIXTURE, QTYPES, QT, sha256, write_tiny_model
 
 FX = json.loads(FIXTURE.read_text())

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from pyshim.errors import BadRequestError, GGUFFormatError, UnsupportedError
-from pyshim.tokenizer import Tokenizer
-from pyshim.tokenizer.detokenize import clean_up_spaces
-from pyshim.tokenizer.pretokenize import DEFAULT, GPT2, GPT4O, LLAMA3, QWEN2, STARCODER, split
-from pyshim.tokenizer.unicode import BYTE_TO_CHAR, byte_encode, collapse
+from pyshim.text.tokenizer import Tokenizer
+from pyshim.text.tokenizer.detokenize import clean_up_spaces
+from pyshim.text.tokenizer.pretokenize import DEFAULT, GPT2, GPT4O, LLAMA3, QWEN2, STARCODER, split
+from pyshim.text.tokenizer.unicode import BYTE_TO_CHAR, byte_encode, collapse
 
 CONTROL, NORMAL, USER_DEFINED, BYTE = 3, 1, 4, 6
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from pyshim.header import read_header_from_file
-from pyshim.tokenizer import Tokenizer
+from pyshim.gguf.header import read_header_from_file
+from pyshim.text.tokenizer import Tokenizer
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -52,7 +52,7 @@ def test_every_llamacpp_vocab_is_listed():
 def test_every_pre_tokenizer_matches_llamacpp():
     # llama.cpp's Qwen 2 test vocabulary with each `tokenizer.ggml.pre` value pyshim knows, on seeded
     # random texts (tests/fixtures/make_pretokenizer_fixtures.py stores llama.cpp's ids as digests)
-    from pyshim.tokenizer.pretokenize import supported_pre_tokenizers
+    from pyshim.text.tokenizer.pretokenize import supported_pre_tokenizers
 
     expected = json.loads((HERE / "fixtures" / "pretokenizer_llamacpp.json").read_text("utf-8"))
     assert set(expected["digests"]) == set(supported_pre_tokenizers()) - {"gemma4"}

@@ -13,9 +13,9 @@ from gguf import GGMLQuantizationType as QT
 import tiny_models
 from gpu_helpers import GPU
 from pyshim.gpu.kernels import TOPK, TOPK_CHUNK, WG, groups
-from pyshim.gpu.runner import load_gpu_async
+from pyshim.exec.gpu_runner import load_gpu_async
 from pyshim.gpu.shaderc import ShaderKey
-from pyshim.sampling import SamplingParams, can_sample_top_k, make_rng, sample, sample_top_k
+from pyshim.serve.sampling import SamplingParams, can_sample_top_k, make_rng, sample, sample_top_k
 
 
 @pytest.fixture(scope="module")

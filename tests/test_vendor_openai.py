@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pyshim import vendoring
+from pyshim.setup import vendoring
 from pyshim.errors import ChecksumError, SetupError
 
 FILES = {

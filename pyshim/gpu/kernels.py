@@ -405,8 +405,8 @@ class KernelCache:
 
 def rope_theta(spec, freq_factors: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """Per rotated pair, the angle per position (f32 [dims/2], computed in f64 then rounded) and mscale:
-    what rope.wgsl multiplies by the position (see pyshim.rope.pair_tables)."""
-    from pyshim.rope import pair_tables
+    what rope.wgsl multiplies by the position (see pyshim.models.rope.pair_tables)."""
+    from pyshim.models.rope import pair_tables
 
     inv_freq, mix, mscale = pair_tables(spec, freq_factors)
     theta = inv_freq * (spec.freq_scale * (1.0 - mix) + mix)

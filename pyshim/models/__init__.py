@@ -8,8 +8,8 @@ from pyshim.models.llama import Llama
 from pyshim.models.phi3 import Phi3
 from pyshim.models.qwen2 import Qwen2
 from pyshim.models.qwen3 import Qwen3
-from pyshim.ops import Ops
-from pyshim.spec import ModelSpec
+from pyshim.models.ops import Ops
+from pyshim.gguf.spec import ModelSpec
 
 ARCHITECTURES = {
     "llama": Llama,     # also SmolLM2, TinyLlama, Mistral (converted as llama)

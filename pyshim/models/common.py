@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from pyshim.ops import AttnSpec
-from pyshim.rope import RopeSpec
-from pyshim.spec import ModelSpec
+from pyshim.models.ops import AttnSpec
+from pyshim.models.rope import RopeSpec
+from pyshim.gguf.spec import ModelSpec
 
 _ROPE_FIELDS = tuple(f.name for f in fields(RopeSpec))
 

@@ -6,8 +6,8 @@ include Gemma's "+1", so they are plain RMSNorm weights here."""
 from __future__ import annotations
 
 from pyshim.models.common import layer_attn, layer_rope
-from pyshim.ops import Ops
-from pyshim.spec import ModelSpec
+from pyshim.models.ops import Ops
+from pyshim.gguf.spec import ModelSpec
 
 
 class Gemma3Block:

@@ -4,8 +4,8 @@ grouped-query attention with normal (adjacent-pair) rope, SwiGLU feed-forward, o
 from __future__ import annotations
 
 from pyshim.models.common import layer_attn, layer_rope
-from pyshim.ops import Ops
-from pyshim.spec import ModelSpec
+from pyshim.models.ops import Ops
+from pyshim.gguf.spec import ModelSpec
 
 
 class LlamaBlock:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from pyshim.models.llama import Llama, LlamaBlock
-from pyshim.ops import Ops
-from pyshim.spec import ModelSpec
+from pyshim.models.ops import Ops
+from pyshim.gguf.spec import ModelSpec
 
 
 class Qwen3Block(LlamaBlock):

@@ -1,6 +1,6 @@
 // The chat engine behind generation.js: loads a stored model into the GPU and streams replies.
 //
-// Loading follows Python's plan (pyshim/session.py): the header and the few small tensors go to
+// Loading follows Python's plan (pyshim/serve/worker_api.py): the header and the few small tensors go to
 // Python; every weight tensor goes IndexedDB chunk → queue.writeBuffer straight into the GPU buffer
 // Python created for it, so weights never pass through the wasm heap (memory stays near one chunk).
 
@@ -15,7 +15,7 @@ async function headerPrefix(manifest, py) {
     const prefix = await store.readRange(manifest.id, 0, length);
     py.globals.set("_prefix", prefix);
     const need = py.runPython(
-      "from pyshim.header import read_header, NeedMoreBytes\n" +
+      "from pyshim.gguf.header import read_header, NeedMoreBytes\n" +
       `try:\n    read_header(_prefix.to_bytes(), file_size=${manifest.size}); _need = 0\n` +
       "except NeedMoreBytes as _e:\n    _need = _e.suggested\n_need");
     py.globals.delete("_prefix");
@@ -51,7 +51,7 @@ export async function loadModel(py, modelId, context, emit, setup = setupOf(null
   if (!manifest || manifest.status !== "ready") {
     throw Object.assign(new Error("this model is not fully stored yet"), { name: "ModelNotReadyError", hint: "finish its download first" });
   }
-  const session = py.pyimport("pyshim.session");
+  const session = py.pyimport("pyshim.serve.worker_api");
   const prefix = await headerPrefix(manifest, py);
   const small = session.small_ranges(prefix, manifest.size).toJs();
   const ranges = [];
@@ -87,7 +87,7 @@ export async function loadModel(py, modelId, context, emit, setup = setupOf(null
 // returns the milliseconds it took (0 when it was there). The Worker's `load` kind calls it too.
 // `setup`: the arithmetic and KV type (setupOf); a model loaded otherwise is loaded again.
 export async function ensureLoaded(py, modelId, context, emit, setup = setupOf(null)) {
-  const session = py.pyimport("pyshim.session");
+  const session = py.pyimport("pyshim.serve.worker_api");
   const loaded = session.loaded_key() === loadKey(modelId, context, setup);
   session.destroy();
   if (loaded) return 0;
@@ -101,7 +101,7 @@ export function chatEngine(ensurePython) {
   return async ({ params, emit, signal }) => {
     const py = await ensurePython();
     const loadMs = await ensureLoaded(py, params.model_id, params.context, emit, setupOf(params));
-    const session = py.pyimport("pyshim.session");
+    const session = py.pyimport("pyshim.serve.worker_api");
     let index = 0;
     const onText = (text, token) => emit("token", { text, token, index: index++ });
     const shouldStop = () => signal.aborted;

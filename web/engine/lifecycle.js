@@ -21,7 +21,7 @@ export function lifecycleKinds(ensurePython) {
     async unload(params, id) {
       const py = await ensurePython();
       return track(id, async () => {
-        const session = py.pyimport("pyshim.session");
+        const session = py.pyimport("pyshim.serve.worker_api");
         session.unload();
         session.destroy();
         return { unloaded: true };

@@ -1,4 +1,4 @@
-// Raw-prompt requests in the engine Worker (Python side: pyshim/runs.py). The model is the chat's
+// Raw-prompt requests in the engine Worker (Python side: pyshim/serve/runs.py). The model is the chat's
 // (chat.js ensureLoaded): one model on the GPU at a time, shared by chat and these kinds, kept between
 // requests; the requests themselves run one at a time (generation.track).
 //
@@ -25,7 +25,7 @@
 // bench    {model_url | model_id, context, prompt | prompt_ids, max_tokens, ignore_eos = true}
 //   result  {prompt_tokens, load_ms, ttft_ms, prefill_ms, decode_tokens, decode_ms, decode_tok_per_s,
 //            cpu_ms, cpu_share (= cpu_ms / decode_ms), text, peak_gpu_bytes, planned_gpu_bytes}
-//            greedy, as playwright/bench_engines.py reads it; peak = allocated so far, planned = pyshim.memory
+//            greedy, as playwright/bench_engines.py reads it; peak = allocated so far, planned = pyshim.plan.memory
 
 import * as store from "../store/store.js";
 import { ensureLoaded, setupOf } from "./chat.js";
@@ -72,7 +72,7 @@ async function ensureModel(py, params, probe, emit) {
   }
   let context = params.context;
   if (context == null) {   // the loaded model's own context when it is this model (chat.js loadKey)
-    const session = py.pyimport("pyshim.session");
+    const session = py.pyimport("pyshim.serve.worker_api");
     const loaded = (session.loaded_key() ?? "").match(/^(.*)@(\d+)(#\w+)?(~\w+)?$/);
     session.destroy();
     context = loaded && loaded[1] === modelId ? Number(loaded[2]) : DEFAULT_CONTEXT;
@@ -80,9 +80,9 @@ async function ensureModel(py, params, probe, emit) {
   return { load_ms: await ensureLoaded(py, modelId, context, emit, setupOf(params)), store_ms: storeMs };
 }
 
-// Calls pyshim.runs.<fn>(request JSON, ...extra) and parses its JSON answer.
+// Calls pyshim.serve.runs.<fn>(request JSON, ...extra) and parses its JSON answer.
 async function callRuns(py, fn, request, ...extra) {
-  const runs = py.pyimport("pyshim.runs");
+  const runs = py.pyimport("pyshim.serve.runs");
   try {
     return JSON.parse(await runs[fn](JSON.stringify(request), ...extra));
   } finally {

@@ -64,7 +64,7 @@ const handlers = {
       const bytes = new Uint8Array(await response.arrayBuffer());
       pyodide.globals.set("_prefix", bytes);
       pyodide.globals.set("_file_size", fileSize);
-      const out = await runPython("import json\nfrom pyshim.probe import probe\n" +
+      const out = await runPython("import json\nfrom pyshim.plan.probe import probe\n" +
         "_r = json.dumps(probe(_prefix.to_py(), _file_size))\ndel _prefix, _file_size\n_r");
       if (out.need === undefined) return { ...out, fetched_bytes: bytes.length, rounds: round + 1 };
       if (response.status === 200 || (fileSize !== null && bytes.length >= fileSize)) {
@@ -83,7 +83,7 @@ const handlers = {
     pyodide.globals.set("_probe_args", pyodide.toPy({ file_size, context, kv_type }));
     // A file pyshim cannot use (not GGUF, truncated, unsupported) answers {refused: {name, message, hint}};
     // anything else that goes wrong in Python is a bug and stays an error.
-    return runPython("import json\nfrom pyshim.errors import PyshimError\nfrom pyshim.probe import probe\n_a = _probe_args\n" +
+    return runPython("import json\nfrom pyshim.errors import PyshimError\nfrom pyshim.plan.probe import probe\n_a = _probe_args\n" +
       "try:\n    _r = probe(_prefix.to_py(), _a['file_size'], context=_a['context'], kv_type=_a['kv_type'])\n" +
       "except PyshimError as _e:\n    _r = {'refused': {'name': type(_e).__name__, 'message': str(_e), 'hint': _e.hint}}\n" +
       "del _prefix, _probe_args, _a\njson.dumps(_r)");

@@ -1,0 +1,169 @@
+"""`--backend browser`: one request run inside headless Chromium — Pyodide, pyshim and the WebGPU executor
+in the site's engine Worker, as a visitor's browser runs them — and its result brought back to the CLI.
+
+The dev server and Chromium come from the checkout's playwright/harness.py (not an importable package on
+purpose: it sits next to the Playwright library's own name). The model file goes into the page's
+IndexedDB store the way the site stores any model (header first through Python's probe, then Range
+chunks), then the Worker loads it store → GPU along Python's upload plan and runs the request
+(web/engine/runs.js: `complete`, `score`). A file outside the dev server's models/ folder is served to
+the page from disk by a Playwright route.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Callable
+
+from pyshim.errors import BadRequestError, GPUUnavailableError, PyshimError, SetupError
+from pyshim.paths import IN_CHECKOUT, MODELS_DIR, PLAYWRIGHT_DIR, VENDOR_DIR
+
+REQUEST_TIMEOUT_MS = 3_600_000     # one request on SwiftShader: Gemma 3 decodes ~0.5 tok/s on a loaded machine
+STORE_TIMEOUT_MS = 600_000
+ROUTED_PREFIX = "cli-model/"       # the page's URL for a model file served from disk (outside models/)
+_RANGE = re.compile(r"bytes=(\d+)-(\d*)")
+
+# Stores the file at `url` in the page's IndexedDB (the site's download path), asking the Worker's
+# probe whether the header is usable; returns the store id.
+STORE_JS = """async ([url, context]) => {
+  const store = await import(new URL("store/store.js", location.href).href);
+  const engine = window.pyshimEngine;
+  const checkFit = async (prefix, size) => {
+    const s = await engine.request("probe-bytes", { bytes: prefix, file_size: size, context });
+    if (s.need !== undefined) return s;
+    if (s.refused) return { ok: false, reasons: [s.refused.message], summary: s };
+    return { ok: true, reasons: [], summary: s };
+  };
+  const created = await store.createFromURL(url);
+  const ready = await store.download(created.id, { checkFit });
+  return { id: ready.id, status: ready.status, error: ready.error };
+}"""
+
+# One engine request; token events go to the exposed `pyshimCliToken` when streaming.
+REQUEST_JS = """async ([kind, params, stream]) => {
+  const onEvent = stream ? (event, data) => { if (event === "token") window.pyshimCliToken(data.text); } : null;
+  try { return { ok: true, result: await window.pyshimEngine.request(kind, params, { onEvent }) }; }
+  catch (e) { return { ok: false, error: { name: e.name, message: e.message, hint: e.hint ?? null } }; }
+}"""
+
+
+def open_header(path: Path, n_ctx: int | None) -> tuple:
+    """(header, context length) of a model file, checked here before the browser starts; the context
+    defaults as for the native backends (pyshim.exec.loading)."""
+    from pyshim.gguf.header import read_header_from_file
+    from pyshim.exec.loading import DEFAULT_N_CTX
+    from pyshim.models import check_architecture
+    from pyshim.gguf.spec import ModelSpec
+
+    header = read_header_from_file(path)
+    check_architecture(header.architecture)
+    spec = ModelSpec.from_header(header)
+    n_ctx = min(spec.context_length, DEFAULT_N_CTX) if n_ctx is None else int(n_ctx)
+    if n_ctx < 1:
+        raise BadRequestError(f"the context length must be positive, got {n_ctx}")
+    return header, n_ctx
+
+
+def _harness():
+    if not IN_CHECKOUT or not (PLAYWRIGHT_DIR / "harness.py").is_file():
+        raise SetupError("--backend browser runs from a pyshim checkout (it drives playwright/harness.py)",
+                         hint="clone the repository and install it with `pip install -e .`")
+    try:
+        import playwright.sync_api  # noqa: F401  (the library, before playwright/ goes on the path)
+    except ImportError:
+        raise SetupError("--backend browser needs the Playwright library",
+                         hint="pip install playwright (never `playwright install`: Debian's chromium is used)") from None
+    if str(PLAYWRIGHT_DIR) not in sys.path:
+        sys.path.insert(0, str(PLAYWRIGHT_DIR))
+    import harness
+
+    return harness
+
+
+def _engine_error(error: dict) -> PyshimError:
+    """An error the Worker answered, as the pyshim error of the same name when there is one."""
+    from pyshim import errors
+
+    cls = getattr(errors, error.get("name") or "", None)
+    if not (isinstance(cls, type) and issubclass(cls, PyshimError)):
+        cls = PyshimError
+    message = error.get("message") or "the engine Worker failed"
+    return cls(message if cls is not PyshimError else f"{error.get('name')}: {message}", hint=error.get("hint"))
+
+
+def _serve_file(path: Path):
+    """A Playwright route handler answering GET (with Range) for `path`, read from disk."""
+    size = path.stat().st_size
+
+    def handle(route):
+        wanted = _RANGE.fullmatch(route.request.headers.get("range", "").strip())
+        headers = {"Accept-Ranges": "bytes", "Content-Type": "application/octet-stream",
+                   "ETag": f'"{size}-{int(path.stat().st_mtime)}"'}
+        first, last = (0, size - 1) if not wanted else (int(wanted.group(1)), int(wanted.group(2) or size - 1))
+        last = min(last, size - 1)
+        with path.open("rb") as f:
+            f.seek(first)
+            body = f.read(last + 1 - first)
+        if wanted:
+            headers["Content-Range"] = f"bytes {first}-{last}/{size}"
+        route.fulfill(status=206 if wanted else 200, headers=headers, body=body)
+
+    return handle
+
+
+def run(model: Path, kind: str, params: dict, *, on_text: Callable[[str], None] | None = None) -> dict:
+    """Runs one Worker request (`complete` or `score`) on `model` in headless Chromium; its result.
+    `params` without the model: it is stored in the page and named by its store id here."""
+    harness = _harness()
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+
+    from pyshim.setup import vendoring
+
+    model = Path(model).resolve()
+    if not Path(harness.CHROMIUM).exists():      # before the dev server and the wheel build: fail fast
+        raise SetupError(f"--backend browser needs Chromium, and {harness.CHROMIUM} is missing",
+                         hint="apt-get install -y chromium (or set PYSHIM_CHROMIUM to a Chromium binary); "
+                              "never `playwright install`, it downloads a browser")
+    if not (VENDOR_DIR / "manifest.json").is_file():
+        raise SetupError("web/vendor is missing (Pyodide and the wheels the page loads)", hint="run `pyshim setup` first")
+    vendoring.vendor_pyshim()          # the Worker installs pyshim from this wheel: make it this checkout's code
+    vendoring.write_manifest()
+    try:
+        with harness.DevServer() as server, sync_playwright() as p:
+            try:
+                browser = harness.launch_chromium(p)
+            except harness.HarnessError as exc:
+                raise SetupError(str(exc)) from None
+            try:
+                # Service workers blocked: the site's precaching would compete with the run for the 2 cores.
+                context = browser.new_context(service_workers="block")
+                page, _ = harness.open_page(context, server.url)
+                try:
+                    harness.require_adapter(page)
+                except harness.HarnessError as exc:
+                    raise GPUUnavailableError(str(exc), hint="try --backend gpu (native wgpu) or --backend cpu") from None
+                harness.wait_for_boot(page)
+                if model.is_relative_to(MODELS_DIR.resolve()):
+                    url = server.url + "models/" + model.relative_to(MODELS_DIR.resolve()).as_posix()
+                else:
+                    url = server.url + ROUTED_PREFIX + model.name
+                    context.route(url, _serve_file(model))      # registered last: matched before the network guard
+                page.set_default_timeout(STORE_TIMEOUT_MS)
+                stored = page.evaluate(STORE_JS, [url, params.get("context")])
+                if stored["status"] != "ready":
+                    raise _engine_error(stored.get("error") or {"message": f"the model could not be stored ({stored['status']})"})
+                if on_text is not None:
+                    page.expose_function("pyshimCliToken", on_text)
+                page.set_default_timeout(REQUEST_TIMEOUT_MS)
+                outcome = page.evaluate(REQUEST_JS, [kind, {**params, "model_id": stored["id"]}, on_text is not None])
+            finally:
+                browser.close()
+    except harness.HarnessError as exc:      # the dev server or the Worker's boot
+        raise PyshimError(str(exc)) from None
+    except PlaywrightError as exc:
+        raise PyshimError(f"headless Chromium failed: {str(exc).splitlines()[0]}") from None
+    if not outcome["ok"]:
+        raise _engine_error(outcome["error"])
+    return outcome["result"]

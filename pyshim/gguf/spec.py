@@ -1,0 +1,284 @@
+"""`ModelSpec`: the hyperparameters of a model, read from the `{arch}.*` keys of its GGUF header.
+
+Defaults and per-architecture rules follow llama.cpp's `load_hparams` and `llama_model_rope_type`, so
+that a model pyshim runs means what it means in llama.cpp:
+- rope: "normal" (pairs 2i, 2i+1) for llama; NeoX (pairs i, i + dims/2) for qwen2, qwen3, gemma3, phi3.
+  Base defaults to 10000, dims to the key head size; scaling type defaults to linear and a factor of 0/1
+  means none; YaRN's original context defaults to the training context.
+- llama: rope must rotate whole heads (llama.cpp refuses other dimension counts).
+- gemma3: when `gemma3.attention.sliding_window` > 0, layers attend locally by the per-layer bool array
+  `gemma3.attention.sliding_window_pattern`, or by that key as a period n (layer il is local when
+  il % n < n - 1; 0: all local), by default 6 (five local layers, then one global). Local layers use
+  rope base `gemma3.rope.freq_base_swa` (default 10000) without context scaling. Input embeddings are
+  scaled by sqrt(n_embd); the 27B model (62 layers) scales queries by 1/sqrt(n_embd/n_head).
+- phi3: a sliding_window key may be present but llama.cpp disables it, and so does pyshim.
+- YaRN's beta/ext/attn/log-multiplier keys are read by llama.cpp only for other architectures (DeepSeek,
+  Grok...), so for these they keep llama.cpp's defaults whatever the file says.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pyshim.errors import GGUFFormatError, UnsupportedError
+from pyshim.gguf.header import GGUFHeader, MissingKeyError
+
+# Architectures pyshim can run -> rope pairing (llama.cpp: LLAMA_ROPE_TYPE_NORM vs NEOX).
+ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "gemma3": True, "phi3": True}
+SUPPORTED_ARCHITECTURES = tuple(ROPE_NEOX)
+
+DEFAULT_ROPE_BASE = 10000.0
+MAX_LAYERS = 512                 # llama.cpp's LLAMA_MAX_LAYERS: per-layer tables are sized by it
+GEMMA3_SWA_PERIOD = 6            # default: every 6th layer attends globally
+GEMMA3_LOCAL_ROPE_BASE = 10000.0
+GEMMA3_27B_LAYERS = 62
+YARN_BETA_FAST = 32.0            # llama.cpp's defaults (its yarn_* keys are not read for these architectures)
+YARN_BETA_SLOW = 1.0
+SCALING_TYPES = ("none", "linear", "yarn", "longrope")
+
+
+@dataclass(frozen=True)
+class RopeParams:
+    """Rotary embedding of one kind of layer. The first eight fields match `pyshim.models.rope.RopeSpec`."""
+    dims: int                    # leading dims of each head that rotate
+    base: float
+    neox: bool                   # True: pairs (i, i + dims/2); False: pairs (2i, 2i + 1)
+    scaling: str = "none"        # one of SCALING_TYPES
+    factor: float = 1.0          # context extension factor (llama.cpp's freq_scale = 1/factor)
+    n_ctx_orig: int = 0          # context the model was trained with before extension (YaRN)
+    attn_factor: float = 1.0     # {arch}.rope.scaling.attn_factor
+    yarn_log_mul: float = 0.0    # (llama.cpp reads {arch}.rope.scaling.yarn_log_multiplier for DeepSeek only)
+    yarn_ext_factor: float = -1.0  # < 0: llama.cpp chooses (1 for YaRN, else 0)
+    yarn_attn_factor: float = 1.0
+    yarn_beta_fast: float = YARN_BETA_FAST
+    yarn_beta_slow: float = YARN_BETA_SLOW
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    architecture: str
+    name: str                    # general.name, or the architecture
+    n_layers: int
+    n_embd: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim_k: int
+    head_dim_v: int
+    n_ff: int
+    n_vocab: int
+    context_length: int          # training context
+    norm_eps: float              # RMSNorm epsilon
+    rope: RopeParams             # global (non-sliding) layers
+    rope_swa: RopeParams         # sliding-window layers (== rope when there are none)
+    rope_factor_tensors: tuple[str, ...]  # per-dimension frequency factors: rope_freqs (Llama 3.1+), rope_factors_long/short (Phi-3 LongRoPE)
+    sliding_window: int          # tokens a local layer sees (0: no sliding window)
+    swa_layers: tuple[bool, ...]  # per layer: True = sliding-window (local) attention
+    attn_scale: float            # multiplies q.k before softmax
+    attn_logit_softcap: float | None   # tanh soft cap of attention scores (gemma2-style); None: none
+    final_logit_softcap: float | None  # tanh soft cap of output logits; None: none
+    embedding_scale: float       # multiplies token embeddings (gemma: sqrt(n_embd))
+    tied_output: bool            # no output.weight: the output projection reuses token_embd
+    ffn_activation: str          # "silu" (SwiGLU) or "gelu" (GeGLU, tanh approximation)
+    # Weight layout facts the forward pass needs, read off the tensor table.
+    qkv_bias: bool               # blk.N.attn_q.bias etc. (qwen2)
+    qk_norm: bool                # blk.N.attn_q_norm / attn_k_norm (qwen3, gemma3)
+    post_norms: bool             # blk.N.post_attention_norm / post_ffw_norm (gemma3)
+    fused_qkv: bool              # blk.N.attn_qkv (phi3)
+    fused_gate_up: bool          # no ffn_gate: ffn_up holds [gate; up] (phi3)
+    # Mixture of experts (0 experts: a dense model).
+    n_experts: int = 0
+    n_experts_used: int = 0
+    n_ff_expert: int = 0
+    n_experts_shared: int = 0
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)  # rope_finetuned etc.: informative
+
+    @property
+    def n_embd_k_gqa(self) -> int:
+        return self.n_kv_heads * self.head_dim_k
+
+    @property
+    def n_embd_v_gqa(self) -> int:
+        return self.n_kv_heads * self.head_dim_v
+
+    @property
+    def n_swa_layers(self) -> int:
+        return sum(self.swa_layers)
+
+    def rope_for_layer(self, layer: int) -> RopeParams:
+        return self.rope_swa if self.swa_layers[layer] else self.rope
+
+    @classmethod
+    def from_header(cls, header: GGUFHeader) -> ModelSpec:
+        return _spec_from_header(header)
+
+
+class _Keys:
+    """Typed access to `{arch}.*` keys with messages that name the key."""
+
+    def __init__(self, header: GGUFHeader, arch: str):
+        self.header, self.arch = header, arch
+
+    def _get(self, suffix: str):
+        key = f"{self.arch}.{suffix}"
+        return key, self.header.metadata.get(key)
+
+    def integer(self, suffix: str, default: int | None = None) -> int:
+        key, value = self._get(suffix)
+        if value is None:
+            if default is None:
+                raise MissingKeyError(f"the file has no '{key}' key, which a {self.arch} model needs",
+                                      hint="the file was written by an old or broken converter: convert the model again")
+            return default
+        if isinstance(value, np.ndarray) and value.dtype.kind in "iu":   # per-layer array (llama.cpp: get_key_or_arr)
+            values = {int(v) for v in value}
+            if len(values) != 1:
+                raise UnsupportedError(f"'{key}' differs between layers ({sorted(values)}); pyshim needs one value for all layers")
+            value = values.pop()
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise GGUFFormatError(f"'{key}' should be an integer but is {value!r}", hint="the file is damaged: convert it again")
+        return value
+
+    def number(self, suffix: str, default: float) -> float:
+        key, value = self._get(suffix)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise GGUFFormatError(f"'{key}' should be a number but is {value!r}", hint="the file is damaged: convert it again")
+        return float(value)
+
+    def text(self, suffix: str, default: str) -> str:
+        key, value = self._get(suffix)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise GGUFFormatError(f"'{key}' should be a string but is {value!r}", hint="the file is damaged: convert it again")
+        return value
+
+
+def _positive(name: str, value: int, arch: str) -> int:
+    if value <= 0:
+        raise GGUFFormatError(f"{arch}.{name} is {value}; it must be positive", hint="the file is damaged: convert it again")
+    return value
+
+
+def _spec_from_header(header: GGUFHeader) -> ModelSpec:
+    arch = header.architecture
+    if arch not in ROPE_NEOX:
+        raise UnsupportedError(f"pyshim cannot run the '{arch}' architecture",
+                               hint=f"supported architectures: {', '.join(SUPPORTED_ARCHITECTURES)}")
+    k = _Keys(header, arch)
+    n_layers = _positive("block_count", k.integer("block_count"), arch)
+    if n_layers > MAX_LAYERS:
+        raise GGUFFormatError(f"{arch}.block_count is {n_layers}; llama.cpp and pyshim allow at most {MAX_LAYERS} layers",
+                              hint="the file is damaged: convert it again")
+    n_embd = _positive("embedding_length", k.integer("embedding_length"), arch)
+    n_heads = _positive("attention.head_count", k.integer("attention.head_count"), arch)
+    n_kv_heads = _positive("attention.head_count_kv", k.integer("attention.head_count_kv", n_heads), arch)
+    if n_heads % n_kv_heads:
+        raise GGUFFormatError(f"{arch}: {n_heads} query heads cannot be shared by {n_kv_heads} key/value heads",
+                              hint="the file is damaged: convert it again")
+    head_dim_k = _positive("attention.key_length", k.integer("attention.key_length", n_embd // n_heads), arch)
+    head_dim_v = _positive("attention.value_length", k.integer("attention.value_length", n_embd // n_heads), arch)
+    context_length = _positive("context_length", k.integer("context_length"), arch)
+
+    neox = ROPE_NEOX[arch]
+    rope = _rope(k, head_dim_k, neox, context_length)
+    rope_swa = rope
+    sliding_window = 0
+    swa_layers = (False,) * n_layers
+    attn_scale = 1.0 / math.sqrt(head_dim_k)
+    final_softcap = None
+    embedding_scale = 1.0
+    activation = "silu"
+    if arch == "llama" and rope.dims != head_dim_k:
+        raise GGUFFormatError(f"llama.rope.dimension_count is {rope.dims} but the heads have {head_dim_k} dims; "
+                              "llama models rotate whole heads", hint="the file is damaged: convert it again")
+    if arch == "gemma3":
+        sliding_window = k.integer("attention.sliding_window", 0)
+        if sliding_window > 0:
+            swa_layers = _swa_pattern(header, arch, n_layers)
+            rope_swa = RopeParams(dims=rope.dims, base=k.number("rope.freq_base_swa", GEMMA3_LOCAL_ROPE_BASE), neox=neox,
+                                  n_ctx_orig=rope.n_ctx_orig)
+        if n_layers == GEMMA3_27B_LAYERS:
+            attn_scale = 1.0 / math.sqrt(n_embd / n_heads)
+        final_softcap = k.number("final_logit_softcapping", 0.0) or None
+        embedding_scale = math.sqrt(n_embd)
+        activation = "gelu"
+
+    has = header.has_tensor
+    vocab = header.metadata.get("tokenizer.ggml.tokens")
+    n_vocab = len(vocab) if isinstance(vocab, (list, np.ndarray)) else k.integer("vocab_size", 0)
+    if not n_vocab and has("token_embd.weight") and len(header.tensor("token_embd.weight").shape) == 2:
+        n_vocab = header.tensor("token_embd.weight").shape[1]
+    rope_factor_tensors = tuple(name for name in ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+                                if has(name))
+    n_experts = k.integer("expert_count", 0)
+    n_ff = k.integer("feed_forward_length", 0)
+    return ModelSpec(
+        architecture=arch,
+        name=str(header.metadata.get("general.name") or arch),
+        n_layers=n_layers, n_embd=n_embd, n_heads=n_heads, n_kv_heads=n_kv_heads,
+        head_dim_k=head_dim_k, head_dim_v=head_dim_v,
+        n_ff=n_ff if n_experts else _positive("feed_forward_length", n_ff, arch),
+        n_vocab=n_vocab,
+        context_length=context_length,
+        norm_eps=k.number("attention.layer_norm_rms_epsilon", 1e-5),
+        rope=rope, rope_swa=rope_swa, rope_factor_tensors=rope_factor_tensors,
+        sliding_window=sliding_window if any(swa_layers) else 0,
+        swa_layers=swa_layers,
+        attn_scale=attn_scale,
+        attn_logit_softcap=None,   # none of the supported architectures uses it (llama.cpp: gemma2 only)
+        final_logit_softcap=final_softcap,
+        embedding_scale=embedding_scale,
+        tied_output=not has("output.weight"),
+        ffn_activation=activation,
+        qkv_bias=has("blk.0.attn_q.bias") or has("blk.0.attn_qkv.bias"),
+        qk_norm=has("blk.0.attn_q_norm.weight"),
+        post_norms=has("blk.0.post_attention_norm.weight"),
+        fused_qkv=has("blk.0.attn_qkv.weight"),
+        fused_gate_up=has("blk.0.ffn_up.weight") and not has("blk.0.ffn_gate.weight"),
+        n_experts=n_experts,
+        n_experts_used=k.integer("expert_used_count", 0),
+        n_ff_expert=k.integer("expert_feed_forward_length", n_ff if n_experts else 0),
+        n_experts_shared=k.integer("expert_shared_count", 0),
+        extra={"rope_finetuned": bool(header.metadata.get(f"{arch}.rope.scaling.finetuned", False))},
+    )
+
+
+def _swa_pattern(header: GGUFHeader, arch: str, n_layers: int) -> tuple[bool, ...]:
+    """Which layers use the sliding window (llama.cpp's load_swa_pattern with gemma3's default period)."""
+    key = f"{arch}.attention.sliding_window_pattern"
+    value = header.metadata.get(key, GEMMA3_SWA_PERIOD)
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biu":
+        # llama.cpp copies the array over all-dense layers: missing entries are global layers
+        return tuple(bool(value[il]) if il < len(value) else False for il in range(n_layers))
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise GGUFFormatError(f"'{key}' should be a period or a per-layer bool array, not {value!r}",
+                              hint="the file is damaged: convert it again")
+    return tuple(value == 0 or il % value < value - 1 for il in range(n_layers))
+
+
+def _rope(k: _Keys, head_dim_k: int, neox: bool, context_length: int) -> RopeParams:
+    dims = k.integer("rope.dimension_count", head_dim_k)
+    if dims > head_dim_k or dims % 2:
+        raise GGUFFormatError(f"{k.arch}.rope.dimension_count is {dims}; it must be even and at most the head size {head_dim_k}",
+                              hint="the file is damaged: convert it again")
+    factor = k.number("rope.scaling.factor", 0.0) or k.number("rope.scale_linear", 0.0)
+    scaling = k.text("rope.scaling.type", "linear")
+    if scaling not in SCALING_TYPES:
+        raise UnsupportedError(f"{k.arch}.rope.scaling.type is '{scaling}'; pyshim knows {', '.join(SCALING_TYPES)}")
+    if factor in (0.0, 1.0) and scaling == "linear":   # llama.cpp's default type with no factor: plain rope
+        scaling = "none"
+    return RopeParams(
+        dims=dims,
+        base=k.number("rope.freq_base", DEFAULT_ROPE_BASE),
+        neox=neox,
+        scaling=scaling,
+        factor=factor or 1.0,
+        n_ctx_orig=k.integer("rope.scaling.original_context_length", context_length),
+        attn_factor=k.number("rope.scaling.attn_factor", 1.0),
+    )

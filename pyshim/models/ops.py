@@ -1,0 +1,109 @@
+"""The ops interface: everything a model's forward pass may do, and nothing else.
+
+A model (`pyshim/models/<arch>.py`) is written once against `Ops`. Two executors implement it:
+- the reference executor (`pyshim/exec/reference.py`, NumPy) computes each op immediately;
+- the GPU executor records each op as a dispatch into a program, once per shape (decode step,
+  prefill chunk), and replays it per step.
+
+So the rules for model code are:
+- tensors are opaque handles: the model passes them from op to op and reads only `.shape`
+  (a tuple of ints); it never indexes them, converts them, or calls NumPy on them;
+- every op's output shape is a function of its input shapes and arguments (given below), so a recorder
+  knows every buffer size before anything runs;
+- no control flow on values — only on shapes and hyperparameters; the step's token ids and positions
+  arrive as handles (`tokens`, `positions`, both `[n]`) made by the executor;
+- weights are bound once, by GGUF tensor name and expected shape, through `weight()`; the handle is
+  whatever the executor wants (quant blocks in a GPU buffer, a lazily dequantized array...).
+
+Activations are `[n, features]` (n tokens of the step) or `[n, heads, head_dim]`, float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+from pyshim.models.rope import RopeSpec
+
+Tensor = Any    # an executor's activation handle; has `.shape`
+Weight = Any    # an executor's weight handle; has `.shape` (NumPy order: (n_out, n_in) for matmuls)
+
+ACTIVATIONS = ("silu", "gelu_tanh")
+
+
+@dataclass(frozen=True)
+class AttnSpec:
+    """One layer's attention: everything the kernel needs besides q, k, v."""
+
+    layer: int                  # index of the layer's KV cache
+    n_heads: int
+    n_kv_heads: int             # GQA: query head h reads KV head h // (n_heads // n_kv_heads)
+    head_dim: int               # of q and k
+    head_dim_v: int
+    scale: float                # multiplies q·k before softcap and softmax
+    window: int = 0             # sliding window: key p visible from query q iff 0 <= q - p < window (0: all)
+    softcap: float = 0.0        # scores -> softcap * tanh(scores / softcap) when > 0
+
+
+class Ops(Protocol):
+    # --- weights (load time) ---
+    def weight(self, name: str, shape: Sequence[int]) -> Weight:
+        """Bind GGUF tensor `name`; raise MissingTensorError / TensorShapeError / UnsupportedError (its type)."""
+        ...
+
+    def has_weight(self, name: str) -> bool:
+        """Whether the file holds `name` (optional tensors: biases, a separate output head)."""
+        ...
+
+    # --- ops (shape rules in the docstrings) ---
+    def embed(self, table: Weight, tokens: Tensor) -> Tensor:
+        """Rows of `table` [vocab, d] picked by `tokens` [n] -> [n, d]."""
+        ...
+
+    def matmul(self, x: Tensor, w: Weight, bias: Weight | None = None) -> Tensor:
+        """x [n, k] times w [m, k] transposed (+ bias [m]) -> [n, m]."""
+        ...
+
+    def rmsnorm(self, x: Tensor, w: Weight, eps: float) -> Tensor:
+        """x / rms(x) * w over the last dim; x [..., d], w [d] -> x's shape."""
+        ...
+
+    def view(self, x: Tensor, shape: Sequence[int]) -> Tensor:
+        """The same elements in another row-major shape (no copy where the executor can avoid one)."""
+        ...
+
+    def split(self, x: Tensor, sizes: Sequence[int]) -> list[Tensor]:
+        """x [n, sum(sizes)] cut along the last dim -> [n, sizes[i]] each (fused qkv, fused gate/up)."""
+        ...
+
+    def rope(self, x: Tensor, positions: Tensor, spec: RopeSpec, freq_factors: Weight | None = None) -> Tensor:
+        """Rotate the first `spec.dims` of each head; x [n, heads, head_dim], positions [n] -> x's shape.
+        `freq_factors` [dims/2] (Llama 3.1's `rope_freqs.weight`) divide each pair's angle."""
+        ...
+
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, spec: AttnSpec) -> Tensor:
+        """Store k, v in layer `spec.layer`'s KV cache at `positions`, then attend: each query sees the keys
+        at positions <= its own (and within the window), including this step's.
+        q [n, n_heads, head_dim], k [n, n_kv_heads, head_dim], v [n, n_kv_heads, head_dim_v]
+        -> [n, n_heads * head_dim_v]."""
+        ...
+
+    def glu(self, gate: Tensor, up: Tensor, act: str) -> Tensor:
+        """act(gate) * up, act in ACTIVATIONS; gate, up [n, f] -> [n, f]."""
+        ...
+
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        """Elementwise, same shapes (residual connections)."""
+        ...
+
+    def scale(self, x: Tensor, s: float) -> Tensor:
+        """x * s."""
+        ...
+
+    def softcap(self, x: Tensor, cap: float) -> Tensor:
+        """cap * tanh(x / cap) (Gemma's final logit softcapping)."""
+        ...
+
+    def last(self, x: Tensor) -> Tensor:
+        """The last row: x [n, d] -> [1, d] (only the last position's logits are needed when generating)."""
+        ...

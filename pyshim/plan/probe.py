@@ -1,0 +1,67 @@
+"""What a model is, from the first bytes of its file: the "will it fit?" answer before the body downloads.
+
+`probe(prefix, file_size)` answers {"need": n} while the prefix ends inside the header (fetch at
+least n bytes and call again), then a JSON-able summary: architecture, sizes, tensor types, memory.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pyshim.errors import PyshimError
+from pyshim.gguf.header import GGUFHeader, NeedMoreBytes, read_header
+from pyshim.plan.memory import best_fit, estimate, weights_by_type
+
+
+def quant_summary(header: GGUFHeader) -> str:
+    """Tensor types by share of the weight bytes, e.g. "Q4_K 62%, Q6_K 20%, F32 1%"."""
+    by_type = weights_by_type(header.tensors)
+    total = sum(t.nbytes for t in by_type.values()) or 1
+    return ", ".join(f"{name} {100 * t.nbytes / total:.0f}%" for name, t in by_type.items())
+
+
+def probe(prefix, file_size: int | None = None, *, context: int | None = None, kv_type: str = "f32",
+          budget_bytes: int | None = None) -> dict:
+    """With `budget_bytes` (the GPU memory the page may use) the summary also carries `best_fit`: the
+    context and KV type pyshim.plan.memory.best_fit picks, or null when nothing fits."""
+    start = time.perf_counter()
+    try:
+        header = read_header(prefix, file_size=file_size)
+    except NeedMoreBytes as exc:
+        return {"need": exc.suggested}  # a guess of the whole header: usually one more round
+    parse_ms = (time.perf_counter() - start) * 1e3
+    summary = {
+        "architecture": header.architecture,
+        "name": header.get("general.name"),
+        "file_type": header.file_type_name,
+        "header_bytes": header.header_size,
+        "tensor_count": len(header.tensors),
+        "parameters": sum(t.n_elements for t in header.tensors),
+        "quant": quant_summary(header),
+        "parse_ms": parse_ms,
+    }
+    try:
+        from pyshim.gguf.spec import ModelSpec
+
+        spec = ModelSpec.from_header(header)
+    except PyshimError as exc:  # readable header, but not a model pyshim runs: say why, keep the facts
+        return {**summary, "supported": False, "reason": str(exc)}
+    est = estimate(spec, header.tensors, context=context, kv_type=kv_type)
+    return {
+        **summary,
+        "supported": True,
+        "context_length": spec.context_length,
+        "vocab_size": spec.n_vocab,
+        "weight_bytes": est.weight_bytes,
+        "kv_type": kv_type,
+        "kv_bytes": est.kv_bytes,
+        "activation_bytes": est.activation_bytes,
+        "total_bytes": est.total_bytes,
+        "context": est.context,
+        "largest_tensor": {"name": est.largest_tensor.name, "bytes": est.largest_tensor.nbytes},
+        **({} if budget_bytes is None else {"best_fit": _fit_summary(best_fit(spec, header.tensors, budget_bytes=budget_bytes, context=context))}),
+    }
+
+
+def _fit_summary(est) -> dict | None:
+    return None if est is None else {"context": est.context, "kv_type": est.kv_type, "total_bytes": est.total_bytes}

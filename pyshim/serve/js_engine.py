@@ -1,0 +1,148 @@
+"""The Python API's engine inside Pyodide (a PyScript page): pyshim's JavaScript engine, driven
+through Pyodide's FFI.
+
+In a page, the model lives in the site's IndexedDB store and runs in the engine's own Worker (web/pyshim.js
+`createEngine`: Python, WebGPU and the weights, off the page's thread). This module hands pyshim.api's
+already-validated requests to that engine and turns its OpenAI-shaped replies back into what the API
+builds its objects from, so a PyScript page gets exactly the CPython API: same validation, same shapes.
+
+This is a separate module from pyshim/gpu/browser.py (the WebGPU device face, which drives `navigator.gpu`
+itself): here Python drives no GPU at all, only the JavaScript engine. It is the one place the Python
+API touches `js`/`pyodide`, imported only by pyshim.api and only in Pyodide. JavaScript errors become
+PyshimErrors here, at the boundary.
+
+Finding web/pyshim.js: a PyScript page names it in its config,
+    {"js_modules": {"main": {"../pyshim.js": "pyshim_js"}}}
+or the caller passes `js_module` (the imported module object, or its URL).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import js  # type: ignore[import-not-found]
+from pyodide.code import run_js  # type: ignore[import-not-found]
+from pyodide.ffi import JsException, create_proxy, to_js  # type: ignore[import-not-found]
+
+from pyshim.errors import BadRequestError, PyshimError, SetupError
+
+JS_MODULE_NAME = "pyshim_js"   # the name under PyScript's js_modules.main
+HTTP_BAD_REQUEST = 400
+
+
+def _js(obj):
+    return to_js(obj, dict_converter=js.Object.fromEntries)
+
+
+def _py(obj) -> dict:
+    """An OpenAI object from JS as plain Python data (JSON round trip: small, and no proxies to leak)."""
+    return json.loads(js.JSON.stringify(obj))
+
+
+def _error(exc: JsException) -> PyshimError:
+    """A JS error as a PyshimError: the engine's APIError (status, OpenAI's body, hint) keeps its message."""
+    status = getattr(exc, "status", None)
+    body = getattr(exc, "body", None)
+    message = str(getattr(exc, "message", exc))
+    if body is not None:
+        message = _py(body).get("error", {}).get("message", message)
+    hint = getattr(exc, "hint", None) or None
+    hint = str(hint) if hint is not None else None
+    if status == HTTP_BAD_REQUEST:
+        return BadRequestError(message, hint=hint)
+    return PyshimError(f"{getattr(exc, 'name', 'Error')}: {message}", hint=hint)
+
+
+async def _module(js_module):
+    if js_module is None:
+        try:
+            from pyscript import js_modules  # type: ignore[import-not-found]
+
+            return getattr(js_modules, JS_MODULE_NAME)
+        except (ImportError, AttributeError):
+            raise SetupError("pyshim's JavaScript engine (web/pyshim.js) is not loaded in this page",
+                             hint='name it in the PyScript config: {"js_modules": {"main": {"<site>/pyshim.js": "pyshim_js"}}}, '
+                                  "or pass js_module=<its URL>") from None
+    if isinstance(js_module, str):
+        url = js.URL.new(js_module, js.document.baseURI).href
+        try:
+            return await run_js("(url) => import(url)")(url)
+        except JsException as exc:
+            raise SetupError(f"could not import {url}: {exc}") from None
+    return js_module
+
+
+@dataclass
+class JsReply:
+    """What pyshim.api reads from a reply (as pyshim.serve.session.Reply)."""
+
+    text: str
+    finish_reason: str
+    usage: dict
+
+    def as_dict(self) -> dict:
+        return {"text": self.text, "finish_reason": self.finish_reason, "usage": self.usage}
+
+
+class JsChatEngine:
+    """ChatEngine's `chat` over a JS engine (web/engine/engine.js): the backend pyshim.api drives."""
+
+    def __init__(self, engine, proxies=()):
+        self._engine = engine
+        self._proxies = proxies   # callbacks the JS engine keeps (onProgress): alive as long as it is
+
+    async def prepare(self) -> None:
+        """createEngine has already stored and loaded the model."""
+
+    async def chat(self, messages, params, max_tokens: int, *, stop_strings=(), on_text=None) -> JsReply:
+        body = {"messages": messages, "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
+                "max_tokens": max_tokens, "seed": params.seed, "stream": on_text is not None}
+        if stop_strings:
+            body["stop"] = list(stop_strings)
+        try:
+            result = await self._engine.chat.completions.create(_js(body))
+            if on_text is None:
+                reply = _py(result)
+                choice = reply["choices"][0]
+                return JsReply(choice["message"]["content"], choice["finish_reason"], reply["usage"])
+            pieces, finish, usage = [], None, {}
+            async for chunk_proxy in result:
+                chunk = _py(chunk_proxy)
+                choice = chunk["choices"][0]
+                piece = choice["delta"].get("content")
+                if piece:
+                    pieces.append(piece)
+                    on_text(piece, None)   # the JS engine streams text, not token ids
+                if choice["finish_reason"]:
+                    finish, usage = choice["finish_reason"], chunk.get("usage", {})
+            return JsReply("".join(pieces), finish, usage)
+        except JsException as exc:
+            raise _error(exc) from None
+
+    def terminate(self) -> None:
+        self._engine.terminate()
+        for proxy in self._proxies:
+            proxy.destroy()
+        self._proxies = ()
+
+
+async def load_js_engine(model: str, *, n_ctx: int | None = None, kv_type: str = "f32", on_progress=None,
+                         js_module=None) -> JsChatEngine:
+    """createEngine({model, context, kvType, onProgress}) from web/pyshim.js: the model is downloaded into the
+    site's store once (resumable) and loaded onto the GPU in the engine's Worker. `on_progress(dict)`
+    receives the engine's progress events ({phase, fraction, …})."""
+    module = await _module(js_module)
+    options = {"model": model, "kvType": kv_type}
+    if n_ctx is not None:
+        options["context"] = n_ctx
+    progress = create_proxy(lambda p: on_progress(_py(p))) if on_progress is not None else None
+    if progress is not None:
+        options["onProgress"] = progress
+    try:
+        engine = await module.createEngine(_js(options))
+    except JsException as exc:
+        if progress is not None:
+            progress.destroy()
+        raise _error(exc) from None
+    return JsChatEngine(engine, (progress,) if progress is not None else ())
