@@ -43,7 +43,7 @@ def test_errors_come_before_reading_tensor_data(tmp_path, monkeypatch):
     def refuse(self, offset, nbytes):
         raise AssertionError("tensor data read while loading")
 
-    monkeypatch.setattr(weights.FileSource, "read", refuse)
+    monkeypatch.setattr(tensors.FileSource, "read", refuse)
     load(write_tiny_model(tmp_path, "phi3", QT.Q4_K))
     with pytest.raises(TensorShapeError):
         load(write_tiny_model(tmp_path, "phi3", QT.Q4_K, name="bad.gguf", truncate=frozenset({"blk.0.attn_qkv.weight"})))

@@ -154,13 +154,13 @@ def _run_in_browser(args: argparse.Namespace, path, params) -> int:
     from pyshim.text.tokenizer import Tokenizer
 
     load_options(args)                  # checks the flags; the Worker takes --arithmetic and --kv-type itself
-    header, n_ctx = browser_backend.open_header(path, args.ctx)
+    header, n_ctx = browser.open_header(path, args.ctx)
     prompt_ids, stop_ids = _prompt(args, Tokenizer.from_metadata(header.metadata), header.metadata)
     sampling = {"temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p, "min_p": params.min_p,
                 "repetition_penalty": params.repetition_penalty, "presence_penalty": params.presence_penalty,
                 "frequency_penalty": params.frequency_penalty, "seed": params.seed, "max_tokens": args.max_tokens,
                 "stop": args.stop, "ignore_eos": args.ignore_eos}
-    r = browser_backend.run(path, "complete", {"context": n_ctx, "arithmetic": args.arithmetic, "kv_type": args.kv_type, "prompt_ids": prompt_ids,
+    r = browser.run(path, "complete", {"context": n_ctx, "arithmetic": args.arithmetic, "kv_type": args.kv_type, "prompt_ids": prompt_ids,
                                               "stop_token_ids": sorted(stop_ids), "sampling": sampling},
                             on_text=None if args.json else _show)
     t = r["timings"]

@@ -52,9 +52,9 @@ def _score_in_browser(args: argparse.Namespace, path, text: str) -> int:
     from pyshim.text.tokenizer import Tokenizer
 
     load_options(args)                  # checks the flags; the Worker takes --arithmetic and --kv-type itself
-    header, n_ctx = browser_backend.open_header(path, args.ctx)
+    header, n_ctx = browser.open_header(path, args.ctx)
     ids = Tokenizer.from_metadata(header.metadata).encode(text, add_special=True)
-    r = browser_backend.run(path, "score", {"context": n_ctx, "arithmetic": args.arithmetic, "kv_type": args.kv_type, "ids": ids,
+    r = browser.run(path, "score", {"context": n_ctx, "arithmetic": args.arithmetic, "kv_type": args.kv_type, "ids": ids,
                                             "top_k": args.top_k})
     print(json.dumps({"ids": r["ids"], "top_ids": r["top_ids"], "top_logits": r["top_logits"], "arithmetic": r["arithmetic"]}))
     return 0
