@@ -152,7 +152,7 @@ def _bars(report: dict, key: str) -> list[tuple[str, str, float | None, str]]:
 
 def kernel_charts(report: dict) -> list[str]:
     """Per model and engine with a kernel profile: where a decode step's time goes, ms per shader group
-    (pyshim.gpu.profile: each group submitted alone; they add up to about the whole step)."""
+    (pyshim.exec.profile: each group submitted alone; they add up to about the whole step)."""
     charts = []
     for r in report["results"]:
         groups = {k[len(KERNEL_PREFIX):]: v for k, v in r["median"].items()

@@ -48,7 +48,11 @@ class DeviceLostError(PyshimError):
 
 
 class BadRequestError(PyshimError):
-    """An API request with missing or wrong fields."""
+    """An API request with missing or wrong fields; `param` names the field (OpenAI's error `param`)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, param: str | None = None):
+        super().__init__(message, hint=hint)
+        self.param = param
 
 
 class ChatTemplateError(BadRequestError):

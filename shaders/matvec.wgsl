@@ -2,7 +2,7 @@
 // Barrier-free: one invocation computes ROWS consecutive output rows for one token (what CPU adapters
 // like lavapipe and SwiftShader want). Grid: x = rows / (WG * ROWS), y = tokens.
 // Defines: one W_<type>, WG, ROWS, optional BIAS; REDUCE selects the workgroup-reduction variant below,
-// MULTI (with TOKENS) the many-token variant for prefill; UNIFORM_X (with X_VEC4) reads x as a uniform;
+// UNIFORM_X (with X_VEC4) reads x as a uniform;
 // SUBGROUP (with REDUCE) sums the partials with subgroupAdd instead of a shared-memory tree.
 #ifdef SUBGROUP
 #enable subgroups
@@ -29,46 +29,8 @@
 @group(0) @binding(3) var<uniform> params: Params;
 #endif
 
-var<private> x_base: u32;   // element index of this token's x row (MULTI: of the first token's)
+var<private> x_base: u32;   // element index of this token's x row
 
-#ifdef MULTI
-// TOKENS tokens share each decoded weight vec4 (prefill): the dequantization is paid once per TOKENS.
-alias Acc = array<vec4<f32>, TOKENS>;
-
-fn sink(v: vec4<f32>, i: u32, acc: ptr<function, Acc>) {
-    for (var t = 0u; t < TOKENS; t++) {
-        (*acc)[t] = fma(v, x[(x_base + t * params.k + i) >> 2u], (*acc)[t]);
-    }
-}
-
-// One invocation: one row for TOKENS consecutive tokens. Grid: x = rows / WG, y = tokens / TOKENS.
-// Tokens past n read whatever x holds there (in bounds or zero: WebGPU's robust access) and store nothing.
-@compute @workgroup_size(WG)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    let row = gid.x;
-    let t0 = wid.y * TOKENS;
-    if (row >= params.m) {
-        return;
-    }
-    x_base = params.x_off + t0 * params.k;
-    var acc: Acc;
-    let wb = params.w_off + row * params.row_bytes;
-    let nb = params.k / BLOCK_ELEMS;
-    for (var b = 0u; b < nb; b++) {
-        block_apply(wb + b * BLOCK_BYTES, b * BLOCK_ELEMS, &acc);
-    }
-    for (var t = 0u; t < TOKENS; t++) {
-        if (t0 + t >= params.n) {
-            return;
-        }
-        var y_t = acc[t].x + acc[t].y + acc[t].z + acc[t].w;
-#ifdef BIAS
-        y_t += bias[params.bias_off + row];
-#endif
-        y[params.y_off + (t0 + t) * params.y_stride + row] = y_t;
-    }
-}
-#else
 alias Acc = vec4<f32>;
 
 fn sink(v: vec4<f32>, i: u32, acc: ptr<function, Acc>) {
@@ -202,6 +164,5 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         store_row(first + lid.x, t, y_r);
     }
 }
-#endif
 #endif
 #endif

@@ -1,4 +1,4 @@
-"""Per-kernel decode time (pyshim.gpu.profile): every dispatch of the step is in exactly one group, and
+"""Per-kernel decode time (pyshim.exec.profile): every dispatch of the step is in exactly one group, and
 the numbers are the kind a report can chart (no timing is asserted: this machine is shared and noisy)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import asyncio
 from gguf import GGMLQuantizationType as QT
 
 import tiny_models
-from pyshim.gpu.profile import group_name, kernel_times
+from pyshim.exec.profile import group_name, kernel_times
 from pyshim.exec.gpu_runner import load_gpu_async
 from pyshim.gpu.shaderc import ShaderKey
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from pyshim.errors import BadRequestError, GPUUnavailableError, PyshimError, SetupError
+from pyshim.errors import GPUUnavailableError, PyshimError, SetupError
 from pyshim.paths import IN_CHECKOUT, MODELS_DIR, PLAYWRIGHT_DIR, VENDOR_DIR
 
 REQUEST_TIMEOUT_MS = 3_600_000     # one request on SwiftShader: Gemma 3 decodes ~0.5 tok/s on a loaded machine
@@ -48,21 +48,15 @@ REQUEST_JS = """async ([kind, params, stream]) => {
 }"""
 
 
-def open_header(path: Path, n_ctx: int | None) -> tuple:
-    """(header, context length) of a model file, checked here before the browser starts; the context
-    defaults as for the native backends (pyshim.exec.loading)."""
+def open_header(path: Path):
+    """The header of a model file, checked here (architecture, what the forward does) before the browser
+    starts."""
     from pyshim.gguf.header import read_header_from_file
-    from pyshim.exec.loading import DEFAULT_N_CTX
-    from pyshim.models import check_architecture
-    from pyshim.gguf.spec import ModelSpec
+    from pyshim.gguf.spec import ModelSpec, check_supported
 
     header = read_header_from_file(path)
-    check_architecture(header.architecture)
-    spec = ModelSpec.from_header(header)
-    n_ctx = min(spec.context_length, DEFAULT_N_CTX) if n_ctx is None else int(n_ctx)
-    if n_ctx < 1:
-        raise BadRequestError(f"the context length must be positive, got {n_ctx}")
-    return header, n_ctx
+    check_supported(ModelSpec.from_header(header))
+    return header
 
 
 def _harness():

@@ -1,4 +1,5 @@
-"""`pyshim generate MODEL --prompt P`: stream a continuation (or a chat reply with --chat)."""
+"""`pyshim generate MODEL --prompt P`: stream a continuation (or a chat reply with --chat), through the one
+generation loop on the backend asked for (cpu, gpu, or the site's Worker in headless Chromium)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import json
 import os
 import sys
 
-
 # Matrix-vector products are memory-bound: one BLAS thread streams nearly as fast as several, and
 # OpenBLAS threads spin-waiting on a busy machine made decode 12x slower in measurement. Applies only
 # when the user set no thread count and numpy is not loaded yet.
 BLAS_THREADS = "1"
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+BACKENDS = ("cpu", "gpu", "browser")
+ARITHMETIC = ("f32", "int8", "llama.cpp-exact")      # pyshim.plan.settings.Arithmetic (kept light: no import)
+KV_TYPES = ("f32", "f16", "q8")                      # pyshim.plan.settings.KV_TYPES (a test checks they agree)
 
 
 def limit_blas_threads() -> None:
@@ -34,102 +37,97 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frequency-penalty", type=float, default=0.0)
     parser.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--ctx", type=int, default=None, help="context length (default: min(model's, 4096))")
-    parser.add_argument("--backend", default="cpu", help="cpu (the NumPy reference executor), gpu (WGSL kernels through "
-                        "native wgpu) or browser (the site's engine Worker in headless Chromium, WebGPU from Pyodide)")
     parser.add_argument("--chat", action="store_true", help="apply the model's chat template to the prompt")
-    add_arithmetic_arguments(parser)
     parser.add_argument("--ignore-eos", action="store_true",
                         help="do not stop at end-of-generation tokens: always --max-tokens (fixed-length benchmark runs)")
+    add_run_arguments(parser)
     parser.add_argument("--json", action="store_true",
-                        help='print one JSON object {"text", "ids", "prompt_ids", "prefill_tok_s", "decode_tok_s"}')
+                        help='print one JSON object {"text", "ids", "prompt_ids", "prefill_tok_s", "decode_tok_s", ...}')
 
 
-def add_arithmetic_arguments(parser: argparse.ArgumentParser) -> None:
-    """--like-llama-cpp, --arithmetic, --kv-type and --prefill-chunk: how the model is set up (shared with
-    `pyshim score`)."""
-    parser.add_argument("--kv-type", choices=("f32", "f16", "q8"), default="f32",
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """--backend, --ctx, --arithmetic, --kv-type and --prefill-chunk: where and how the model runs (shared
+    with `pyshim score`)."""
+    parser.add_argument("--backend", choices=BACKENDS, default="cpu",
+                        help="cpu (the NumPy reference executor), gpu (WGSL kernels through native wgpu) or browser "
+                             "(the site's engine Worker in headless Chromium, WebGPU from Pyodide)")
+    parser.add_argument("--ctx", type=int, default=None, help="context length (default: min(model's, 4096))")
+    parser.add_argument("--kv-type", choices=KV_TYPES, default="f32",
                         help="the KV cache: f32, f16 (half the memory) or q8 (int8 blocks, 28%%); every backend")
     parser.add_argument("--prefill-chunk", type=int, default=None,
-                        help="gpu: most prompt tokens per GPU step (default 256); smaller steps keep a slow GPU under "
-                             "its watchdog and need less activation memory")
-    parser.add_argument("--like-llama-cpp", action="store_true",
-                        help="cpu backend: repeat llama.cpp's x86 CPU arithmetic bit for bit (its activation rounding, "
-                             "kernels' summation order, GELU table; slow: an oracle, see pyshim/exec/ggml_cpu.py)")
-    parser.add_argument("--arithmetic", choices=("f32", "int8"), default=None,
-                        help="f32, or int8 (activations rounded as llama.cpp's CPU backend does: the GPU executor's "
-                             "int8 route, the cpu reference's emulation of it). Default: the backend's own — cpu f32, "
-                             "gpu/browser int8 on CPU adapters; the JSON says which ran")
+                        help="most prompt tokens per step (default 256); smaller steps keep a slow GPU under its "
+                             "watchdog and need less activation memory")
+    parser.add_argument("--arithmetic", choices=ARITHMETIC, default=None,
+                        help="f32; int8 (activations rounded as llama.cpp's CPU backend does: the GPU executor's int8 "
+                             "route, the cpu reference's emulation of it); or llama.cpp-exact (cpu only: llama.cpp's x86 "
+                             "CPU arithmetic bit for bit, an oracle, slow; see pyshim/exec/llama_cpp.py). Default: the "
+                             "backend's own — cpu f32, gpu/browser int8 on CPU adapters; the JSON says which ran")
 
 
-def load_options(args: argparse.Namespace) -> dict:
-    """load() options for the setup asked for: arithmetic, KV cache type, prefill chunk (gpu)."""
+def run_settings(args: argparse.Namespace):
+    """The RunSettings the flags ask for (checked: a wrong value is a BadRequestError naming it)."""
     from pyshim.errors import BadRequestError
+    from pyshim.plan.settings import PREFILL_CHUNK, Arithmetic, RunSettings
 
-    options = {**arithmetic_options(args), "kv_type": args.kv_type}
-    if args.prefill_chunk is not None:
-        if args.backend != "gpu":
-            raise BadRequestError("--prefill-chunk is a gpu-backend option (the cpu reference has no GPU steps to bound)")
-        from pyshim.serve.generation import PREFILL_CHUNK     # the most the prefill loop hands the runner at once
-
-        if not 1 <= args.prefill_chunk <= PREFILL_CHUNK:
-            raise BadRequestError(f"--prefill-chunk must be in [1, {PREFILL_CHUNK}], got {args.prefill_chunk}")
-        options["max_chunk"] = args.prefill_chunk
-    return options
-
-
-def arithmetic_options(args: argparse.Namespace) -> dict:
-    """load() options for the arithmetic asked for: the cpu reference's emulation, or the GPU's route."""
-    from pyshim.errors import BadRequestError
-
-    if args.like_llama_cpp and args.arithmetic == "f32":
-        raise BadRequestError("--like-llama-cpp rounds activations to int8 as llama.cpp does: drop --arithmetic f32")
-    if args.backend == "cpu":
-        from pyshim.exec.reference import EXACT
-
-        # --like-llama-cpp: bit for bit with llama.cpp; --arithmetic int8: its rounding only (the GPU int8
-        # route's oracle, which cannot repeat x86 summation order)
-        return {"emulate_llama_cpp": EXACT if args.like_llama_cpp else args.arithmetic == "int8"}
-    if args.like_llama_cpp:
-        raise BadRequestError("--like-llama-cpp is a cpu-backend option", hint="use --arithmetic int8")
-    return {} if args.arithmetic is None else {"int8": args.arithmetic == "int8"}
+    if args.arithmetic == Arithmetic.EXACT.value and args.backend != "cpu":
+        raise BadRequestError("--arithmetic llama.cpp-exact is a cpu-backend option", hint="use --arithmetic int8")
+    return RunSettings(context=args.ctx, kv_type=args.kv_type, arithmetic=args.arithmetic,
+                       prefill_chunk=PREFILL_CHUNK if args.prefill_chunk is None else args.prefill_chunk)
 
 
 def run(args: argparse.Namespace) -> int:
     limit_blas_threads()
-    from pyshim.setup.catalog import resolve_model
-    from pyshim.serve.generation import generate_text
-    from pyshim.exec.loading import load
-    from pyshim.serve.runs import arithmetic, gpu_bytes
-    from pyshim.serve.sampling import SamplingParams
-    from pyshim.text.tokenizer import Tokenizer
+    import asyncio
 
-    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                            repetition_penalty=args.repeat_penalty, presence_penalty=args.presence_penalty,
-                            frequency_penalty=args.frequency_penalty, seed=args.seed)
+    from pyshim.serve.protocol import Sampling
+    from pyshim.setup.catalog import resolve_model
+
+    settings = run_settings(args)
+    sampling = Sampling.parse({
+        "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
+        "repetition_penalty": args.repeat_penalty, "presence_penalty": args.presence_penalty,
+        "frequency_penalty": args.frequency_penalty, "seed": args.seed, "max_tokens": args.max_tokens,
+        "stop": args.stop or None, "ignore_eos": args.ignore_eos})
     path = resolve_model(args.model)
     if args.backend == "browser":
-        return _run_in_browser(args, path, params)
-    runner = load(path, n_ctx=args.ctx, backend=args.backend, **load_options(args))
-    tokenizer = Tokenizer.from_metadata(runner.metadata)
-    prompt_ids, stop_ids = _prompt(args, tokenizer, runner.metadata)
-
-    runner.prepare()
-    result = generate_text(runner, prompt_ids, tokenizer.stream(), max_tokens=args.max_tokens, params=params,
-                           stop_ids=[] if args.ignore_eos else sorted(stop_ids), stop_strings=args.stop,
-                           on_text=None if args.json else _show)
-    stats = result.stats
-    if args.json:
-        print(json.dumps({"text": result.text, "ids": result.ids, "prompt_ids": result.prompt_ids,
-                          "prefill_tok_s": round(stats.prefill_tok_s, 2), "decode_tok_s": round(stats.decode_tok_s, 2),
-                          "finish_reason": stats.finish_reason, "arithmetic": arithmetic(runner),
-                          "cpu_share_pct": None if stats.cpu_share_pct is None else round(stats.cpu_share_pct, 2),
-                          **(gpu_bytes(runner) if args.backend == "gpu" else {})}))
-    else:
-        print()
-        print(f"[{stats.prompt_tokens} prompt tokens at {stats.prefill_tok_s:.1f} tok/s; {stats.generated} generated, "
-              f"decode {stats.decode_tok_s:.1f} tok/s; {stats.finish_reason}]", file=sys.stderr)
+        return _run_in_browser(args, path, settings, sampling)
+    report = asyncio.run(_generate(args, path, settings, sampling))
+    _print(args, report)
     return 0
+
+
+async def _generate(args, path, settings, sampling) -> dict:
+    from pyshim.exec.loading import load
+    from pyshim.serve.session import Session
+
+    runner = await load(path, backend=args.backend, settings=settings)
+    try:
+        session = Session(runner)
+        prompt = _prompt_ids(args, session)
+        await session.prepare()
+        done = await session.complete(prompt, sampling, stop_ids=session.stop_ids(sampling, chat=args.chat),
+                                      on_text=None if args.json else lambda piece, token: _show(piece))
+        report = {"text": done.text, "ids": done.token_ids, "prompt_ids": prompt,
+                  "prefill_tok_s": round(done.prefill_tok_per_s, 2), "decode_tok_s": round(done.decode_tok_per_s, 2),
+                  "finish_reason": done.finish_reason, "arithmetic": runner.arithmetic.value,
+                  "cpu_share_pct": None, "bytes_per_decode_step": done.bytes_per_decode_step,
+                  "generated": len(done.token_ids)}
+        if args.backend == "gpu":
+            report["cpu_share_pct"] = round(100 * done.cpu_ms / done.decode_ms, 2) if done.decode_ms else None
+            report.update(runner.memory())
+        return report
+    finally:
+        runner.close()
+
+
+def _print(args, report: dict) -> None:
+    if args.json:
+        print(json.dumps({k: v for k, v in report.items() if k != "generated"}))
+        return
+    print()
+    cpu = "" if report.get("cpu_share_pct") is None else f", CPU side {report['cpu_share_pct']:.1f}% of decode"
+    print(f"[{len(report['prompt_ids'])} prompt tokens at {report['prefill_tok_s']:.1f} tok/s; {report['generated']} generated, "
+          f"decode {report['decode_tok_s']:.1f} tok/s{cpu}; {report['finish_reason']}]", file=sys.stderr)
 
 
 def _show(piece: str) -> None:
@@ -137,44 +135,43 @@ def _show(piece: str) -> None:
     sys.stdout.flush()
 
 
-def _prompt(args: argparse.Namespace, tokenizer, metadata: dict) -> tuple[list[int], set[int]]:
-    """The prompt's ids (through the chat template with --chat) and the ids that end generation."""
-    stop_ids = set(tokenizer.eog_ids)
+def _prompt_ids(args: argparse.Namespace, session) -> list[int]:
+    """The prompt's ids, through the chat template with --chat."""
     if args.chat:
-        from pyshim.text.chat import ChatTemplate
-        template = ChatTemplate.from_metadata(metadata, tokenizer)
-        return template.encode(tokenizer, [{"role": "user", "content": args.prompt}]), stop_ids | set(template.stop_ids)
-    return tokenizer.encode(args.prompt, add_special=True), stop_ids
+        return session.template.encode(session.tokenizer, [{"role": "user", "content": args.prompt}])
+    return session.tokenizer.encode(args.prompt, add_special=True)
 
 
-def _run_in_browser(args: argparse.Namespace, path, params) -> int:
-    """The same request in the site's engine Worker (pyshim.cli.browser): the prompt is tokenized
-    here, so both sides run the very same ids; the result prints like the native backends'."""
+def _run_in_browser(args: argparse.Namespace, path, settings, sampling) -> int:
+    """The same request in the site's engine Worker (pyshim.cli.browser): the prompt is tokenized here,
+    so both sides run the very same ids; the result prints like the native backends'."""
     from pyshim.cli import browser
+    from pyshim.text.chat import ChatTemplate
     from pyshim.text.tokenizer import Tokenizer
 
-    load_options(args)                  # checks the flags; the Worker takes --arithmetic and --kv-type itself
-    header, n_ctx = browser.open_header(path, args.ctx)
-    prompt_ids, stop_ids = _prompt(args, Tokenizer.from_metadata(header.metadata), header.metadata)
-    sampling = {"temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p, "min_p": params.min_p,
-                "repetition_penalty": params.repetition_penalty, "presence_penalty": params.presence_penalty,
-                "frequency_penalty": params.frequency_penalty, "seed": params.seed, "max_tokens": args.max_tokens,
-                "stop": args.stop, "ignore_eos": args.ignore_eos}
-    r = browser.run(path, "complete", {"context": n_ctx, "arithmetic": args.arithmetic, "kv_type": args.kv_type, "prompt_ids": prompt_ids,
-                                              "stop_token_ids": sorted(stop_ids), "sampling": sampling},
-                            on_text=None if args.json else _show)
-    t = r["timings"]
-    prefill_tok_s = 1e3 * len(prompt_ids) / t["prefill_ms"] if t["prefill_ms"] else 0.0
-    cpu_share = 100 * t["cpu_ms"] / t["decode_ms"] if t["decode_ms"] else None
-    if args.json:
-        print(json.dumps({"text": r["text"], "ids": r["token_ids"], "prompt_ids": prompt_ids,
-                          "prefill_tok_s": round(prefill_tok_s, 2), "decode_tok_s": round(t["decode_tok_per_s"], 2),
-                          "finish_reason": r["finish_reason"], "load_ms": round(t["load_ms"], 1),
-                          "ttft_ms": round(t["ttft_ms"], 1), "cpu_share_pct": None if cpu_share is None else round(cpu_share, 2),
-                          "arithmetic": r["arithmetic"]}))
+    header = browser.open_header(path)
+    tokenizer = Tokenizer.from_metadata(header.metadata)
+    stop_ids = set(tokenizer.eog_ids)
+    if args.chat:
+        template = ChatTemplate.from_metadata(header.metadata, tokenizer)
+        prompt_ids = template.encode(tokenizer, [{"role": "user", "content": args.prompt}])
+        stop_ids |= set(template.stop_ids)
     else:
-        print()
-        print(f"[{len(prompt_ids)} prompt tokens at {prefill_tok_s:.1f} tok/s; {len(r['token_ids'])} generated, "
-              f"decode {t['decode_tok_per_s']:.1f} tok/s, CPU side {cpu_share or 0:.1f}% of decode; {r['finish_reason']}]",
-              file=sys.stderr)
+        prompt_ids = tokenizer.encode(args.prompt, add_special=True)
+    params = sampling.params
+    wire = {"temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p, "min_p": params.min_p,
+            "repetition_penalty": params.repetition_penalty, "presence_penalty": params.presence_penalty,
+            "frequency_penalty": params.frequency_penalty, "seed": params.seed, "max_tokens": sampling.max_tokens,
+            "stop": list(sampling.stop) or None, "ignore_eos": sampling.ignore_eos}
+    r = browser.run(path, "complete", {"settings": settings.as_dict(), "prompt_ids": prompt_ids,
+                                       "stop_token_ids": sorted(stop_ids), "sampling": wire},
+                    on_text=None if args.json else _show)
+    t = r["timings"]
+    _print(args, {"text": r["text"], "ids": r["token_ids"], "prompt_ids": prompt_ids,
+                  "prefill_tok_s": round(1e3 * len(prompt_ids) / t["prefill_ms"], 2) if t["prefill_ms"] else 0.0,
+                  "decode_tok_s": round(t["decode_tok_per_s"], 2), "finish_reason": r["finish_reason"],
+                  "load_ms": round(t["load_ms"], 1), "ttft_ms": round(t["ttft_ms"], 1),
+                  "cpu_share_pct": round(100 * t["cpu_ms"] / t["decode_ms"], 2) if t["decode_ms"] else None,
+                  "bytes_per_decode_step": t["bytes_per_decode_step"], "arithmetic": r["arithmetic"],
+                  "generated": len(r["token_ids"])})
     return 0

@@ -18,7 +18,8 @@ def run(args) -> int:
 
     from pyshim.setup.catalog import resolve_model
     from pyshim.gguf.header import read_header_from_file
-    from pyshim.plan.memory import KV_TYPES, best_fit, estimate
+    from pyshim.plan.memory import best_fit, estimate
+    from pyshim.plan.settings import KV_TYPES
     from pyshim.errors import BadRequestError
     from pyshim.gguf.spec import ModelSpec
 

@@ -1,73 +1,84 @@
-"""A model on the GPU executor: token ids in, logits (or the greedy id) out — the GPU twin of
-`pyshim.exec.loading.Runner`.
+"""The GPU executor behind the Runner contract: natively through wgpu, in the browser through
+navigator.gpu (the same code over the other device face, pyshim.gpu.browser).
 
-Programs are recorded and built once per step shape: (tokens in the step, all logits or the last
-row, greedy or not). Everything that waits is `async` (`forward_async`, `greedy_async`); the sync
-`forward`/`greedy` wrap them on the runner's own event loop and exist for the native CLI only (a
-browser caller awaits the async ones).
+A step's answer decides its program: the forward pass recorded once per (tokens in the step, what comes
+back) and kept built (the one-token ones always, KEEP_PROGRAMS others by recent use). What comes back is
+as little as the caller asked for: the argmax is computed on the GPU (4 bytes read back), top-k too (k
+pairs), logits only when asked for (the last row, or every row of a scoring step, split into steps whose
+logits fit one storage binding).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 
-from pyshim.errors import BadRequestError, ContextOverflowError
+from pyshim.exec.runner import Capacity, Output, RunnerStats, Slice, Step, Want, check_step
 from pyshim.gpu.device import GPUDevice
-from pyshim.gpu.ops import GpuOps, Program
 from pyshim.gpu.kernels import TOPK
+from pyshim.gpu.ops import GpuOps
+from pyshim.gpu.policy import KernelPolicy
+from pyshim.gpu.program import Program, physical
+from pyshim.plan.settings import RunSettings
 
 KEEP_PROGRAMS = 8       # step shapes (other than one token) kept built; more are rebuilt on use
-from pyshim.gpu.pool import physical
 
 
 class GpuRunner:
-    def __init__(self, spec, header, ops: GpuOps, model, n_ctx: int, loop: asyncio.AbstractEventLoop | None = None):
-        self.spec, self.header, self.ops, self.model, self.n_ctx = spec, header, ops, model, n_ctx
-        self._programs: OrderedDict[tuple[int, bool, bool, bool], Program] = OrderedDict()   # least recently used first
-        self._loop = loop
+    def __init__(self, spec, header, ops: GpuOps, model, settings: RunSettings, n_ctx: int, *, owns_device: bool = True):
+        self.spec, self.header, self.ops, self.model, self.settings = spec, header, ops, model, settings
+        self.owns_device = owns_device
+        self.arithmetic = ops.policy.arithmetic
+        self.capacity = Capacity(n_ctx=n_ctx, max_seqs=1, max_step_tokens=ops.max_chunk, top_k=TOPK)
+        self.stats = RunnerStats()
+        self._programs: OrderedDict[tuple[int, Want], Program] = OrderedDict()   # least recently used first
 
     @property
-    def metadata(self) -> dict:
-        return self.header.metadata
+    def n_ctx(self) -> int:
+        return self.capacity.n_ctx
+
+    @property
+    def device(self) -> GPUDevice:
+        return self.ops.device
 
     @property
     def weight_bytes(self) -> int:
         return self.ops.bound_bytes
 
     @property
-    def device(self) -> GPUDevice:
-        return self.ops.device
+    def policy(self) -> KernelPolicy:
+        return self.ops.policy
 
-    def reset(self) -> None:
-        """Nothing to clear: a step's attention reads only positions up to its own, all written before."""
-
-    async def prepare_async(self) -> None:
+    async def prepare(self) -> None:
         """One-time work before anything is timed: rearrange the grouped weights (their bytes must be
         uploaded by now), record and build the one-token (decode) programs."""
         await self.ops.repack()
-        for greedy in (False, True):
-            await self._program(1, False, greedy)
+        for want in (Want.LOGITS, Want.ARGMAX):
+            await self.program(1, want)
 
-    def _rows_per_step(self, all_logits: bool) -> int:
-        if not all_logits:
-            return self.ops.max_chunk
-        # an all-logits step holds [n, vocab] f32 in one binding
-        return max(1, min(self.ops.max_chunk, self.ops.max_binding // (4 * self.spec.n_vocab)))
+    def reset(self, seq: int = 0) -> None:
+        """Nothing to clear: a step's attention reads only positions up to its own, all written before."""
 
-    async def _program(self, n: int, all_logits: bool, greedy: bool, topk: bool = False) -> Program:
-        key = (n, all_logits, greedy, topk)
+    def close(self) -> None:
+        """Release the device when the runner opened it (a device handed in stays its owner's)."""
+        if self.owns_device:
+            self.device.destroy()
+
+    async def program(self, n: int, want: Want) -> Program:
+        """The built program for steps of `n` tokens answering `want` (recorded on first use; a step that
+        wants nothing runs the logits program and reads nothing back)."""
+        want = Want.LOGITS if want is Want.NONE else want
+        key = (n, want)
         if key not in self._programs:
             ops = self.ops
             program = ops.begin(n)
-            logits = self.model.forward(ops, ops.tokens(n), ops.positions(n), all_logits)
+            logits = self.model.forward(ops, ops.tokens(n), ops.positions(n), want is Want.ALL_LOGITS)
             program.output = logits
-            if greedy:
+            if want is Want.ARGMAX:
                 program.argmax = ops.record_argmax(logits)
-            if topk:
+            elif want is Want.TOP_K:
                 program.topk = ops.record_topk(logits)
             ops.end()
             await program.build(ops.device, ops.kernels, ops.pool)
@@ -84,94 +95,81 @@ class GpuRunner:
         for key in others[:max(0, len(others) - KEEP_PROGRAMS)]:
             self.ops.drop(self._programs.pop(key))
 
-    def _check(self, ids, start: int) -> None:
-        if len(ids) == 0:
-            raise BadRequestError("no tokens to run")
-        if start + len(ids) > self.n_ctx:
-            raise ContextOverflowError(f"positions up to {start + len(ids)} exceed the context of {self.n_ctx} tokens",
-                                       hint="use a shorter prompt or a larger --ctx")
-
-    async def _run(self, ids, start: int, all_logits: bool, greedy: bool, topk: bool = False) -> Program:
+    async def _submit(self, tokens, start: int, want: Want) -> Program:
         await self.ops.repack()        # no-op after the first step
-        program = await self._program(len(ids), all_logits, greedy, topk)
+        program = await self.program(len(tokens), want)
         dev = self.device
-        dev.write(self.ops.tokens_buf, np.asarray(ids, dtype=np.uint32))
-        dev.write(self.ops.positions_buf, np.arange(start, start + len(ids), dtype=np.uint32))
-        dev.submit(program.ready, label=f"step_n{len(ids)}")
+        dev.write(self.ops.tokens_buf, np.asarray(tokens, dtype=np.uint32))
+        dev.write(self.ops.positions_buf, np.arange(start, start + len(tokens), dtype=np.uint32))
+        dev.submit(program.ready, label=f"step_n{len(tokens)}")
         return program
 
-    async def forward_async(self, ids, start: int, all_logits: bool = False) -> np.ndarray:
-        """Logits [len(ids), vocab] (or [1, vocab], the last id's) for ids at positions start..."""
-        self._check(ids, start)
-        step = self._rows_per_step(all_logits)
-        rows = []
-        for at in range(0, len(ids), step):
-            piece = list(ids[at:at + step])
-            last = at + step >= len(ids)
-            program = await self._run(piece, start + at, all_logits, False)
-            if all_logits or last:
-                out = program.output
-                data = await self.device.read(physical(out.buf), out.size * 4, out.off * 4)
-                rows.append(np.frombuffer(data, dtype=np.float32).reshape(out.shape))
-        return np.concatenate(rows) if all_logits else rows[-1]
+    async def _read(self, buffer, size: int, offset: int = 0) -> bytes:
+        dev = self.device
+        waited, read = dev.read_wait_s, dev.bytes_read
+        data = await dev.read(buffer, size, offset)
+        self.stats.wait_s += dev.read_wait_s - waited
+        self.stats.bytes_read += dev.bytes_read - read
+        return data
 
-    async def _last_step(self, ids, start: int, *, greedy: bool = False, topk: bool = False) -> Program:
-        """Runs ids in steps of at most max_chunk; the earlier ones only fill the KV cache, the last one
-        (returned) also picks on the GPU (argmax or top-k of its last row)."""
-        self._check(ids, start)
-        chunk = self.ops.max_chunk
-        for at in range(0, len(ids) - chunk, chunk):
-            await self._run(list(ids[at:at + chunk]), start + at, False, False)
-        at = (len(ids) - 1) // chunk * chunk
-        return await self._run(list(ids[at:]), start + at, False, greedy, topk)
+    async def step(self, step: Step) -> list[Output]:
+        check_step(step, self.capacity, self.spec.n_vocab)
+        outputs = [await self._slice(s, step) for s in step.slices]
+        self.stats.steps += 1
+        return outputs
 
-    async def greedy_async(self, ids, start: int) -> int:
-        """The argmax of the last id's logits, computed on the GPU (4 bytes come back)."""
-        program = await self._last_step(ids, start, greedy=True)
-        return int(np.frombuffer(await self.device.read(program.argmax, 4), dtype=np.uint32)[0])
+    async def _slice(self, s: Slice, step: Step) -> Output:
+        if step.want is Want.ALL_LOGITS:
+            # an all-logits step holds [n, vocab] f32 in one binding: as many rows per GPU step as fit
+            rows = max(1, min(self.ops.max_chunk, self.ops.max_binding // (4 * self.spec.n_vocab)))
+            out = []
+            for at in range(0, len(s.tokens), rows):
+                program = await self._submit(s.tokens[at:at + rows], s.start + at, Want.ALL_LOGITS)
+                out.append(await self._read_logits(program))
+            return Output(logits=np.concatenate(out))
+        program = await self._submit(s.tokens, s.start, step.want)
+        if step.want is Want.NONE:
+            return Output()
+        if step.want is Want.ARGMAX:
+            return Output(token=int(np.frombuffer(await self._read(program.argmax, 4), dtype=np.uint32)[0]))
+        if step.want is Want.TOP_K:
+            pairs = np.frombuffer(await self._read(program.topk, step.k * 8), dtype=np.uint32).reshape(step.k, 2)
+            return Output(values=pairs[:, 0].view(np.float32).copy(), ids=pairs[:, 1].astype(np.int64))
+        return Output(logits=(await self._read_logits(program))[-1])
 
-    async def top_k_async(self, ids, start: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The k (<= TOPK) largest logits of the last id and their token ids, largest first (ties: lower id
-        first), picked on the GPU: k pairs come back instead of the vocabulary."""
-        if not 0 < k <= TOPK:
-            raise BadRequestError(f"top-k on the GPU takes k in [1, {TOPK}], got {k}")
-        program = await self._last_step(ids, start, topk=True)
-        pairs = np.frombuffer(await self.device.read(program.topk, k * 8), dtype=np.uint32).reshape(k, 2)
-        return pairs[:, 0].view(np.float32).copy(), pairs[:, 1].astype(np.int64)
+    async def _read_logits(self, program: Program) -> np.ndarray:
+        out = program.output
+        data = await self._read(physical(out.buf), out.size * 4, out.off * 4)
+        return np.frombuffer(data, dtype=np.float32).reshape(out.shape)
 
-    # --- sync wrappers: native CPython only ---
-    def _sync(self, coro):
-        if self._loop is None:
-            raise RuntimeError("this GpuRunner was made for async use: await forward_async/greedy_async")
-        return self._loop.run_until_complete(coro)
+    def memory(self) -> dict:
+        """Device memory: what the executor allocated so far (buffers are made at load and as step shapes
+        are first built, so after a run this is its peak) and what the plan (pyshim.plan.memory) predicts
+        for its largest step."""
+        from pyshim.plan.memory import estimate
 
-    def forward(self, ids, start: int, all_logits: bool = False) -> np.ndarray:
-        return self._sync(self.forward_async(ids, start, all_logits))
-
-    def greedy(self, ids, start: int) -> int:
-        return self._sync(self.greedy_async(ids, start))
-
-    def prepare(self) -> None:
-        self._sync(self.prepare_async())
+        plan = estimate(self.spec, self.header.tensors, context=self.n_ctx, kv_type=self.ops.kv_type, chunk=self.ops.max_chunk)
+        return {"peak_gpu_bytes": self.ops.memory()["total"], "planned_gpu_bytes": plan.total_bytes}
 
 
-async def load_gpu_async(path: str | Path | None = None, *, header=None, source=None, n_ctx: int | None = None,
-                         device: GPUDevice | None = None, loop=None, **ops_options) -> GpuRunner:
+async def load_gpu(path: str | Path | None = None, *, header=None, source=None, settings: RunSettings = RunSettings(),
+                   device: GPUDevice | None = None, upload_now: bool = True, max_binding: int | None = None,
+                   policy: dict | None = None) -> GpuRunner:
     """A GpuRunner for a GGUF file (`path`), or for a parsed header plus a byte source (Pyodide).
-    `ops_options` go to GpuOps (max_chunk, max_binding)."""
-    from pyshim.gpu import open_device
+    `upload_now=False` leaves the weights' bytes to the caller (`runner.ops.uploads`: the browser);
+    `max_binding` lowers the storage binding limit (forces tensors split by rows); `policy` overrides
+    kernel choices (pyshim.gpu.policy.KernelPolicy fields: tests)."""
     from pyshim.exec.loading import open_model
-    from pyshim.models import build_model
     from pyshim.gguf.tensors import WeightStore, tensor_refs_from_header
+    from pyshim.gpu import open_device
+    from pyshim.models import build_model
 
-    header, source, spec, n_ctx = open_model(path, header=header, source=source, n_ctx=n_ctx)
+    header, source, spec = open_model(path, header=header, source=source)
+    n_ctx = settings.context_for(spec.context_length)
+    owns_device = device is None
     device = device or await open_device()
-    ops = GpuOps(device, WeightStore(tensor_refs_from_header(header), source), spec, n_ctx, **ops_options)
+    kernel_policy = KernelPolicy.for_device(device.caps, settings.arithmetic, **(policy or {}))
+    ops = GpuOps(device, WeightStore(tensor_refs_from_header(header), source), spec, n_ctx, kernel_policy,
+                 kv_type=settings.kv_type, max_chunk=settings.prefill_chunk, max_binding=max_binding, upload_now=upload_now)
     model = build_model(spec, ops)
-    return GpuRunner(spec, header, ops, model, n_ctx, loop)
-
-
-def load_gpu(path: str | Path | None = None, *, header=None, source=None, n_ctx: int | None = None, **ops_options) -> GpuRunner:
-    """Native CPython: open the device and load on a private event loop kept for the sync wrappers."""
-    loop = asyncio.new_event_loop()
-    return loop.run_until_complete(load_gpu_async(path, header=header, source=source, n_ctx=n_ctx, loop=loop, **ops_options))
+    return GpuRunner(spec, header, ops, model, settings, n_ctx, owns_device=owns_device)

@@ -1,4 +1,4 @@
-"""The KV cache of the reference executor: per layer, keys and values by position.
+"""The KV cache of the reference executor: per layer, one sequence's keys and values by position.
 
 Full-attention layers hold `n_ctx` slots (slot = position). Sliding-window layers hold only `window`
 slots used as a ring (slot = position % window): a query never looks further back than the window, so
@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from pyshim.errors import BadRequestError, UnsupportedError
+from pyshim.plan.settings import KV_TYPES
+from pyshim.plan.settings import kv_type as kv_type_named
 
-
-KV_TYPES = ("f32", "f16", "q8")
-Q8_BLOCK = 32
+Q8_BLOCK = KV_TYPES["q8"].block
 
 
 def q8_round(x: np.ndarray) -> np.ndarray:
@@ -69,12 +68,9 @@ class LayerKV:
 
 class KVCache:
     def __init__(self, spec, n_ctx: int, kv_type: str = "f32"):
-        """`spec`: a ModelSpec; `n_ctx`: the longest sequence the cache will hold; `kv_type`: f32 or f16."""
-        if kv_type not in KV_TYPES:
-            raise BadRequestError(f"unknown KV cache type {kv_type!r}", hint=f"use one of: {', '.join(KV_TYPES)}")
-        if kv_type == "q8" and (spec.head_dim_k % Q8_BLOCK or spec.head_dim_v % Q8_BLOCK):
-            raise UnsupportedError(f"a q8 KV cache needs head sizes that are multiples of {Q8_BLOCK} (this model's: "
-                                   f"{spec.head_dim_k}/{spec.head_dim_v})", hint="use kv_type f16")
+        """`spec`: a ModelSpec; `n_ctx`: the longest sequence the cache will hold; `kv_type`: a name of
+        pyshim.plan.settings.KV_TYPES. One sequence's keys: the runner keeps one cache per sequence."""
+        kv_type_named(kv_type).check_heads(spec.head_dim_k, spec.head_dim_v)
         self.n_ctx = n_ctx
         windows = [spec.sliding_window if spec.swa_layers[il] else 0 for il in range(spec.n_layers)]
         self.layers = [LayerKV(min(w, n_ctx) if w else n_ctx, spec.n_kv_heads, spec.head_dim_k, spec.head_dim_v, kv_type)

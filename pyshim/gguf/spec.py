@@ -27,9 +27,23 @@ import numpy as np
 from pyshim.errors import GGUFFormatError, UnsupportedError
 from pyshim.gguf.header import GGUFHeader, MissingKeyError
 
-# Architectures pyshim can run -> rope pairing (llama.cpp: LLAMA_ROPE_TYPE_NORM vs NEOX).
-ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "gemma3": True, "phi3": True}
-SUPPORTED_ARCHITECTURES = tuple(ROPE_NEOX)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    neox: bool                   # rope pairing (llama.cpp: LLAMA_ROPE_TYPE_NORM vs NEOX)
+    models: str                  # what ships under this name
+
+
+# The architectures pyshim runs, by GGUF `general.architecture`: the one list (pyshim.models.decoder
+# runs them all; everything else is refused by name when the header is read).
+ARCHITECTURES: dict[str, Architecture] = {
+    "llama": Architecture(neox=False, models="SmolLM2, TinyLlama, Llama 2/3.x, Mistral"),
+    "qwen2": Architecture(neox=True, models="Qwen2, Qwen2.5"),
+    "qwen3": Architecture(neox=True, models="Qwen3 (dense)"),
+    "gemma3": Architecture(neox=True, models="Gemma 3"),
+    "phi3": Architecture(neox=True, models="Phi-3, Phi-3.5 (dense)"),
+}
 
 DEFAULT_ROPE_BASE = 10000.0
 MAX_LAYERS = 512                 # llama.cpp's LLAMA_MAX_LAYERS: per-layer tables are sized by it
@@ -116,6 +130,19 @@ class ModelSpec:
         return _spec_from_header(header)
 
 
+def check_supported(spec: ModelSpec) -> None:
+    """Raise UnsupportedError for what pyshim's forward pass (pyshim.models.decoder) does not do; the
+    architecture itself was checked when the spec was read. Known from the header alone, so "will it fit?"
+    refuses such a file before its body downloads."""
+    if spec.n_experts:
+        raise UnsupportedError(f"{spec.architecture}: mixture-of-experts models are not supported yet",
+                               hint="use a dense model of the same family")
+    for rope in (spec.rope, spec.rope_swa):
+        if rope.scaling not in ("none", "linear", "yarn"):
+            raise UnsupportedError(f"{spec.architecture}: rope scaling {rope.scaling!r} is not supported",
+                                   hint="supported: none, linear, yarn")
+
+
 class _Keys:
     """Typed access to `{arch}.*` keys with messages that name the key."""
 
@@ -167,9 +194,9 @@ def _positive(name: str, value: int, arch: str) -> int:
 
 def _spec_from_header(header: GGUFHeader) -> ModelSpec:
     arch = header.architecture
-    if arch not in ROPE_NEOX:
+    if arch not in ARCHITECTURES:
         raise UnsupportedError(f"pyshim cannot run the '{arch}' architecture",
-                               hint=f"supported architectures: {', '.join(SUPPORTED_ARCHITECTURES)}")
+                               hint=f"supported architectures: {', '.join(ARCHITECTURES)}")
     k = _Keys(header, arch)
     n_layers = _positive("block_count", k.integer("block_count"), arch)
     if n_layers > MAX_LAYERS:
@@ -185,7 +212,7 @@ def _spec_from_header(header: GGUFHeader) -> ModelSpec:
     head_dim_v = _positive("attention.value_length", k.integer("attention.value_length", n_embd // n_heads), arch)
     context_length = _positive("context_length", k.integer("context_length"), arch)
 
-    neox = ROPE_NEOX[arch]
+    neox = ARCHITECTURES[arch].neox
     rope = _rope(k, head_dim_k, neox, context_length)
     rope_swa = rope
     sliding_window = 0

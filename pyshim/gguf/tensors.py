@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable, Protocol
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 
 from pyshim.errors import GGUFFormatError, MissingTensorError
 
@@ -130,3 +130,13 @@ class WeightStore:
         for i, row in enumerate(rows):
             out[i] = self.source.read(ref.offset + int(row) * row_bytes, row_bytes)
         return out
+
+
+def dequantize_rows(raw: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
+    """uint8 blocks (rows, row_bytes) -> f32 (rows, n_in), by gguf.quants (the reference's decoder, and
+    how every executor reads the small 1-D tensors it keeps as f32)."""
+    if qtype == GGMLQuantizationType.F32:
+        return raw.view(np.float32)
+    if qtype == GGMLQuantizationType.F16:
+        return raw.view(np.float16).astype(np.float32)
+    return quants.dequantize(raw, qtype).astype(np.float32, copy=False)

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from pyshim.errors import UnsupportedError
+
 
 class TensorType(enum.IntEnum):
     # ---- plain element types (block of 1) ----
@@ -84,13 +86,31 @@ class TensorType(enum.IntEnum):
         return 8.0 * self.type_size / self.block_size
 
 
-# What pyshim's executors decode. BF16 (a shift) and Q5_1 (Q5_0 plus a min) are cheap additions to
-# the F16/Q5_0 paths, so they are listed too; IQ*/TQ*/FP4 types need lookup tables not written yet.
-RUNNABLE_TYPES: frozenset[TensorType] = frozenset({
-    TensorType.F32, TensorType.F16, TensorType.BF16,
-    TensorType.Q4_0, TensorType.Q4_1, TensorType.Q5_0, TensorType.Q5_1, TensorType.Q8_0,
+# Which executors decode each type: the one table `inspect`, "will it fit?", both loaders and the GPU's
+# kernel catalog read (a test checks that every type listed for "gpu" has a kernel). A tensor of any other
+# type is refused by name before a weight is read. BF16 and Q5_1 would be cheap additions (a shift; Q5_0
+# plus a min); the IQ*/TQ*/FP4 types need lookup tables not written yet.
+EXECUTORS = ("cpu", "gpu")
+RUNS_ON: dict[TensorType, frozenset[str]] = {t: frozenset(EXECUTORS) for t in (
+    TensorType.F32, TensorType.F16,
+    TensorType.Q4_0, TensorType.Q4_1, TensorType.Q5_0, TensorType.Q8_0,
     TensorType.Q4_K, TensorType.Q5_K, TensorType.Q6_K,
-})
+)}
+RUNNABLE_TYPES: frozenset[TensorType] = frozenset(RUNS_ON)
+
+
+def runnable_names(executor: str = "gpu") -> str:
+    return ", ".join(t.name for t in RUNS_ON if executor in RUNS_ON[t])
+
+
+def check_runnable(tensor: str, ttype: int, executor: str = "gpu") -> None:
+    """UnsupportedError naming the tensor and its type when `executor` cannot decode it."""
+    t = tensor_type(int(ttype))
+    if t is None or executor not in RUNS_ON.get(t, ()):
+        type_name = t.name if t is not None else f"#{int(ttype)}"
+        raise UnsupportedError(f"won't run: tensor {tensor!r} has type {type_name}, which pyshim does not decode",
+                               hint=f"use a GGUF quantized to {runnable_names(executor)}")
+
 
 _BY_VALUE = {t.value: t for t in TensorType}
 

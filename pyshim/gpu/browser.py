@@ -89,6 +89,7 @@ class BrowserDevice(GPUDevice):
             face="browser", vendor=str(info.vendor or ""), architecture=str(info.architecture or ""),
             description=str(getattr(info, "description", "") or ""), backend="WebGPU", is_fallback=is_fallback,
             features=frozenset(wanted) | features | _language_features(gpu), limits=limits,
+            subgroup_min_size=int(getattr(info, "subgroupMinSize", 0) or 0), subgroup_max_size=int(getattr(info, "subgroupMaxSize", 0) or 0),
         )
         return cls(adapter, device, caps)
 
@@ -163,6 +164,7 @@ class BrowserDevice(GPUDevice):
             self._check()
             raise DeviceLostError(f"reading back from the GPU failed: {exc}") from None
         self.read_wait_s += time.perf_counter() - waited
+        self.bytes_read += size
         data = js.Uint8Array.new(staging.getMappedRange()).to_bytes()[:size]
         staging.unmap()
         staging.destroy()

@@ -36,6 +36,8 @@ class Capabilities:
     is_fallback: bool             # a CPU adapter (SwiftShader, lavapipe): barrier-free kernels win there
     features: frozenset[str]
     limits: dict[str, int] = field(hash=False)
+    subgroup_min_size: int = 0    # lanes of a subgroup, as the adapter reports them (0: unknown)
+    subgroup_max_size: int = 0
 
     @property
     def has_f16(self) -> bool:
@@ -57,7 +59,7 @@ class Capabilities:
         return {
             "face": self.face, "vendor": self.vendor, "architecture": self.architecture, "description": self.description,
             "backend": self.backend, "is_fallback": self.is_fallback, "features": sorted(self.features), "limits": dict(self.limits),
-            "summary": self.summary(),
+            "subgroup_min_size": self.subgroup_min_size, "subgroup_max_size": self.subgroup_max_size, "summary": self.summary(),
         }
 
 
@@ -71,6 +73,8 @@ class GPUDevice(ABC):
     # Seconds spent awaiting readbacks, i.e. waiting for the GPU to finish queued work. A decode step's
     # wall time minus its share of this is its CPU side (Python, FFI, encoding): what bench reports.
     read_wait_s: float = 0.0
+    # Bytes copied back from the device by read() (a greedy decode step reads 4).
+    bytes_read: int = 0
 
     @abstractmethod
     def buffer(self, size: int, *, label: str, uniform: bool = False, also_uniform: bool = False) -> Any:

@@ -16,7 +16,11 @@ from gguf import GGMLQuantizationType as QT
 
 from pyshim.errors import ShaderError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
+from pyshim.gpu.policy import ATTN_SPLITS_GPU, MATMUL_TILE, MATMUL_TILE_CPU, MATVEC_ROWS, NARROW_SIMD_ROWS
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
+from pyshim.plan.memory import GROUPED_TYPES as GROUPED_TENSOR_TYPES
+from pyshim.plan.memory import REPACK_GROUP_BYTES
+from pyshim.plan.settings import KV_TYPES
 
 WG = 64                 # invocations per workgroup for every barrier-free kernel
 ARGMAX_CHUNK = 256      # logits scanned per invocation in argmax's first pass
@@ -25,52 +29,21 @@ ARGMAX_CHUNK = 256      # logits scanned per invocation in argmax's first pass
 ARGMAX_CHUNK_SUBGROUP = 1024
 TOPK = 64               # candidates topk.wgsl keeps: top-k sampling on the GPU for any k up to this
 TOPK_CHUNK = 2048       # logits per invocation in its first pass (Gemma's 262k vocabulary: 128 lists to merge)
-# Output rows per invocation of the barrier-free matvec. lavapipe, whole SmolLM2 decode steps in process
-# CPU time: 2 rows 132-142 ms per token, 1 row 160-168, 4 or 8 rows 187-196.
-MATVEC_ROWS = 2
-# SwiftShader (Chromium's CPU adapter): 4 rows per invocation was the fastest or near it for every type in
-# playwright/bench_kernels.py (and FACTS.md's f32 matvec), though that machine's noise is large.
-SWIFTSHADER_ROWS = 4
 MATVEC_WG = 64          # invocations per workgroup of the barrier-free matvec
 # The workgroup-reduction matvec (real GPUs): invocations per workgroup and rows per workgroup. Untuned
 # (no GPU was at hand): 32 is one NVIDIA warp; k-quant rows of few blocks leave invocations idle.
 REDUCE_WG = 32
 REDUCE_ROWS = 2
 # The subgroup variant of it (matvec.wgsl SUBGROUP) keeps REDUCE_WG and REDUCE_ROWS, so on a GPU the two
-# differ only in how the WG partials are summed. It needs subgroupAdd and the subgroup_id/num_subgroups
-# builtins: Chromium lists the latter as a WGSL language feature, native ones are probed (gpu/native.py).
-SUBGROUP_ID_FEATURE = "wgsl:subgroup_id"
+# differ only in how the WG partials are summed (pyshim.gpu.policy says where each runs).
 # Invocations per workgroup of the one-workgroup-per-row rmsnorm (real GPUs; untuned): d = 576-4096 is
 # then 2-16 vec4 loads per invocation instead of d/4 in one invocation.
 RMSNORM_WG = 64
 MAX_GROUPS = 65535      # WebGPU's default maxComputeWorkgroupsPerDimension
-# Splits of the key range per (head, token) in decode attention: on real GPUs a handful of heads would
-# otherwise keep only a handful of invocations busy over the whole context (untuned: no GPU at hand);
-# CPU adapters have few cores and skip the combine pass.
-ATTN_SPLITS_GPU = 16
 # The uniform-x matvec binds x as array<vec4<f32>, UNIFORM_X_VEC4>: 64 KiB, WebGPU's guaranteed
 # maxUniformBufferBindingSize; activation buffers are at least this big so any of them can be bound so.
 UNIFORM_X_VEC4 = 4096
 UNIFORM_X_BYTES = UNIFORM_X_VEC4 * 16
-# Tokens per invocation of the many-token matvec (prefill, n > 1): each decoded weight serves this many.
-# Measured on lavapipe (SmolLM2, 64-token prefill, process CPU time): 9.2-10.9 s for 2, 4 or 8 tokens
-# against 4.7 s for one token per invocation (its per-token accumulator array is not kept in registers),
-# so the executor uses it only when asked (GpuOps(multi_token=True)); unmeasured on real GPUs. More tokens
-# per invocation do not help either (lavapipe, SmolLM2 64-token prefill, tokens per CPU-second: 4 → 6.6,
-# 8 → 5.9, 16 → 5.0, against 13.6 for one; the tiled matmul 15.0 in a later run: tests/bench_prefill.py).
-MATMUL_TOKENS = 4
-# The workgroup-tiled matmul (matmul.wgsl) for steps of several tokens, its tile shape: (TM weight rows,
-# TN tokens, KT elements of k per step, RM rows and RN tokens per invocation). On real GPUs untuned (none at
-# hand): 16 KiB of workgroup memory, WebGPU's guaranteed limit.
-MATMUL_TILE = (32, 32, 64, 4, 4)
-MATMUL_TILE_M, MATMUL_TILE_N = MATMUL_TILE[:2]
-# On CPU adapters (24 KiB: SwiftShader and lavapipe allow 32), where it serves the f32 route (the int8
-# route's matvec stays faster there). ms per 64-token matmul, Q4_1 1536x576 / Q4_K 640x2048: lavapipe
-# (process CPU, tests/bench_prefill.py --kernels) 33.8 / 53.2, against 37.6 / 91.3 for the barrier-free
-# matvec and 43.5 / 72.1 for MATMUL_TILE; 8x8 or 4x16 per invocation and 256-wide k steps were slower.
-# SwiftShader (GPU-process CPU, playwright/bench_prefill_kernels.py) 270-283 / 347-393 against 373-382 /
-# 530 for the matvec (4 rows), 303-343 / 468 for MATMUL_TILE, and 198 / 390-403 for the int8 matvec.
-MATMUL_TILE_CPU = (32, 64, 64, 4, 8)
 # Causal prefill attention tiled over the keys (attention_prefill.wgsl): the K and V tiles in workgroup
 # memory take at most this many bytes (WebGPU's guaranteed maxComputeWorkgroupStorageSize), and at most
 # ATTN_TILE_KEYS keys (each invocation keeps one score per key of a tile in registers).
@@ -99,13 +72,13 @@ WEIGHT_TYPES: dict[QT, tuple[str, int, int]] = {
 I8_ACTIVATIONS: dict[QT, str] = {QT.Q4_0: "q8_0", QT.Q4_1: "q8_0", QT.Q5_0: "q8_0", QT.Q8_0: "q8_0",
                                  QT.Q4_K: "q8_k", QT.Q5_K: "q8_k", QT.Q6_K: "q8_k"}
 # The int8 route's Q8_0 weights are rearranged on the GPU at load (repack.wgsl) into groups of
-# REPACK_GROUP_BLOCKS blocks (all quants, then the scales) read as vec4s, and matvec_i8 reads Q8_0 only
+# REPACK_GROUP_BLOCKS blocks (all quants, then the scales; pyshim.plan.memory holds the size, since the
+# splitting rule counts it) read as vec4s, and matvec_i8 reads Q8_0 only
 # so: on SwiftShader the Q8_0 int8 matvec is bound by load instructions, 9 straddling words a block in the
 # file layout vs 2 vec4s + a scale grouped (32768x640, one token: 57-61 ms file layout, 27-28 ms
 # grouped). Type -> its define. (The f32 kernels read the file layout.)
 GROUPED_TYPES: dict[QT, str] = {QT.Q8_0: "W_Q8_0G"}
-REPACK_GROUP_BLOCKS = 8
-REPACK_GROUP_BYTES = REPACK_GROUP_BLOCKS * GGML_QUANT_SIZES[QT.Q8_0][1]
+assert set(GROUPED_TYPES) == set(GROUPED_TENSOR_TYPES)
 # Types whose int8 decoders unpack a block once for several tokens (matvec_i8's TOKENS: 32-value blocks),
 # and the rows x tokens an invocation takes in steps of several tokens (prefill). SwiftShader, 64 tokens
 # (playwright/bench_prefill_kernels.py), ms against one token and 4 rows per invocation: Q4_1 1536x576 101
@@ -120,30 +93,6 @@ I8_TOKEN_ROWS = 8
 I8_PAIR_TYPES = frozenset({QT.Q4_0, QT.Q5_0})
 # activation format -> (elements per block, f32 metadata words per block), as quantize.wgsl lays them out
 I8_BLOCKS = {"q8_0": (32, 4), "q8_k": (256, 20)}
-# The WGSL language feature dot4I8Packed and pack4xI8 need (Chromium lists it in
-# navigator.gpu.wgslLanguageFeatures; naga in wgpu-py 0.32 accepts it but reports no such list).
-DOT4_FEATURE = "wgsl:packed_4x8_integer_dot_product"
-
-
-def subgroups_usable(caps) -> bool:
-    """Whether the subgroup-reduction matvec compiles on this device (the 'subgroups'/'subgroup' feature,
-    which the faces request at device creation, and the subgroup_id builtin)."""
-    return caps.has_subgroups and SUBGROUP_ID_FEATURE in caps.features
-
-
-def default_subgroup(caps) -> bool:
-    """Subgroup reductions where the workgroup-reduction matvec runs (real GPUs) and the device has them.
-    Unmeasured on a real GPU (none at hand): chosen because it does the same loads with one barrier
-    instead of log2(REDUCE_WG); its correctness is tested on lavapipe and SwiftShader by forcing it."""
-    return not caps.is_fallback and subgroups_usable(caps)
-
-
-def default_int8(caps) -> bool:
-    """The int8 route where the shader language has dot4I8Packed and the adapter is a CPU one (measured
-    there; on real GPUs the workgroup-reduction f32 kernels are used and int8 is untested)."""
-    return DOT4_FEATURE in caps.features and caps.is_fallback
-
-
 def xq_row_words(k: int, fmt: str) -> int:
     """u32 words of one token's quantized row: k/4 words of int8 values, then the blocks' metadata."""
     per, meta = I8_BLOCKS[fmt]
@@ -154,11 +103,12 @@ def quantize_key(fmt: str) -> ShaderKey:
     return ShaderKey.of("quantize", WG=WG, Q8_K=fmt == "q8_k")
 
 
-def i8_pairs(qtype: QT, k: int, caps) -> bool:
-    """Whether matvec_i8 reads this weight's blocks two at a time (rows of an even block count). Same run,
-    Gemma 3 decode, ms per token: SwiftShader 1150-1349 with pairs vs 1434-1463 without; lavapipe the
-    other way (4.2-4.6 tok/s with, 4.9-5.4 without), so only on SwiftShader."""
-    return QT(qtype) in I8_PAIR_TYPES and k % 64 == 0 and "swiftshader" in caps.architecture.lower()
+def i8_pairs(qtype: QT, k: int) -> bool:
+    """Whether matvec_i8 can read this weight's blocks two at a time (rows of an even block count), where
+    the policy asks for it (KernelPolicy.i8_pairs). Same run, Gemma 3 decode, ms per token: SwiftShader
+    1150-1349 with pairs vs 1434-1463 without; lavapipe the other way (4.2-4.6 tok/s with, 4.9-5.4
+    without), so only on 4-lane CPU adapters."""
+    return QT(qtype) in I8_PAIR_TYPES and k % 64 == 0
 
 
 def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, rows: int = MATVEC_ROWS,
@@ -269,18 +219,10 @@ def groups(n: int, per: int = WG) -> int:
     return max(1, -(-int(n) // per))
 
 
-def barrier_free_rows(caps) -> int:
-    """Rows per invocation of the barrier-free matvec on this adapter."""
-    return SWIFTSHADER_ROWS if "swiftshader" in caps.architecture.lower() else MATVEC_ROWS
-
-
-def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False, multi: bool = False,
-               uniform_x: bool = False, rows: int = MATVEC_ROWS, subgroup: bool = False) -> ShaderKey:
-    """The barrier-free matvec (CPU adapters; `uniform_x`: x bound as a 64 KiB uniform), the
-    workgroup-reduction one (`reduce`, real GPUs; with `subgroup`, summed by subgroupAdd: see
-    subgroups_usable), or the many-token one (`multi`: MATMUL_TOKENS tokens per invocation)."""
-    if multi:
-        return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=WG, MULTI=True, TOKENS=MATMUL_TOKENS, BIAS=bias)
+def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False, uniform_x: bool = False,
+               rows: int = MATVEC_ROWS, subgroup: bool = False) -> ShaderKey:
+    """The barrier-free matvec (CPU adapters; `uniform_x`: x bound as a 64 KiB uniform) or the
+    workgroup-reduction one (`reduce`, real GPUs; with `subgroup`, summed by subgroupAdd)."""
     if reduce:
         return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=REDUCE_WG, ROWS=REDUCE_ROWS, REDUCE=True, BIAS=bias,
                             SUBGROUP=subgroup)
@@ -288,10 +230,9 @@ def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False, multi: bo
                         UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None)
 
 
-# KV cache types the kernels store (include/kv.wgsl) -> bytes per value: f16 as packed halves and q8 as
-# int8 blocks of 32 with an f32 scale, both on any adapter.
-KV_TYPES_GPU = {"f32": 4.0, "f16": 2.0, "q8": 36 / 32}
-Q8_BLOCK = 32
+# The KV cache types the kernels store (include/kv.wgsl: f16 as packed halves, q8 as int8 blocks of 32
+# with an f32 scale, both on any adapter) are pyshim.plan.settings.KV_TYPES.
+Q8_BLOCK = KV_TYPES["q8"].block
 
 
 def kv_write_key(kv_type: str = "f32") -> ShaderKey:
@@ -307,18 +248,10 @@ def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int,
 
 
 def matmul_key(qtype: QT, *, bias: bool = False, tile: tuple[int, int, int, int, int] = MATMUL_TILE) -> ShaderKey:
-    """The workgroup-tiled matmul (steps of several tokens); `tile` as MATMUL_TILE."""
+    """The workgroup-tiled matmul (steps of several tokens); `tile` as pyshim.gpu.policy.MATMUL_TILE."""
     tm, tn, kt, rm, rn = tile
     return ShaderKey.of("matmul", **{weight_define(qtype): True}, WG=tm // rm * (tn // rn), TM=tm, TN=tn, KT=kt, RM=rm, RN=rn,
                         BIAS=bias)
-
-
-def matmul_tile(caps) -> tuple[int, int, int, int, int]:
-    """The tile shape for this adapter (see MATMUL_TILE_CPU), within its workgroup memory."""
-    tile = MATMUL_TILE_CPU if caps.is_fallback else MATMUL_TILE
-    if (tile[0] + tile[1]) * tile[2] * 4 > caps.limits.get("max_compute_workgroup_storage_size", 16384):
-        return MATMUL_TILE
-    return tile
 
 
 def matmul_grid(m: int, n: int, tile: tuple[int, int, int, int, int] = MATMUL_TILE) -> tuple[int, int, int]:
@@ -369,9 +302,7 @@ def rmsnorm_grid(rows: int, reduce: bool = False) -> tuple[int, int, int]:
     return x, 1, groups(rows, x)
 
 
-def matvec_grid(m: int, n: int, reduce: bool = False, multi: bool = False, rows: int = MATVEC_ROWS) -> tuple[int, int, int]:
-    if multi:
-        return groups(m, WG), groups(n, MATMUL_TOKENS), 1
+def matvec_grid(m: int, n: int, reduce: bool = False, rows: int = MATVEC_ROWS) -> tuple[int, int, int]:
     if not reduce:
         return groups(m, MATVEC_WG * rows), n, 1
     total = groups(m, REDUCE_ROWS)              # one workgroup per REDUCE_ROWS rows, folded into z past 65535
@@ -414,36 +345,36 @@ def rope_theta(spec, freq_factors: np.ndarray | None = None) -> tuple[np.ndarray
 
 
 def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = True, subgroups: bool = True) -> list[ShaderKey]:
-    """Every pipeline the executor and the benchmark may ask for (attention per head size): what the
+    """Every pipeline the executor's policies and the roofline benchmark (`stream`) may ask for (attention
+    per head size; both rows-per-invocation choices of the barrier-free matvecs): what the
     compile checks in naga and Tint go through (`int8`: with the dot4I8Packed ones; `subgroups`: with the
     ones that need the device's subgroups feature)."""
     keys = []
     keys += [embed_key(q) for q in WEIGHT_TYPES] + [embed_key(q, grouped=True) for q in GROUPED_TYPES]
-    keys += [matvec_key(q, bias=bias, reduce=reduce, multi=multi) for q in WEIGHT_TYPES for bias in (False, True)
-             for reduce, multi in ((False, False), (True, False), (False, True))]
+    keys += [matvec_key(q, bias=bias, reduce=reduce) for q in WEIGHT_TYPES for bias in (False, True) for reduce in (False, True)]
     if subgroups:
         keys += [matvec_key(q, bias=bias, reduce=True, subgroup=True) for q in WEIGHT_TYPES for bias in (False, True)]
     keys += [matvec_key(q, bias=bias, uniform_x=True, rows=rows) for q in WEIGHT_TYPES for bias in (False, True)
-             for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
-    keys += [matvec_key(q, rows=SWIFTSHADER_ROWS) for q in WEIGHT_TYPES]
+             for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
+    keys += [matvec_key(q, rows=NARROW_SIMD_ROWS) for q in WEIGHT_TYPES]
     if int8:
         keys += [quantize_key(fmt) for fmt in I8_BLOCKS]
         keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows) for q in I8_ACTIVATIONS for bias in (False, True)
-                 for ux in (False, True) for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
+                 for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
         keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows, pairs=True) for q in I8_PAIR_TYPES
-                 for bias in (False, True) for ux in (False, True) for rows in (MATVEC_ROWS, SWIFTSHADER_ROWS)]
+                 for bias in (False, True) for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
         keys += [matvec_i8_key(q, bias=bias, rows=I8_TOKEN_ROWS, tokens=I8_TOKENS) for q in I8_TOKEN_TYPES
                  for bias in (False, True)]
         keys.append(ShaderKey.of("repack", WG=WG))
-    keys += [rmsnorm_key(), rmsnorm_key(reduce=True)] + [kv_write_key(t) for t in KV_TYPES_GPU]
+    keys += [rmsnorm_key(), rmsnorm_key(reduce=True)] + [kv_write_key(t) for t in KV_TYPES]
     if subgroups:
         keys.append(rmsnorm_key(reduce=True, subgroup=True))
     keys += [ShaderKey.of("rope", WG=WG, NEOX=neox) for neox in (False, True)]
     for hd in head_dims:
         for splits in (1, ATTN_SPLITS_GPU):
-            keys += [k for cap in (False, True) for t in KV_TYPES_GPU for k in attention_keys(hd, hd, cap, splits, t)
+            keys += [k for cap in (False, True) for t in KV_TYPES for k in attention_keys(hd, hd, cap, splits, t)
                      if k is not None and k not in keys]
-        keys += [attention_prefill_key(hd, hd, cap, t) for cap in (False, True) for t in KV_TYPES_GPU]
+        keys += [attention_prefill_key(hd, hd, cap, t) for cap in (False, True) for t in KV_TYPES]
     keys += [matmul_key(q, bias=bias, tile=tile) for q in WEIGHT_TYPES for bias in (False, True)
              for tile in (MATMUL_TILE, MATMUL_TILE_CPU)]
     keys += [ShaderKey.of("glu", WG=WG, **{act: True}) for act in ("ACT_SILU", "ACT_GELU")]

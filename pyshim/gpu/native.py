@@ -87,6 +87,9 @@ class NativeDevice(GPUDevice):
             face="native", vendor=str(info.get("vendor", "")), architecture=str(info.get("architecture", "")),
             description=str(info.get("device", "")), backend=str(info.get("backend_type", "")),
             is_fallback=info.get("adapter_type") == "CPU", features=features | _language_features(device), limits=limits,
+            # wgpu-py 0.32 spells the info keys "stackgroup_*"; later versions may fix the name
+            subgroup_min_size=int(info.get("subgroup_min_size", info.get("stackgroup_min_size", 0)) or 0),
+            subgroup_max_size=int(info.get("subgroup_max_size", info.get("stackgroup_max_size", 0)) or 0),
         )
         return cls(wgpu, adapter, device, caps)
 
@@ -160,6 +163,7 @@ class NativeDevice(GPUDevice):
         with _gpu_errors(f"read of {size} bytes"):
             await staging.map_async(self._wgpu.MapMode.READ)
         self.read_wait_s += time.perf_counter() - waited
+        self.bytes_read += size
         data = bytes(staging.read_mapped())[:size]
         staging.unmap()
         staging.destroy()

@@ -6,7 +6,8 @@ so its length is capped there (plus the positions one step writes before it read
 stay in their file types on the GPU, so their bytes are the file's bytes. Activations are what a
 prefill step of `chunk` tokens holds at its peak (the executor reuses buffers whose values are dead).
 The GPU executor reports what it allocated (`GpuOps.memory()`); benchmarks print both, and the plan
-is meant to agree within a few percent.
+is meant to agree within a few percent. `fits` also applies the executor's own layout rules (a weight is
+split by rows past a storage binding, `row_parts`) and refuses tensor types no executor decodes.
 """
 
 from __future__ import annotations
@@ -14,39 +15,55 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import NamedTuple
 
-from pyshim.serve.generation import PREFILL_CHUNK
+from pyshim.errors import OutOfMemoryError
 from pyshim.gguf.header import TensorInfo
 from pyshim.gguf.spec import ModelSpec
+from pyshim.gguf.types import RUNS_ON, TensorType
+from pyshim.plan.settings import KV_TYPES, PREFILL_CHUNK, kv_type as kv_type_named
 
-# KV cache types -> bytes per value, as the GPU stores them (include/kv.wgsl): f16 as packed halves, q8 as
-# blocks of 32 int8 values along the head with an f32 scale (36 bytes per 32 values).
-KV_TYPES: dict[str, Fraction] = {
-    "f32": Fraction(4),
-    "f16": Fraction(2),
-    "q8": Fraction(36, 32),
-}
+# The GPU's int8 route rearranges Q8_0 weights in groups of this many blocks (repack.wgsl); a part of
+# such a tensor rounds up to a whole group, so it may need up to one group more than its rows' bytes.
+REPACK_GROUP_BLOCKS = 8
+REPACK_GROUP_BYTES = REPACK_GROUP_BLOCKS * TensorType.Q8_0.type_size
+GROUPED_TYPES = frozenset({TensorType.Q8_0})
 
 
-def _kv_element_bytes(kv_type: str) -> Fraction:
-    try:
-        return KV_TYPES[kv_type]
-    except KeyError:
-        raise ValueError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(KV_TYPES)}") from None
+def row_parts(rows: int, row_bytes: int, limit: int, pad: int = 0) -> list[tuple[int, int]]:
+    """How the GPU executor splits a 2-D weight of `rows` rows into buffers of at most `limit` bytes (the
+    smaller of the device's largest storage binding and largest buffer), each `pad` bytes bigger than its
+    rows: [(first row, rows)]. Every kernel that reads a weight (matvecs, matmuls, the embedding lookup and
+    the output head) takes it part by part, so only one row has to fit a binding."""
+    per = (int(limit) - pad) // int(row_bytes)
+    if per < 1:
+        raise OutOfMemoryError(f"one row of a weight is {row_bytes + pad} bytes, more than the device's largest "
+                               f"storage binding ({limit})", hint="this model cannot run on this device")
+    return [(r0, min(per, rows - r0)) for r0 in range(0, rows, per)]
+
+
+def tensor_rows(t: TensorInfo) -> tuple[int, int]:
+    """(rows, bytes per row) of a tensor as the executors lay it out (a 1-D tensor is one row)."""
+    rows = max(1, t.n_elements // t.shape[0]) if t.shape else 1
+    return rows, t.nbytes // rows
 
 
 def kv_bytes_per_token(spec: ModelSpec, kv_type: str = "f32") -> int:
     """Bytes one more position adds to the cache of every layer (ignoring sliding-window caps)."""
-    per_layer = spec.n_kv_heads * (spec.head_dim_k + spec.head_dim_v) * _kv_element_bytes(kv_type)
+    per_layer = spec.n_kv_heads * (spec.head_dim_k + spec.head_dim_v) * kv_type_named(kv_type).bytes_per_value
     return int(per_layer * spec.n_layers)
+
+
+def kv_layer_bytes(spec: ModelSpec, context: int, kv_type: str = "f32") -> int:
+    """Bytes of the largest single buffer of the KV cache: one full-attention layer's keys for `context`
+    positions (it must fit one storage binding)."""
+    return math.ceil(context * spec.n_kv_heads * max(spec.head_dim_k, spec.head_dim_v) * kv_type_named(kv_type).bytes_per_value)
 
 
 def kv_cache_bytes(spec: ModelSpec, context: int, kv_type: str = "f32", chunk: int = 1) -> int:
     """Bytes of a KV cache for `context` positions; sliding-window layers hold at most their window
     and the `chunk - 1` positions a step of `chunk` tokens writes ahead of the oldest one it reads."""
-    per_position = spec.n_kv_heads * (spec.head_dim_k + spec.head_dim_v) * _kv_element_bytes(kv_type)
+    per_position = spec.n_kv_heads * (spec.head_dim_k + spec.head_dim_v) * kv_type_named(kv_type).bytes_per_value
     ring = spec.sliding_window + chunk - 1
     positions = sum(min(context, ring) if local else context for local in spec.swa_layers)
     return math.ceil(per_position * positions)   # q8 blocks are never split
@@ -70,13 +87,17 @@ class TypeTotal(NamedTuple):
 class MemoryEstimate:
     weights_by_type: dict[str, TypeTotal]   # tensor type name -> tensors of that type and their bytes
     weight_bytes: int
-    largest_tensor: TensorInfo              # must fit one GPU storage binding
+    largest_tensor: TensorInfo
+    widest_row: tuple[str, int]             # (tensor, bytes) of the largest weight row a buffer part must hold
+    unrunnable: tuple[tuple[str, str], ...]  # (tensor, type name) of tensors the GPU cannot decode
     context: int
     kv_type: str
     kv_bytes: int
     kv_bytes_per_token: int
+    kv_layer_bytes: int                     # the largest KV buffer (one layer's keys): one storage binding
     chunk: int                              # tokens per prefill step the activations are sized for
     activation_bytes: int
+    largest_activation: int                 # the largest single activation of a step: one storage binding
 
     @property
     def total_bytes(self) -> int:
@@ -93,6 +114,24 @@ def weights_by_type(tensors: Iterable[TensorInfo]) -> dict[str, TypeTotal]:
     return {name: TypeTotal(c, b) for name, (c, b) in sorted(totals.items(), key=lambda kv: -kv[1][1])}
 
 
+def _widest_row(tensors: tuple[TensorInfo, ...]) -> tuple[str, int]:
+    """The 2-D weight whose one row (plus the int8 route's group padding) needs the most bytes."""
+    best = ("", 0)
+    for t in tensors:
+        if len(t.shape) >= 2:
+            need = tensor_rows(t)[1] + (REPACK_GROUP_BYTES if t.type in GROUPED_TYPES else 0)
+            best = max(best, (t.name, need), key=lambda x: x[1])
+    return best
+
+
+def largest_activation_bytes(spec: ModelSpec, chunk: int) -> int:
+    """The largest one activation of a step of `chunk` tokens (f32): the widest projection's output, or a
+    row of logits (steps that return every row's logits are split by the runner to fit)."""
+    ff = 2 * spec.n_ff if spec.fused_gate_up else spec.n_ff
+    qkv = spec.n_heads * spec.head_dim_k + spec.n_embd_k_gqa + spec.n_embd_v_gqa
+    return 4 * max(chunk * max(ff, qkv, spec.n_embd), spec.n_vocab)
+
+
 def estimate(spec: ModelSpec, tensors: Iterable[TensorInfo], *, context: int | None = None, kv_type: str = "f32",
              chunk: int = PREFILL_CHUNK) -> MemoryEstimate:
     """Memory for running `spec` with the given tensors at `context` positions (default: the training
@@ -104,16 +143,21 @@ def estimate(spec: ModelSpec, tensors: Iterable[TensorInfo], *, context: int | N
     if context <= 0:
         raise ValueError(f"context must be positive, got {context}")
     by_type = weights_by_type(tensors)
+    step = min(chunk, context)
     return MemoryEstimate(
         weights_by_type=by_type,
         weight_bytes=sum(t.nbytes for t in by_type.values()),
         largest_tensor=max(tensors, key=lambda t: t.nbytes),
+        widest_row=_widest_row(tensors),
+        unrunnable=tuple((t.name, t.type.name) for t in tensors if "gpu" not in RUNS_ON.get(t.type, ())),
         context=context,
         kv_type=kv_type,
-        kv_bytes=kv_cache_bytes(spec, context, kv_type, chunk=min(chunk, context)),
+        kv_bytes=kv_cache_bytes(spec, context, kv_type, chunk=step),
         kv_bytes_per_token=kv_bytes_per_token(spec, kv_type),
+        kv_layer_bytes=kv_layer_bytes(spec, context, kv_type),
         chunk=chunk,
-        activation_bytes=activation_bytes(spec, min(chunk, context)),
+        activation_bytes=activation_bytes(spec, step),
+        largest_activation=largest_activation_bytes(spec, step),
     )
 
 
@@ -123,20 +167,41 @@ class Fit:
     reasons: tuple[str, ...]   # why not, each a sentence a user can act on; empty when ok
 
 
-def fits(est: MemoryEstimate, *, budget_bytes: int, max_binding_bytes: int | None = None) -> Fit:
-    """Whether weights + KV cache fit `budget_bytes`, and the largest tensor one storage binding.
+def unrunnable_reason(unrunnable: tuple[tuple[str, str], ...]) -> str | None:
+    if not unrunnable:
+        return None
+    types = sorted({t for _, t in unrunnable})
+    first = unrunnable[0][0]
+    return (f"won't run: type {', '.join(types)} ({len(unrunnable)} tensors, e.g. '{first}') is not one pyshim decodes; "
+            f"use a GGUF quantized to {', '.join(t.name for t in RUNS_ON)}")
 
-    A tensor larger than the binding limit is not fatal in principle (it can be split by rows), but
-    until the planner splits tensors it is reported as not fitting."""
+
+def fits(est: MemoryEstimate, *, budget_bytes: int | None = None, max_binding_bytes: int | None = None,
+         max_buffer_bytes: int | None = None) -> Fit:
+    """Whether the model runs here: every tensor of a type the GPU decodes; weights, KV cache and
+    activations within `budget_bytes`; and every buffer within the device's limits as the executor lays
+    them out (weights split by rows into parts of at most a binding: see row_parts)."""
     reasons = []
-    if est.total_bytes > budget_bytes:
+    unrunnable = unrunnable_reason(est.unrunnable)
+    if unrunnable:
+        reasons.append(unrunnable)
+    if budget_bytes is not None and est.total_bytes > budget_bytes:
         reasons.append(f"weights ({_mib(est.weight_bytes)}), a {est.context}-token {est.kv_type} KV cache "
                        f"({_mib(est.kv_bytes)}) and activations ({_mib(est.activation_bytes)}) need {_mib(est.total_bytes)}, "
                        f"more than the {_mib(budget_bytes)} available; "
                        "try a shorter context, a smaller KV type, or a smaller quantization")
-    if max_binding_bytes is not None and est.largest_tensor.nbytes > max_binding_bytes:
-        reasons.append(f"tensor '{est.largest_tensor.name}' is {_mib(est.largest_tensor.nbytes)}, more than the device's "
-                       f"largest storage binding ({_mib(max_binding_bytes)})")
+    limit = min(x for x in (max_binding_bytes, max_buffer_bytes, 1 << 62) if x is not None)
+    if limit < 1 << 62:
+        name, row = est.widest_row
+        if row > limit:
+            reasons.append(f"one row of tensor '{name}' is {_mib(row)}, more than the device's largest storage binding "
+                           f"({_mib(limit)}): this model cannot run on this device")
+        if est.kv_layer_bytes > limit:
+            reasons.append(f"one layer's {est.context}-token {est.kv_type} KV cache is {_mib(est.kv_layer_bytes)}, more than "
+                           f"the device's largest storage binding ({_mib(limit)}); try a shorter context or a smaller KV type")
+        if est.largest_activation > limit:
+            reasons.append(f"a {est.chunk}-token prefill step holds an activation of {_mib(est.largest_activation)}, more than "
+                           f"the device's largest storage binding ({_mib(limit)}); try a smaller prefill chunk")
     return Fit(ok=not reasons, reasons=tuple(reasons))
 
 
@@ -144,21 +209,25 @@ MIN_CONTEXT = 512     # shorter than this a chat assistant is not worth loading
 
 
 def best_fit(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int, context: int | None = None,
-             chunk: int = PREFILL_CHUNK) -> MemoryEstimate | None:
-    """The most faithful setting that fits `budget_bytes`, or None: the wanted `context` (default: the
-    training context) with the KV type of least rounding that fits (f32, then f16, then q8, which
-    measured 100% / 98.3% top-1 agreement with f32 on SmolLM2 and Gemma 3); failing all three, the
-    longest context (halving, down to MIN_CONTEXT) that fits with q8."""
+             chunk: int = PREFILL_CHUNK, max_binding_bytes: int | None = None) -> MemoryEstimate | None:
+    """The most faithful setting that fits `budget_bytes` (and the binding limit), or None: the wanted
+    `context` (default: the training context) with the KV type of least rounding that fits (f32, then
+    f16, then q8, which measured 100% / 98.3% top-1 agreement with f32 on SmolLM2 and Gemma 3); failing
+    all three, the longest context (halving, down to MIN_CONTEXT) that fits with q8."""
     tensors = tuple(tensors)
     context = spec.context_length if context is None else context
+
+    def ok(est: MemoryEstimate) -> bool:
+        return fits(est, budget_bytes=budget_bytes, max_binding_bytes=max_binding_bytes).ok
+
     for kv_type in KV_TYPES:
         est = estimate(spec, tensors, context=context, kv_type=kv_type, chunk=chunk)
-        if est.total_bytes <= budget_bytes:
+        if ok(est):
             return est
     while context > MIN_CONTEXT:
         context = max(MIN_CONTEXT, context // 2)
         est = estimate(spec, tensors, context=context, kv_type="q8", chunk=chunk)
-        if est.total_bytes <= budget_bytes:
+        if ok(est):
             return est
     return None
 

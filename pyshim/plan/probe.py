@@ -10,7 +10,7 @@ import time
 
 from pyshim.errors import PyshimError
 from pyshim.gguf.header import GGUFHeader, NeedMoreBytes, read_header
-from pyshim.plan.memory import best_fit, estimate, weights_by_type
+from pyshim.plan.memory import best_fit, estimate, fits, unrunnable_reason, weights_by_type
 
 
 def quant_summary(header: GGUFHeader) -> str:
@@ -20,10 +20,16 @@ def quant_summary(header: GGUFHeader) -> str:
     return ", ".join(f"{name} {100 * t.nbytes / total:.0f}%" for name, t in by_type.items())
 
 
+NO_ADAPTER = "this browser gives no WebGPU adapter, so nothing can run on the GPU here"
+
+
 def probe(prefix, file_size: int | None = None, *, context: int | None = None, kv_type: str = "f32",
-          budget_bytes: int | None = None) -> dict:
-    """With `budget_bytes` (the GPU memory the page may use) the summary also carries `best_fit`: the
-    context and KV type pyshim.plan.memory.best_fit picks, or null when nothing fits."""
+          budget_bytes: int | None = None, limits: dict | None = None, judge: bool = False) -> dict:
+    """The header's summary at `context` positions (capped at the training context) with a `kv_type`
+    cache. With `judge`, also the verdict `fit` {ok, reasons, need_bytes, budget_bytes}: the model against
+    the GPU memory the page may use (`budget_bytes`) and the adapter's `limits` (None: there is no
+    adapter), by the executor's own layout rules (pyshim.plan.memory.fits). With `budget_bytes`, also
+    `best_fit`: the context and KV type pyshim.plan.memory.best_fit picks, or null when nothing fits."""
     start = time.perf_counter()
     try:
         header = read_header(prefix, file_size=file_size)
@@ -41,15 +47,20 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
         "parse_ms": parse_ms,
     }
     try:
-        from pyshim.gguf.spec import ModelSpec
+        from pyshim.gguf.spec import ModelSpec, check_supported
 
         spec = ModelSpec.from_header(header)
+        check_supported(spec)
     except PyshimError as exc:  # readable header, but not a model pyshim runs: say why, keep the facts
-        return {**summary, "supported": False, "reason": str(exc)}
+        return {**summary, "supported": False, "reason": str(exc),
+                **({"fit": _verdict([str(exc)], None, budget_bytes)} if judge else {})}
+    context = spec.context_length if context is None else min(context, spec.context_length)
     est = estimate(spec, header.tensors, context=context, kv_type=kv_type)
-    return {
+    unrunnable = unrunnable_reason(est.unrunnable)
+    out = {
         **summary,
-        "supported": True,
+        "supported": unrunnable is None,
+        **({"reason": unrunnable} if unrunnable else {}),
         "context_length": spec.context_length,
         "vocab_size": spec.n_vocab,
         "weight_bytes": est.weight_bytes,
@@ -59,8 +70,24 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
         "total_bytes": est.total_bytes,
         "context": est.context,
         "largest_tensor": {"name": est.largest_tensor.name, "bytes": est.largest_tensor.nbytes},
-        **({} if budget_bytes is None else {"best_fit": _fit_summary(best_fit(spec, header.tensors, budget_bytes=budget_bytes, context=context))}),
+        "widest_row": {"name": est.widest_row[0], "bytes": est.widest_row[1]},
     }
+    binding = None if limits is None else limits.get("max_storage_buffer_binding_size")
+    if budget_bytes is not None:
+        out["best_fit"] = _fit_summary(best_fit(spec, header.tensors, budget_bytes=budget_bytes, context=context,
+                                                max_binding_bytes=binding))
+    if judge:
+        if limits is None:
+            reasons = ([unrunnable] if unrunnable else []) + [NO_ADAPTER]
+        else:
+            reasons = list(fits(est, budget_bytes=budget_bytes, max_binding_bytes=binding,
+                                max_buffer_bytes=limits.get("max_buffer_size")).reasons)
+        out["fit"] = _verdict(reasons, est.total_bytes, budget_bytes)
+    return out
+
+
+def _verdict(reasons: list[str], need_bytes: int | None, budget_bytes: int | None) -> dict:
+    return {"ok": not reasons, "reasons": reasons, "need_bytes": need_bytes, "budget_bytes": budget_bytes}
 
 
 def _fit_summary(est) -> dict | None:

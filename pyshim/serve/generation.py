@@ -1,202 +1,198 @@
-"""Prefill, decode one token, generate, score: plain functions over a `Runner` (gpt-fast style).
+"""The one generation loop, over any Runner (pyshim.exec.runner): the CLI, the Python API, the site's
+Worker and the benchmarks all generate through `generate`, and score through `score`.
 
-A Runner maps (ids, start position) to logits and keeps the KV cache; nothing here knows the
-architecture or the executor.
+A prompt runs in chunks of the runner's largest step; the chunks before the last only write their keys
+(nothing is read back). Then each step decodes one token and asks the runner for as little as sampling
+needs: the argmax when decoding greedily without penalties (4 bytes from a GPU), the k largest logits
+for top-k sampling without penalties, the vocabulary's logits otherwise. Text streams out UTF-8-safe,
+with stop strings held back until they are ruled out; stop ids end the reply and are not part of it;
+`should_stop()` is polled between tokens (the Stop button, an abort).
+
+Timings (what the benchmarks and the APIs report): prefill_ms = the prompt up to the first new token
+(time to first token); decode_ms = from the first new token to the last (every later step, the streaming
+of its text included); cpu_ms = the part of decode_ms not spent awaiting the device — Python, FFI and the
+calls that encode each step, the CPU side of a step; decode_bytes_read = what came back from the device
+during decode.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Awaitable, Callable, Sequence
 
 import numpy as np
 
 from pyshim.errors import BadRequestError, ContextOverflowError
-from pyshim.serve.sampling import SamplingParams, make_rng, sample
+from pyshim.exec.runner import Runner, Step, Want, top_k_rows
+from pyshim.serve.sampling import SamplingParams, can_sample_top_k, make_rng, sample, sample_top_k
+from pyshim.text.stops import StopStrings
 
-PREFILL_CHUNK = 256     # tokens per forward while prefilling: bounds the [n, S] attention scores
+MAX_SCORE_TOP_K = 100         # a score row holds k ids and k floats per position
 
-
-def _check_fits(runner, n: int, what: str) -> None:
-    if n == 0:
-        raise BadRequestError(f"the {what} is empty")
-    if n > runner.n_ctx:
-        raise ContextOverflowError(f"the {what} has {n} tokens, more than the context of {runner.n_ctx}",
-                                   hint="shorten it or raise --ctx (up to the model's training context)")
+OnText = Callable[[str, int], "Awaitable[None] | None"]
 
 
-def prefill(runner, ids: Sequence[int], start: int = 0, chunk: int = PREFILL_CHUNK,
-            all_logits: bool = False) -> np.ndarray:
-    """Run `ids` at positions start.. in chunks; logits of the last id [vocab] (or of all ids [n, vocab])."""
+@dataclass
+class Completion:
+    prompt_tokens: int
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str = "length"       # "stop" (an end-of-generation id or a stop string) | "length" | "abort"
+    prefill_ms: float = 0.0
+    decode_ms: float = 0.0
+    cpu_ms: float = 0.0
+    decode_steps: int = 0
+    decode_bytes_read: int = 0
+    compacted: bool = False             # older turns of a conversation were compacted to fit the context
+
+    @property
+    def decode_tok_per_s(self) -> float:
+        return 1e3 * self.decode_steps / self.decode_ms if self.decode_steps and self.decode_ms > 0 else 0.0
+
+    @property
+    def prefill_tok_per_s(self) -> float:
+        return 1e3 * self.prompt_tokens / self.prefill_ms if self.prefill_ms > 0 else 0.0
+
+    @property
+    def bytes_per_decode_step(self) -> float | None:
+        return self.decode_bytes_read / self.decode_steps if self.decode_steps else None
+
+    def usage(self) -> dict:
+        n = len(self.token_ids)
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": n, "total_tokens": self.prompt_tokens + n}
+
+    def timings(self) -> dict:
+        return {"prefill_ms": self.prefill_ms, "ttft_ms": self.prefill_ms, "decode_ms": self.decode_ms,
+                "decode_tok_per_s": self.decode_tok_per_s, "cpu_ms": self.cpu_ms,
+                "bytes_per_decode_step": self.bytes_per_decode_step}
+
+    def as_dict(self) -> dict:
+        return {"text": self.text, "token_ids": self.token_ids, "finish_reason": self.finish_reason,
+                "usage": self.usage(), "timings": self.timings(), "compacted": self.compacted}
+
+
+def decode_want(runner: Runner, params: SamplingParams) -> Want:
+    """What a decode step asks the runner for, given how the token is sampled."""
+    if params.greedy and params.repetition_penalty == 1.0 and not params.presence_penalty and not params.frequency_penalty:
+        return Want.ARGMAX
+    if can_sample_top_k(params, runner.capacity.top_k):
+        return Want.TOP_K
+    return Want.LOGITS
+
+
+async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams, max_tokens: int, *,
+                   stop_ids: Sequence[int] = (), stop_strings: Sequence[str] = (), decoder=None,
+                   on_text: OnText | None = None, should_stop: Callable[[], bool] = lambda: False,
+                   seq: int = 0) -> Completion:
+    """Continue `prompt` (token ids) in sequence `seq`, whose cache is reset first. `decoder` turns ids
+    into text incrementally (`add(id) -> str`, `finish() -> str`: the tokenizer's StreamingDecoder, which
+    holds back incomplete UTF-8); without one only ids come out. `on_text(piece, token)` sees the text as
+    it streams (stop strings held back; the last piece has token -1)."""
+    prompt = [int(t) for t in prompt]
+    if not prompt:
+        raise BadRequestError("the prompt is empty")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise BadRequestError(f"max_tokens must be at least 1, got {max_tokens!r}")
+    n_ctx = runner.capacity.n_ctx
+    if len(prompt) >= n_ctx:
+        raise ContextOverflowError(f"the prompt has {len(prompt)} tokens; the context holds {n_ctx} with the reply",
+                                   hint="shorten the prompt or load the model with a larger context")
+    out = Completion(prompt_tokens=len(prompt))
+    want = decode_want(runner, params)
+    rng, history, stop = make_rng(params.seed), list(prompt), set(int(t) for t in stop_ids)
+    watcher, stats = StopStrings(stop_strings), runner.stats
+    pieces: list[str] = []
+
+    async def next_token(tokens: list[int], start: int) -> int:
+        (o,) = await runner.step(Step.of(tokens, start, seq=seq, want=want, k=params.top_k if want is Want.TOP_K else 0))
+        if want is Want.ARGMAX:
+            return o.token
+        if want is Want.TOP_K:
+            return sample_top_k(o.values, o.ids, params, rng)
+        return sample(o.logits, params, rng, history)
+
+    async def emit(piece: str, token: int) -> None:
+        if piece:
+            pieces.append(piece)
+            if on_text is not None:
+                maybe = on_text(piece, token)
+                if maybe is not None:
+                    await maybe
+
+    runner.reset(seq)     # a new conversation: no key of the previous one may be attended to
+    t0 = time.perf_counter()
+    chunk = runner.capacity.max_step_tokens
+    last = (len(prompt) - 1) // chunk * chunk
+    for at in range(0, last, chunk):                              # keys only, nothing read back
+        await runner.step(Step.of(prompt[at:at + chunk], at, seq=seq, want=Want.NONE))
+    token = await next_token(prompt[last:], last)
+    t_first = time.perf_counter()
+    out.prefill_ms = 1e3 * (t_first - t0)
+    waited, read = stats.wait_s, stats.bytes_read
+    pos = len(prompt)
+    while True:
+        if token in stop:
+            out.finish_reason = "stop"
+            break
+        out.token_ids.append(token)
+        history.append(token)
+        if decoder is not None:
+            await emit(watcher.feed(decoder.add(token)), token)
+            if watcher.stopped:
+                out.finish_reason = "stop"
+                break
+        if len(out.token_ids) >= max_tokens or pos >= n_ctx:
+            break
+        if should_stop():
+            out.finish_reason = "abort"
+            break
+        token = await next_token([token], pos)
+        out.decode_steps += 1
+        pos += 1
+    # Only steps after the first token count as decode; the final text flush is not a step.
+    out.decode_ms = 1e3 * (time.perf_counter() - t_first)
+    out.cpu_ms = max(0.0, out.decode_ms - 1e3 * (stats.wait_s - waited))
+    out.decode_bytes_read = stats.bytes_read - read
+    if decoder is not None and not watcher.stopped:
+        await emit(watcher.feed(decoder.finish()) + watcher.flush(), -1)
+    out.text = "".join(pieces)
+    return out
+
+
+@dataclass
+class Scores:
+    """Teacher-forced predictions: row i = the top-k after ids[:i+1] (ids [n, k], logits and log-probs)."""
+
+    ids: list[int]
+    top_ids: np.ndarray
+    top_logits: np.ndarray
+    top_logprobs: np.ndarray
+
+    def as_dict(self, digits: int = 5) -> dict:
+        return {"ids": self.ids, "top_ids": self.top_ids.tolist(),
+                "top_logits": [[round(float(v), digits) for v in row] for row in self.top_logits],
+                "top_logprobs": [[round(float(v), digits) for v in row] for row in self.top_logprobs]}
+
+
+async def score(runner: Runner, ids: Sequence[int], top_k: int = 10, *, seq: int = 0) -> Scores:
+    """The top-k predictions after every prefix of `ids`, in steps of the runner's largest."""
+    ids = [int(t) for t in ids]
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_SCORE_TOP_K:
+        raise BadRequestError(f"top_k must be in 1..{MAX_SCORE_TOP_K}, got {top_k!r}")
+    if not ids:
+        raise BadRequestError("the text is empty")
+    if len(ids) > runner.capacity.n_ctx:
+        raise ContextOverflowError(f"the text has {len(ids)} tokens, more than the context of {runner.capacity.n_ctx}",
+                                   hint="shorten it or load the model with a larger context")
+    runner.reset(seq)
+    chunk = runner.capacity.max_step_tokens
     rows = []
     for at in range(0, len(ids), chunk):
-        piece = list(ids[at:at + chunk])
-        last_chunk = at + chunk >= len(ids)
-        logits = runner.forward(piece, start + at, all_logits=all_logits)
-        if all_logits:
-            rows.append(logits)
-        elif last_chunk:
-            return logits[-1]
-    return np.concatenate(rows)
-
-
-def decode_one_token(runner, token: int, pos: int) -> np.ndarray:
-    """Logits [vocab] after `token` placed at position `pos`."""
-    return runner.forward([token], pos)[-1]
-
-
-@dataclass
-class GenerationStats:
-    prompt_tokens: int = 0
-    generated: int = 0
-    prefill_s: float = 0.0
-    decode_s: float = 0.0        # time in decode steps (the first generated token comes from the prefill)
-    decode_steps: int = 0
-    decode_wait_s: float | None = None   # GPU runners: the part of decode_s spent awaiting readbacks
-    finish_reason: str = ""      # "stop" (stop token or string) | "length"
-
-    @property
-    def prefill_tok_s(self) -> float:
-        return self.prompt_tokens / self.prefill_s if self.prefill_s else 0.0
-
-    @property
-    def decode_tok_s(self) -> float:
-        return self.decode_steps / self.decode_s if self.decode_s else 0.0
-
-    @property
-    def cpu_share_pct(self) -> float | None:
-        """The CPU side of a decode step (Python, FFI, encoding: outside GPU waits), GPU runners only."""
-        if self.decode_wait_s is None or not self.decode_s:
-            return None
-        return 100 * max(0.0, self.decode_s - self.decode_wait_s) / self.decode_s
-
-
-def generate_ids(runner, prompt_ids: Sequence[int], max_tokens: int, params: SamplingParams,
-                 stop_ids: Sequence[int] = (), stats: GenerationStats | None = None) -> Iterator[int]:
-    """Yield up to `max_tokens` new ids (a stop id is yielded, then generation ends).
-    Stops early at the end of the context. The KV cache is reset first."""
-    stats = stats if stats is not None else GenerationStats()
-    _check_fits(runner, len(prompt_ids), "prompt")
-    if max_tokens < 0:
-        raise BadRequestError("max_tokens must be >= 0")
-    rng = make_rng(params.seed)
-    history = list(prompt_ids)
-    stop = set(int(t) for t in stop_ids)
-    stats.prompt_tokens = len(prompt_ids)
-    stats.finish_reason = "length"
-    if max_tokens == 0:
-        return
-    runner.reset()
-    device = getattr(runner, "device", None)      # a GPU runner counts its readback waits (read_wait_s)
-    if device is not None:
-        stats.decode_wait_s = 0.0
-    t0 = time.perf_counter()
-    logits = prefill(runner, prompt_ids)
-    stats.prefill_s = time.perf_counter() - t0
-    pos = len(prompt_ids)
-    while True:
-        token = sample(logits, params, rng, history)
-        history.append(token)
-        stats.generated += 1
-        yield token
-        if token in stop:
-            stats.finish_reason = "stop"
-            return
-        if stats.generated >= max_tokens or pos >= runner.n_ctx:
-            return
-        t0 = time.perf_counter()
-        waited = device.read_wait_s if device is not None else 0.0
-        logits = decode_one_token(runner, token, pos)
-        stats.decode_s += time.perf_counter() - t0
-        if device is not None:
-            stats.decode_wait_s += device.read_wait_s - waited
-        stats.decode_steps += 1
-        pos += 1
-
-
-class StopStrings:
-    """Streams text while watching for stop strings: text that might be the start of one is held back."""
-
-    def __init__(self, stops: Sequence[str]):
-        self.stops = [s for s in stops if s]
-        self.held = ""
-        self.stopped = False
-
-    def feed(self, text: str) -> str:
-        """New text in; the part that is safe to show out (everything before a stop string, once found)."""
-        if self.stopped:
-            return ""
-        self.held += text
-        cut = min((i for i in (self.held.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
-            out, self.held, self.stopped = self.held[:cut], "", True
-            return out
-        keep = 0        # longest tail of held that is a proper prefix of some stop string
-        for s in self.stops:
-            for n in range(min(len(s) - 1, len(self.held)), 0, -1):
-                if self.held.endswith(s[:n]):
-                    keep = max(keep, n)
-                    break
-        out, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
-        return out
-
-    def flush(self) -> str:
-        out, self.held = ("" if self.stopped else self.held), ""
-        return out
-
-
-@dataclass
-class Generation:
-    prompt_ids: list[int]
-    ids: list[int] = field(default_factory=list)
-    text: str = ""
-    stats: GenerationStats = field(default_factory=GenerationStats)
-
-
-def generate_text(runner, prompt_ids: Sequence[int], stream, *, max_tokens: int, params: SamplingParams,
-                  stop_ids: Sequence[int] = (), stop_strings: Sequence[str] = (),
-                  on_text: Callable[[str], None] | None = None) -> Generation:
-    """Generate and detokenize as it goes. `stream` turns ids into text incrementally: `add(id) -> str`,
-    `finish() -> str` (the tokenizer's StreamingDecoder, which holds back incomplete UTF-8).
-    Stop ids end generation and are not part of the text; stop strings cut the text before them."""
-    result = Generation(prompt_ids=list(prompt_ids))
-    watcher = StopStrings(stop_strings)
-    stop = set(int(t) for t in stop_ids)
-
-    def emit(piece: str) -> None:
-        if piece:
-            result.text += piece
-            if on_text is not None:
-                on_text(piece)
-
-    for token in generate_ids(runner, prompt_ids, max_tokens, params, stop_ids, result.stats):
-        if token in stop:
-            result.stats.finish_reason = "stop"
-            break
-        result.ids.append(token)
-        emit(watcher.feed(stream.add(token)))
-        if watcher.stopped:
-            result.stats.finish_reason = "stop"
-            break
-    if not watcher.stopped:
-        emit(watcher.feed(stream.finish()) + watcher.flush())
-    return result
-
-
-def score(runner, ids: Sequence[int], top_k: int = 10) -> tuple[np.ndarray, np.ndarray]:
-    """Teacher-forced: row i = the top-k (ids, logits) predicted after ids[:i+1]; both [n, k]."""
-    _check_fits(runner, len(ids), "text")
-    runner.reset()
-    logits = prefill(runner, ids, all_logits=True)                       # [n, vocab]
-    return top_k_rows(logits, top_k)
-
-
-def top_k_rows(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the k largest logits, best first (ties: lower id first): (ids [n, k], logits [n, k])."""
-    k = min(k, logits.shape[1])
-    part = np.argpartition(-logits, k - 1, axis=1)[:, :k]             # O(vocab) per row, unordered
-    vals = np.take_along_axis(logits, part, axis=1)
-    order = np.lexsort((part, -vals), axis=1)
-    top = np.take_along_axis(part, order, axis=1)
-    return top, np.take_along_axis(logits, top, axis=1)
+        (o,) = await runner.step(Step.of(ids[at:at + chunk], at, seq=seq, want=Want.ALL_LOGITS))
+        rows.append(o.logits)
+    logits = np.concatenate(rows)                                          # [n, vocab]
+    top_ids, top_logits = top_k_rows(logits, top_k)
+    peak = logits.max(axis=1, keepdims=True)
+    log_norm = peak + np.log(np.exp(logits - peak, dtype=np.float64).sum(axis=1, keepdims=True))   # [n, 1]
+    return Scores(ids, top_ids, top_logits, top_logits - log_norm)

@@ -7,9 +7,9 @@ already-validated requests to that engine and turns its OpenAI-shaped replies ba
 builds its objects from, so a PyScript page gets exactly the CPython API: same validation, same shapes.
 
 This is a separate module from pyshim/gpu/browser.py (the WebGPU device face, which drives `navigator.gpu`
-itself): here Python drives no GPU at all, only the JavaScript engine. It is the one place the Python
-API touches `js`/`pyodide`, imported only by pyshim.api and only in Pyodide. JavaScript errors become
-PyshimErrors here, at the boundary.
+itself): here Python drives no GPU at all, only the JavaScript engine. The two are the only modules that
+import `js`/`pyodide` (a test checks it); this one is imported only by pyshim.api and only in Pyodide.
+JavaScript errors become PyshimErrors here, at the boundary.
 
 Finding web/pyshim.js: a PyScript page names it in its config,
     {"js_modules": {"main": {"../pyshim.js": "pyshim_js"}}}
@@ -75,18 +75,19 @@ async def _module(js_module):
 
 @dataclass
 class JsReply:
-    """What pyshim.api reads from a reply (as pyshim.serve.session.Reply)."""
+    """What pyshim.api reads from a reply (as pyshim.serve.generation.Completion)."""
 
     text: str
     finish_reason: str
-    usage: dict
+    usage_: dict
 
-    def as_dict(self) -> dict:
-        return {"text": self.text, "finish_reason": self.finish_reason, "usage": self.usage}
+    def usage(self) -> dict:
+        return self.usage_
 
 
-class JsChatEngine:
-    """ChatEngine's `chat` over a JS engine (web/engine/engine.js): the backend pyshim.api drives."""
+class JsSession:
+    """pyshim.serve.session.Session's `chat` over a JS engine (web/engine/engine.js): the backend pyshim.api
+    drives in a PyScript page."""
 
     def __init__(self, engine, proxies=()):
         self._engine = engine
@@ -95,11 +96,15 @@ class JsChatEngine:
     async def prepare(self) -> None:
         """createEngine has already stored and loaded the model."""
 
-    async def chat(self, messages, params, max_tokens: int, *, stop_strings=(), on_text=None) -> JsReply:
+    async def chat(self, messages, sampling, *, on_text=None, should_stop=None) -> JsReply:
+        """`should_stop` is not polled here: the JS engine's own abort() stops its requests."""
+        params = sampling.params
         body = {"messages": messages, "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
-                "max_tokens": max_tokens, "seed": params.seed, "stream": on_text is not None}
-        if stop_strings:
-            body["stop"] = list(stop_strings)
+                "min_p": params.min_p, "repetition_penalty": params.repetition_penalty,
+                "presence_penalty": params.presence_penalty, "frequency_penalty": params.frequency_penalty,
+                "max_tokens": sampling.max_tokens, "seed": params.seed, "stream": on_text is not None}
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)
         try:
             result = await self._engine.chat.completions.create(_js(body))
             if on_text is None:
@@ -120,22 +125,24 @@ class JsChatEngine:
         except JsException as exc:
             raise _error(exc) from None
 
-    def terminate(self) -> None:
+    def close(self) -> None:
         self._engine.terminate()
         for proxy in self._proxies:
             proxy.destroy()
         self._proxies = ()
 
 
-async def load_js_engine(model: str, *, n_ctx: int | None = None, kv_type: str = "f32", on_progress=None,
-                         js_module=None) -> JsChatEngine:
-    """createEngine({model, context, kvType, onProgress}) from web/pyshim.js: the model is downloaded into the
-    site's store once (resumable) and loaded onto the GPU in the engine's Worker. `on_progress(dict)`
-    receives the engine's progress events ({phase, fraction, …})."""
+async def load_js_session(model: str, settings, *, on_progress=None, js_module=None) -> JsSession:
+    """createEngine({model, context, kvType, arithmetic, onProgress}) from web/pyshim.js: the model is
+    downloaded into the site's store once (resumable) and loaded onto the GPU in the engine's Worker.
+    `settings`: pyshim.plan.settings.RunSettings; `on_progress(dict)` receives the engine's progress
+    events ({phase, fraction, …})."""
     module = await _module(js_module)
-    options = {"model": model, "kvType": kv_type}
-    if n_ctx is not None:
-        options["context"] = n_ctx
+    options = {"model": model, "kvType": settings.kv_type}
+    if settings.context is not None:
+        options["context"] = settings.context
+    if settings.arithmetic is not None:
+        options["arithmetic"] = settings.arithmetic.value
     progress = create_proxy(lambda p: on_progress(_py(p))) if on_progress is not None else None
     if progress is not None:
         options["onProgress"] = progress
@@ -145,4 +152,4 @@ async def load_js_engine(model: str, *, n_ctx: int | None = None, kv_type: str =
         if progress is not None:
             progress.destroy()
         raise _error(exc) from None
-    return JsChatEngine(engine, (progress,) if progress is not None else ())
+    return JsSession(engine, (progress,) if progress is not None else ())

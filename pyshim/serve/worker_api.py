@@ -1,91 +1,286 @@
-"""The engine's state inside the site's Worker: one loaded model at a time, driven by web/engine/chat.js.
+"""The site's engine Worker, its whole Python side: web/engine/worker.js calls these functions and
+nothing else of pyshim (no Python source lives in the JS).
 
-Arguments from JS arrive as Pyodide proxies (Uint8Array, arrays, functions); they are taken by duck
-typing (`to_bytes`, `to_py`) so this module also imports and tests in CPython. Results go back as
-plain Python values, or JSON text where JS only reads them.
+Requests arrive as JSON text whose shapes pyshim.serve.protocol defines (the page validated them against
+the same schemas before posting); results go back as JSON text. The model lives in the site's store
+(IndexedDB), which only JS can read, so a request that needs a model hands over `store`, a JS object
+with three async methods the loader calls:
+    readPrefix(model_id, length) -> Uint8Array       the file's first bytes (the header grows as needed)
+    readRanges(model_id, ranges_json) -> [Uint8Array] the few small tensors Python keeps (norms, biases)
+    upload(model_id, device, uploads)                every weight, store -> GPU buffer, chunk by chunk
+so weights go from IndexedDB into GPU buffers without passing through Python (or Pyodide's heap). The
+one model loaded and its settings live here; requests queue in one Scheduler; `emit(event, data_json)`
+streams events ("token", "load-progress") to the request's caller.
+
+Arguments from JS arrive as Pyodide proxies (Uint8Array, functions); they are used by duck typing
+(`to_bytes`), so this module also imports and tests in CPython.
 """
 
 from __future__ import annotations
 
 import json
+import time
 
-from pyshim.serve.session import ChatEngine, small_tensor_ranges
-from pyshim.errors import BadRequestError
-from pyshim.gguf.header import read_header
-from pyshim.plan.memory import KV_TYPES
-from pyshim.serve.sampling import SamplingParams
+from pyshim.errors import BadRequestError, PyshimError
+from pyshim.plan.settings import RunSettings
+from pyshim.serve.protocol import Sampling, validate
+from pyshim.serve.scheduler import Scheduler
 
-_state: dict = {"engine": None, "key": None}
+HEADER_FIRST_READ = 1 << 20      # most headers fit; a 262k-token vocabulary needs ~6 MB
+HEADER_MAX_ROUNDS = 8
+KERNEL_REPS = 2                  # per-kernel profile in bench: submissions per group (a decode step costs 0.3-2 s on SwiftShader)
+
+_state: dict = {"session": None, "model_id": None, "settings": None}
+_scheduler = Scheduler()
 
 
 def _bytes(data) -> bytes:
     return data.to_bytes() if hasattr(data, "to_bytes") else bytes(data)
 
 
-def small_ranges(prefix, file_size: int) -> list[list[int]]:
-    """The [offset, size] ranges the loader needs in Python (norms and biases); the rest never comes here."""
-    return [[o, n] for o, n in small_tensor_ranges(read_header(_bytes(prefix), file_size=int(file_size)))]
+def _dump(obj) -> str:
+    return json.dumps(obj)
 
 
-def loaded_key():
-    return _state["key"]
+# --- no model needed ---------------------------------------------------------------------------------
+
+async def selftest() -> str:
+    from pyshim.gpu.selftest import selftest as run
+
+    return _dump(await run())
 
 
-def loaded_engine() -> ChatEngine:
-    """The loaded model's engine (pyshim.serve.runs drives it too, for raw prompts); refuses when none is loaded."""
-    engine = _state["engine"]
-    if engine is None or _state["key"] is None:
-        raise BadRequestError("no model is loaded", hint="pick a stored model first")
-    return engine
+def probe(prefix, request_json: str) -> str:
+    """"Will it fit?" from header bytes (pyshim.plan.probe): {need: n} while the header runs past them,
+    the summary and verdict, or {refused: {name, message, hint}} for a file pyshim cannot use."""
+    from pyshim.plan.probe import probe as run
+
+    request = validate("probe", json.loads(request_json))
+    try:
+        return _dump(run(_bytes(prefix), request["file_size"], context=request["context"], kv_type=request["kv_type"],
+                         budget_bytes=request["budget_bytes"], limits=request["limits"], judge=request["judge"]))
+    except PyshimError as exc:
+        return _dump({"refused": {"name": type(exc).__name__, "message": str(exc), "hint": exc.hint}})
 
 
-ARITHMETIC_INT8 = {"int8": True, "f32": False}    # a load's `arithmetic` -> the executor's int8 route
+def loaded() -> str:
+    """The loaded model {model_id, settings} (settings as loaded: context and arithmetic resolved), or null."""
+    session = _state["session"]
+    if session is None:
+        return "null"
+    return _dump({"model_id": _state["model_id"], "settings": _effective(session).as_dict()})
 
 
-async def load(key: str, prefix, file_size: int, ranges, n_ctx: int, arithmetic: str | None = None, kv_type: str = "f32"):
-    """Bind a model on the GPU; returns (GPUDevice, [(file_offset, nbytes, GPUBuffer, buffer_offset), ...])
-    for JS to copy the weights from the store. `finish_load()` follows once they are copied. `arithmetic`:
-    "f32" or "int8" (see pyshim.serve.runs.arithmetic); None: the adapter's default. `kv_type`: f32, f16 or q8."""
-    if arithmetic is not None and arithmetic not in ARITHMETIC_INT8:
-        raise BadRequestError(f"arithmetic must be one of {', '.join(ARITHMETIC_INT8)}, got {arithmetic!r}")
-    if kv_type not in KV_TYPES:
-        raise BadRequestError(f"kv_type must be one of {', '.join(KV_TYPES)}, got {kv_type!r}")
-    unload()
-    pairs = ranges.to_py() if hasattr(ranges, "to_py") else ranges
-    data = {int(offset): _bytes(chunk) for offset, chunk in pairs}
-    engine = await ChatEngine.open_prefix(_bytes(prefix), int(file_size), data, n_ctx=int(n_ctx),
-                                          int8=ARITHMETIC_INT8.get(arithmetic), kv_type=kv_type)
-    _state.update(engine=engine, key=None, pending=key)
-    uploads = [(u.file_offset, u.nbytes, u.buffer, u.buffer_offset) for u in engine.uploads]
-    return engine.runner.device.raw, uploads
+def stats() -> str:
+    return _dump({"loaded": json.loads(loaded()), **_scheduler.stats()})
 
 
-async def finish_load() -> None:
-    await _state["engine"].prepare()
-    _state["key"] = _state.pop("pending")
+def abort(request_json: str) -> str:
+    request = validate("abort", json.loads(request_json))
+    return _dump({"aborted": _scheduler.abort(int(request["request_id"]))})
 
 
-def unload() -> None:
-    engine = _state.get("engine")
-    _state.update(engine=None, key=None)
-    if engine is not None:
-        engine.runner.device.destroy()
+# --- loading -------------------------------------------------------------------------------------------
+
+def _effective(session) -> RunSettings:
+    runner = session.runner
+    return RunSettings(context=runner.capacity.n_ctx, kv_type=runner.settings.kv_type, arithmetic=runner.arithmetic,
+                       prefill_chunk=runner.settings.prefill_chunk)
 
 
-def sampling_from(request: dict) -> tuple[SamplingParams, int, list[str]]:
-    """The Worker's `sampling` dict -> (params, max_tokens, stop strings); `stop` is a string or a list."""
-    seed = request.get("seed")
-    params = SamplingParams(temperature=float(request.get("temperature", 0.0)), top_p=float(request.get("top_p", 1.0)),
-                            top_k=int(request.get("top_k", 0)), seed=None if seed is None else int(seed))
-    stop = request.get("stop") or []
-    return params, int(request.get("max_tokens", 256)), [stop] if isinstance(stop, str) else [str(s) for s in stop]
+def _matches(model_id: str, wanted: RunSettings) -> bool:
+    """Whether the loaded model serves a request for `model_id` with `wanted` (a field left None takes
+    whatever is loaded)."""
+    session = _state["session"]
+    if session is None or _state["model_id"] != model_id:
+        return False
+    have = _effective(session)
+    return ((wanted.context is None or wanted.context == have.context) and wanted.kv_type == have.kv_type
+            and (wanted.arithmetic is None or wanted.arithmetic == have.arithmetic) and wanted.prefill_chunk == have.prefill_chunk)
 
 
-async def chat(messages_json: str, sampling_json: str, on_text, should_stop) -> str:
-    engine = _state["engine"]
-    if engine is None or _state["key"] is None:
-        raise BadRequestError("no model is loaded", hint="pick a stored model first")
-    params, max_tokens, stops = sampling_from(json.loads(sampling_json))
-    reply = await engine.chat(json.loads(messages_json), params, max_tokens, stop_strings=stops,
-                              on_text=lambda piece, token: on_text(piece, token), should_stop=lambda: bool(should_stop()))
-    return json.dumps(reply.as_dict())
+async def _read_header(store, model_id: str, file_size: int):
+    from pyshim.gguf.header import NeedMoreBytes, read_header
+
+    length = min(file_size, HEADER_FIRST_READ)
+    for _ in range(HEADER_MAX_ROUNDS):
+        prefix = _bytes(await store.readPrefix(model_id, length))
+        try:
+            return read_header(prefix, file_size=file_size)
+        except NeedMoreBytes as exc:
+            if length >= file_size:
+                raise
+            length = min(file_size, max(exc.suggested, 2 * length))
+    raise BadRequestError("the GGUF header is implausibly large")
+
+
+async def _ensure_loaded(model_id: str, settings: RunSettings, file_size: int, store, emit) -> float:
+    """Load `model_id` unless it is loaded with these settings; the milliseconds it took (0: it was)."""
+    if _matches(model_id, settings):
+        return 0.0
+    from pyshim.exec.gpu_runner import load_gpu
+    from pyshim.serve.session import Session
+
+    t0 = time.perf_counter()
+    unload_now()
+    header = await _read_header(store, model_id, int(file_size))
+    small = [(t.offset, t.nbytes) for t in header.tensors if len(t.shape) == 1]
+    pieces = await store.readRanges(model_id, _dump([[o, n] for o, n in small]))
+    source = _Ranges({offset: _bytes(piece) for (offset, _), piece in zip(small, pieces)})
+    runner = await load_gpu(header=header, source=source, settings=settings, upload_now=False)
+    try:
+        uploads = [(u.file_offset, u.nbytes, u.buffer, u.buffer_offset) for u in runner.ops.uploads]
+        await store.upload(model_id, runner.device.raw, uploads)
+        session = Session(runner)
+        await session.prepare()
+    except BaseException:
+        runner.close()
+        raise
+    _state.update(session=session, model_id=model_id, settings=settings)
+    return 1e3 * (time.perf_counter() - t0)
+
+
+class _Ranges:
+    """The few file ranges the loader reads itself (1-D tensors: norms, biases), handed over by JS;
+    everything else goes store -> GPU along the upload plan without touching Python."""
+
+    def __init__(self, ranges: dict[int, bytes]):
+        import numpy as np
+
+        self._ranges = {int(offset): np.frombuffer(data, dtype=np.uint8) for offset, data in ranges.items()}
+
+    def read(self, offset: int, nbytes: int):
+        data = self._ranges.get(int(offset))
+        if data is None or data.shape[0] < nbytes:
+            from pyshim.errors import GGUFFormatError
+
+            raise GGUFFormatError(f"bytes [{offset}, {offset + nbytes}) were not provided to the loader",
+                                  hint="this is a bug in the upload plan: report it")
+        return data[:nbytes]
+
+
+def unload_now() -> None:
+    session = _state["session"]
+    _state.update(session=None, model_id=None, settings=None)
+    if session is not None:
+        session.close()
+
+
+def _settings(request: dict) -> RunSettings:
+    return RunSettings.from_dict(request.get("settings"))
+
+
+async def load(request_json: str, file_size: int, store, request_id: int, emit) -> str:
+    """{model_id, settings} onto the GPU now rather than on the first request: {load_ms} (0 when it was)."""
+    request = validate("load", json.loads(request_json))
+
+    async def job(should_stop):
+        return {"load_ms": await _ensure_loaded(request["model_id"], _settings(request), file_size, store, emit)}
+
+    return _dump(await _scheduler.run(job, request_id))
+
+
+async def unload(request_id: int) -> str:
+    async def job(should_stop):
+        unload_now()
+        return {"unloaded": True}
+
+    return _dump(await _scheduler.run(job, request_id))
+
+
+# --- requests on the loaded model ---------------------------------------------------------------------
+
+def _on_text(emit):
+    index = iter(range(1 << 62))
+    return lambda piece, token: emit("token", _dump({"text": piece, "token": int(token), "index": next(index)}))
+
+
+async def generate(request_json: str, file_size: int, store, request_id: int, emit) -> str:
+    """A chat reply: {model_id, messages, settings, sampling} -> {text, token_ids, finish_reason, usage,
+    timings: {load_ms, prefill_ms, ttft_ms, decode_ms, decode_tok_per_s, cpu_ms, bytes_per_decode_step},
+    compacted}; "token" events stream the text."""
+    request = validate("generate", json.loads(request_json))
+    sampling = Sampling.of(request["sampling"])
+
+    async def job(should_stop):
+        load_ms = await _ensure_loaded(request["model_id"], _settings(request), file_size, store, emit)
+        done = await _state["session"].chat(request["messages"], sampling, on_text=_on_text(emit), should_stop=should_stop)
+        return _result(done, load_ms)
+
+    return _dump(await _scheduler.run(job, request_id))
+
+
+async def complete(request_json: str, file_size: int, store, request_id: int, emit) -> str:
+    """A raw continuation (no chat template): {model_id, prompt | prompt_ids, stop_token_ids, settings,
+    sampling} -> as generate, with `arithmetic` (what ran)."""
+    request = validate("complete", json.loads(request_json))
+    sampling = Sampling.of(request["sampling"])
+
+    async def job(should_stop):
+        load_ms = await _ensure_loaded(request["model_id"], _settings(request), file_size, store, emit)
+        session = _state["session"]
+        prompt = session.prompt_ids(request.get("prompt"), request.get("prompt_ids"))
+        done = await session.complete(prompt, sampling, stop_ids=session.stop_ids(sampling, request.get("stop_token_ids") or ()),
+                                      on_text=_on_text(emit), should_stop=should_stop)
+        return {**_result(done, load_ms), "arithmetic": session.runner.arithmetic.value}
+
+    return _dump(await _scheduler.run(job, request_id))
+
+
+async def score(request_json: str, file_size: int, store, request_id: int, emit) -> str:
+    """Teacher-forced: {model_id, text | ids, settings, top_k} -> {ids, top_ids, top_logits, top_logprobs, arithmetic}."""
+    request = validate("score", json.loads(request_json))
+
+    async def job(should_stop):
+        await _ensure_loaded(request["model_id"], _settings(request), file_size, store, emit)
+        session = _state["session"]
+        ids = session.prompt_ids(request.get("text"), request.get("ids"))
+        scores = await session.score(ids, request["top_k"])
+        return {**scores.as_dict(), "arithmetic": session.runner.arithmetic.value}
+
+    return _dump(await _scheduler.run(job, request_id))
+
+
+async def bench(request_json: str, file_size: int, store, request_id: int, emit) -> str:
+    """A greedy fixed-length run: {model_id, prompt | prompt_ids, settings, max_tokens, ignore_eos, kernels}
+    -> {prompt_tokens, load_ms, prefill_ms, ttft_ms, decode_tokens, decode_ms, decode_tok_per_s, cpu_ms,
+    cpu_share (= cpu_ms / decode_ms), bytes_per_decode_step, dispatches_per_token, text, arithmetic,
+    peak_gpu_bytes, planned_gpu_bytes}; with `kernels` also kernel_ms {shader group: ms per decode step}
+    and kernel_step_ms (pyshim.exec.profile; a few decode steps' worth of extra time)."""
+    request = validate("bench", json.loads(request_json))
+
+    async def job(should_stop):
+        load_ms = await _ensure_loaded(request["model_id"], _settings(request), file_size, store, emit)
+        session = _state["session"]
+        runner = session.runner
+        prompt = session.prompt_ids(request.get("prompt"), request.get("prompt_ids"))
+        done = await session.bench(prompt, request["max_tokens"], ignore_eos=request["ignore_eos"])
+        profile = {}
+        if request["kernels"]:
+            from pyshim.exec.profile import kernel_times
+
+            times = await kernel_times(runner, reps=KERNEL_REPS, rounds=1)
+            profile = {"kernel_ms": {name: g["ms"] for name, g in times["groups"].items()}, "kernel_step_ms": times["step_ms"]}
+        return {**profile, "prompt_tokens": done.prompt_tokens, "load_ms": load_ms, "prefill_ms": done.prefill_ms,
+                "ttft_ms": done.prefill_ms, "decode_tokens": len(done.token_ids), "decode_ms": done.decode_ms,
+                "cpu_ms": done.cpu_ms, "cpu_share": done.cpu_ms / done.decode_ms if done.decode_ms > 0 else None,
+                "decode_tok_per_s": done.decode_tok_per_s, "bytes_per_decode_step": done.bytes_per_decode_step,
+                "dispatches_per_token": await _dispatches_per_token(runner), "text": done.text,
+                "arithmetic": runner.arithmetic.value, **runner.memory()}
+
+    return _dump(await _scheduler.run(job, request_id))
+
+
+async def _dispatches_per_token(runner) -> int:
+    from pyshim.exec.runner import Want
+
+    return len((await runner.program(1, Want.ARGMAX)).dispatches)
+
+
+def _result(done, load_ms: float) -> dict:
+    out = done.as_dict()
+    out["timings"]["load_ms"] = load_ms
+    return out
+
+
+__all__ = ["abort", "bench", "complete", "generate", "load", "loaded", "probe", "score", "selftest", "stats", "unload"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+from pyshim.exec.runner import Want
 from pyshim.gpu.shaderc import ShaderKey
 
 PROFILE_REPS = 5      # submissions of each group per measurement; the median of ROUNDS measurements is kept
@@ -29,7 +30,7 @@ def group_name(key: ShaderKey) -> str:
 async def kernel_times(runner, *, reps: int = PROFILE_REPS, rounds: int = PROFILE_ROUNDS) -> dict:
     """{"step_ms", "groups": {name: {"dispatches", "ms", "share"}}, "overlap_ms"} for the runner's greedy
     decode step (built if needed). Times are per step, medians over `rounds`."""
-    program = await runner._program(1, False, True)
+    program = await runner.program(1, Want.ARGMAX)
     device = runner.device
     sync = program.argmax
 

@@ -1,0 +1,165 @@
+"""The one contract every executor implements: a `Runner` runs a `Step` and answers what it asks for.
+
+A step is a batch of slices, each some tokens of one sequence at explicit positions (a prompt chunk, or
+the one token being decoded); it asks for the same thing of every slice: the greedy id of its last token,
+the k largest logits of its last token, the last token's logits, every token's logits (teacher-forced
+scoring), or nothing (a prompt chunk whose keys are all that matters). Asking for less is what keeps a GPU step cheap to read back: 4 bytes for an argmax, 8k for
+top-k, the vocabulary's logits only when sampling needs them all.
+
+A runner keeps the KV cache of each sequence it holds (`max_seqs` of them; a step's slices may name any
+of them) and forgets one on `reset(seq)`. Its `stats` count what the caller may not see otherwise: time
+spent waiting for the device and bytes read back from it.
+
+Three executors implement it: the NumPy reference (pyshim.exec.reference, with the llama.cpp emulations
+of pyshim.exec.llama_cpp), the GPU executor natively and in the browser (pyshim.exec.gpu_runner), and —
+planned — a WebAssembly CPU engine. pyshim.serve.generation is the one loop on top of it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from pyshim.errors import BadRequestError, ContextOverflowError, UnsupportedError
+from pyshim.gguf.header import GGUFHeader
+from pyshim.gguf.spec import ModelSpec
+from pyshim.plan.settings import Arithmetic, RunSettings
+
+
+class Want(enum.Enum):
+    NONE = "none"                # nothing: the step only writes its keys (a prompt chunk before the last)
+    ARGMAX = "argmax"            # the last token's greedy id
+    TOP_K = "top_k"              # the last token's k largest logits and their ids, largest first (ties: lower id)
+    LOGITS = "logits"            # the last token's logits [vocab]
+    ALL_LOGITS = "all_logits"    # every token's logits [n, vocab]
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Tokens of sequence `seq` placed at positions start, start + 1, ..."""
+
+    tokens: tuple[int, ...]
+    start: int = 0
+    seq: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "tokens", tuple(int(t) for t in self.tokens))
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.tokens)
+
+
+@dataclass(frozen=True)
+class Step:
+    slices: tuple[Slice, ...]
+    want: Want = Want.LOGITS
+    k: int = 0                   # Want.TOP_K only
+
+    @classmethod
+    def of(cls, tokens: Sequence[int], start: int = 0, *, seq: int = 0, want: Want = Want.LOGITS, k: int = 0) -> "Step":
+        """A step of one slice."""
+        return cls((Slice(tuple(tokens), start, seq),), want, k)
+
+
+@dataclass
+class Output:
+    """What a step answered for one slice (the field its Want names is set)."""
+
+    token: int | None = None                 # ARGMAX
+    values: np.ndarray | None = None         # TOP_K: [k] f32, largest first
+    ids: np.ndarray | None = None            # TOP_K: [k] token ids
+    logits: np.ndarray | None = None         # LOGITS: [vocab]; ALL_LOGITS: [n, vocab]
+
+
+@dataclass
+class RunnerStats:
+    steps: int = 0
+    wait_s: float = 0.0          # time spent awaiting the device (GPU readbacks); 0 for the CPU executors
+    bytes_read: int = 0          # bytes read back from the device
+
+
+@dataclass
+class Capacity:
+    """What one runner holds: positions per sequence, sequences, tokens per step, top-k on the executor."""
+
+    n_ctx: int
+    max_seqs: int = 1
+    max_step_tokens: int = 256
+    top_k: int = 0               # largest k the executor picks itself (0: Want.TOP_K is not offered)
+
+
+class Runner(Protocol):
+    spec: ModelSpec
+    header: GGUFHeader
+    settings: RunSettings
+    arithmetic: Arithmetic       # what it really runs (the settings may leave it to the executor)
+    capacity: Capacity
+    stats: RunnerStats
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    async def prepare(self) -> None:
+        """One-time work before anything is timed (dequantizing, compiling, rearranging weights)."""
+
+    async def step(self, step: Step) -> list[Output]:
+        """Run every slice (writing its keys into its sequence's cache) and answer `step.want` for each."""
+
+    def reset(self, seq: int = 0) -> None:
+        """Forget sequence `seq`'s keys: a new conversation starts there."""
+
+    def close(self) -> None:
+        """Free what the runner holds (the GPU device and its buffers)."""
+
+
+def check_step(step: Step, capacity: Capacity, vocab: int) -> None:
+    """The checks every executor makes before running a step (same errors everywhere)."""
+    if not step.slices:
+        raise BadRequestError("a step needs at least one slice of tokens")
+    if step.want is Want.TOP_K and not 0 < step.k <= capacity.top_k:
+        raise BadRequestError(f"top-k on this executor takes k in [1, {capacity.top_k}], got {step.k}")
+    for s in step.slices:
+        if not s.tokens:
+            raise BadRequestError("no tokens to run")
+        if not 0 <= s.seq < capacity.max_seqs:
+            raise UnsupportedError(f"sequence {s.seq} is beyond the {capacity.max_seqs} this runner holds",
+                                   hint="several sequences at once arrive with continuous batching")
+        if len(s.tokens) > capacity.max_step_tokens:
+            raise BadRequestError(f"a step runs at most {capacity.max_step_tokens} tokens, got {len(s.tokens)}",
+                                  hint="run the prompt in chunks (pyshim.serve.generation does)")
+        if s.start < 0 or s.end > capacity.n_ctx:
+            raise ContextOverflowError(f"positions up to {s.end} exceed the context of {capacity.n_ctx} tokens",
+                                       hint="use a shorter prompt or a larger context")
+        bad = [t for t in s.tokens if not 0 <= t < vocab]
+        if bad:
+            raise BadRequestError(f"token ids outside the vocabulary of {vocab}: {bad[:5]}")
+
+
+def top_k_rows(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the k largest logits, best first (ties: lower id first): (ids [n, k], logits [n, k])."""
+    k = min(k, logits.shape[1])
+    part = np.argpartition(-logits, k - 1, axis=1)[:, :k]             # O(vocab) per row, unordered
+    vals = np.take_along_axis(logits, part, axis=1)
+    order = np.lexsort((part, -vals), axis=1)
+    top = np.take_along_axis(part, order, axis=1)
+    return top, np.take_along_axis(logits, top, axis=1)
+
+
+def answer(logits: np.ndarray, step: Step) -> Output:
+    """A slice's Output from its logits ([n, vocab] for ALL_LOGITS, else the last row [vocab]), for
+    executors that compute logits anyway (the CPU ones)."""
+    if step.want is Want.NONE:
+        return Output()
+    if step.want is Want.ALL_LOGITS:
+        return Output(logits=logits)
+    last = logits[-1] if logits.ndim == 2 else logits
+    if step.want is Want.ARGMAX:
+        return Output(token=int(np.argmax(last)))
+    if step.want is Want.TOP_K:
+        ids, values = top_k_rows(last[None, :], step.k)
+        return Output(values=values[0].astype(np.float32), ids=ids[0].astype(np.int64))
+    return Output(logits=last)

@@ -1,0 +1,116 @@
+"""Which kernel variants run on a device: chosen once from the adapter's features and limits.
+
+Two kinds of adapter want different kernels. CPU adapters (SwiftShader in Chromium, lavapipe natively:
+`isFallbackAdapter` / a CPU adapter type) pay dearly for workgroup barriers and per-element float work,
+so they get barrier-free matvecs and rmsnorms, unsplit attention and — where WGSL has dot4I8Packed — the
+int8 route (llama.cpp's CPU arithmetic). Real GPUs get workgroup reductions (summed by subgroupAdd where
+the device has subgroups), key-split attention and the key-tiled prefill attention. Among CPU adapters,
+one whose subgroups are exactly 4 lanes wide (SwiftShader: 128-bit SSE lanes; lavapipe reports 4-128)
+was measured faster with 4 rows per matvec invocation and int8 blocks read in pairs.
+
+Tests force any variant through `KernelPolicy.for_device(caps, **overrides)`; what no default path uses is
+not offered (shaders/README.md says what was measured and dropped).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from pyshim.errors import BadRequestError, UnsupportedError
+from pyshim.gpu.device import Capabilities
+from pyshim.plan.settings import Arithmetic
+
+# Output rows per invocation of the barrier-free matvec. lavapipe, whole SmolLM2 decode steps in process
+# CPU time: 2 rows 132-142 ms per token, 1 row 160-168, 4 or 8 rows 187-196.
+MATVEC_ROWS = 2
+# 4-lane CPU adapters (SwiftShader): 4 rows per invocation was the fastest or near it for every type in
+# playwright/bench_kernels.py (and FACTS.md's f32 matvec), though that machine's noise is large.
+NARROW_SIMD_ROWS = 4
+NARROW_SIMD_LANES = 4
+# Splits of the key range per (head, token) in decode attention: on real GPUs a handful of heads would
+# otherwise keep only a handful of invocations busy over the whole context (untuned: no GPU at hand);
+# CPU adapters have few cores and skip the combine pass.
+ATTN_SPLITS_GPU = 16
+# The workgroup-tiled matmul (matmul.wgsl) for the f32 route's steps of several tokens, its tile shape:
+# (TM weight rows, TN tokens, KT elements of k per step, RM rows and RN tokens per invocation). On real
+# GPUs untuned (none at hand): 16 KiB of workgroup memory, WebGPU's guaranteed limit.
+MATMUL_TILE = (32, 32, 64, 4, 4)
+# On CPU adapters (24 KiB: SwiftShader and lavapipe allow 32). ms per 64-token matmul, Q4_1 1536x576 /
+# Q4_K 640x2048: lavapipe (process CPU, tests/bench_prefill.py --kernels) 33.8 / 53.2, against 37.6 / 91.3
+# for the barrier-free matvec and 43.5 / 72.1 for MATMUL_TILE; 8x8 or 4x16 per invocation and 256-wide k
+# steps were slower. SwiftShader (GPU-process CPU, playwright/bench_prefill_kernels.py) 270-283 / 347-393
+# against 373-382 / 530 for the matvec (4 rows), 303-343 / 468 for MATMUL_TILE, and 198 / 390-403 for the
+# int8 matvec.
+MATMUL_TILE_CPU = (32, 64, 64, 4, 8)
+# The WGSL language feature dot4I8Packed and pack4xI8 need (Chromium lists it in
+# navigator.gpu.wgslLanguageFeatures; natively it is probed, gpu/native.py).
+DOT4_FEATURE = "wgsl:packed_4x8_integer_dot_product"
+# The subgroup reductions need subgroupAdd and the subgroup_id/num_subgroups builtins: Chromium lists the
+# latter as a WGSL language feature, native ones are probed.
+SUBGROUP_ID_FEATURE = "wgsl:subgroup_id"
+
+
+def subgroups_usable(caps: Capabilities) -> bool:
+    """Whether the subgroup-reduction kernels compile on this device (the 'subgroups'/'subgroup' feature,
+    which the faces request at device creation, and the subgroup_id builtin)."""
+    return caps.has_subgroups and SUBGROUP_ID_FEATURE in caps.features
+
+
+def int8_usable(caps: Capabilities) -> bool:
+    return DOT4_FEATURE in caps.features
+
+
+@dataclass(frozen=True)
+class KernelPolicy:
+    int8: bool                   # quantized matmuls by integer dot products on int8-rounded activations
+    reduce: bool                 # workgroup-reduction matvec and rmsnorm (else barrier-free)
+    subgroup: bool               # those reductions summed by subgroupAdd
+    matvec_rows: int             # rows per invocation of the barrier-free matvecs
+    i8_pairs: bool               # matvec_i8 reads Q4_0/Q5_0 blocks two at a time (rows of an even block count)
+    matmul_tile: tuple[int, int, int, int, int]
+    tiled_attention: bool        # the key-tiled prefill attention for steps of several tokens
+    attn_splits: int             # key-range splits of decode attention (1: no combine pass)
+
+    @property
+    def arithmetic(self) -> Arithmetic:
+        return Arithmetic.INT8 if self.int8 else Arithmetic.F32
+
+    @classmethod
+    def for_device(cls, caps: Capabilities, arithmetic: Arithmetic | None = None, **overrides) -> "KernelPolicy":
+        """The adapter's defaults; `arithmetic` INT8 or F32 forces the route (EXACT is the reference's only);
+        `overrides` force any field (tests). `subgroup=True` implies the reduction kernels, on any adapter
+        with subgroups (how CPU adapters test them)."""
+        unknown = set(overrides) - {f.name for f in fields(cls)}
+        if unknown:
+            raise BadRequestError(f"unknown kernel policy fields {sorted(unknown)}")
+        cpu = caps.is_fallback
+        narrow = cpu and caps.subgroup_min_size == caps.subgroup_max_size == NARROW_SIMD_LANES
+        reduce = overrides.pop("reduce", (not cpu) or bool(overrides.get("subgroup")))
+        subgroup = overrides.pop("subgroup", not cpu and subgroups_usable(caps)) and reduce
+        if subgroup and not subgroups_usable(caps):
+            raise UnsupportedError("this device has no subgroups (or no subgroup_id builtin)", hint="leave subgroup unset")
+        if arithmetic is Arithmetic.EXACT:
+            raise BadRequestError("the llama.cpp-exact arithmetic runs on the cpu backend only",
+                                  hint="use --arithmetic int8 on the GPU (llama.cpp's rounding)")
+        if arithmetic is Arithmetic.INT8 and not int8_usable(caps):
+            raise UnsupportedError("this adapter's WGSL has no dot4I8Packed, which the int8 route needs",
+                                   hint="use the f32 arithmetic")
+        # the int8 route's kernels are barrier-free ones: with the reduction kernels it falls back to f32
+        int8 = (cpu and int8_usable(caps)) if arithmetic is None else arithmetic is Arithmetic.INT8
+        policy = cls(
+            int8=int8 and not reduce, reduce=reduce, subgroup=subgroup,
+            matvec_rows=NARROW_SIMD_ROWS if narrow else MATVEC_ROWS, i8_pairs=narrow,
+            matmul_tile=_tile(caps, MATMUL_TILE_CPU if cpu else MATMUL_TILE),
+            tiled_attention=not cpu, attn_splits=1 if cpu else ATTN_SPLITS_GPU,
+        )
+        return replace(policy, **overrides)
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _tile(caps: Capabilities, tile: tuple[int, int, int, int, int]) -> tuple[int, int, int, int, int]:
+    """`tile` where its workgroup memory fits the adapter, else the guaranteed-size MATMUL_TILE."""
+    if (tile[0] + tile[1]) * tile[2] * 4 > caps.limits.get("max_compute_workgroup_storage_size", 16384):
+        return MATMUL_TILE
+    return tile

@@ -1,0 +1,110 @@
+"""Programs: a step's recorded dispatches, built once into pipelines, bind groups and a params arena.
+
+Recording (pyshim.gpu.ops) appends a `Dispatch` per op: its shader key, its bindings, its params words
+and its grid. Bindings are device buffers, (buffer, offset, size) ranges, or things that stand for a
+buffer until build time: an `Activation` (pyshim.gpu.pool: given a buffer by liveness) or a weight slot's
+`Part` (pyshim.gpu.slots: whichever buffer holds those rows now). Anything with a `phys` attribute is
+such a stand-in.
+
+`build()` compiles the pipelines (cached by ShaderKey), writes every params struct into one uniform
+arena and creates the bind groups; a step is then one submit of `ready`. `rebind(parts)` makes again
+only the bind groups of dispatches that bind those weight parts: how a slot is pointed at another
+buffer between steps without recording again (the seam for weights streamed from the store).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from pyshim.gpu.pool import Activation, ActivationPool, Allocator
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An activation: `shape` f32 elements, row-major, at element offset `off` of `buf`."""
+
+    buf: Any
+    off: int
+    shape: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+
+@dataclass
+class Dispatch:
+    key: Any                 # ShaderKey
+    bindings: list           # in binding order, params excluded
+    params: np.ndarray       # uint32 words
+    grid: tuple[int, int, int]
+
+
+def physical(binding):
+    """The device binding behind a recorded one: a stand-in's buffer, (stand-in, offset, size) with the
+    buffer in its place, anything else unchanged."""
+    if isinstance(binding, tuple):
+        return (physical(binding[0]),) + tuple(binding[1:])
+    return binding.phys if hasattr(binding, "phys") else binding
+
+
+def _stand_in(binding):
+    return binding[0] if isinstance(binding, tuple) else binding
+
+
+class Program:
+    """Recorded dispatches of one step shape, then built into pipelines, bind groups and a uniform arena."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.dispatches: list[Dispatch] = []
+        self.output: Tensor | None = None
+        self.argmax: Any = None          # buffer holding the winning id (when recorded)
+        self.topk: Any = None            # buffer holding the TOPK (value, id) pairs (when recorded)
+        self.uniforms: Any = None        # the params arena, made by build()
+        self.ready: list = []            # (pipeline, bind group, grid) per dispatch
+        self._pipelines: list = []
+        self._offsets: list[int] = []
+
+    async def build(self, device, kernels, pool: ActivationPool) -> None:
+        keep = [b for b in (self.output.buf if self.output is not None else None, self.argmax) if isinstance(b, Activation)]
+        pool.assign([d.bindings for d in self.dispatches], keep)
+        align = max(16, device.caps.limits.get("min_uniform_buffer_offset_alignment", 256))
+        sizes = [(d.params.nbytes + align - 1) // align * align for d in self.dispatches]
+        arena = np.zeros(sum(sizes) // 4, dtype=np.uint32)
+        self._offsets, at = [], 0
+        for d, size in zip(self.dispatches, sizes):
+            arena[at // 4: at // 4 + d.params.size] = d.params
+            self._offsets.append(at)
+            at += size
+        self.uniforms = device.buffer(max(16, arena.nbytes), label=f"params_n{self.n}", uniform=True)
+        device.write(self.uniforms, arena)
+        self._pipelines = [await kernels.get(d.key) for d in self.dispatches]
+        self.ready = [self._bind(device, i) for i in range(len(self.dispatches))]
+
+    def _bind(self, device, i: int):
+        d = self.dispatches[i]
+        bindings = [physical(b) for b in d.bindings] + [(self.uniforms, self._offsets[i], d.params.nbytes)]
+        return self._pipelines[i], device.bind_group(self._pipelines[i], bindings, label=d.key.label), d.grid
+
+    def rebind(self, device, parts: Iterable) -> int:
+        """Make again the bind groups of the dispatches that bind any of `parts` (weight slot parts whose
+        buffer changed); returns how many."""
+        parts = {id(p) for p in parts}
+        changed = [i for i, d in enumerate(self.dispatches) if any(id(_stand_in(b)) in parts for b in d.bindings)]
+        for i in changed:
+            self.ready[i] = self._bind(device, i)
+        return len(changed)
+
+    def release(self, allocator: Allocator, device) -> None:
+        """Free the buffers only this program uses (its params arena and sampled-token results); its
+        activations stay in the shared pool."""
+        for buf in (self.argmax, self.topk):
+            if buf is not None and not isinstance(buf, Activation):
+                allocator.release(buf)
+        if self.uniforms is not None:
+            device.release(self.uniforms)
+        self.ready = []

@@ -1,0 +1,166 @@
+"""GPU weights in named slots: each GGUF tensor a program binds, where its bytes live on the device.
+
+A 2-D weight stays in its GGUF blocks, split by rows into parts of at most one storage binding
+(pyshim.plan.memory.row_parts: the rule "will it fit?" applies too); a 1-D one (norms, biases, rope
+factors) is kept as f32, on the CPU for the executor's own use and in a buffer for the kernels. Programs
+bind a slot's `Part`s, not buffers: a part's buffer can be refilled with the same rows (`refill`) or
+replaced by another buffer (`rebind`, then `Program.rebind` makes the affected bind groups again) between
+steps without recording anything again — the seam for weights streamed from the store.
+
+Bytes arrive along `uploads` (file range -> buffer): written here from the byte source when
+`upload_now`, or by the caller (the browser's store writes them from IndexedDB, never through Python).
+The int8 route's Q8_0 weights are then rearranged in place on the GPU (`repack`, once, before the first
+step: repack.wgsl's grouped layout).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from pyshim.errors import TensorShapeError, UnsupportedError
+from pyshim.gguf.tensors import TensorRef, WeightStore, dequantize_rows
+from pyshim.gguf.types import check_runnable
+from pyshim.gpu.kernels import PARAMS, REPACK_GROUP_BYTES, WG, repack_bytes, repack_grid, shader_block
+from pyshim.gpu.pool import Allocator
+from pyshim.gpu.program import Dispatch, Program
+from pyshim.gpu.shaderc import ShaderKey
+from pyshim.plan.memory import row_parts
+
+
+@dataclass(frozen=True)
+class Upload:
+    """Copy file bytes [file_offset, file_offset + nbytes) into `buffer` at `buffer_offset`."""
+
+    tensor: str
+    file_offset: int
+    nbytes: int
+    buffer: Any
+    buffer_offset: int
+
+
+class Part:
+    """Rows [row0, row0 + rows) of a 2-D weight, held in `buffer` (what a program binds: `phys`)."""
+
+    __slots__ = ("buffer", "row0", "rows")
+
+    def __init__(self, buffer, row0: int, rows: int):
+        self.buffer, self.row0, self.rows = buffer, row0, rows
+
+    @property
+    def phys(self):
+        return self.buffer
+
+
+class WeightSlot:
+    """A bound tensor: 2-D ones as GGUF blocks in `parts` (`grouped`: Q8_0 rearranged by repack.wgsl),
+    1-D ones as f32 `values` and a buffer of them (`f32_buf`)."""
+
+    def __init__(self, ref: TensorRef, shape: tuple[int, ...], grouped: bool = False):
+        self.ref = ref
+        self.shape = shape
+        self.grouped = grouped
+        self.parts: list[Part] = []
+        self.values: np.ndarray | None = None
+        self.f32_buf = None
+
+    @property
+    def name(self) -> str:
+        return self.ref.name
+
+
+class WeightSlots:
+    def __init__(self, device, allocator: Allocator, store: WeightStore, *, limit: int, grouped_types=frozenset(),
+                 upload_now: bool = True):
+        """`limit`: the most bytes one part may hold (the device's binding and buffer limits, or less: tests
+        force splits); `grouped_types`: tensor types kept in the grouped layout (the int8 route's Q8_0)."""
+        self.device, self.allocator, self.store = device, allocator, store
+        self.limit = limit
+        self.grouped_types = frozenset(grouped_types)
+        self.upload_now = upload_now
+        self.slots: dict[str, WeightSlot] = {}
+        self.uploads: list[Upload] = []
+        self._repacks: list[tuple[Any, int]] = []          # (buffer, groups) to rearrange once uploaded
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.store
+
+    @property
+    def bound_bytes(self) -> int:
+        """File bytes of every bound tensor (what a decode step reads once each)."""
+        return sum(w.ref.nbytes for w in self.slots.values())
+
+    @property
+    def nbytes(self) -> int:
+        """Device bytes the slots' buffers take."""
+        parts = sum(int(p.buffer.size) for w in self.slots.values() for p in w.parts)
+        return parts + sum(int(w.f32_buf.size) for w in self.slots.values() if w.f32_buf is not None)
+
+    def bind(self, name: str, shape: Sequence[int]) -> WeightSlot:
+        ref = self.store.info(name)
+        check_runnable(name, ref.qtype, "gpu")
+        if tuple(ref.shape) != tuple(shape):
+            raise TensorShapeError(f"tensor {name!r} has shape {tuple(ref.shape)}, expected {tuple(shape)} (NumPy order)",
+                                   hint="the file does not match its own hyperparameters")
+        if name in self.slots:
+            return self.slots[name]
+        w = WeightSlot(ref, tuple(shape), grouped=len(shape) == 2 and ref.qtype in self.grouped_types)
+        if len(shape) == 1:
+            self._bind_values(w)
+        else:
+            if shape[-1] % shader_block(ref.qtype)[0]:
+                raise UnsupportedError(f"tensor {name!r}: rows of {shape[-1]} are not whole {ref.qtype.name} kernel blocks")
+            pad = REPACK_GROUP_BYTES if w.grouped else 0        # grouped parts round up to whole groups
+            for row0, rows in row_parts(shape[0], ref.row_bytes, self.limit, pad):
+                nbytes = repack_bytes(rows, ref.row_bytes) if w.grouped else rows * ref.row_bytes
+                part = Part(self.allocator.buffer(nbytes, f"{name}[{row0}:]"), row0, rows)
+                self._upload(w, part)
+                if w.grouped:
+                    self._repacks.append((part.buffer, nbytes // REPACK_GROUP_BYTES))
+                w.parts.append(part)
+        self.slots[name] = w
+        return w
+
+    def _bind_values(self, w: WeightSlot) -> None:
+        """Norms, biases, rope factors: small, needed as f32 (also on the CPU side: rope tables)."""
+        w.values = dequantize_rows(self.store.raw(w.name), w.ref.qtype).reshape(-1).astype(np.float32)
+        w.f32_buf = self.allocator.buffer(w.values.nbytes, w.name)
+        self.device.write(w.f32_buf, w.values)
+
+    def _upload(self, w: WeightSlot, part: Part) -> None:
+        upload = Upload(w.name, w.ref.offset + part.row0 * w.ref.row_bytes, part.rows * w.ref.row_bytes, part.buffer, 0)
+        self.uploads.append(upload)
+        if self.upload_now:
+            self.device.write(part.buffer, self.store.source.read(upload.file_offset, upload.nbytes))
+
+    def refill(self, w: WeightSlot) -> None:
+        """Write the slot's rows into its buffers again from the byte source (grouped ones must be
+        rearranged again before use: `repack` picks them up)."""
+        for part in w.parts:
+            self.device.write(part.buffer, self.store.source.read(w.ref.offset + part.row0 * w.ref.row_bytes,
+                                                                  part.rows * w.ref.row_bytes))
+            if w.grouped:
+                self._repacks.append((part.buffer, int(part.buffer.size) // REPACK_GROUP_BYTES))
+
+    def rebind(self, w: WeightSlot, index: int, buffer) -> Part:
+        """Point part `index` of the slot at `buffer` (holding the same rows in the same layout); the
+        programs binding it must then `rebind` that part."""
+        part = w.parts[index]
+        part.buffer = buffer
+        return part
+
+    async def repack(self, kernels, pool) -> None:
+        """Rearrange the grouped weights in place (repack.wgsl): after their bytes are uploaded and before
+        the first step that reads them. One submit for all of them; nothing to do the second time."""
+        if not self._repacks:
+            return
+        repacks, self._repacks = self._repacks, []
+        program = Program(0)
+        key = ShaderKey.of("repack", WG=WG)
+        for buf, n_groups in repacks:
+            program.dispatches.append(Dispatch(key, [buf], PARAMS["repack"].pack(groups=n_groups), repack_grid(n_groups)))
+        await program.build(self.device, kernels, pool)
+        self.device.submit(program.ready, label="repack")
+        program.release(self.allocator, self.device)

@@ -1,0 +1,138 @@
+"""The llama-family decoder, written once: SmolLM2, TinyLlama, Llama 2/3.x, Mistral (`llama`), Qwen2 /
+Qwen2.5 (`qwen2`), Qwen3 (`qwen3`), Gemma 3 (`gemma3`) and Phi-3 (`phi3`).
+
+Every one of them is pre-norm blocks of grouped-query attention and a gated feed-forward, RMSNorm
+throughout, rope on q and k. What differs is a handful of switches, all read off the `ModelSpec` (which
+reads them off the file's keys and tensor table):
+- q, k, v as three projections or one fused `attn_qkv` (phi3), with or without biases (qwen2);
+- RMSNorm on each head of q and k before rope (qwen3, gemma3);
+- norms after the attention and feed-forward outputs, before the residual add (gemma3);
+- gate and up as two projections or one fused `ffn_up` holding [gate; up] (phi3);
+- SiLU or tanh-GELU gating (gemma3), token embeddings scaled (gemma3), final logits soft-capped (gemma3);
+- per-pair rope frequency factors (`rope_freqs`: Llama 3.1+; `rope_factors_short`: Phi-3 LongRoPE, whose
+  short factors serve contexts up to the original training length); rope pairing (normal for llama,
+  NeoX for the others) and per-layer sliding windows come with each layer's RopeSpec and AttnSpec.
+
+Like llama.cpp, the sliding window some Phi-3 files declare is not applied (pyshim.gguf.spec).
+Attributes carry the GGUF tensor names, so binding needs no renaming table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from pyshim.gguf.spec import ModelSpec
+from pyshim.models.ops import AttnSpec, Ops
+from pyshim.models.rope import RopeSpec
+
+ACTIVATION = {"silu": "silu", "gelu": "gelu_tanh"}     # ModelSpec.ffn_activation -> the ops' glu activation
+FREQ_FACTOR_TENSORS = ("rope_freqs.weight", "rope_factors_short.weight")
+_ROPE_FIELDS = tuple(f.name for f in fields(RopeSpec))
+
+
+def layer_rope(spec: ModelSpec, il: int) -> RopeSpec:
+    """The ops-facing rope settings of layer `il` (sliding-window layers have their own)."""
+    params = spec.rope_for_layer(il)
+    return RopeSpec(**{name: getattr(params, name) for name in _ROPE_FIELDS})
+
+
+def layer_attn(spec: ModelSpec, il: int) -> AttnSpec:
+    return AttnSpec(layer=il, n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim_k,
+                    head_dim_v=spec.head_dim_v, scale=spec.attn_scale,
+                    window=spec.sliding_window if spec.swa_layers[il] else 0, softcap=spec.attn_logit_softcap or 0.0)
+
+
+class Block:
+    """One layer's weights, bound by their GGUF names; absent parts are None."""
+
+    def __init__(self, hp: ModelSpec, ops: Ops, il: int):
+        d, hd, hd_v = hp.n_embd, hp.head_dim_k, hp.head_dim_v
+        p = f"blk.{il}."
+        w = lambda name, shape: ops.weight(p + name, shape)                      # noqa: E731
+        self.q_out, self.kv_out, self.v_out = hp.n_heads * hd, hp.n_kv_heads * hd, hp.n_kv_heads * hd_v
+        self.attn_norm = w("attn_norm.weight", (d,))
+        if hp.fused_qkv:
+            qkv = self.q_out + self.kv_out + self.v_out
+            self.attn_qkv = w("attn_qkv.weight", (qkv, d))
+            self.attn_qkv_bias = w("attn_qkv.bias", (qkv,)) if hp.qkv_bias else None
+        else:
+            self.attn_q = w("attn_q.weight", (self.q_out, d))
+            self.attn_k = w("attn_k.weight", (self.kv_out, d))
+            self.attn_v = w("attn_v.weight", (self.v_out, d))
+            self.attn_q_bias = w("attn_q.bias", (self.q_out,)) if hp.qkv_bias else None
+            self.attn_k_bias = w("attn_k.bias", (self.kv_out,)) if hp.qkv_bias else None
+            self.attn_v_bias = w("attn_v.bias", (self.v_out,)) if hp.qkv_bias else None
+        self.attn_q_norm = w("attn_q_norm.weight", (hd,)) if hp.qk_norm else None
+        self.attn_k_norm = w("attn_k_norm.weight", (hd,)) if hp.qk_norm else None
+        self.attn_output = w("attn_output.weight", (d, hp.n_heads * hd_v))
+        self.post_attention_norm = w("post_attention_norm.weight", (d,)) if hp.post_norms else None
+        self.ffn_norm = w("ffn_norm.weight", (d,))
+        if hp.fused_gate_up:
+            self.ffn_up = w("ffn_up.weight", (2 * hp.n_ff, d))                   # rows: gate, then up
+            self.ffn_gate = None
+        else:
+            self.ffn_gate = w("ffn_gate.weight", (hp.n_ff, d))
+            self.ffn_up = w("ffn_up.weight", (hp.n_ff, d))
+        self.ffn_down = w("ffn_down.weight", (d, hp.n_ff))
+        self.post_ffw_norm = w("post_ffw_norm.weight", (d,)) if hp.post_norms else None
+        self.rope = layer_rope(hp, il)           # gemma3's local layers: their own base, no context scaling
+        self.attn = layer_attn(hp, il)
+
+
+class Decoder:
+    def __init__(self, hp: ModelSpec, ops: Ops):
+        self.hp = hp
+        self.act = ACTIVATION[hp.ffn_activation]
+        self.token_embd = ops.weight("token_embd.weight", (hp.n_vocab, hp.n_embd))
+        self.output_norm = ops.weight("output_norm.weight", (hp.n_embd,))
+        tied = not ops.has_weight("output.weight")
+        self.output = self.token_embd if tied else ops.weight("output.weight", (hp.n_vocab, hp.n_embd))
+        factors = next((name for name in FREQ_FACTOR_TENSORS if ops.has_weight(name)), None)
+        self.rope_factors = ops.weight(factors, (hp.rope.dims // 2,)) if factors else None   # shared by all layers
+        self.blk = [Block(hp, ops, il) for il in range(hp.n_layers)]
+
+    def forward(self, ops: Ops, tokens, positions, all_logits: bool = False):
+        """tokens, positions [n] -> logits [n, vocab] (or [1, vocab], the last position's)."""
+        hp = self.hp
+        x = ops.embed(self.token_embd, tokens)                                         # [n, d]
+        if hp.embedding_scale != 1.0:
+            x = ops.scale(x, hp.embedding_scale)
+        for b in self.blk:
+            x = ops.add(x, self.attention(ops, b, ops.rmsnorm(x, b.attn_norm, hp.norm_eps), positions))
+            x = ops.add(x, self.feed_forward(ops, b, ops.rmsnorm(x, b.ffn_norm, hp.norm_eps)))
+        if not all_logits:
+            x = ops.last(x)                                                            # [1, d]
+        logits = ops.matmul(ops.rmsnorm(x, self.output_norm, hp.norm_eps), self.output)  # [n | 1, vocab]
+        if hp.final_logit_softcap:
+            logits = ops.softcap(logits, hp.final_logit_softcap)
+        return logits
+
+    def attention(self, ops: Ops, b: Block, h, positions):
+        """h [n, d] (normed) -> the attention block's output [n, d], before the residual add."""
+        hp = self.hp
+        n = h.shape[0]
+        if hp.fused_qkv:
+            q, k, v = ops.split(ops.matmul(h, b.attn_qkv, b.attn_qkv_bias), (b.q_out, b.kv_out, b.v_out))
+        else:
+            q, k, v = ops.matmul(h, b.attn_q, b.attn_q_bias), ops.matmul(h, b.attn_k, b.attn_k_bias), ops.matmul(h, b.attn_v, b.attn_v_bias)
+        q = ops.view(q, (n, hp.n_heads, hp.head_dim_k))                               # [n, Hq, hd]
+        k = ops.view(k, (n, hp.n_kv_heads, hp.head_dim_k))                            # [n, Hkv, hd]
+        v = ops.view(v, (n, hp.n_kv_heads, hp.head_dim_v))                            # [n, Hkv, hd_v]
+        q = ops.rope(self.head_norm(ops, q, b.attn_q_norm), positions, b.rope, self.rope_factors)
+        k = ops.rope(self.head_norm(ops, k, b.attn_k_norm), positions, b.rope, self.rope_factors)
+        a = ops.matmul(ops.attention(q, k, v, positions, b.attn), b.attn_output)      # [n, Hq * hd_v] -> [n, d]
+        return a if b.post_attention_norm is None else ops.rmsnorm(a, b.post_attention_norm, hp.norm_eps)
+
+    def head_norm(self, ops: Ops, x, w):
+        """qwen3 and gemma3 norm each head of q and k before rope."""
+        return x if w is None else ops.rmsnorm(x, w, self.hp.norm_eps)
+
+    def feed_forward(self, ops: Ops, b: Block, h):
+        """h [n, d] (normed) -> the gated feed-forward's output [n, d], before the residual add."""
+        hp = self.hp
+        if b.ffn_gate is None:
+            gate, up = ops.split(ops.matmul(h, b.ffn_up), (hp.n_ff, hp.n_ff))         # [n, ff] each
+        else:
+            gate, up = ops.matmul(h, b.ffn_gate), ops.matmul(h, b.ffn_up)
+        f = ops.matmul(ops.glu(gate, up, self.act), b.ffn_down)                        # [n, ff] -> [n, d]
+        return f if b.post_ffw_norm is None else ops.rmsnorm(f, b.post_ffw_norm, hp.norm_eps)
