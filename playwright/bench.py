@@ -268,8 +268,7 @@ def _run_in_browser(report: dict, config: BenchConfig, facts: dict) -> None:
         # The page installs pyshim from its vendored wheel: rebuild it so the browser runs this checkout.
         from pyshim.setup import vendoring
 
-        vendoring.vendor_pyshim()
-        vendoring.write_manifest()
+        vendoring.refresh_pyshim()
     with harness.DevServer(isolated=True) as server, sync_playwright() as p:
         browser = harness.launch_chromium(p)
         report["browser"] = {"name": "chromium", "version": browser.version, "executable": harness.CHROMIUM,

@@ -97,8 +97,7 @@ def main() -> int:
         mode, args = args[1], args[2:]
     choices = {"auto": ["None"], "on": ["True"], "off": ["False"], "both": ["False", "True"]}[mode]
     names = args or ["smollm2"]
-    vendoring.vendor_pyshim()           # the Worker installs pyshim from this checkout's wheel
-    vendoring.write_manifest()
+    vendoring.refresh_pyshim()           # the Worker installs pyshim from this checkout's wheel
     with harness.DevServer() as server, sync_playwright() as p:
         browser = harness.launch_chromium(p)
         page, _ = harness.open_page(browser.new_context(), server.url)

@@ -39,8 +39,7 @@ def bench_pyodide(paths) -> dict:
 
     from pyshim.setup import vendoring
 
-    vendoring.vendor_pyshim()
-    vendoring.write_manifest()
+    vendoring.refresh_pyshim()
     out = {}
     with harness.DevServer() as server, sync_playwright() as p:
         browser = harness.launch_chromium(p)

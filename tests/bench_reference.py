@@ -13,8 +13,8 @@ import time
 import numpy as np
 
 from pyshim.setup.catalog import resolve_model
-from pyshim.serve.generation import decode_one_token, prefill
-from pyshim.exec.loading import load
+from pyshim.exec.loading import load_reference
+from pyshim.exec.runner import Step
 
 PROMPT_TOKENS = 64
 BANDWIDTH_BYTES = 1 << 28      # 256 MiB copied to estimate memory bandwidth
@@ -32,19 +32,19 @@ def numpy_bandwidth() -> float:
 
 
 def bench(name: str, per_call: bool, tokens: int) -> None:
-    runner = load(resolve_model(name), cache_weights=not per_call)
+    runner = load_reference(resolve_model(name), cache_weights=not per_call)
     ids = [int(i) for i in np.random.default_rng(0).integers(100, 1000, PROMPT_TOKENS)]
     t0 = time.perf_counter()
-    logits = prefill(runner, ids)                    # (the first call also dequantizes when caching)
+    logits = runner.logits(ids)                      # (the first call also dequantizes when caching)
     first = time.perf_counter() - t0
     runner.reset()
     t0 = time.perf_counter()
-    logits = prefill(runner, ids)
+    logits = runner.logits(ids)
     prefill_s = time.perf_counter() - t0
     pos, token = len(ids), int(np.argmax(logits))
     t0 = time.perf_counter()
     for _ in range(tokens):
-        token = int(np.argmax(decode_one_token(runner, token, pos)))
+        token = int(np.argmax(runner.run(Step.of([token], pos))[0].logits))
         pos += 1
     decode_s = time.perf_counter() - t0
     f32_bytes = sum(w.ref.n_elements * 4 for w in runner.ops._bound.values())

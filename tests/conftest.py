@@ -27,8 +27,7 @@ def dev_server():
     # The browser installs pyshim from its wheel: rebuild it so the page runs this checkout's code.
     from pyshim.setup import vendoring
 
-    vendoring.vendor_pyshim()
-    vendoring.write_manifest()
+    vendoring.refresh_pyshim()
     with harness.DevServer() as server:
         yield server
 

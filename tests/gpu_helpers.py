@@ -82,16 +82,3 @@ class GPU:
         per = Q8_BLOCK if kv_type == "q8" else 4
         self.device.submit([(pipe, group, (groups(n_kv * hd // per), count, 1))])
         return pos_buf
-
-def assert_greedy_like_reference(ref, runner, prompt: list[int], n: int = 32) -> None:
-    """Assert the GPU runner's greedy tokens equal the reference's argmax, n steps after `prompt`."""
-    ref_seq, gpu_seq = list(prompt), list(prompt)
-    logits = ref.forward(ref_seq, 0)[-1]
-    token = runner.greedy(gpu_seq, 0)
-    for _ in range(n):
-        want = int(np.argmax(logits))
-        assert token == want, (ref_seq[len(prompt):], want, token)
-        ref_seq.append(want)
-        gpu_seq.append(token)
-        logits = ref.forward([want], len(ref_seq) - 1)[-1]
-        token = runner.greedy([token], len(gpu_seq) - 1)

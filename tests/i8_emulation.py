@@ -7,8 +7,10 @@ from __future__ import annotations
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
-from pyshim.gpu.kernels import I8_ACTIVATIONS, I8_BLOCKS, REPACK_GROUP_BLOCKS, xq_row_words
-from pyshim.exec.reference import dequantize_rows, llama_cpp_activations, q8_1_sum_correction
+from pyshim.exec.llama_cpp import llama_cpp_activations, q8_1_sum_correction
+from pyshim.exec.reference import dequantize_rows
+from pyshim.gpu.kernels import I8_ACTIVATIONS, I8_BLOCKS, xq_row_words
+from pyshim.plan.memory import REPACK_GROUP_BLOCKS
 
 
 def quantize(x: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:

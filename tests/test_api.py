@@ -89,11 +89,11 @@ def test_kv_type_reaches_the_engine():
     async def reply(kv_type):
         engine = await load("smollm2", backend="gpu", n_ctx=256, kv_type=kv_type)
         try:
-            assert engine._engine.runner.ops.kv_type == kv_type
+            assert engine.session.runner.ops.kv_type == kv_type
             out = await engine.chat.completions.create(messages=MESSAGES, temperature=0, max_tokens=4)
             return out["choices"][0]["message"]["content"]
         finally:
-            engine._engine.runner.device.destroy()
+            engine.close()
 
     assert run(reply("q8"))
     with pytest.raises(BadRequestError, match="kv_type"):

@@ -12,7 +12,8 @@ from gguf import GGMLQuantizationType as QT
 import tiny_models
 from pyshim.errors import DeviceLostError
 from pyshim.gpu import open_device
-from pyshim.exec.gpu_runner import load_gpu_async
+from pyshim.exec.runner import Step, Want
+from runners import gpu
 
 
 def calls(device, buffer):
@@ -42,11 +43,11 @@ def test_model_step_after_loss(tmp_path):
     path = tiny_models.write_tiny_model(tmp_path, "llama", QT.Q4_0)
 
     async def run():
-        runner = await load_gpu_async(path, n_ctx=tiny_models.N_CTX)
-        await runner.prepare_async()
-        first = await runner.greedy_async([1, 2, 3], 0)
+        runner = await gpu(path, context=tiny_models.N_CTX)
+        await runner.prepare()
+        (first,) = await runner.step(Step.of([1, 2, 3], want=Want.ARGMAX))
         runner.device.raw.destroy()
         with pytest.raises(DeviceLostError):
-            await runner.greedy_async([first], 3)
+            await runner.step(Step.of([first.token], 3, want=Want.ARGMAX))
 
     asyncio.run(run())

@@ -1,78 +1,136 @@
-"""The chat engine natively (wgpu): the browser's loading path (header + small ranges + upload plan)
-gives the same greedy reply as the CPU reference."""
+"""The Worker's Python side (pyshim.serve.worker_api) natively, on wgpu: the browser's loading path —
+header prefix, the small tensors' bytes, then every weight copied by the caller along the upload plan —
+answers like the CPU reference; requests queue and abort; the loaded model's settings are an object."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
-from pyshim.setup.catalog import resolve_model
-from pyshim.serve.session import ChatEngine, RangesSource, small_tensor_ranges
-from pyshim.errors import BadRequestError
-from pyshim.gguf.header import read_header_from_file
-from pyshim.serve.sampling import SamplingParams
+from pyshim.exec.loading import load_reference
 from pyshim.gguf.tensors import FileSource
+from pyshim.plan.settings import RunSettings
+from pyshim.serve import worker_api
+from pyshim.serve.generation import generate
+from pyshim.serve.sampling import SamplingParams
+from pyshim.serve.session import Session
+from pyshim.setup.catalog import resolve_model
 
 pytestmark = [pytest.mark.models, pytest.mark.slow]
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 MAX_TOKENS = 8
+GREEDY = {"temperature": 0, "max_tokens": MAX_TOKENS}
+SETTINGS = {"context": 256, "arithmetic": "f32"}      # exact arithmetic: the plain reference is the oracle
 
 
-async def open_like_the_browser(path):
-    """What the Worker does: header bytes, the 1-D tensors' bytes, then every upload copied by the caller."""
-    header = read_header_from_file(path)
-    file = FileSource(path)
-    ranges = {off: file.read(off, n).tobytes() for off, n in small_tensor_ranges(header)}
-    engine = await ChatEngine.open(header, RangesSource(ranges), n_ctx=256, upload_now=False, int8=False)   # exact arithmetic: the plain reference is the oracle
-    device = engine.runner.device
-    for up in engine.uploads:
-        device.write(up.buffer, file.read(up.file_offset, up.nbytes), up.buffer_offset)
-    return engine
+class FileStore:
+    """What web/engine/worker.js hands worker_api as `store`, over a file: the reads it asks for, and the
+    upload it leaves to the caller (natively: the wgpu queue). Counts what it was asked."""
+
+    def __init__(self, path):
+        self.file = FileSource(path)
+        self.size = self.file.size
+        self.prefix_reads, self.uploaded = [], 0
+
+    async def readPrefix(self, model_id, length):
+        self.prefix_reads.append(length)
+        return self.file.read(0, length).tobytes()
+
+    async def readRanges(self, model_id, ranges_json):
+        return [self.file.read(o, n).tobytes() for o, n in json.loads(ranges_json)]
+
+    async def upload(self, model_id, device, uploads):
+        for offset, size, buffer, buffer_offset in uploads:
+            data = self.file.read(offset, size).tobytes()
+            device.queue.write_buffer(buffer, buffer_offset, data + b"\0" * (-len(data) % 4))
+            self.uploaded += size
 
 
-def test_browser_style_load_answers_like_the_cpu_reference():
-    path = resolve_model("smollm2")
+def _call(fn, request: dict, store, request_id: int = 1, events=None):
+    """As worker.js calls worker_api: JSON in, JSON out, a PyshimError as its envelope (raised here again)."""
+    from pyshim import errors
 
-    async def run():
-        engine = await open_like_the_browser(path)
-        pieces = []
-        reply = await engine.chat(MESSAGES, SamplingParams(), MAX_TOKENS, on_text=lambda piece, token: pieces.append(piece))
-        return engine, reply, pieces
-
-    engine, reply, pieces = asyncio.run(run())
-    from pyshim.serve.generation import generate_text
-    from pyshim.exec.loading import load
-
-    cpu = load(path, n_ctx=256)
-    tok = engine.tokenizer
-    expected = generate_text(cpu, engine.template.encode(tok, MESSAGES), tok.stream(), max_tokens=MAX_TOKENS,
-                             params=SamplingParams(), stop_ids=engine.template.stop_ids)
-    assert reply.text == expected.text and "".join(pieces) == reply.text
-    assert reply.completion_tokens == len(expected.ids) and reply.finish_reason == expected.stats.finish_reason
-    assert "Paris" in reply.text
+    emit = (lambda event, data: events.append((event, json.loads(data)))) if events is not None else (lambda e, d: None)
+    out = json.loads(asyncio.run(fn(json.dumps(request), store.size, store, request_id, emit)))
+    if isinstance(out, dict) and "__error__" in out:
+        e = out["__error__"]
+        cls = getattr(errors, e["name"])
+        raise cls(e["message"], **({"param": e["param"]} if issubclass(cls, errors.BadRequestError) else {}))
+    return out
 
 
-def test_conversation_longer_than_the_context_is_refused_before_running():
-    async def run():
-        engine = await open_like_the_browser(resolve_model("smollm2"))
-        with pytest.raises(BadRequestError, match="context"):
-            await engine.chat([{"role": "user", "content": "word " * 400}], SamplingParams(), 4)
-
-    asyncio.run(run())
+@pytest.fixture(scope="module")
+def store():
+    yield FileStore(resolve_model("smollm2"))
+    worker_api.unload_now()
 
 
-def test_a_conversation_past_the_context_is_compacted_not_refused():
-    async def run():
-        engine = await open_like_the_browser(resolve_model("smollm2"))
-        messages = [{"role": "user", "content": "My name is Ada and my server is at /srv/app on port 8080."},
-                    {"role": "assistant", "content": "Got it."}]
-        for i in range(12):
-            messages += [{"role": "user", "content": f"Tell me fact {i}. " + "please " * 20},
-                         {"role": "assistant", "content": "A fact. " * 20}]
-        messages.append({"role": "user", "content": "What is my name?"})
-        assert len(engine.template.encode(engine.tokenizer, messages)) > engine.runner.n_ctx
-        return await engine.chat(messages, SamplingParams(), 2)
+def test_browser_style_load_answers_like_the_cpu_reference(store):
+    events = []
+    reply = _call(worker_api.generate, {"model_id": "smollm2", "messages": MESSAGES, "settings": SETTINGS, "sampling": GREEDY},
+                  store, events=events)
+    loaded = json.loads(worker_api.loaded())
+    assert loaded["model_id"] == "smollm2" and loaded["settings"]["context"] == 256 and loaded["settings"]["arithmetic"] == "f32"
+    assert store.uploaded > 90e6 and reply["timings"]["load_ms"] > 0          # every weight went through the caller
+    cpu = Session(load_reference(resolve_model("smollm2"), settings=RunSettings(context=256)))
+    expected = asyncio.run(generate(cpu.runner, cpu.chat_ids(MESSAGES), SamplingParams(), MAX_TOKENS,
+                                    stop_ids=cpu.template.stop_ids, decoder=cpu.tokenizer.stream()))
+    assert reply["text"] == expected.text and "".join(d["text"] for e, d in events if e == "token") == reply["text"]
+    assert reply["token_ids"] == expected.token_ids and reply["finish_reason"] == expected.finish_reason
+    assert "Paris" in reply["text"] and reply["timings"]["bytes_per_decode_step"] == 4
+    # the same model and settings again: nothing is loaded twice
+    again = _call(worker_api.generate, {"model_id": "smollm2", "messages": MESSAGES, "settings": SETTINGS, "sampling": GREEDY}, store)
+    assert again["timings"]["load_ms"] == 0 and again["text"] == reply["text"]
 
-    reply = asyncio.run(run())
-    assert reply.compacted and reply.prompt_tokens < 256 and reply.completion_tokens >= 1
+
+def test_bad_requests_are_refused_by_the_shared_schema(store):
+    from pyshim.errors import BadRequestError
+
+    for bad, param in (({"model_id": "smollm2", "messages": []}, "messages"),
+                       ({"model_id": "smollm2", "messages": MESSAGES, "sampling": {"top_p": 0}}, "sampling.top_p"),
+                       ({"model_id": "smollm2", "messages": MESSAGES, "settings": {"kv_type": "q4"}}, "settings.kv_type"),
+                       ({"messages": MESSAGES}, "model_id")):
+        with pytest.raises(BadRequestError) as info:
+            _call(worker_api.generate, bad, store)
+        assert info.value.param == param
+
+
+def test_a_conversation_past_the_context_is_compacted_not_refused(store):
+    messages = [{"role": "user", "content": "My name is Ada and my server is at /srv/app on port 8080."},
+                {"role": "assistant", "content": "Got it."}]
+    for i in range(12):
+        messages += [{"role": "user", "content": f"Tell me fact {i}. " + "please " * 20},
+                     {"role": "assistant", "content": "A fact. " * 20}]
+    messages.append({"role": "user", "content": "What is my name?"})
+    reply = _call(worker_api.generate, {"model_id": "smollm2", "messages": messages, "settings": SETTINGS,
+                                        "sampling": {"temperature": 0, "max_tokens": 2}}, store)
+    assert reply["compacted"] and reply["usage"]["prompt_tokens"] < 256 and reply["usage"]["completion_tokens"] >= 1
+
+
+def test_a_message_longer_than_the_context_is_refused_before_running(store):
+    from pyshim.errors import ContextOverflowError
+
+    with pytest.raises(ContextOverflowError, match="context"):
+        _call(worker_api.generate, {"model_id": "smollm2", "messages": [{"role": "user", "content": "word " * 400}],
+                                    "settings": SETTINGS, "sampling": GREEDY}, store)
+
+
+def test_requests_queue_in_order_and_an_abort_stops_only_its_own(store):
+    async def both():
+        first = worker_api.complete(json.dumps({"model_id": "smollm2", "prompt": "Once upon a time", "settings": SETTINGS,
+                                                "sampling": {"temperature": 0, "max_tokens": 24, "ignore_eos": True}}),
+                                    store.size, store, 11, lambda e, d: None)
+        second = worker_api.complete(json.dumps({"model_id": "smollm2", "prompt": "The sky is", "settings": SETTINGS,
+                                                 "sampling": {"temperature": 0, "max_tokens": 3}}),
+                                     store.size, store, 12, lambda e, d: None)
+        tasks = [asyncio.ensure_future(first), asyncio.ensure_future(second)]
+        await asyncio.sleep(0)
+        assert json.loads(worker_api.stats())["queued"] >= 1
+        worker_api.abort(json.dumps({"request_id": 11}))
+        return [json.loads(r) for r in await asyncio.gather(*tasks)]
+
+    first, second = asyncio.run(both())
+    assert first["finish_reason"] == "abort" and len(first["token_ids"]) < 24, first
+    assert second["finish_reason"] in ("stop", "length") and len(second["token_ids"]) >= 1

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from pyshim.cli import main
-from pyshim.serve.generation import score
-from pyshim.exec.loading import load
+from runners import Drive, reference
 from tiny_models import QT, write_tiny_model
 
 
@@ -30,9 +29,7 @@ def test_generate_json_greedy_is_deterministic(model, capsys):
     assert set(a) >= {"text", "ids", "prompt_ids", "prefill_tok_s", "decode_tok_s"}
     assert len(a["ids"]) <= 6 and a["prompt_ids"][0] == 1          # BOS, as the tiny vocab says
     # the ids are the model's greedy choices
-    runner = load(model)
-    logits = runner.forward(a["prompt_ids"], 0)[-1]
-    assert a["ids"][0] == int(np.argmax(logits))
+    assert a["ids"][0] == int(np.argmax(reference(model).logits(a["prompt_ids"])))
 
 
 def test_generate_seed_reproduces_sampling(model, capsys):
@@ -53,7 +50,7 @@ def test_generate_streams_text(model, capsys):
 def test_score_rows_are_predictions_after_each_prefix(model, capsys):
     out = _json(capsys, ["score", model, "--text", "hello world", "--top-k", "3", "--json"])
     assert len(out["top_ids"]) == len(out["ids"]) and all(len(r) == 3 for r in out["top_ids"])
-    top_ids, top_logits = score(load(model), out["ids"], 3)
+    top_ids, top_logits = Drive(reference(model)).scores(out["ids"], 3)
     assert out["top_ids"] == top_ids.tolist()
     np.testing.assert_allclose(out["top_logits"], top_logits, atol=1e-4)
     assert all(r[0] >= r[1] >= r[2] for r in out["top_logits"])
@@ -103,9 +100,16 @@ def test_gpu_backend_reports_its_arithmetic_and_the_cpu_side_of_decode(model, ca
     assert cpu["cpu_share_pct"] is None and cpu["arithmetic"] == gpu["arithmetic"]
 
 
+def test_greedy_gpu_decode_reads_back_at_most_8_bytes_a_token(model, capsys):
+    """The one generation loop asks the GPU for the argmax when decoding greedily: 4 bytes come back per
+    decode step natively, as in the browser (not a row of the vocabulary's logits)."""
+    out = _json(capsys, ["generate", model, "--prompt", "hello", "--max-tokens", "8", "--ignore-eos", "--backend", "gpu", "--json"])
+    assert len(out["ids"]) == 8 and 0 < out["bytes_per_decode_step"] <= 8
+
+
 def test_kv_type_and_prefill_chunk(tmp_path, capsys):
     """--kv-type reaches the cpu reference and the gpu executor alike (same greedy ids here), and
-    --prefill-chunk splits the gpu prefill into small steps without changing the answer."""
+    --prefill-chunk splits the prefill into small steps (on every backend) without changing the answer."""
     from gguf import GGMLQuantizationType as QT
 
     import tiny_models
@@ -113,20 +117,22 @@ def test_kv_type_and_prefill_chunk(tmp_path, capsys):
 
     path = str(tiny_models.write_tiny_model(tmp_path, "llama", QT.F32))
     runs = {}
-    for name, extra in {"cpu": ["--backend", "cpu"], "gpu": ["--backend", "gpu", "--arithmetic", "f32"],
+    for name, extra in {"cpu": ["--backend", "cpu"], "cpu-chunk3": ["--backend", "cpu", "--prefill-chunk", "3"],
+                        "gpu": ["--backend", "gpu", "--arithmetic", "f32"],
                         "gpu-chunk3": ["--backend", "gpu", "--arithmetic", "f32", "--prefill-chunk", "3"]}.items():
         assert main(["generate", path, "--prompt", "hello world, once more", "--max-tokens", "6", "--kv-type", "q8", "--json",
                      "--ignore-eos", *extra]) == 0
         runs[name] = json.loads(capsys.readouterr().out)["ids"]
-    assert runs["cpu"] == runs["gpu"] == runs["gpu-chunk3"] and len(runs["cpu"]) == 6
-    assert main(["generate", path, "--prompt", "hi", "--prefill-chunk", "3"]) == 2          # cpu: refused, said why
-    assert "--prefill-chunk" in capsys.readouterr().err
+    assert runs["cpu"] == runs["cpu-chunk3"] == runs["gpu"] == runs["gpu-chunk3"] and len(runs["cpu"]) == 6
     assert main(["generate", path, "--prompt", "hi", "--backend", "gpu", "--prefill-chunk", "0"]) == 2
+    assert "prefill chunk" in capsys.readouterr().err
+    assert main(["generate", path, "--prompt", "hi", "--backend", "gpu", "--arithmetic", "llama.cpp-exact"]) == 2
+    assert "cpu" in capsys.readouterr().err
 
 
 @pytest.mark.models
 def test_score_like_llama_cpp_is_llama_cpp_bit_for_bit(capsys):
-    """`score --like-llama-cpp` is the bit-exact emulation of llama.cpp's CPU arithmetic: on the passage's
+    """`score --arithmetic llama.cpp-exact` is the bit-exact emulation of llama.cpp's CPU arithmetic: on the passage's
     first sentence it gives llama.cpp's own top-10 logits (tests/fixtures/real_llamacpp.json, one batch)."""
     from pathlib import Path
 
@@ -136,7 +142,7 @@ def test_score_like_llama_cpp_is_llama_cpp_bit_for_bit(capsys):
     if not path.is_file():
         pytest.skip(f"{path.name} is not in models/ (pyshim setup --test-models)")
     sentence = (root / "tests" / "fixtures" / "passage.txt").read_text().split(". ")[0] + "."
-    got = _json(capsys, ["score", str(path), "--text", sentence, "--like-llama-cpp", "--json"])
+    got = _json(capsys, ["score", str(path), "--text", sentence, "--arithmetic", "llama.cpp-exact", "--json"])
     n = len(got["ids"])
     assert got["ids"] == fx["passage"]["ids"][:n]          # the same tokens: rows are comparable
     assert got["top_ids"] == [row for row in fx["passage"]["top_ids"][:n]]

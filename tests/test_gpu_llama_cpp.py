@@ -21,6 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pyshim.plan.settings import Arithmetic
+from runners import Drive, gpu, reference
+
 pytestmark = [pytest.mark.models, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,16 +41,23 @@ def _model(name: str) -> tuple[dict, Path]:
 
 @pytest.mark.parametrize("name", ["smollm2", "gemma3"])
 def test_int8_scores_as_close_to_llama_cpp_as_llama_cpp_is_to_itself(name):
-    from pyshim.serve.generation import score
-    from pyshim.gpu.kernels import DOT4_FEATURE
-    from pyshim.exec.gpu_runner import load_gpu
+    import asyncio
+
+    from pyshim.gpu import open_device
+    from pyshim.gpu.policy import int8_usable
 
     m, path = _model(name)
-    runner = load_gpu(path, int8=True)
-    if DOT4_FEATURE not in runner.device.caps.features:
-        pytest.skip("this adapter's WGSL has no packed_4x8_integer_dot_product")
-    assert runner.ops.int8
-    top_ids, _ = score(runner, m["passage"]["ids"], 10)
+    loop = asyncio.new_event_loop()
+    device = loop.run_until_complete(open_device())
+    try:
+        if not int8_usable(device.caps):
+            pytest.skip("this adapter's WGSL has no packed_4x8_integer_dot_product")
+        runner = loop.run_until_complete(gpu(path, arithmetic=Arithmetic.INT8, device=device))
+        assert runner.ops.policy.int8
+        top_ids, _ = Drive(runner, loop).scores(m["passage"]["ids"], 10)
+    finally:
+        device.destroy()
+        loop.close()
     want = np.array(m["passage"]["top_ids"])[:, 0]
     top1 = float(np.mean(top_ids[:, 0] == want))
     self_top1 = float(np.mean(want == np.array(m["passage_sequential"]["top_ids"])[:, 0]))
@@ -57,14 +67,18 @@ def test_int8_scores_as_close_to_llama_cpp_as_llama_cpp_is_to_itself(name):
 
 @pytest.mark.parametrize("name", ["smollm2", "gemma3"])
 def test_f32_kernels_score_as_the_f32_reference_does(name):
-    from pyshim.serve.generation import score
-    from pyshim.exec.gpu_runner import load_gpu
-    from pyshim.exec.loading import load
+    import asyncio
 
     m, path = _model(name)
     ids = m["passage"]["ids"]
-    gpu_ids, gpu_logits = score(load_gpu(path, int8=False), ids, 10)
-    ref_ids, ref_logits = score(load(path), ids, 10)
+    loop = asyncio.new_event_loop()
+    runner = loop.run_until_complete(gpu(path, arithmetic=Arithmetic.F32))
+    try:
+        gpu_ids, gpu_logits = Drive(runner, loop).scores(ids, 10)
+    finally:
+        runner.close()
+        loop.close()
+    ref_ids, ref_logits = Drive(reference(path)).scores(ids, 10)
     assert np.array_equal(gpu_ids[:, 0], ref_ids[:, 0])
     assert np.abs(gpu_logits[:, 0] - ref_logits[:, 0]).max() < 1e-2
     want = np.array(m["passage"]["top_ids"])[:, 0]

@@ -1,7 +1,7 @@
 """The real-GPU matvec variants forced on this machine's CPU adapter (lavapipe), end to end: the
 workgroup-reduction matvec (`reduce`) and its subgroup form (`subgroup`, the default on GPUs with
 subgroups) on tiny models of several architectures against the NumPy reference, and SmolLM2 greedy
-decoding equal to the cpu backend token for token. The f32 arithmetic throughout (int8=False): the
+decoding equal to the cpu backend token for token. The f32 arithmetic throughout: the
 variants change only how a row's partial sums are added."""
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 
 import tiny_models
-from gpu_helpers import assert_greedy_like_reference
-from pyshim.gpu.kernels import subgroups_usable
-from pyshim.exec.gpu_runner import load_gpu_async
-from pyshim.exec.loading import load
+from pyshim.gpu.policy import subgroups_usable
+from pyshim.plan.settings import Arithmetic
+from runners import Drive, assert_greedy_like_reference, gpu, reference
 
 VARIANTS = {"reduce": dict(reduce=True, subgroup=False), "subgroup": dict(subgroup=True)}
 CASES = [("llama", "Q4_0"), ("gemma3", "Q4_K"), ("qwen2", "F16"), ("phi3", "Q8_0"), ("qwen3", "Q6_K")]
@@ -27,8 +26,8 @@ def device(device):
 
 
 def runner_for(loop, device, path, n_ctx, variant, **options):
-    return loop.run_until_complete(load_gpu_async(path, n_ctx=n_ctx, device=device, loop=loop, int8=False,
-                                                  **VARIANTS[variant], **options))
+    return loop.run_until_complete(gpu(path, context=n_ctx, device=device, arithmetic=Arithmetic.F32,
+                                       policy=VARIANTS[variant], **options))
 
 
 def matvec_defines(runner) -> set[str]:
@@ -42,13 +41,14 @@ def test_subgroup_variant_logits_match_reference(tmp_path_factory, loop, device,
 
     path = tiny_models.write_tiny_model(tmp_path_factory.mktemp(arch), arch, QT[qtype])
     ids = tiny_models.test_ids() + [5, 77, 300, 9]
-    want = load(path, n_ctx=tiny_models.N_CTX).forward(ids, 0, all_logits=True)
-    runner = runner_for(loop, device, path, tiny_models.N_CTX, "subgroup", max_chunk=4, max_binding=40_000)
-    assert any(len(w.parts) > 1 for w in runner.ops._bound.values())
+    want = Drive(reference(path, context=tiny_models.N_CTX)).logits(ids, all_logits=True)
+    runner = runner_for(loop, device, path, tiny_models.N_CTX, "subgroup", chunk=4, max_binding=40_000)
+    assert any(len(w.parts) > 1 for w in runner.ops.slots.slots.values())
+    drive = Drive(runner, loop)
     split = 9
-    got = [runner.forward(ids[:split], 0)[-1]]
+    got = [drive.logits(ids[:split])]
     for pos in range(split, len(ids)):
-        got.append(runner.forward([ids[pos]], pos)[-1])
+        got.append(drive.logits([ids[pos]], pos))
     assert {"SUBGROUP", "REDUCE"} <= matvec_defines(runner)
     np.testing.assert_allclose(np.stack(got), want[split - 1:], atol=2e-4 * np.abs(want).max(), rtol=1e-3)
 
@@ -58,16 +58,9 @@ def test_subgroup_greedy_equals_argmax_of_reference(tmp_path_factory, loop, devi
     from gguf import GGMLQuantizationType as QT
 
     path = tiny_models.write_tiny_model(tmp_path_factory.mktemp("llama"), "llama", QT.Q4_1)
-    ref = load(path, n_ctx=tiny_models.N_CTX)
+    ref = reference(path, context=tiny_models.N_CTX)
     runner = runner_for(loop, device, path, tiny_models.N_CTX, "subgroup")
-    seq = tiny_models.test_ids()
-    logits = ref.forward(seq, 0)[-1]
-    token = runner.greedy(seq, 0)
-    for _ in range(8):
-        assert token == int(np.argmax(logits))
-        seq = seq + [token]
-        logits = ref.forward([token], len(seq) - 1)[-1]
-        token = runner.greedy([token], len(seq) - 1)
+    assert_greedy_like_reference(ref, runner, tiny_models.test_ids(), 8, loop)
     argmax = [d.key for p in runner._programs.values() for d in p.dispatches if d.key.family == "argmax"]
     assert argmax and all(("SUBGROUP", "") in k.defines for k in argmax)
 
@@ -88,7 +81,7 @@ def test_forcing_subgroups_without_them_is_refused(loop, device, tmp_path_factor
             return getattr(device, name)
 
     with pytest.raises(UnsupportedError, match="subgroups"):
-        loop.run_until_complete(load_gpu_async(path, n_ctx=tiny_models.N_CTX, device=NoSubgroups(), loop=loop, subgroup=True))
+        loop.run_until_complete(gpu(path, context=tiny_models.N_CTX, device=NoSubgroups(), policy={"subgroup": True}))
 
 
 @pytest.mark.models
@@ -99,8 +92,8 @@ def test_smollm2_greedy_32_tokens_equal_cpu(loop, device, variant):
     from pyshim.text.tokenizer import Tokenizer
 
     path = resolve_model("smollm2")
-    ref = load(path, n_ctx=128)
+    ref = reference(path, context=128)
     runner = runner_for(loop, device, path, 128, variant)
-    prompt = Tokenizer.from_metadata(ref.metadata).encode("The capital of France is")
-    assert_greedy_like_reference(ref, runner, prompt, 32)
+    prompt = Tokenizer.from_metadata(ref.header.metadata).encode("The capital of France is")
+    assert_greedy_like_reference(ref, runner, prompt, 32, loop)
     assert ("SUBGROUP" in matvec_defines(runner)) == (variant == "subgroup")

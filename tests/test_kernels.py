@@ -15,13 +15,13 @@ from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, UNIFORM_X_BYTES, WEIGHT_TY
                                 attention_record_bytes, groups, matvec_grid, matvec_key, rope_theta, shader_block)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.models.ops import AttnSpec
-from pyshim.exec.reference import NumpyOps, dequantize_rows
+from pyshim.exec.reference import ReferenceOps, dequantize_rows
 from pyshim.models.rope import RopeSpec
 from gpu_helpers import GPU, random_weight
 
 ALL_TYPES = list(WEIGHT_TYPES)
-# `self` for the reference executor's per-op methods called unbound: plain f32 math, no llama.cpp emulation
-REF = SimpleNamespace(emulate_llama_cpp=False, exact=False)
+# the reference executor's per-op methods, plain f32 math (no weights, no cache: the ops that need neither)
+REF = ReferenceOps.__new__(ReferenceOps)
 QUANTIZABLE = [QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0]      # what gguf.quants.quantize implements
 
 
@@ -48,7 +48,7 @@ class Dense:
         return self.values
 
 
-def run_matvec(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0, rows_per_thread=1, reduce=False, multi=False,
+def run_matvec(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0, rows_per_thread=1, reduce=False,
                uniform_x=False):
     """raw uint8 (m, row_bytes); x (n, k) -> y (n, m). Pads put the tensors at offsets in their buffers."""
     m, row_bytes = raw.shape
@@ -64,8 +64,6 @@ def run_matvec(gpu, qtype, raw, x, *, bias=None, w_pad=0, x_pad=0, y_pad=0, rows
     inputs = [w, x_in] + ([bias] if bias is not None else [])
     key = ShaderKey.of("matvec", **define, WG=16 if reduce else WG, BIAS=bias is not None, ROWS=rows_per_thread, REDUCE=reduce)
     grid = (groups(m, rows_per_thread), n, 1) if reduce else (groups(m, WG * rows_per_thread), n, 1)
-    if multi:
-        key, grid = matvec_key(qtype, bias=bias is not None, multi=True), matvec_grid(m, n, multi=True)
     if uniform_x:
         key, grid = matvec_key(qtype, bias=bias is not None, uniform_x=True), matvec_grid(m, n)
     (out,) = gpu.dispatch(key, inputs, [(y_pad + n * m) * 4],
@@ -79,19 +77,19 @@ def check_close(got, want, rel=2e-5):
     np.testing.assert_allclose(got, want, rtol=rel, atol=rel * scale)
 
 
-@pytest.mark.parametrize("variant", ["rows1", "rows3", "reduce_rows3", "multi", "uniform_x"])
+@pytest.mark.parametrize("variant", ["rows1", "rows3", "reduce_rows3", "uniform_x"])
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
 def test_matvec_random_blocks(gpu, qtype, variant):
     rng = np.random.default_rng(int(qtype))
     per = shader_block(qtype)[0]
     k = 3 * max(per, 32) if per < 256 else 512          # odd block counts put rows at 2-aligned offsets
-    m, n = 67, 11 if variant == "multi" else 3        # 11 tokens: one full group of 8 and a partial one
+    m, n = 67, 11 if variant == "rows1" else 3        # many tokens in one dispatch (the grid's y)
     raw = random_weight(qtype, m, k, rng)
     x = rng.standard_normal((n, k), dtype=np.float32)
     want = x @ dequantize_rows(raw, qtype).reshape(m, k).T
     rows = int(variant[-1]) if variant[-1].isdigit() else 1
     check_close(run_matvec(gpu, qtype, raw, x, rows_per_thread=rows, reduce=variant.startswith("reduce"),
-                           multi=variant == "multi", uniform_x=variant == "uniform_x"), want)
+                           uniform_x=variant == "uniform_x"), want)
 
 
 def test_matvec_reduce_folds_the_grid_past_65535_workgroups(gpu):
@@ -127,7 +125,6 @@ def test_matvec_bias_and_offsets(gpu, qtype):
     want = x @ dequantize_rows(raw, qtype).reshape(m, k).T + bias
     check_close(run_matvec(gpu, qtype, raw, x, bias=bias, w_pad=36, x_pad=8, y_pad=12, rows_per_thread=2), want)
     check_close(run_matvec(gpu, qtype, raw, x, bias=bias, w_pad=36, x_pad=8, y_pad=12, rows_per_thread=2, reduce=True), want)
-    check_close(run_matvec(gpu, qtype, raw, x, bias=bias, w_pad=36, x_pad=8, y_pad=12, multi=True), want)
     check_close(run_matvec(gpu, qtype, raw, x[:1], bias=bias, w_pad=36, x_pad=8, y_pad=12, uniform_x=True), want[:1])
 
 
@@ -155,7 +152,7 @@ def test_rmsnorm(gpu):
     w = rng.standard_normal(d, dtype=np.float32)
     (out,) = gpu.dispatch(ShaderKey.of("rmsnorm", WG=WG), [x, w], [x.nbytes],
                           dict(rows=rows, d=d, eps=1e-6, x_off=0, y_off=0, w_off=0), (groups(rows), 1, 1))
-    want = NumpyOps.rmsnorm(REF, x, Dense(w), 1e-6)
+    want = REF.rmsnorm(x, Dense(w), 1e-6)
     check_close(f32(out, x.shape), want)
 
 
@@ -178,7 +175,7 @@ def test_rope(gpu, name):
     (out,) = gpu.dispatch(key, [x, positions.astype(np.uint32), theta], [x.nbytes],
                           dict(n=n, heads=heads, head_dim=hd, dims=spec.dims, mscale=mscale, x_off=0, y_off=0, pos_off=0),
                           (groups(hd // 2), heads, n))
-    want = NumpyOps.rope(REF, x, positions, spec)
+    want = REF.rope(x, positions, spec)
     # angles up to 1500 rad in f32: the GPU's angle differs from the f64 one by ~1e-4 rad
     np.testing.assert_allclose(f32(out, x.shape), want, atol=5e-4 * np.abs(x).max())
 
@@ -188,8 +185,7 @@ def attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, history, n, cap, 
     rng = np.random.default_rng(n_heads * 100 + hd + window)
     spec_m = SimpleNamespace(sliding_window=window, swa_layers=[bool(window)], n_layers=1, n_kv_heads=n_kv,
                              head_dim_k=hd, head_dim_v=hd)
-    ref = NumpyOps.__new__(NumpyOps)
-    ref.emulate_llama_cpp = ref.exact = False
+    ref = ReferenceOps.__new__(ReferenceOps)
     from pyshim.exec.kvcache import KVCache
 
     ref.kv = KVCache(spec_m, history + n)
@@ -246,7 +242,7 @@ def test_glu_strided(gpu, act):
     (out,) = gpu.dispatch(key, [fused, fused], [n * f * 4],
                           dict(n=n, f=f, gate_off=0, gate_stride=2 * f, up_off=f, up_stride=2 * f, out_off=0),
                           (groups(f // 4), n, 1))
-    want = NumpyOps.glu(REF, fused[:, :f], fused[:, f:], act)
+    want = REF.glu(fused[:, :f], fused[:, f:], act)
     check_close(f32(out, (n, f)), want)
 
 
@@ -260,7 +256,7 @@ def test_eltwise(gpu, op):
     (out,) = gpu.dispatch(ShaderKey.of("eltwise", WG=WG, **{op: True}), inputs, [a.nbytes],
                           dict(n=n, width=width, a_off=0, a_stride=width, b_off=0, b_stride=width, y_off=0, s=30.0),
                           (groups(width // 4), n, 1))
-    want = {"OP_ADD": a + b, "OP_SCALE": a * np.float32(30.0), "OP_SOFTCAP": NumpyOps.softcap(REF, a, 30.0),
+    want = {"OP_ADD": a + b, "OP_SCALE": a * np.float32(30.0), "OP_SOFTCAP": REF.softcap(a, 30.0),
             "OP_COPY": a}[op]
     check_close(f32(out, a.shape), want)
 

@@ -120,11 +120,11 @@ def build_cases() -> Cases:
         raw = random_weight(qtype, m, k, rng)
         x = rng.standard_normal((n, k), dtype=np.float32)
         want = x @ dequantize_rows(raw, qtype).reshape(m, k).T
-        for reduce, multi, subgroup in ((False, False, False), (True, False, False), (False, True, False), (True, False, True)):
-            c.add(f"matvec {qtype.name} reduce={reduce} multi={multi} subgroup={subgroup}",
-                  matvec_key(qtype, reduce=reduce, multi=multi, subgroup=subgroup),
+        for reduce, subgroup in ((False, False), (True, False), (True, True)):
+            c.add(f"matvec {qtype.name} reduce={reduce} subgroup={subgroup}",
+                  matvec_key(qtype, reduce=reduce, subgroup=subgroup),
                   [raw, x], [n * m * 4], dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
-                                             bias_off=0, y_stride=m), matvec_grid(m, n, reduce, multi), close(want))
+                                             bias_off=0, y_stride=m), matvec_grid(m, n, reduce), close(want))
         c.add(f"matvec {qtype.name} uniform x", matvec_key(qtype, uniform_x=True), [raw, x], [n * m * 4],
               dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m),
               matvec_grid(m, n), close(want), uniform=[1])
@@ -144,16 +144,15 @@ def build_cases() -> Cases:
     c.add("rmsnorm", ShaderKey.of("rmsnorm", WG=WG), [x, w], [x.nbytes],
           dict(rows=rows, d=d, eps=1e-6, x_off=0, y_off=0, w_off=0), (groups(rows), 1, 1), close(want))
 
-    from pyshim.exec.reference import NumpyOps
-    from types import SimpleNamespace
-    ref = SimpleNamespace(emulate_llama_cpp=False, exact=False)
+    from pyshim.exec.reference import ReferenceOps
+    ref = ReferenceOps.__new__(ReferenceOps)       # the plain f32 ops that need no weights
     spec = RopeSpec(dims=32, base=10000.0, neox=True, scaling="yarn", factor=4.0, n_ctx_orig=256)
     xr = rng.standard_normal((2, 3, 64), dtype=np.float32)
     pos = np.array([5, 300], dtype=np.int64)
     theta, mscale = rope_theta(spec)
     c.add("rope yarn neox", ShaderKey.of("rope", WG=WG, NEOX=True), [xr, pos.astype(np.uint32), theta], [xr.nbytes],
           dict(n=2, heads=3, head_dim=64, dims=32, mscale=mscale, x_off=0, y_off=0, pos_off=0), (groups(32), 3, 2),
-          close(NumpyOps.rope(ref, xr, pos, spec), rel=5e-4))
+          close(ref.rope(xr, pos, spec), rel=5e-4))
 
     # attention for one query at position 13 over a ring of 6 slots, window 5, GQA 4:2, softcap
     heads, kvh, hd, cap, window, softcap, p = 4, 2, 32, 6, 5, 4.0, 13
@@ -198,7 +197,7 @@ def build_cases() -> Cases:
     for act, define in (("silu", "ACT_SILU"), ("gelu_tanh", "ACT_GELU")):
         c.add(f"glu {act}", ShaderKey.of("glu", WG=WG, **{define: True}), [g, u], [g.nbytes],
               dict(n=2, f=20, gate_off=0, gate_stride=20, up_off=0, up_stride=20, out_off=0), (groups(5), 2, 1),
-              close(NumpyOps.glu(ref, g, u, act)))
+              close(ref.glu(g, u, act)))
 
     logits = rng.standard_normal(5000, dtype=np.float32)
     logits[4321] = 9.0
@@ -262,7 +261,7 @@ def quantized_like(x: np.ndarray, fmt: str):
 
 def add_int8_cases(c: Cases, rng) -> None:
     """quantize (odd block counts, bit-exact), matvec_i8 for every type (storage and uniform x) and GELU_F16."""
-    from pyshim.exec.reference import _gelu_llama_cpp
+    from pyshim.exec.llama_cpp import gelu_llama_cpp
 
     for fmt, k in (("q8_0", 224), ("q8_k", 768)):
         n = 2
@@ -308,7 +307,7 @@ def add_int8_cases(c: Cases, rng) -> None:
     u = rng.standard_normal((2, 40), dtype=np.float32)
     c.add("glu gelu f16 table", ShaderKey.of("glu", WG=WG, ACT_GELU=True, GELU_F16=True), [g, u], [g.nbytes],
           dict(n=2, f=40, gate_off=0, gate_stride=40, up_off=0, up_stride=40, out_off=0), (groups(10), 2, 1),
-          close(_gelu_llama_cpp(g) * u, rel=2e-3))
+          close(gelu_llama_cpp(g) * u, rel=2e-3))
 
 
 def add_grouped_cases(c: Cases, rng) -> None:

@@ -113,7 +113,7 @@ def test_matvec_i8_pairs(gpu, qtype, uniform_x):
     """Two blocks per call on rows of an even block count (word-aligned rows), with offsets."""
     rng = np.random.default_rng(int(qtype) + 100)
     m, k, n = 67, 320, 1
-    assert i8_pairs(qtype, k, SimpleNamespace(architecture="swiftshader"))
+    assert i8_pairs(qtype, k)
     raw = random_weight(qtype, m, k, rng)
     q, info = emu.quantize(activations(rng, n, k), "q8_0")
     got = run_matvec_i8(gpu, qtype, raw, emu.pack(q, info), n, k, rows=4, uniform_x=uniform_x, pairs=True,
@@ -164,7 +164,7 @@ def test_glu_gelu_f16_is_llama_cpp_table(gpu):
     """The GELU the int8 route uses (GELU_F16): llama.cpp's f16 table, exact x or 0 past +-10."""
     from pyshim.gpu.kernels import WG
     from pyshim.gpu.shaderc import ShaderKey
-    from pyshim.exec.reference import _gelu_llama_cpp
+    from pyshim.exec.llama_cpp import gelu_llama_cpp
 
     rng = np.random.default_rng(19)
     n, f = 3, 1000
@@ -174,7 +174,7 @@ def test_glu_gelu_f16_is_llama_cpp_table(gpu):
     (out,) = gpu.dispatch(ShaderKey.of("glu", WG=WG, ACT_GELU=True, GELU_F16=True), [g, u], [g.nbytes],
                           dict(n=n, f=f, gate_off=0, gate_stride=f, up_off=0, up_stride=f, out_off=0), (groups(f // 4), n, 1))
     got = np.frombuffer(out, np.float32).reshape(n, f)
-    want = _gelu_llama_cpp(g) * u
+    want = gelu_llama_cpp(g) * u
     # tanh differs from NumPy's by ulps. Below about -3, 1 + tanh cancels and both f32 results are off
     # (from the f64 value) by far more than an f16 step of the tiny result; elsewhere the f16 rounding
     # hides the ulps except at a rare f16 tie.

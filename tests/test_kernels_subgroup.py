@@ -11,7 +11,8 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from pyshim.gpu.kernels import (REDUCE_ROWS, WEIGHT_TYPES, argmax_keys, argmax_pass1, groups, matvec_grid, matvec_key, rmsnorm_grid, rmsnorm_key,
-                                shader_block, subgroups_usable)
+                                shader_block)
+from pyshim.gpu.policy import subgroups_usable
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.exec.reference import dequantize_rows
 from gpu_helpers import GPU, random_weight

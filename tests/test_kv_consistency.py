@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyshim.serve.generation import decode_one_token, prefill
-from pyshim.exec.loading import load
+from pyshim.exec.loading import load_reference
+from pyshim.exec.runner import Step, Want
+from pyshim.plan.settings import RunSettings
 import tiny_models
 from tiny_models import GEMMA_WINDOW, QT, write_tiny_model
 
@@ -19,17 +20,22 @@ TOL = dict(rtol=1e-4, atol=1e-4)
 @pytest.fixture(scope="module", params=["gemma3", "llama", "phi3"])
 def runner(request, tmp_path_factory):
     path = write_tiny_model(tmp_path_factory.mktemp(request.param), request.param, QT.F32)
-    return load(path, n_ctx=64)
+    return load_reference(path, settings=RunSettings(context=64))
+
+
+def _decode(runner, token, pos):
+    return runner.run(Step.of([token], pos))[0].logits
 
 
 def _one_by_one(runner, ids):
     runner.reset()
-    return np.stack([decode_one_token(runner, t, pos) for pos, t in enumerate(ids)])
+    return np.stack([_decode(runner, t, pos) for pos, t in enumerate(ids)])
 
 
 def _whole(runner, ids, chunk=len(IDS)):
     runner.reset()
-    return prefill(runner, ids, chunk=chunk, all_logits=True)
+    return np.concatenate([runner.run(Step.of(ids[at:at + chunk], at, want=Want.ALL_LOGITS))[0].logits
+                           for at in range(0, len(ids), chunk)])
 
 
 def test_window_ring_is_window_sized(runner):
@@ -53,8 +59,8 @@ def test_chunked_prefill_equals_whole(runner, chunk):
 def test_prefill_then_decode_equals_one_by_one(runner, n_prefill):
     want = _one_by_one(runner, IDS)
     runner.reset()
-    got = [prefill(runner, IDS[:n_prefill])]
-    got += [decode_one_token(runner, t, pos) for pos, t in enumerate(IDS) if pos >= n_prefill]
+    got = [runner.logits(IDS[:n_prefill])]
+    got += [_decode(runner, t, pos) for pos, t in enumerate(IDS) if pos >= n_prefill]
     np.testing.assert_allclose(np.stack(got), want[n_prefill - 1:], **TOL)
 
 
@@ -62,14 +68,13 @@ def test_window_changes_the_result(tmp_path):
     """The window matters: the same weights with full attention everywhere give other logits past it."""
     from dataclasses import replace
 
-    from pyshim.exec.loading import Runner
+    from pyshim.exec.reference import ReferenceOps, ReferenceRunner
     from pyshim.models import build_model
-    from pyshim.exec.reference import NumpyOps
 
-    windowed = load(write_tiny_model(tmp_path, "gemma3", QT.F32), n_ctx=64)
+    windowed = load_reference(write_tiny_model(tmp_path, "gemma3", QT.F32), settings=RunSettings(context=64))
     spec = replace(windowed.spec, sliding_window=64)        # local layers see everything, same rope
-    ops = NumpyOps(windowed.ops.store, spec, 64)
-    full = Runner(spec=spec, header=windowed.header, ops=ops, model=build_model(spec, ops), n_ctx=64)
+    ops = ReferenceOps(windowed.ops.store, spec, 64)
+    full = ReferenceRunner(spec, windowed.header, ops, build_model(spec, ops), windowed.settings, 64)
     a, b = _whole(windowed, IDS), _whole(full, IDS)
     np.testing.assert_allclose(a[:GEMMA_WINDOW], b[:GEMMA_WINDOW], **TOL)
     assert np.abs(a[GEMMA_WINDOW:] - b[GEMMA_WINDOW:]).max() > 1e-2

@@ -12,8 +12,9 @@ import pytest
 import tiny_models
 from pyshim.errors import BadRequestError
 from pyshim.exec.kvcache import q8_round
-from pyshim.exec.gpu_runner import load_gpu_async
-from pyshim.exec.loading import load
+from pyshim.exec.runner import Step, Want
+from pyshim.plan.settings import Arithmetic
+from runners import Drive, gpu, reference
 from tiny_models import QT, write_tiny_model
 
 IDS = tiny_models.test_ids() + [5, 77, 300, 9, 12, 41, 42, 43]
@@ -23,18 +24,20 @@ IDS = tiny_models.test_ids() + [5, 77, 300, 9, 12, 41, 42, 43]
 @pytest.mark.parametrize("arch", ["gemma3", "qwen2", "llama"])
 def test_gpu_cache_matches_reference(tmp_path, arch, kv_type):
     path = write_tiny_model(tmp_path, arch, QT.F32)
-    want = load(path, n_ctx=tiny_models.N_CTX, kv_type=kv_type).forward(IDS, 0, all_logits=True)
-    f32 = load(path, n_ctx=tiny_models.N_CTX).forward(IDS, 0, all_logits=True)
+    want = Drive(reference(path, context=tiny_models.N_CTX, kv_type=kv_type)).logits(IDS, all_logits=True)
+    f32 = Drive(reference(path, context=tiny_models.N_CTX)).logits(IDS, all_logits=True)
 
     async def run():
-        runner = await load_gpu_async(path, n_ctx=tiny_models.N_CTX, kv_type=kv_type, max_chunk=4, int8=False)
+        runner = await gpu(path, context=tiny_models.N_CTX, kv_type=kv_type, chunk=4, arithmetic=Arithmetic.F32)
         try:
-            rows = [(await runner.forward_async(IDS[:9], 0, all_logits=True))]
+            rows = []
+            for at in range(0, 9, 4):
+                rows.append((await runner.step(Step.of(IDS[at:min(at + 4, 9)], at, want=Want.ALL_LOGITS)))[0].logits)
             for pos in range(9, len(IDS)):       # then one at a time: rings wrap, keys come back from halves
-                rows.append(await runner.forward_async([IDS[pos]], pos))
+                rows.append((await runner.step(Step.of([IDS[pos]], pos)))[0].logits[None])
             return np.concatenate(rows), runner.ops.memory()["kv"]
         finally:
-            runner.device.destroy()
+            runner.close()
 
     got, kv_bytes = asyncio.run(run())
     # Nearer the reference with this cache than the f32 one is: the GPU rounds like the reference does
@@ -62,11 +65,11 @@ def test_cache_memory(tmp_path):
     path = write_tiny_model(tmp_path, "llama", QT.Q4_0)
 
     async def kv(kv_type):
-        runner = await load_gpu_async(path, n_ctx=64, kv_type=kv_type)
+        runner = await gpu(path, context=64, kv_type=kv_type)
         try:
             return runner.ops.memory()["kv"]
         finally:
-            runner.device.destroy()
+            runner.close()
 
     f32 = asyncio.run(kv("f32"))
     assert asyncio.run(kv("f16")) * 2 == f32
@@ -76,6 +79,6 @@ def test_cache_memory(tmp_path):
 def test_unknown_kv_type(tmp_path):
     path = write_tiny_model(tmp_path, "llama", QT.Q4_0)
     with pytest.raises(BadRequestError, match="q3"):
-        load(path, n_ctx=64, kv_type="q3")
+        reference(path, context=64, kv_type="q3")
     with pytest.raises(BadRequestError, match="q4"):
-        asyncio.run(load_gpu_async(path, n_ctx=64, kv_type="q4"))
+        asyncio.run(gpu(path, context=64, kv_type="q4"))

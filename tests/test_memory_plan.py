@@ -18,16 +18,23 @@ CHUNK = 64
 @pytest.mark.models
 @pytest.mark.parametrize("name, context, kv_type", [("smollm2", 2048, "f32"), ("gemma3", 1024, "f32"), ("smollm2", 2048, "q8")])
 def test_plan_matches_gpu_allocation(name, context, kv_type):
-    from pyshim.exec.gpu_runner import load_gpu
+    import asyncio
+
+    from pyshim.exec.runner import Step
+    from runners import gpu
 
     path = resolve_model(name)
-    runner = load_gpu(path, n_ctx=context, max_chunk=CHUNK, kv_type=kv_type)
-    try:
-        runner.forward(list(range(10, 10 + CHUNK)), 0)    # the largest step: its activations are the peak
-        used = runner.ops.memory()
-        plan = estimate(runner.spec, read_header_from_file(path).tensors, context=context, chunk=CHUNK, kv_type=kv_type)
-    finally:
-        runner.device.destroy()
+
+    async def run():
+        runner = await gpu(path, context=context, chunk=CHUNK, kv_type=kv_type)
+        try:
+            await runner.step(Step.of(list(range(10, 10 + CHUNK))))    # the largest step: its activations are the peak
+            return runner.spec, runner.ops.memory()
+        finally:
+            runner.close()
+
+    spec, used = asyncio.run(run())
+    plan = estimate(spec, read_header_from_file(path).tensors, context=context, chunk=CHUNK, kv_type=kv_type)
     print(f"{name} @ {context}, {kv_type} KV: planned {plan.total_bytes / 1e6:.1f} MB, allocated {used['total'] / 1e6:.1f} MB "
           f"(weights {used['weights'] / 1e6:.1f}/{plan.weight_bytes / 1e6:.1f}, KV {used['kv'] / 1e6:.1f}/{plan.kv_bytes / 1e6:.1f}, "
           f"activations {used['activations'] / 1e6:.1f}/{plan.activation_bytes / 1e6:.1f})")

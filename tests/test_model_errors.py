@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from pyshim.errors import (ContextOverflowError, MissingTensorError, PyshimError, TensorShapeError,
                            UnsupportedError)
-from pyshim.serve.generation import generate_ids, score
-from pyshim.exec.loading import load
+from pyshim.exec.loading import load_reference as load
+from pyshim.exec.runner import Step
+from pyshim.plan.settings import RunSettings
+from pyshim.serve.generation import generate, score
 from pyshim.serve.sampling import SamplingParams
 from tiny_models import QT, write_tiny_model
 
@@ -50,11 +54,11 @@ def test_errors_come_before_reading_tensor_data(tmp_path, monkeypatch):
 
 
 def test_prompt_longer_than_context(tmp_path):
-    runner = load(write_tiny_model(tmp_path, "llama", QT.F32), n_ctx=8)
+    runner = load(write_tiny_model(tmp_path, "llama", QT.F32), settings=RunSettings(context=8))
     with pytest.raises(ContextOverflowError):
-        next(generate_ids(runner, list(range(3, 12)), 4, SamplingParams()))
+        asyncio.run(generate(runner, list(range(3, 12)), SamplingParams(), 4))
     with pytest.raises(ContextOverflowError):
-        score(runner, list(range(3, 12)))
+        asyncio.run(score(runner, list(range(3, 12))))
     with pytest.raises(ContextOverflowError):
-        runner.forward([5], 8)
+        runner.run(Step.of([5], 8))
     assert issubclass(ContextOverflowError, PyshimError)

@@ -73,7 +73,8 @@ def test_good_requests_are_normalized(results):
     assert results["noModel"]["body"]["error"]["code"] == "model_not_found"
     assert results["prompt"]["ok"] and results["prompt"]["value"]["prompt"] == "one prompt"
     plain, stopped = results["sampling"]
-    assert set(plain) == {"temperature", "top_p", "top_k", "max_tokens", "seed"} and stopped["stop"] == ["a"]
+    assert set(plain) == {"temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
+                          "max_tokens", "seed"} and stopped["stop"] == ["a"]
 
 
 def test_builders_give_openai_shapes(results):

@@ -15,7 +15,7 @@ from pyshim.gpu.kernels import (MATMUL_TILE, MATMUL_TILE_CPU, WEIGHT_TYPES, atte
                                 matmul_grid, matmul_key, shader_block)
 from pyshim.exec.kvcache import q8_round
 from pyshim.models.ops import AttnSpec
-from pyshim.exec.reference import NumpyOps, dequantize_rows
+from pyshim.exec.reference import ReferenceOps, dequantize_rows
 from gpu_helpers import GPU, random_weight
 
 
@@ -84,8 +84,7 @@ def prefill_attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, steps, ca
 
     spec_m = SimpleNamespace(sliding_window=window, swa_layers=[bool(window)], n_layers=1, n_kv_heads=n_kv,
                              head_dim_k=hd, head_dim_v=hd)
-    ref = NumpyOps.__new__(NumpyOps)
-    ref.emulate_llama_cpp = ref.exact = False
+    ref = ReferenceOps.__new__(ReferenceOps)
     ref.kv = KVCache(spec_m, sum(steps))
     attn = AttnSpec(layer=0, n_heads=n_heads, n_kv_heads=n_kv, head_dim=hd, head_dim_v=hd, scale=hd ** -0.5,
                     window=window, softcap=softcap)

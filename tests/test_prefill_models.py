@@ -8,21 +8,22 @@ import numpy as np
 import pytest
 
 import tiny_models
-from pyshim.exec.gpu_runner import GpuRunner, load_gpu_async
-from pyshim.exec.loading import load
+from pyshim.exec.gpu_runner import GpuRunner
+from pyshim.plan.settings import Arithmetic
+from runners import Drive, gpu, reference
 
 CASES = [("llama", "Q4_0"), ("qwen2", "Q4_1"), ("qwen3", "Q5_0"), ("gemma3", "Q4_K"), ("phi3", "Q8_0"),
          ("llama", "Q5_K"), ("gemma3", "Q6_K"), ("qwen2", "F16"), ("llama", "F32")]
-TILED = dict(tiled_matmul=True, tiled_attention=True, int8=False)
+TILED = dict(policy={"tiled_attention": True}, arithmetic=Arithmetic.F32)   # the f32 route tiles every matmul of n > 1
 REAL_CHUNK = 40         # the real models' text goes in 3 steps of at most this many tokens
 
 
-def gpu_runner(loop, device, path, n_ctx=tiny_models.N_CTX, **options) -> GpuRunner:
-    return loop.run_until_complete(load_gpu_async(path, n_ctx=n_ctx, device=device, loop=loop, **options))
+def gpu_runner(loop, device, path, n_ctx=tiny_models.N_CTX, **options) -> Drive:
+    return Drive(loop.run_until_complete(gpu(path, context=n_ctx, device=device, **options)), loop)
 
 
-def families(runner: GpuRunner) -> set[str]:
-    return {d.key.family for p in runner._programs.values() for d in p.dispatches}
+def families(drive: Drive) -> set[str]:
+    return {d.key.family for p in drive.runner._programs.values() for d in p.dispatches}
 
 
 def close(got, want):
@@ -35,9 +36,9 @@ def test_tiled_all_logits_match_reference(tmp_path_factory, loop, device, arch, 
 
     path = tiny_models.write_tiny_model(tmp_path_factory.mktemp(arch), arch, QT[qtype])
     ids = tiny_models.test_ids()
-    want = load(path, n_ctx=tiny_models.N_CTX).forward(ids, 0, all_logits=True)
+    want = Drive(reference(path, context=tiny_models.N_CTX)).logits(ids, all_logits=True)
     runner = gpu_runner(loop, device, path, **TILED)
-    close(runner.forward(ids, 0, all_logits=True), want)
+    close(runner.logits(ids, all_logits=True), want)
     assert {"matmul", "attention_prefill"} <= families(runner)
     assert "matvec" not in families(runner)             # one step of many tokens: every matmul is tiled
 
@@ -50,12 +51,12 @@ def test_tiled_chunks_then_decode_with_split_tensors(tmp_path_factory, loop, dev
 
     path = tiny_models.write_tiny_model(tmp_path_factory.mktemp(arch), arch, QT[qtype])
     ids = tiny_models.test_ids() + [5, 77, 300, 9, 12, 41]
-    want = load(path, n_ctx=tiny_models.N_CTX).forward(ids, 0, all_logits=True)
-    runner = gpu_runner(loop, device, path, max_chunk=5, max_binding=40_000, **TILED)
-    assert any(len(w.parts) > 1 for w in runner.ops._bound.values())
+    want = Drive(reference(path, context=tiny_models.N_CTX)).logits(ids, all_logits=True)
+    runner = gpu_runner(loop, device, path, chunk=5, max_binding=40_000, **TILED)
+    assert any(len(w.parts) > 1 for w in runner.runner.ops.slots.slots.values())
     got, pos = [], 0
     for size in (5, 5, 3, 1, 1):
-        got.append(runner.forward(ids[pos:pos + size], pos, all_logits=True))
+        got.append(runner.logits(ids[pos:pos + size], pos, all_logits=True))
         pos += size
     close(np.concatenate(got), want[:pos])
 
@@ -69,14 +70,13 @@ def test_tiled_score_logits_of_real_models(loop, device, name):
     from pyshim.text.tokenizer import Tokenizer
 
     path = resolve_model(name)
-    ref = load(path, n_ctx=128)
+    ref = reference(path, context=128)
     text = long_english_text(2)
-    ids = Tokenizer.from_metadata(ref.metadata).encode(text)[:100]
+    ids = Tokenizer.from_metadata(ref.header.metadata).encode(text)[:100]
     assert len(ids) > 2 * REAL_CHUNK
-    want = ref.forward(ids, 0, all_logits=True)
-    runner = gpu_runner(loop, device, path, n_ctx=128, max_chunk=REAL_CHUNK, **TILED)
-    got = np.concatenate([runner.forward(ids[s:s + REAL_CHUNK], s, all_logits=True)
-                          for s in range(0, len(ids), REAL_CHUNK)])
+    want = Drive(ref).logits(ids, all_logits=True)
+    runner = gpu_runner(loop, device, path, n_ctx=128, chunk=REAL_CHUNK, **TILED)
+    got = runner.logits(ids, all_logits=True)                # in steps of REAL_CHUNK
     assert {"matmul", "attention_prefill"} <= families(runner)
     close(got, want)
     assert np.array_equal(got.argmax(-1), want.argmax(-1))

@@ -9,7 +9,8 @@ from gguf import GGMLQuantizationType as QT
 
 import tiny_models
 from pyshim.exec.profile import group_name, kernel_times
-from pyshim.exec.gpu_runner import load_gpu_async
+from pyshim.exec.runner import Step, Want
+from runners import gpu
 from pyshim.gpu.shaderc import ShaderKey
 
 
@@ -22,14 +23,14 @@ def test_kernel_times_cover_the_step(tmp_path):
     path = tiny_models.write_tiny_model(tmp_path, "gemma3", QT.Q4_K)
 
     async def run():
-        runner = await load_gpu_async(path, n_ctx=tiny_models.N_CTX)
+        runner = await gpu(path, context=tiny_models.N_CTX)
         try:
-            await runner.prepare_async()
-            await runner.greedy_async(tiny_models.test_ids(), 0)
-            program = await runner._program(1, False, True)
+            await runner.prepare()
+            await runner.step(Step.of(tiny_models.test_ids(), want=Want.ARGMAX))
+            program = await runner.program(1, Want.ARGMAX)
             return len(program.dispatches), {group_name(d.key) for d in program.dispatches}, await kernel_times(runner, reps=2, rounds=1)
         finally:
-            runner.device.destroy()
+            runner.close()
 
     n, names, out = asyncio.run(run())
     assert sum(g["dispatches"] for g in out["groups"].values()) == n

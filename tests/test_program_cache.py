@@ -10,7 +10,10 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 
 import tiny_models
-from pyshim.exec.gpu_runner import KEEP_PROGRAMS, load_gpu_async
+from pyshim.exec.gpu_runner import KEEP_PROGRAMS
+from pyshim.exec.runner import Step, Want
+from pyshim.plan.settings import Arithmetic
+from runners import gpu
 
 
 def test_programs_are_bounded_and_rebuilt_alike(tmp_path):
@@ -18,18 +21,18 @@ def test_programs_are_bounded_and_rebuilt_alike(tmp_path):
     ids = tiny_models.test_ids() * 3
 
     async def run():
-        runner = await load_gpu_async(path, n_ctx=tiny_models.N_CTX, int8=False)
+        runner = await gpu(path, context=tiny_models.N_CTX, arithmetic=Arithmetic.F32)
         try:
-            await runner.prepare_async()
-            first = await runner.forward_async(ids[:2], 0)
+            await runner.prepare()
+            first = (await runner.step(Step.of(ids[:2])))[0].logits
             sizes = []
             for n in range(3, 3 + 2 * KEEP_PROGRAMS):             # twice as many shapes as are kept
-                await runner.greedy_async(ids[:n], 0)
-                sizes.append((len(runner._programs), runner.ops.allocated))
-            again = await runner.forward_async(ids[:2], 0)            # its program was dropped: built anew
+                await runner.step(Step.of(ids[:n], want=Want.ARGMAX))
+                sizes.append((len(runner._programs), runner.ops.allocator.allocated))
+            again = (await runner.step(Step.of(ids[:2])))[0].logits   # its program was dropped: built anew
             return first, again, sizes
         finally:
-            runner.device.destroy()
+            runner.close()
 
     first, again, sizes = asyncio.run(run())
     one_token = 2                                                     # decode programs: logits and argmax

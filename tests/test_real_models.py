@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyshim.serve.generation import decode_one_token, prefill, score
-from pyshim.exec.loading import load
-from pyshim.exec.reference import EXACT
+from pyshim.exec.runner import Step
+from pyshim.plan.settings import Arithmetic
+from runners import Drive, reference
 
 pytestmark = [pytest.mark.models, pytest.mark.slow]
 
@@ -51,12 +51,12 @@ def _path(name: str) -> Path:
 
 @lru_cache(maxsize=None)
 def _runner(name: str, like_llama_cpp: bool):
-    return load(_path(name), emulate_llama_cpp=EXACT if like_llama_cpp else False)
+    return reference(_path(name), arithmetic=Arithmetic.EXACT if like_llama_cpp else None)
 
 
 @lru_cache(maxsize=None)
 def _scores(name: str, like_llama_cpp: bool):
-    return score(_runner(name, like_llama_cpp), FX["models"][name]["passage"]["ids"], 10)
+    return Drive(_runner(name, like_llama_cpp)).scores(FX["models"][name]["passage"]["ids"], 10)
 
 
 def _agreement(top_ids: np.ndarray, reference: dict) -> tuple[float, float]:
@@ -115,7 +115,7 @@ def test_decode_same_logits_as_llama_cpp_sequential(name):
     ref = FX["models"][name]["passage_sequential"]
     ids = ref["ids"][:SEQUENTIAL_POSITIONS]
     runner.reset()
-    rows = [prefill(runner, ids[:1])] + [decode_one_token(runner, t, pos) for pos, t in enumerate(ids) if pos]
+    rows = [runner.logits(ids[:1])] + [runner.run(Step.of([t], pos))[0].logits for pos, t in enumerate(ids) if pos]
     top = np.argsort(-np.stack(rows), axis=1, kind="stable")[:, :1]
     want_ids = np.array(ref["top_ids"])[: len(ids), :1]
     want = np.array(ref["top_logits"])[: len(ids), 0]
@@ -124,12 +124,7 @@ def test_decode_same_logits_as_llama_cpp_sequential(name):
 
 
 def _greedy(runner, prompt_ids, n):
-    runner.reset()
-    logits, out = prefill(runner, prompt_ids), []
-    for pos in range(len(prompt_ids), len(prompt_ids) + n):
-        out.append(int(np.argmax(logits)))
-        logits = decode_one_token(runner, out[-1], pos)
-    return out
+    return Drive(runner).greedy_ids(prompt_ids, n)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -138,7 +133,7 @@ def test_greedy_continuation(name):
 
     greedy = FX["models"][name]["greedy"]
     runner = _runner(name, False)
-    tokenizer = Tokenizer.from_metadata(runner.metadata)
+    tokenizer = Tokenizer.from_metadata(runner.header.metadata)
     assert tokenizer.encode(FX["prompt"], add_special=True) == greedy["prompt_ids"]
     ids = _greedy(runner, greedy["prompt_ids"], len(greedy["ids"]))
     assert ids[:4] == greedy["ids"][:4]

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from pyshim.gguf.header import read_header
-from pyshim.exec.loading import load
+from pyshim.exec.loading import load_reference
+from pyshim.exec.reference import ReferenceOps
 from pyshim.models.ops import AttnSpec
-from pyshim.exec.reference import NumpyOps
 from pyshim.models.rope import RopeSpec, cos_sin
 from pyshim.gguf.tensors import BufferSource
 from tiny_models import QT, test_ids as tiny_ids, write_tiny_model
@@ -26,7 +26,7 @@ def _ops(n_ctx=32, window=0, n_layers=1, n_kv=2, hd=8):
         swa_layers = (window > 0,) * n_layers
         n_kv_heads, head_dim_k, head_dim_v = n_kv, hd, hd
     Spec.n_layers = n_layers
-    return NumpyOps(store=None, spec=Spec, n_ctx=n_ctx)
+    return ReferenceOps(store=None, spec=Spec, n_ctx=n_ctx)
 
 
 def _ggml_angles(spec: RopeSpec, pos: int) -> list[float]:
@@ -129,9 +129,9 @@ def test_glu_and_rmsnorm():
 def test_per_call_dequantization_and_in_memory_bytes_match_the_cached_mmap(tmp_path):
     path = write_tiny_model(tmp_path, "qwen2", QT.Q4_K)
     ids = tiny_ids()
-    want = load(path).forward(ids, 0, all_logits=True)
-    per_call = load(path, cache_weights=False).forward(ids, 0, all_logits=True)
+    want = load_reference(path).logits(ids, all_logits=True)
+    per_call = load_reference(path, cache_weights=False).logits(ids, all_logits=True)
     data = Path(path).read_bytes()          # as in Pyodide: the bytes came from elsewhere, no file, no mmap
-    in_memory = load(header=read_header(data, file_size=len(data)), source=BufferSource(data)).forward(ids, 0, all_logits=True)
+    in_memory = load_reference(header=read_header(data, file_size=len(data)), source=BufferSource(data)).logits(ids, all_logits=True)
     np.testing.assert_allclose(per_call, want, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(in_memory, want)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 
 from pyshim.errors import BadRequestError
-from pyshim.serve.generation import StopStrings, generate_ids
+from pyshim.serve.generation import generate
+from pyshim.text.stops import StopStrings
 from pyshim.serve.sampling import (SamplingParams, apply_penalties, make_rng, min_p_filter, sample, top_k_filter,
                              top_p_filter)
 
@@ -84,23 +87,35 @@ def test_stop_strings_flush_what_was_held():
 
 
 class _FixedRunner:
-    """A runner whose logits always favour the next id of a script (tests the loop, not a model)."""
+    """A runner whose logits always favour the next id of a script: the Runner contract's smallest
+    implementation (tests the loop, not a model)."""
 
     def __init__(self, script, n_ctx=100, vocab=10):
-        self.script, self.n_ctx, self.vocab, self.calls = script, n_ctx, vocab, 0
+        from pyshim.exec.runner import Capacity, RunnerStats
 
-    def reset(self):
+        self.script, self.vocab, self.calls = script, vocab, 0
+        self.capacity, self.stats = Capacity(n_ctx=n_ctx), RunnerStats()
+
+    def reset(self, seq=0):
         self.calls = 0
 
-    def forward(self, ids, start, all_logits=False):
-        logits = np.zeros((1, self.vocab), dtype=np.float32)
-        logits[0, self.script[min(self.calls, len(self.script) - 1)]] = 1.0
+    async def step(self, step):
+        from pyshim.exec.runner import answer
+
+        logits = np.zeros(self.vocab, dtype=np.float32)
+        logits[self.script[min(self.calls, len(self.script) - 1)]] = 1.0
         self.calls += 1
-        return logits
+        return [answer(logits, step) for _ in step.slices]
+
+
+def _ids(runner, prompt, max_tokens, **kw):
+    return asyncio.run(generate(runner, prompt, SamplingParams(), max_tokens, **kw))
 
 
 def test_loop_stops_at_stop_token_max_tokens_and_context():
-    assert list(generate_ids(_FixedRunner([4, 5, 2, 6]), [1, 1], 10, SamplingParams(), stop_ids=[2])) == [4, 5, 2]
-    assert list(generate_ids(_FixedRunner([4, 5, 2, 6]), [1, 1], 2, SamplingParams())) == [4, 5]
+    done = _ids(_FixedRunner([4, 5, 2, 6]), [1, 1], 10, stop_ids=[2])
+    assert done.token_ids == [4, 5] and done.finish_reason == "stop"       # the stop id ends it, unreturned
+    assert _ids(_FixedRunner([4, 5, 2, 6]), [1, 1], 2).token_ids == [4, 5]
     # context of 4 with a 2-token prompt: tokens at positions 2 and 3 are fed back, the one after is the last
-    assert len(list(generate_ids(_FixedRunner([3] * 9, n_ctx=4), [1, 1], 10, SamplingParams()))) == 3
+    done = _ids(_FixedRunner([3] * 9, n_ctx=4), [1, 1], 10)
+    assert len(done.token_ids) == 3 and done.finish_reason == "length"

@@ -10,9 +10,10 @@ from gguf import GGUFValueType as VT
 
 from ggufgen import kv, kv_array, kv_str, kv_str_array, kv_u32, raw_gguf, tensor_info
 from pyshim.setup.catalog import MODELS, model_path
-from pyshim.errors import GGUFFormatError, UnsupportedError
+from pyshim.errors import BadRequestError, GGUFFormatError, UnsupportedError
 from pyshim.gguf.header import MissingKeyError, read_header, read_header_from_file
-from pyshim.plan.memory import KV_TYPES, best_fit, estimate, fits, kv_bytes_per_token, kv_cache_bytes, weights_by_type
+from pyshim.plan.memory import best_fit, estimate, fits, kv_bytes_per_token, kv_cache_bytes, weights_by_type
+from pyshim.plan.settings import KV_TYPES
 from pyshim.gguf.types import TensorType
 from pyshim.gguf.spec import ARCHITECTURES, ModelSpec
 
@@ -203,7 +204,7 @@ def test_kv_types_and_fits():
     spec = spec_of("llama", {"attention.head_count_kv": 2})
     per_token = {kind: kv_bytes_per_token(spec, kind) for kind in KV_TYPES}
     assert per_token == {"f32": 4 * 2 * 64 * 4, "f16": 4 * 2 * 64 * 2, "q8": 4 * 2 * 64 * 36 // 32}
-    with pytest.raises(ValueError, match="bf8"):
+    with pytest.raises(BadRequestError, match="bf8"):
         kv_bytes_per_token(spec, "bf8")
     header = read_header(raw_gguf([kv_str("general.architecture", "llama")],
                                   [tensor_info("a", (1024, 256), TensorType.Q4_0, 0), tensor_info("b", (64,), TensorType.F32, 147456)]))
@@ -213,8 +214,14 @@ def test_kv_types_and_fits():
     assert est.chunk == 256 and est.activation_bytes == 4 * (100 * (3 * 512 + 2 * 256 + 8 * 32 + 64 + 64) + spec.n_vocab)
     assert est.total_bytes == 147456 + 256 + 100 * per_token["f32"] + est.activation_bytes
     assert fits(est, budget_bytes=est.total_bytes).ok
-    tight = fits(est, budget_bytes=est.total_bytes - 1, max_binding_bytes=1000)
-    assert not tight.ok and len(tight.reasons) == 2 and "'a'" in tight.reasons[1] and "shorter context" in tight.reasons[0]
+    assert not fits(est, budget_bytes=est.total_bytes - 1).ok
+    # A tensor larger than a binding is split by rows (as the GPU executor does): only a row must fit one.
+    small = estimate(spec, header.tensors, context=100, chunk=8)       # steps of 8 tokens: small activations
+    limit = max(small.kv_layer_bytes, small.largest_activation, 576)
+    assert small.widest_row == ("a", 576) and limit < small.largest_tensor.nbytes and fits(small, max_binding_bytes=limit).ok
+    narrow = fits(est, budget_bytes=est.total_bytes - 1, max_binding_bytes=575)
+    assert not narrow.ok and "shorter context" in narrow.reasons[0] and "'a'" in narrow.reasons[1]
+    assert any("KV cache" in r for r in narrow.reasons) and any("prefill chunk" in r for r in narrow.reasons)
 
 
 def test_best_fit_prefers_less_rounding_then_shorter_context():

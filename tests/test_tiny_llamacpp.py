@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from pyshim.exec.loading import load
+from pyshim.plan.settings import Arithmetic
+from runners import reference
 from tiny_models import ARCHS, FIXTURE, QTYPES, QT, sha256, write_tiny_model
 
 FX = json.loads(FIXTURE.read_text())
@@ -32,7 +33,7 @@ def _logits(model_dir, key, emulate=False):
     entry = FX["models"][key]
     path = write_tiny_model(model_dir, arch, QT[qname])
     assert sha256(path) == entry["sha256"], "the tiny model differs from the one the fixture was made with"
-    logits = load(path, emulate_llama_cpp=emulate).forward(FX["ids"], 0, all_logits=True)    # [n, vocab]
+    logits = reference(path, arithmetic=Arithmetic.INT8 if emulate else None).logits(FX["ids"], all_logits=True)   # [n, vocab]
     top_ids, top_logits = np.array(entry["top_ids"]), np.array(entry["top_logits"])
     return logits, top_ids, top_logits
 

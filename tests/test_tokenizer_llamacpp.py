@@ -172,3 +172,35 @@ def test_tokenize_command():
                           "<|im_start|>Hi", "--parse-special", "--json"],
                          capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert json.loads(out) == {"ids": [1, 26843]}   # llama.cpp: <|im_start|>, "Hi"
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("model", ["smollm2", "qwen2.5"])
+def test_tokenize_file_reads_bytes_verbatim(model, tmp_path):
+    """`tokenize --file` and `score --file` read a file's bytes as llama.cpp does: a CRLF text gives
+    llama.cpp's ids for the CRLF text (recorded by llama.cpp), not those of the text with the CRs gone."""
+    from pyshim.cli import main
+
+    expected = _fixture()["models"][model]
+    _tokenizer(expected["file"])
+    cases = [c for c in expected["random_cases"] if "\r\n" in c["text"]][:8]
+    assert len(cases) == 8
+    text = "".join(c["text"] for c in cases)
+    want = _tokenizer(expected["file"]).encode(text, add_special=False)
+    # the ids of each recorded piece are llama.cpp's; their concatenation is checked against the whole too
+    assert all(_tokenizer(expected["file"]).encode(c["text"], add_special=False) == c["plain"] for c in cases)
+    path = tmp_path / "crlf.txt"
+    path.write_bytes(text.encode("utf-8"))
+    assert path.read_text("utf-8") != text                        # text mode would drop the CRs
+    out = subprocess.run([sys.executable, "-m", "pyshim.cli", "tokenize", model, "--file", str(path), "--json"],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert json.loads(out)["ids"] == want
+    one = cases[0]
+    path.write_bytes(one["text"].encode("utf-8"))
+    out = subprocess.run([sys.executable, "-m", "pyshim.cli", "tokenize", model, "--file", str(path), "--json"],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert json.loads(out)["ids"] == one["plain"]                  # exactly llama.cpp's ids
+    assert json.loads(out)["ids"] != _tokenizer(expected["file"]).encode(one["text"].replace("\r\n", "\n"), add_special=False)
+    scored = subprocess.run([sys.executable, "-m", "pyshim.cli", "score", model, "--file", str(path), "--top-k", "1", "--json"],
+                            capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert json.loads(scored)["ids"] == _tokenizer(expected["file"]).encode(one["text"], add_special=True)

@@ -13,7 +13,8 @@ from gguf import GGMLQuantizationType as QT
 import tiny_models
 from gpu_helpers import GPU
 from pyshim.gpu.kernels import TOPK, TOPK_CHUNK, WG, groups
-from pyshim.exec.gpu_runner import load_gpu_async
+from pyshim.exec.runner import Step, Want
+from runners import gpu as load_gpu
 from pyshim.gpu.shaderc import ShaderKey
 from pyshim.serve.sampling import SamplingParams, can_sample_top_k, make_rng, sample, sample_top_k
 
@@ -73,17 +74,18 @@ def test_sampled_decode_equals_full_logits_path(tmp_path):
     params = SamplingParams(temperature=0.9, top_k=20, top_p=0.95, seed=11)
 
     async def decode(use_top_k: bool) -> list[int]:
-        runner = await load_gpu_async(path, n_ctx=tiny_models.N_CTX)
+        runner = await load_gpu(path, context=tiny_models.N_CTX)
         rng, ids = make_rng(params.seed), list(tiny_models.test_ids())
         try:
             for _ in range(12):
                 if use_top_k:
-                    token = sample_top_k(*await runner.top_k_async(ids, 0, params.top_k), params, rng)
+                    (out,) = await runner.step(Step.of(ids, want=Want.TOP_K, k=params.top_k))
+                    token = sample_top_k(out.values, out.ids, params, rng)
                 else:
-                    token = sample((await runner.forward_async(ids, 0))[-1], params, rng)
+                    token = sample((await runner.step(Step.of(ids)))[0].logits, params, rng)
                 ids.append(token)
             return ids
         finally:
-            runner.device.destroy()
+            runner.close()
 
     assert asyncio.run(decode(True)) == asyncio.run(decode(False))

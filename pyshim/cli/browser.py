@@ -30,10 +30,11 @@ STORE_JS = """async ([url, context]) => {
   const store = await import(new URL("store/store.js", location.href).href);
   const engine = window.pyshimEngine;
   const checkFit = async (prefix, size) => {
-    const s = await engine.request("probe-bytes", { bytes: prefix, file_size: size, context });
+    const s = await engine.request("probe-bytes", { bytes: prefix, file_size: size, context, judge: true,
+                                                    limits: window.pyshimAdapter?.limits ?? null });
     if (s.need !== undefined) return s;
     if (s.refused) return { ok: false, reasons: [s.refused.message], summary: s };
-    return { ok: true, reasons: [], summary: s };
+    return { ok: s.fit.ok, reasons: s.fit.reasons, summary: s };
   };
   const created = await store.createFromURL(url);
   const ready = await store.download(created.id, { checkFit });
@@ -122,8 +123,7 @@ def run(model: Path, kind: str, params: dict, *, on_text: Callable[[str], None] 
                               "never `playwright install`, it downloads a browser")
     if not (VENDOR_DIR / "manifest.json").is_file():
         raise SetupError("web/vendor is missing (Pyodide and the wheels the page loads)", hint="run `pyshim setup` first")
-    vendoring.vendor_pyshim()          # the Worker installs pyshim from this wheel: make it this checkout's code
-    vendoring.write_manifest()
+    vendoring.refresh_pyshim()          # the Worker installs pyshim from this wheel: make it this checkout's code
     try:
         with harness.DevServer() as server, sync_playwright() as p:
             try:

@@ -32,6 +32,7 @@ def run(args) -> int:
         (f"@wllama/wllama {vendoring.WLLAMA_VERSION} (npm; the benchmark's peer)", vendoring.vendor_wllama),
         (f"openai {vendoring.OPENAI_VERSION} (npm, integrity checked; the OpenAI example's client)", vendoring.vendor_openai),
         ("web/vendor/manifest.json", vendoring.write_manifest),
+        ("web/vendor/definitions.js (request schemas and known models, from Python)", vendoring.write_definitions),
     ]
     if not args.no_models:
         for model in model_files.models_to_place(args.test_models):

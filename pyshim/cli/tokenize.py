@@ -37,7 +37,8 @@ def run(args) -> int:
     if args.text is not None:
         text = args.text
     elif args.file == "-":
-        text = sys.stdin.buffer.read().decode("utf-8")       # bytes: no newline translation
+        raw = getattr(sys.stdin, "buffer", None)           # bytes: no newline translation
+        text = raw.read().decode("utf-8") if raw is not None else sys.stdin.read()
     else:
         text = read_text(Path(args.file))
     tokenizer = Tokenizer.from_metadata(read_header_from_file(resolve_model(args.model)).metadata)

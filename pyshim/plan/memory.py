@@ -44,7 +44,7 @@ def row_parts(rows: int, row_bytes: int, limit: int, pad: int = 0) -> list[tuple
 
 def tensor_rows(t: TensorInfo) -> tuple[int, int]:
     """(rows, bytes per row) of a tensor as the executors lay it out (a 1-D tensor is one row)."""
-    rows = max(1, t.n_elements // t.shape[0]) if t.shape else 1
+    rows = max(1, t.n_elements // t.shape[0]) if t.shape and t.shape[0] else 1
     return rows, t.nbytes // rows
 
 
@@ -200,7 +200,7 @@ def fits(est: MemoryEstimate, *, budget_bytes: int | None = None, max_binding_by
             reasons.append(f"one layer's {est.context}-token {est.kv_type} KV cache is {_mib(est.kv_layer_bytes)}, more than "
                            f"the device's largest storage binding ({_mib(limit)}); try a shorter context or a smaller KV type")
         if est.largest_activation > limit:
-            reasons.append(f"a {est.chunk}-token prefill step holds an activation of {_mib(est.largest_activation)}, more than "
+            reasons.append(f"a {min(est.chunk, est.context)}-token prefill step holds an activation of {_mib(est.largest_activation)}, more than "
                            f"the device's largest storage binding ({_mib(limit)}); try a smaller prefill chunk")
     return Fit(ok=not reasons, reasons=tuple(reasons))
 

@@ -46,7 +46,8 @@ def kv_type(name: str) -> KVType:
     try:
         return KV_TYPES[name]
     except (KeyError, TypeError):
-        raise BadRequestError(f"unknown KV cache type {name!r}", hint=f"use one of: {', '.join(KV_TYPES)}") from None
+        raise BadRequestError(f"unknown KV cache type (kv_type) {name!r}", hint=f"use one of: {', '.join(KV_TYPES)}",
+                              param="kv_type") from None
 
 
 class Arithmetic(str, enum.Enum):

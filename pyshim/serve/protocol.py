@@ -4,7 +4,7 @@ APIs (and the /v1 endpoint), and the messages the page sends the engine Worker.
 Shapes are JSON Schema (a small subset: type, enum, const, minimum, maximum, exclusiveMinimum,
 minLength, minItems, maxItems, items, properties, required, anyOf, default), each field with a
 `description` that error messages quote: "`temperature` must be a number in [0, 2], got 3". `validate`
-here and web/engine/protocol.js implement the same subset with the same messages; `pyshim setup` writes
+here and web/engine/protocol.js implement the same subset with the same messages (null, like an absent field, takes the default); `pyshim setup` writes
 `SCHEMAS` (with the defaults and names below) to web/vendor/definitions.js, so the JS API refuses a bad
 request before posting it and Python refuses it again on arrival, by the same rules.
 """
@@ -173,8 +173,13 @@ def _matches(node: dict, value) -> bool:
     if isinstance(value, dict) and "properties" in node:
         if any(key not in value for key in node.get("required", ())):
             return False
-        return all(_matches(sub, value[key]) for key, sub in node["properties"].items() if key in value)
+        return all(_matches(sub, value[key]) for key, sub in node["properties"].items() if _given(value, key, sub))
     return True
+
+
+def _given(obj: dict, key: str, sub: dict) -> bool:
+    """Whether obj gives `key` a value to check: null means "the default" where there is one (as OpenAI)."""
+    return key in obj and not (obj[key] is None and "default" in sub)
 
 
 def _types(node: dict) -> list[str]:
@@ -194,7 +199,7 @@ def _find(node: dict, value, path: str) -> tuple[str, str] | None:
             if key not in value and "description" in sub:
                 return _join(path, key), sub["description"]
         for key, sub in node["properties"].items():
-            if key in value and "description" in sub:
+            if _given(value, key, sub) and "description" in sub:
                 inner = _find(sub, value[key], _join(path, key))
                 if inner is not None:
                     return inner

@@ -18,6 +18,8 @@ Arguments from JS arrive as Pyodide proxies (Uint8Array, functions); they are us
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import time
 
@@ -42,14 +44,40 @@ def _dump(obj) -> str:
     return json.dumps(obj)
 
 
+def _boundary(fn):
+    """A PyshimError comes back as {"__error__": {name, message, hint, param}} (worker.js throws it with
+    those fields, so the page sees which field was wrong); anything else is a bug and propagates."""
+    def envelope(exc: PyshimError) -> str:
+        return _dump({"__error__": {"name": type(exc).__name__, "message": str(exc), "hint": exc.hint,
+                                    "param": getattr(exc, "param", None)}})
+
+    if asyncio.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def call(*args):
+            try:
+                return await fn(*args)
+            except PyshimError as exc:
+                return envelope(exc)
+    else:
+        @functools.wraps(fn)
+        def call(*args):
+            try:
+                return fn(*args)
+            except PyshimError as exc:
+                return envelope(exc)
+    return call
+
+
 # --- no model needed ---------------------------------------------------------------------------------
 
+@_boundary
 async def selftest() -> str:
     from pyshim.gpu.selftest import selftest as run
 
     return _dump(await run())
 
 
+@_boundary
 def probe(prefix, request_json: str) -> str:
     """"Will it fit?" from header bytes (pyshim.plan.probe): {need: n} while the header runs past them,
     the summary and verdict, or {refused: {name, message, hint}} for a file pyshim cannot use."""
@@ -63,6 +91,7 @@ def probe(prefix, request_json: str) -> str:
         return _dump({"refused": {"name": type(exc).__name__, "message": str(exc), "hint": exc.hint}})
 
 
+@_boundary
 def loaded() -> str:
     """The loaded model {model_id, settings} (settings as loaded: context and arithmetic resolved), or null."""
     session = _state["session"]
@@ -71,10 +100,12 @@ def loaded() -> str:
     return _dump({"model_id": _state["model_id"], "settings": _effective(session).as_dict()})
 
 
+@_boundary
 def stats() -> str:
     return _dump({"loaded": json.loads(loaded()), **_scheduler.stats()})
 
 
+@_boundary
 def abort(request_json: str) -> str:
     request = validate("abort", json.loads(request_json))
     return _dump({"aborted": _scheduler.abort(int(request["request_id"]))})
@@ -170,6 +201,7 @@ def _settings(request: dict) -> RunSettings:
     return RunSettings.from_dict(request.get("settings"))
 
 
+@_boundary
 async def load(request_json: str, file_size: int, store, request_id: int, emit) -> str:
     """{model_id, settings} onto the GPU now rather than on the first request: {load_ms} (0 when it was)."""
     request = validate("load", json.loads(request_json))
@@ -180,6 +212,7 @@ async def load(request_json: str, file_size: int, store, request_id: int, emit) 
     return _dump(await _scheduler.run(job, request_id))
 
 
+@_boundary
 async def unload(request_id: int) -> str:
     async def job(should_stop):
         unload_now()
@@ -195,6 +228,7 @@ def _on_text(emit):
     return lambda piece, token: emit("token", _dump({"text": piece, "token": int(token), "index": next(index)}))
 
 
+@_boundary
 async def generate(request_json: str, file_size: int, store, request_id: int, emit) -> str:
     """A chat reply: {model_id, messages, settings, sampling} -> {text, token_ids, finish_reason, usage,
     timings: {load_ms, prefill_ms, ttft_ms, decode_ms, decode_tok_per_s, cpu_ms, bytes_per_decode_step},
@@ -210,6 +244,7 @@ async def generate(request_json: str, file_size: int, store, request_id: int, em
     return _dump(await _scheduler.run(job, request_id))
 
 
+@_boundary
 async def complete(request_json: str, file_size: int, store, request_id: int, emit) -> str:
     """A raw continuation (no chat template): {model_id, prompt | prompt_ids, stop_token_ids, settings,
     sampling} -> as generate, with `arithmetic` (what ran)."""
@@ -227,6 +262,7 @@ async def complete(request_json: str, file_size: int, store, request_id: int, em
     return _dump(await _scheduler.run(job, request_id))
 
 
+@_boundary
 async def score(request_json: str, file_size: int, store, request_id: int, emit) -> str:
     """Teacher-forced: {model_id, text | ids, settings, top_k} -> {ids, top_ids, top_logits, top_logprobs, arithmetic}."""
     request = validate("score", json.loads(request_json))
@@ -241,6 +277,7 @@ async def score(request_json: str, file_size: int, store, request_id: int, emit)
     return _dump(await _scheduler.run(job, request_id))
 
 
+@_boundary
 async def bench(request_json: str, file_size: int, store, request_id: int, emit) -> str:
     """A greedy fixed-length run: {model_id, prompt | prompt_ids, settings, max_tokens, ignore_eos, kernels}
     -> {prompt_tokens, load_ms, prefill_ms, ttft_ms, decode_tokens, decode_ms, decode_tok_per_s, cpu_ms,

@@ -338,3 +338,30 @@ def write_manifest(vendor: Path = VENDOR_DIR) -> str:
     tmp.write_text(json.dumps(manifest, indent=2))
     tmp.replace(vendor / "manifest.json")
     return f"{len(wheels)} wheels"
+
+
+# --- what Python defines and the page uses ------------------------------------------------------------
+
+def write_definitions(vendor: Path = VENDOR_DIR) -> str:
+    """vendor/definitions.js: the request shapes and settings of pyshim.serve.protocol, and the model files
+    whose bytes are known (pyshim.setup.catalog: matched by name and size wherever they come from, so their
+    download is checked against the whole-file SHA-256) — defined once, in Python."""
+    from pyshim.serve.protocol import schemas_js
+    from pyshim.setup.catalog import MODELS
+
+    known = [{"short": m.name, "file": m.file_name, "size": m.size, "sha256": m.sha256} for m in MODELS.values()]
+    vendor.mkdir(parents=True, exist_ok=True)
+    tmp = vendor / "definitions.js.part"
+    tmp.write_text(schemas_js() + f"export const KNOWN_FILES = {json.dumps(known, indent=1)};\n")
+    tmp.replace(vendor / "definitions.js")
+    return f"{len(json.loads(json.dumps(known)))} known model files, request schemas"
+
+
+def refresh_pyshim(vendor: Path = VENDOR_DIR) -> str:
+    """What the page takes from this checkout, made again: the pyshim wheel (the Worker installs it), the
+    manifest listing it, and definitions.js. Tests, benchmarks and `--backend browser` call it first, so
+    the browser runs the code they test."""
+    wheel = vendor_pyshim(vendor / "wheels")
+    write_manifest(vendor)
+    write_definitions(vendor)
+    return wheel

@@ -1,10 +1,16 @@
 // The in-page side of the engine Worker: requests by id, replies as promises, events to listeners.
+// Requests whose shape Python defines (protocol.js) are checked before they are posted: a bad one
+// rejects with a BadRequestError naming the field, and the Worker never sees it.
+
+// Worker kinds -> their schema in protocol.js (the other kinds carry bytes or nothing).
+const SCHEMA_OF = { load: "load", generate: "generate", complete: "complete", score: "score", bench: "bench", abort: "abort" };
 
 export class EngineError extends Error {
-  constructor({ name, message, hint }) {
+  constructor({ name, message, hint, param }) {
     super(message);
     this.name = name || "EngineError";
     this.hint = hint || null;
+    this.param = param ?? null;
   }
 }
 
@@ -22,6 +28,7 @@ export class EngineClient extends EventTarget {
     this.port = shared ? this.worker.port : this.worker;
     this.nextId = 1;
     this.pending = new Map();
+    this.protocol = import("./protocol.js");      // loaded once; requests wait for it in the order they were made
     this.port.onmessage = (e) => this.#receive(e.data);
     this.worker.onerror = (e) => {
       // A worker that fails to load (syntax error, missing module) never answers: fail every waiter.
@@ -51,10 +58,18 @@ export class EngineClient extends EventTarget {
   request(kind, params = {}, { onEvent = null, onId = null } = {}) {
     const id = this.nextId++;
     onId?.(id);
-    return new Promise((resolve, reject) => {
+    return this.protocol.then((protocol) => new Promise((resolve, reject) => {
+      if (SCHEMA_OF[kind]) {
+        try {
+          protocol.validate(SCHEMA_OF[kind], params);
+        } catch (err) {
+          reject(new EngineError({ name: "BadRequestError", message: err.message, param: err.param }));
+          return;
+        }
+      }
       this.pending.set(id, { resolve, reject, onEvent });
       this.port.postMessage({ id, kind, params });
-    });
+    }));
   }
 
   // Ends a dedicated Worker; a shared one lives on while other pages use it, so only this page leaves.

@@ -14,13 +14,14 @@
 //   await engine.models.list()   OpenAI's model list
 //   await engine.unload()        frees the GPU;  engine.terminate()  ends a Worker this engine started
 //
-// Requests run one at a time, in the order they were made (a queue), so two callers never share a
-// KV cache mid-reply. A request is validated before it is queued: bad ones reject at once with an
-// APIError (status 400, OpenAI's error object in `body`).
+// Requests run one at a time, in the order they were made, so two callers never share a KV cache
+// mid-reply: the queue is the engine Worker's (pyshim/serve/scheduler.py), the one every page of a shared
+// engine goes through. A request is validated before it is posted: bad ones reject at once with an
+// APIError (status 400, OpenAI's error object in `body`), by the rules Python applies (protocol.js).
 
 import { EngineClient } from "./client.js";
-import { DEFAULT_CONTEXT } from "./fit.js";
 import * as openai from "./openai.js";
+import { DEFINITIONS } from "./protocol.js";
 import { ensureStored, locate, progressOf } from "./resolve.js";
 
 // A queue of values one side pushes and the other iterates; `close(err)` ends it (with err, throws).
@@ -68,12 +69,10 @@ class Stream {
 }
 
 const abortError = () => new DOMException("the request was aborted", "AbortError");
+export const DEFAULT_CONTEXT = DEFINITIONS.default_context;
 
 export class Engine {
-  #tail = Promise.resolve();   // the queue: each request starts when the one before settles
-  #pending = new Set();        // AbortControllers of running and queued requests
-  #queued = 0;
-  #running = null;             // {requestId} of the request in the Worker
+  #pending = new Set();        // AbortControllers of the requests posted and not settled (one runs, the rest wait)
   #ready = null;               // boot + GPU self-test, once
   #requests = 0;
   #last = null;
@@ -109,9 +108,9 @@ export class Engine {
     return this.#ready;
   }
 
-  // What the Worker's load, generate and complete kinds are told besides the model and context.
-  #setup() {
-    return { kv_type: this.kvType, arithmetic: this.arithmetic };
+  // The load settings every model-using request carries (pyshim.plan.settings.RunSettings).
+  #settings() {
+    return { context: this.context, kv_type: this.kvType, arithmetic: this.arithmetic };
   }
 
   async load(model, { onProgress = this.onProgress, context = this.context, signal = null, kvType = this.kvType, arithmetic = this.arithmetic } = {}) {
@@ -122,11 +121,12 @@ export class Engine {
     const manifest = await ensureStored(where, { client: this.client, adapter: this.adapter, context, kvType, onProgress, signal });
     const stored = performance.now();
     this.select(manifest, { context: Math.min(context, manifest.probe?.context_length || context), id: model, kvType, arithmetic });
-    await this.#enqueue(signal, () => this.client.request("load", { model_id: manifest.id, context: this.context, ...this.#setup() }, {
+    if (signal?.aborted) throw abortError();
+    await this.client.request("load", { model_id: manifest.id, settings: this.#settings() }, {
       onEvent: (event, data) => {
         if (event === "load-progress") onProgress?.(progressOf("load", data.done_bytes, data.total_bytes));
       },
-    }));
+    });
     this.#loadInfo = { store_ms: stored - t0, gpu_ms: performance.now() - stored };
     onProgress?.(progressOf("ready", 1, 1));
     return this.model;
@@ -145,7 +145,7 @@ export class Engine {
   }
 
   async unload() {
-    await this.#enqueue(null, () => this.client.request("unload"));
+    await this.client.request("unload");
     this.model = null;
   }
 
@@ -156,7 +156,7 @@ export class Engine {
   stats() {
     return {
       model: this.model?.id ?? null, context: this.context, kv_type: this.kvType, arithmetic: this.arithmetic,
-      running: Boolean(this.#running), queued: this.#queued,
+      running: this.#pending.size > 0, queued: Math.max(0, this.#pending.size - 1),
       requests: this.#requests, last: this.#last, load: this.#loadInfo,
     };
   }
@@ -166,35 +166,22 @@ export class Engine {
     if (this.ownsClient) this.client.terminate();
   }
 
-  // ---- the queue --------------------------------------------------------------------------------
-
-  // Runs `job()` after every earlier request has settled; a request aborted while it waits never runs.
-  #enqueue(signal, job) {
-    this.#queued++;
-    const run = this.#tail.then(() => {
-      this.#queued--;
-      if (signal?.aborted) throw abortError();
-      return job();
-    });
-    this.#tail = run.catch(() => {});
-    return run;
-  }
-
   #models() {
     return this.model ? [{ id: this.model.id, aliases: this.model.aliases }] : [];
   }
 
-  // One generation in the Worker: `kind` "generate" or "complete", token texts to `onText`.
+  // One generation in the Worker: `kind` "generate" or "complete", token texts to `onText`. Aborting
+  // tells the Worker: a running request stops (finish_reason "abort"), a waiting one never starts.
   async #generate(kind, params, controller, onText) {
+    let requestId = null;
     const onAbort = () => {
-      if (this.#running?.requestId != null) this.client.request("abort", { request_id: this.#running.requestId });
+      if (requestId != null) this.client.request("abort", { request_id: requestId });
     };
     controller.signal.addEventListener("abort", onAbort);
-    this.#running = { requestId: null };
     try {
       if (controller.signal.aborted) return { text: "", finish_reason: "abort", usage: {}, timings: {} };
       const result = await this.client.request(kind, params, {
-        onId: (id) => { this.#running.requestId = id; },
+        onId: (id) => { requestId = id; },
         onEvent: (event, data) => {
           if (event === "token" && data.text) onText(data.text);
           else if (event === "load-progress") this.onProgress?.(progressOf("load", data.done_bytes, data.total_bytes));
@@ -204,9 +191,9 @@ export class Engine {
       this.#last = { finish_reason: result.finish_reason, usage: openai.usageOf(result.usage), timings: result.timings ?? {}, compacted: Boolean(result.compacted) };
       return result;
     } catch (err) {
+      if (err?.name === "AbortedError") throw abortError();
       throw openai.errorFromEngine(err);
     } finally {
-      this.#running = null;
       controller.signal.removeEventListener("abort", onAbort);
     }
   }
@@ -218,8 +205,7 @@ export class Engine {
     else signal?.addEventListener("abort", () => controller.abort(), { once: true });
     this.#pending.add(controller);
     const extra = (r) => ({ timings: r.timings ?? {}, compacted: Boolean(r.compacted) });
-    const job = (onText) => this.#enqueue(null, () => this.#generate(kind, params, controller, onText))
-      .finally(() => this.#pending.delete(controller));
+    const job = (onText) => this.#generate(kind, params, controller, onText).finally(() => this.#pending.delete(controller));
     if (!stream) {
       return job(() => {}).then((r) => whole(base, { text: r.text, finish_reason: r.finish_reason, usage: r.usage, extra: extra(r) }));
     }
@@ -236,7 +222,7 @@ export class Engine {
     const base = openai.responseBase("chatcmpl", request.model);
     return this.#run({
       kind: "generate", stream: request.stream, signal, base,
-      params: { model_id: this.model.storeId, context: this.context, ...this.#setup(), messages: request.messages, sampling: openai.workerSampling(request) },
+      params: { model_id: this.model.storeId, settings: this.#settings(), messages: request.messages, sampling: openai.workerSampling(request) },
       whole: openai.chatCompletion,
       first: openai.chatChunk(base, { role: "assistant", content: "" }),
       piece: (b, text, last) => (last ? openai.chatChunk(b, {}, last) : openai.chatChunk(b, { content: text })),
@@ -247,10 +233,9 @@ export class Engine {
   async #complete(body, { signal = null } = {}) {
     const request = openai.validateCompletionRequest(body, { models: this.#models() });
     const base = openai.responseBase("cmpl", request.model);
-    const { temperature, top_p, top_k, max_tokens, seed, stop } = request;
     return this.#run({
       kind: "complete", stream: request.stream, signal, base,
-      params: { model_id: this.model.storeId, context: this.context, ...this.#setup(), prompt: request.prompt, sampling: { temperature, top_p, top_k, max_tokens, seed, stop } },
+      params: { model_id: this.model.storeId, settings: this.#settings(), prompt: request.prompt, sampling: openai.workerSampling(request) },
       whole: openai.textCompletion,
       first: null,
       piece: (b, text, last) => (last ? openai.textChunk(b, "", last) : openai.textChunk(b, text)),

@@ -2,17 +2,20 @@
 // built into. No engine, no DOM, no network: the in-page engine (engine.js) and the service worker's
 // /v1 endpoint import the very same functions, so both accept and refuse exactly the same requests.
 //
-// The rules and messages mirror pyshim/api.py (the Python API), with OpenAI's parameter names:
+// The rules and messages are pyshim/serve/protocol.py's (protocol.js applies them), which the Python API
+// applies too:
 //   validateChatRequest(body, {models})       -> normalized request | throws APIError (status 400)
 //   validateCompletionRequest(body, {models}) -> normalized request | throws APIError
 //   chatCompletion / chatChunk / textCompletion / textChunk / modelList   builders
 //   errorFromEngine(err) -> APIError          an engine failure as an OpenAI error (400, 503 or 500)
 //   sseData(obj), SSE_DONE                    Server-Sent Events framing of chunks
 
-export const DEFAULT_MAX_TOKENS = 256;     // as pyshim/api.py
-export const DEFAULT_TEMPERATURE = 1.0;    // OpenAI's default; 0 is greedy
-export const ROLES = ["system", "user", "assistant"];
-export const MAX_STOP_STRINGS = 4;
+import { DEFINITIONS, ProtocolError, show, validate } from "./protocol.js";
+
+export const DEFAULT_MAX_TOKENS = DEFINITIONS.default_max_tokens;
+export const DEFAULT_TEMPERATURE = DEFINITIONS.default_temperature;   // OpenAI's default; 0 is greedy
+export const ROLES = DEFINITIONS.roles;
+export const MAX_STOP_STRINGS = DEFINITIONS.max_stop_strings;
 export const SSE_DONE = "data: [DONE]\n\n";
 
 // An OpenAI error: `status` for HTTP, `body` exactly what OpenAI's API answers
@@ -32,9 +35,6 @@ export class APIError extends Error {
 }
 
 const bad = (param, message, code = null) => new APIError(400, message, { param, code });
-const show = (value) => (value === undefined ? "undefined" : JSON.stringify(value));
-const isObject = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
-const isNumber = (v) => typeof v === "number" && Number.isFinite(v);
 const absent = (v) => v === undefined || v === null;   // OpenAI treats null as "use the default"
 
 // `models`: the ids this engine answers to (the first is the default), or objects {id, aliases}.
@@ -44,7 +44,6 @@ function checkModel(model, models) {
     if (!entries.length) throw bad("model", "no model is loaded", "model_not_found");
     return entries[0].id;
   }
-  if (typeof model !== "string") throw bad("model", `\`model\` must be a string, got ${show(model)}`);
   const hit = entries.find((e) => e.id === model || e.aliases.includes(model));
   if (!hit) {
     const serves = entries.length ? `this engine serves ${entries.map((e) => show(e.id)).join(", ")}` : "no model is loaded";
@@ -53,82 +52,43 @@ function checkModel(model, models) {
   return hit.id;
 }
 
-function checkRange(body, name, low, high, fallback) {
-  const value = body[name];
-  if (absent(value)) return fallback;
-  if (!isNumber(value) || value < low || value > high) throw bad(name, `\`${name}\` must be a number in [${low}, ${high}], got ${show(value)}`);
-  return value;
-}
-
-function checkMaxTokens(body) {
-  // Newer OpenAI clients send max_completion_tokens; both mean the same here.
-  const name = absent(body.max_completion_tokens) ? "max_tokens" : "max_completion_tokens";
-  const value = body[name];
-  if (absent(value)) return DEFAULT_MAX_TOKENS;
-  if (!Number.isInteger(value) || value < 1) throw bad(name, `\`${name}\` must be a positive integer, got ${show(value)}`);
-  return value;
-}
-
-function checkStop(stop) {
-  if (absent(stop)) return [];
-  const stops = typeof stop === "string" ? [stop] : stop;
-  if (!Array.isArray(stops) || stops.length > MAX_STOP_STRINGS || !stops.every((s) => typeof s === "string" && s)) {
-    throw bad("stop", `\`stop\` must be a non-empty string or a list of up to ${MAX_STOP_STRINGS} of them`);
+// The request checked against its shape (pyshim/serve/protocol.py, through protocol.js), as an APIError.
+function checked(kind, body) {
+  try {
+    return validate(kind, body);
+  } catch (err) {
+    if (err instanceof ProtocolError) throw bad(err.param, err.message);
+    throw err;
   }
-  return stops;
 }
 
-// The sampling fields chat and text completions share; `top_k` is pyshim's extension (0 = off).
-function checkSampling(body) {
-  const top_p = checkRange(body, "top_p", 0, 1, 1.0);
-  if (top_p === 0) throw bad("top_p", "`top_p` must be greater than 0");
-  const top_k = body.top_k ?? 0;
-  if (!Number.isInteger(top_k) || top_k < 0) throw bad("top_k", `\`top_k\` must be a non-negative integer, got ${show(top_k)}`);
-  const seed = body.seed ?? null;
-  if (seed !== null && !Number.isInteger(seed)) throw bad("seed", `\`seed\` must be an integer, got ${show(seed)}`);
-  const stream = body.stream ?? false;
-  if (typeof stream !== "boolean") throw bad("stream", `\`stream\` must be true or false, got ${show(stream)}`);
-  const n = body.n ?? 1;
-  if (n !== 1) throw bad("n", `only one choice per request is supported (\`n\` = 1), got ${show(n)}`);
-  return {
-    temperature: checkRange(body, "temperature", 0, 2, DEFAULT_TEMPERATURE), top_p, top_k,
-    max_tokens: checkMaxTokens(body), stop: checkStop(body.stop), seed, stream,
-  };
+// The sampling fields chat and text completions share, normalized; `top_k`, `min_p` and the penalties
+// are pyshim's (llama.cpp's) extensions, off by default.
+function sampling(request) {
+  const { temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, seed, stream } = request;
+  const stop = absent(request.stop) ? [] : typeof request.stop === "string" ? [request.stop] : request.stop;
+  const max_tokens = request.max_completion_tokens ?? request.max_tokens;   // newer OpenAI clients send the first
+  return { temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, max_tokens, stop, seed, stream };
 }
 
-function checkBody(body) {
-  if (!isObject(body)) throw bad(null, `the request must be a JSON object, got ${show(body)}`);
-}
-
-// -> {model, messages: [{role, content}], temperature, top_p, top_k, max_tokens, stop: [..], seed, stream}
+// -> {model, messages: [{role, content}], temperature, top_p, top_k, ..., max_tokens, stop: [..], seed, stream}
 export function validateChatRequest(body, { models = [] } = {}) {
-  checkBody(body);
-  const { messages } = body;
-  if (!Array.isArray(messages) || !messages.length) throw bad("messages", "`messages` must be a non-empty list of {role, content}");
-  messages.forEach((m, i) => {
-    if (!isObject(m) || !ROLES.includes(m.role) || typeof m.content !== "string") {
-      throw bad(`messages[${i}]`, `messages[${i}] must be {role: one of ${ROLES.join(", ")}, content: a string}`);
-    }
-  });
-  const sampling = checkSampling(body);
-  return { model: checkModel(body.model, models), messages: messages.map(({ role, content }) => ({ role, content })), ...sampling };
+  const request = checked("chat.completions", body);
+  return { model: checkModel(request.model, models), messages: request.messages.map(({ role, content }) => ({ role, content })), ...sampling(request) };
 }
 
-// -> {model, prompt, temperature, top_p, top_k, max_tokens, stop, seed, stream}
+// -> {model, prompt, temperature, top_p, top_k, ..., max_tokens, stop, seed, stream}
 export function validateCompletionRequest(body, { models = [] } = {}) {
-  checkBody(body);
-  let { prompt } = body;
-  if (Array.isArray(prompt) && prompt.length === 1) prompt = prompt[0];   // OpenAI allows a batch; one is fine
-  if (typeof prompt !== "string" || !prompt) throw bad("prompt", "`prompt` must be a non-empty string");
-  const sampling = checkSampling(body);
-  return { model: checkModel(body.model, models), prompt, ...sampling };
+  const request = checked("completions", body);
+  const prompt = Array.isArray(request.prompt) ? request.prompt[0] : request.prompt;   // OpenAI allows a batch; one is fine
+  return { model: checkModel(request.model, models), prompt, ...sampling(request) };
 }
 
-// The Worker's `sampling` dict (web/engine/generation.js) for a normalized request. `stop` only when
-// there are stop strings, so a plain request's sampling is exactly what the site always sent.
+// The Worker's `sampling` object for a normalized request (its shape: the Worker kinds' in protocol.js).
 export function workerSampling(request) {
-  const { temperature, top_p, top_k, max_tokens, seed, stop } = request;
-  return { temperature, top_p, top_k, max_tokens, seed, ...(stop.length ? { stop } : {}) };
+  const { temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, max_tokens, seed, stop } = request;
+  return { temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, max_tokens, seed,
+    ...(stop.length ? { stop } : {}) };
 }
 
 // ---- builders -----------------------------------------------------------------------------------
@@ -193,7 +153,8 @@ export function errorFromEngine(err) {
   const name = err?.name ?? "Error";
   const message = String(err?.message ?? err);
   const hint = err?.hint ?? null;
-  if (name === "BadRequestError" || name === "ModelNotReadyError") return new APIError(400, message, { code: name, hint });
+  const bad = ["BadRequestError", "ContextOverflowError", "ChatTemplateError", "ModelNotReadyError"];
+  if (bad.includes(name)) return new APIError(400, message, { code: name, hint, param: err?.param ?? null });
   if (name === "EngineUnavailableError" || name === "WorkerError") return new APIError(503, message, { type: "server_error", code: name, hint });
   return new APIError(500, message, { type: "server_error", code: name, hint });
 }

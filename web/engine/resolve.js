@@ -10,7 +10,7 @@
 import * as store from "../store/store.js";
 import { StoreError } from "../store/errors.js";
 import { KNOWN_FILES, expectedSha256 } from "../ui/catalog.js";
-import { judge } from "./fit.js";
+import { budgetBytes } from "./fit.js";
 import { APIError } from "./openai.js";
 
 const SITE = new URL("../", import.meta.url);
@@ -49,14 +49,17 @@ export async function locate(spec) {
   });
 }
 
-// "Will it fit?" for download()'s gate: Python's probe (through the engine Worker's probe-bytes) of
-// the header bytes at `context` positions, judged against the adapter. Answers {need} while the
-// header runs past the bytes given, else {ok, reasons, summary}; a file that is not a usable GGUF
-// throws an error marked `refusal`. `adapter`: gpu-selftest's adapter dict (null without WebGPU);
-// `kvType`: the KV cache type it will run with (f32, f16, q8).
+// "Will it fit?" for download()'s gate: Python's probe (through the engine Worker's probe-bytes) of the
+// header bytes at `context` positions (capped at the model's own), judged there against the adapter's
+// limits and the memory budget. Answers {need} while the header runs past the bytes given, else {ok,
+// reasons, needBytes, budgetBytes, limits, summary}; a file that is not a usable GGUF throws an error
+// marked `refusal`. `adapter`: gpu-selftest's adapter dict (null without WebGPU); `kvType`: the KV cache
+// type it will run with (f32, f16, q8).
 export async function checkFit(client, adapter, context, prefix, size, kvType = "f32") {
-  const kv_type = kvType;
-  let summary = await client.request("probe-bytes", { bytes: prefix, file_size: size, context, kv_type });
+  const budget = budgetBytes();
+  const summary = await client.request("probe-bytes", {
+    bytes: prefix, file_size: size, context, kv_type: kvType, budget_bytes: budget, limits: adapter?.limits ?? null, judge: true,
+  });
   if (summary.need !== undefined) return summary;
   if (summary.refused) {
     const { name, message, hint } = summary.refused;
@@ -64,10 +67,8 @@ export async function checkFit(client, adapter, context, prefix, size, kvType = 
     const text = hint && message.endsWith(` — ${hint}`) ? message.slice(0, -hint.length - 3) : message;
     throw Object.assign(new StoreError(name, text, hint), { refusal: true });
   }
-  if (summary.supported && summary.context_length && summary.context_length < context) {
-    summary = await client.request("probe-bytes", { bytes: prefix, file_size: size, context: summary.context_length, kv_type });
-  }
-  return { ...judge(summary, adapter), summary };
+  const { fit } = summary;
+  return { ok: fit.ok, reasons: fit.reasons, needBytes: fit.need_bytes, budgetBytes: budget, limits: adapter?.limits ?? null, summary };
 }
 
 // Progress in one shape for every phase: {phase, loaded, total, fraction, bytesPerSec, etaSec}.

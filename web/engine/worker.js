@@ -1,20 +1,28 @@
 // The engine Worker: hosts Pyodide, pyshim and (through Python) the WebGPU device, so the page never blocks.
 //
-// Protocol (see client.js): the page posts {id, kind, params}; the worker answers
-// {id, ok: true, result} or {id, ok: false, error: {name, message, hint}}, and sends progress as
-// {event, data} messages. Everything is loaded from this site's vendor/ folder: no request leaves it.
+// Protocol (see client.js): the page posts {id, kind, params}; the worker answers {id, ok: true, result}
+// or {id, ok: false, error: {name, message, hint, param}}, and sends events as {id, event, data} (a
+// request's own: "token", "load-progress", "store-progress") or {event, data} (broadcast: boot steps,
+// stdout). Params are plain JSON objects whose shapes pyshim/serve/protocol.py defines; Python's side of
+// every kind is one module, pyshim.serve.worker_api, called here with JSON text — no Python source lives
+// in this file. Everything is loaded from this site's vendor/ folder: no request leaves it.
+//
+// Kinds: boot, gpu-selftest, read-header {url}, probe-bytes {bytes, file_size, context, kv_type,
+// budget_bytes, limits, judge}, store-digest {model_id, offset, size}, capabilities, load {model_id,
+// settings}, unload, generate {model_id, messages, settings, sampling}, complete {model_id | model_url,
+// prompt | prompt_ids, stop_token_ids, settings, sampling}, score {model_id | model_url, text | ids,
+// settings, top_k}, bench {model_id | model_url, prompt | prompt_ids, settings, max_tokens, ignore_eos,
+// kernels}, abort {request_id}, stats, exec {code} (tests: Python source from the test, not from here).
+// Results: worker_api's docstrings. Requests that use the model queue in Python (one model, one KV cache).
 
 import { bootPython } from "./python.js";
-import * as generation from "./generation.js";
-import { chatEngine } from "./chat.js";
-import { runHandlers } from "./runs.js";
-import { lifecycleKinds } from "./lifecycle.js";
+import { readyModel, storeAccess, storedFromURL } from "./loader.js";
+import { growHeader } from "../store/header.js";
 
 const SITE_ROOT = new URL("../", import.meta.url);  // relative URLs in requests are relative to the site
-const HEADER_FIRST_FETCH = 1 << 20;  // most headers fit; a 262k-token vocabulary needs ~6 MB
-const HEADER_MAX_ROUNDS = 8;
 
 let pyodide = null;
+let api = null;          // the pyshim.serve.worker_api module (a PyProxy)
 let booting = null;
 
 function emit(event, data) {
@@ -28,19 +36,54 @@ async function boot() {
     stderr: (s) => emit("stderr", s),
   });
   pyodide = booted.pyodide;
+  api = pyodide.pyimport("pyshim.serve.worker_api");
   return booted.report;
 }
 
-// Python calls answer with JSON strings, so nothing crosses the boundary as a proxy that could leak.
-async function runPython(code) {
-  const out = await pyodide.runPythonAsync(code);
-  return out === undefined ? null : JSON.parse(out);
+async function ready() {
+  booting ??= boot();
+  await booting;
+  return api;
 }
 
-generation.install(chatEngine(async () => {
-  await handlers.boot();
-  return pyodide;
-}));
+// A worker_api call: JSON text back, or the envelope {__error__: {name, message, hint, param}} of a
+// PyshimError (anything else thrown in Python is a bug and arrives as a PythonError).
+async function call(fn, ...args) {
+  const out = JSON.parse(await (await ready())[fn](...args));
+  if (out && out.__error__) throw Object.assign(new Error(out.__error__.message), out.__error__);
+  return out;
+}
+
+const probe = (bytes, request) => call("probe", bytes, JSON.stringify(request));
+
+// "Will it fit?" for a download's gate (store/download.js): the Worker's probe, judged against `limits`.
+const checkFit = (request) => async (prefix, size) => {
+  const summary = await probe(prefix, { ...request, file_size: size, judge: true });
+  if (summary.need !== undefined) return summary;
+  if (summary.refused) throw Object.assign(new Error(summary.refused.message), { ...summary.refused, refusal: true });
+  return { ok: summary.fit.ok, reasons: summary.fit.reasons, summary };
+};
+
+// This worker's adapter limits, for "will it fit?" of the models it downloads itself (null: no WebGPU).
+let limits = null;
+const adapterLimits = () => (limits ??= call("selftest").then((gpu) => gpu.adapter.limits, () => null));
+
+// The request's model, by store id or by URL (stored first: resumable, checked); then the call.
+async function withModel(fn, params, id, extra = null) {
+  const events = (event, data) => self.postMessage({ id, event, data: typeof data === "string" ? JSON.parse(data) : data });
+  let { model_id, model_url, ...rest } = params;
+  let store_ms = 0;
+  if (!model_id) {
+    if (!model_url) throw Object.assign(new Error("name the model by model_id (a store id) or model_url"), { name: "BadRequestError", param: "model_id" });
+    const context = rest.settings?.context ?? null;
+    ({ id: model_id, store_ms } = await storedFromURL(new URL(model_url, SITE_ROOT).href,
+      checkFit({ context, kv_type: rest.settings?.kv_type ?? "f32", limits: await adapterLimits(), budget_bytes: null }), events));
+  }
+  const manifest = await readyModel(model_id);
+  const result = await call(fn, JSON.stringify({ ...rest, model_id }), manifest.size, storeAccess(events), id, events);
+  if (store_ms && result.timings) result.timings.store_ms = store_ms;
+  return extra ? { ...result, ...extra(store_ms) } : result;
+}
 
 const handlers = {
   async boot() {
@@ -48,45 +91,31 @@ const handlers = {
     return booting;
   },
   async "gpu-selftest"() {
-    await handlers.boot();
-    return runPython("import json\nfrom pyshim.gpu.selftest import selftest\njson.dumps(await selftest())");
+    return call("selftest");
   },
-  // Reads a GGUF header from the start of `url` with Range requests, fetching only as much as the
-  // header needs, and returns Python's summary of it (architecture, sizes, memory).
+  // Reads a GGUF header from the start of `url` with Range requests, fetching only as much as the header
+  // needs (store/header.js), and returns Python's summary of it (architecture, sizes, memory).
   async "read-header"({ url }) {
-    await handlers.boot();
     url = new URL(url, SITE_ROOT).href;
-    let length = HEADER_FIRST_FETCH;
-    for (let round = 0; round < HEADER_MAX_ROUNDS; round++) {
+    let fileSize = null;
+    let fetched = 0;
+    const readPrefix = async (length) => {
       const response = await fetch(url, { headers: { Range: `bytes=0-${length - 1}` } });
       if (!response.ok) throw Object.assign(new Error(`${url}: HTTP ${response.status}`), { name: "FetchError" });
-      const fileSize = Number((response.headers.get("Content-Range") ?? "").split("/")[1]) || null;
       const bytes = new Uint8Array(await response.arrayBuffer());
-      pyodide.globals.set("_prefix", bytes);
-      pyodide.globals.set("_file_size", fileSize);
-      const out = await runPython("import json\nfrom pyshim.plan.probe import probe\n" +
-        "_r = json.dumps(probe(_prefix.to_py(), _file_size))\ndel _prefix, _file_size\n_r");
-      if (out.need === undefined) return { ...out, fetched_bytes: bytes.length, rounds: round + 1 };
-      if (response.status === 200 || (fileSize !== null && bytes.length >= fileSize)) {
-        throw Object.assign(new Error("the file ends inside its GGUF header"), { name: "TruncatedError" });
-      }
-      length = Math.max(out.need, 2 * length);
-    }
-    throw Object.assign(new Error("the GGUF header is implausibly large"), { name: "GGUFFormatError" });
+      fileSize = response.status === 200 ? bytes.length : Number((response.headers.get("Content-Range") ?? "").split("/")[1]) || null;
+      fetched = bytes.length;
+      return bytes;
+    };
+    const { answer, rounds } = await growHeader(readPrefix, null, (bytes) => probe(bytes, { file_size: fileSize }));
+    if (answer.refused) throw Object.assign(new Error(answer.refused.message), answer.refused);
+    return { ...answer, fetched_bytes: fetched, rounds };
   },
-  // "Will it fit?" from header bytes the page already holds (the model store's first chunk): Python's
-  // probe summary at `context` positions, {need: n} when the header runs past the bytes given, or
-  // {refused: {name, message, hint}}.
-  async "probe-bytes"({ bytes, file_size = null, context = null, kv_type = "f32" }) {
-    await handlers.boot();
-    pyodide.globals.set("_prefix", bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes));
-    pyodide.globals.set("_probe_args", pyodide.toPy({ file_size, context, kv_type }));
-    // A file pyshim cannot use (not GGUF, truncated, unsupported) answers {refused: {name, message, hint}};
-    // anything else that goes wrong in Python is a bug and stays an error.
-    return runPython("import json\nfrom pyshim.errors import PyshimError\nfrom pyshim.plan.probe import probe\n_a = _probe_args\n" +
-      "try:\n    _r = probe(_prefix.to_py(), _a['file_size'], context=_a['context'], kv_type=_a['kv_type'])\n" +
-      "except PyshimError as _e:\n    _r = {'refused': {'name': type(_e).__name__, 'message': str(_e), 'hint': _e.hint}}\n" +
-      "del _prefix, _probe_args, _a\njson.dumps(_r)");
+  // "Will it fit?" from header bytes the page already holds (the store's first chunk): Python's probe
+  // summary, {need: n} when the header runs past the bytes given, or {refused: {name, message, hint}};
+  // with `judge`, the verdict `fit` against the adapter's `limits` and the memory budget.
+  async "probe-bytes"({ bytes, ...request }) {
+    return probe(bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes), request);
   },
   // SHA-256 of bytes [offset, offset + size) of a stored model, read in this worker through
   // store.slicePieces, chunk by chunk: the path the GPU loader takes (each piece -> queue.writeBuffer).
@@ -101,33 +130,44 @@ const handlers = {
     }
     return { sha256: hash.hex(), pieces };
   },
-  // What this worker can do now; the page shows chat as unavailable until `generate` is true.
+  // What this worker can do; the page shows chat as unavailable until `generate` is true.
   async capabilities() {
-    return { kinds: Object.keys(handlers), generate: generation.available() };
+    return { kinds: Object.keys(handlers), generate: true };
   },
-  // Streams a reply: events {id, event: "token", data: {text, token, index}}, then the result
-  // {text, finish_reason: "stop" | "length" | "abort", usage: {prompt_tokens, completion_tokens},
-  //  timings: {load_ms, prefill_ms, ttft_ms, decode_tok_per_s}}. See generation.js for params.
+  async load(params, id) {
+    return withModel("load", params, id);
+  },
+  async unload(params, id) {
+    return call("unload", id);
+  },
+  // Streams a reply ("token" events {text, token, index}); resolves with {text, finish_reason, usage,
+  // timings, compacted}. An aborted generation resolves with finish_reason "abort".
   async generate(params, id) {
-    return generation.generate(id, params, (event, data) => self.postMessage({ id, event, data }));
+    return withModel("generate", params, id);
   },
-  // Stops the generation started by request `request_id`; it resolves with finish_reason "abort".
-  async abort({ request_id }) {
-    return { aborted: generation.abort(request_id) };
+  async complete(params, id) {
+    return withModel("complete", params, id);
   },
-  // Runs Python source in the worker and returns the JSON its last expression holds (tests, debugging).
+  async score(params, id) {
+    return withModel("score", params, id);
+  },
+  async bench(params, id) {
+    return withModel("bench", params, id, (store_ms) => ({ store_ms }));
+  },
+  // Stops request `request_id` (running, queued, or still on its way).
+  async abort(params) {
+    return call("abort", JSON.stringify(params));
+  },
+  async stats() {
+    return call("stats");
+  },
+  // Runs Python source from the caller and returns the JSON its last expression holds (tests, debugging).
   async exec({ code }) {
-    await handlers.boot();
-    return runPython(code);
+    await ready();
+    const out = await pyodide.runPythonAsync(code);
+    return out === undefined ? null : JSON.parse(out);
   },
 };
-Object.assign(handlers, lifecycleKinds(async () => { await handlers.boot(); return pyodide; }));
-
-// complete, score, bench: raw prompts on the loaded model (runs.js has their protocol).
-Object.assign(handlers, runHandlers({
-  ensurePython: async () => { await handlers.boot(); return pyodide; },
-  probe: (bytes, file_size) => handlers["probe-bytes"]({ bytes, file_size }),
-}));
 
 function errorFields(err) {
   // Python exceptions arrive as PythonError whose message is the traceback; keep its last line.
@@ -138,7 +178,7 @@ function errorFields(err) {
     const m = last.match(/^([\w.]+): (.*)$/s);
     if (m) [name, message] = [m[1].split(".").pop(), m[2]];
   }
-  return { name, message, hint: err?.hint ?? null };
+  return { name, message, hint: err?.hint ?? null, param: err?.param ?? null };
 }
 
 self.onmessage = async (e) => {

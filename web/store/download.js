@@ -10,12 +10,13 @@ import * as db from "./db.js";
 import { StoreError, RETRYABLE, errorRecord, formatBytes } from "./errors.js";
 import { sha256Hex } from "./sha256.js";
 import { openURL, readChunk, chunkSpan } from "./sources.js";
-import { checkQuota, wholeFileSha256 } from "./store.js";
+import { growHeader } from "./header.js";
+import { checkQuota } from "./quota.js";
+import { wholeFileSha256 } from "./read.js";
 
 export const CONCURRENCY = 3;         // chunks in flight: enough to hide latency, little memory (3 × 16 MiB)
 const MAX_TRIES = 4;                  // per chunk, for retryable failures
 const RETRY_DELAY_MS = 500;           // doubled after each failed try
-const HEADER_MAX_ROUNDS = 8;          // "need more bytes" answers before giving up on a header
 
 const sleep = (ms, signal) => new Promise((resolve, reject) => {
   const t = setTimeout(resolve, ms);
@@ -103,23 +104,19 @@ async function headerBytes(manifest, need, opts, progress) {
   return { manifest, bytes: out };
 }
 
-// Asks `checkFit(prefix, size)` until it has enough header: it answers {need} or a verdict
-// {ok, reasons, summary}; a verdict with ok false is a refusal, and so is an error it throws with
-// `refusal: true` (the file is not a usable GGUF). Other errors are failures, not verdicts.
+// Asks `checkFit(prefix, size)` about a growing prefix of the stored chunks until it has enough header
+// (store/header.js): it answers {need} or a verdict {ok, reasons, summary}; a verdict with ok false is a
+// refusal, and so is an error it throws with `refusal: true` (the file is not a usable GGUF). Other
+// errors are failures, not verdicts.
 async function fitCheck(manifest, checkFit, opts, progress) {
-  let need = manifest.chunkSize;
-  for (let round = 0; round < HEADER_MAX_ROUNDS; round++) {
+  const readPrefix = async (need) => {
     let bytes;
     ({ manifest, bytes } = await headerBytes(manifest, need, opts, progress));
     progress.report("header", manifest);
-    const verdict = await checkFit(bytes, manifest.size);
-    if (verdict.need === undefined) return { manifest, verdict };
-    if (bytes.length >= manifest.size) {
-      throw Object.assign(new StoreError("TruncatedError", "the file ends inside its GGUF header", "the file is incomplete: get it again"), { refusal: true });
-    }
-    need = Math.max(verdict.need, 2 * need);
-  }
-  throw Object.assign(new StoreError("GGUFFormatError", "the GGUF header is implausibly large"), { refusal: true });
+    return bytes;
+  };
+  const { answer } = await growHeader(readPrefix, manifest.size, (bytes) => checkFit(bytes, manifest.size), { first: manifest.chunkSize });
+  return { manifest, verdict: answer };
 }
 
 async function refuse(manifest, error) {

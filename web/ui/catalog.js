@@ -6,12 +6,11 @@
 // CATALOG: well-known GGUF files on the Hugging Face hub. Sizes are approximate (the server's real
 // size is what the store uses) and there are no checksums: they could not be verified from here.
 
-// `short` is pyshim's short name for the file (pyshim/setup/catalog.py), which createEngine({model}) accepts.
-export const KNOWN_FILES = [
-  { short: "smollm2", file: "SmolLM2-135M-Instruct.Q4_1.gguf", size: 98_362_432, sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53" },
-  { short: "gemma3", file: "gemma-3-270m-q4_k_m.gguf", size: 253_113_024, sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818" },
-  { short: "qwen2.5", file: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", size: 491_400_064, sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32" },
-];
+// Defined once, in Python (pyshim/setup/catalog.py), and written by `pyshim setup` to vendor/definitions.js:
+// `short` is pyshim's short name for the file, which createEngine({model}) accepts.
+import { KNOWN_FILES } from "../vendor/definitions.js";
+
+export { KNOWN_FILES };
 
 export function expectedSha256(fileName, size) {
   return KNOWN_FILES.find((k) => k.file === fileName && (size == null || k.size === size))?.sha256 ?? null;

@@ -1,0 +1,160 @@
+"""The one generation loop (pyshim.serve.generation) natively, on the GPU runner (wgpu on lavapipe) and a
+tiny random model: a completion gives the CPU reference's tokens; stop ids, stop strings, ignore_eos;
+timings hold together; each decode step reads back only what sampling needs; teacher-forced scores agree
+with the reference. (In the browser: tests/test_browser_backend.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+
+from pyshim.errors import BadRequestError
+from pyshim.exec.loading import load_reference
+from pyshim.plan.settings import RunSettings
+from pyshim.serve.generation import generate, score
+from pyshim.serve.protocol import Sampling
+from pyshim.serve.sampling import SamplingParams
+from pyshim.serve.session import Session
+from pyshim.text.tokenizer import Tokenizer
+import tiny_models
+from tiny_models import N_VOCAB, write_tiny_model
+
+MAX_TOKENS = 10
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("runs"), "llama", QT.Q8_0)
+
+
+@pytest.fixture(scope="module")
+def gpu(model):
+    """(loop, runner): one native device for the module, on its own event loop."""
+    from pyshim.exec.gpu_runner import load_gpu
+
+    loop = asyncio.new_event_loop()
+    runner = loop.run_until_complete(load_gpu(model, settings=RunSettings(context=64)))
+    yield loop, runner
+    runner.close()
+    loop.close()
+
+
+def _reference(model, gpu):
+    """The CPU reference in the executor's arithmetic (on CPU adapters its int8 route rounds activations
+    as llama.cpp does; the reference emulates exactly that)."""
+    return load_reference(model, settings=RunSettings(arithmetic=gpu[1].arithmetic))
+
+
+def _cpu(model, gpu, prompt, params=SamplingParams(), max_tokens=MAX_TOKENS):
+    return asyncio.run(generate(_reference(model, gpu), prompt, params, max_tokens)).token_ids
+
+
+def _complete(gpu, prompt, params=SamplingParams(), max_tokens=MAX_TOKENS, **kw):
+    loop, runner = gpu
+    tok = Tokenizer.from_metadata(runner.header.metadata)
+    return loop.run_until_complete(generate(runner, prompt, params, max_tokens, decoder=tok.stream(), **kw))
+
+
+def test_greedy_completion_equals_the_cpu_reference_and_ignores_eos_on_request(model, gpu):
+    prompt = tiny_models.test_ids()[:6]
+    cpu = _cpu(model, gpu, prompt)
+    done = _complete(gpu, prompt)
+    assert done.token_ids == cpu and done.finish_reason == "length" and len(cpu) == MAX_TOKENS
+    # Make the third greedy token an end-of-generation id: generation stops there and leaves it out.
+    stopped = _complete(gpu, prompt, stop_ids=[cpu[2]])
+    assert stopped.token_ids == cpu[:2] and stopped.finish_reason == "stop"
+    # Without stop ids (ignore_eos) the run is the full length again, as the benchmark needs.
+    assert _complete(gpu, prompt, stop_ids=()).token_ids == cpu
+
+
+def test_each_decode_step_reads_back_only_what_sampling_needs(gpu):
+    """Greedy: the argmax, 4 bytes a token; top-k sampling: k (value, id) pairs; penalties: the logits."""
+    prompt = tiny_models.test_ids()[:6]
+    assert _complete(gpu, prompt).bytes_per_decode_step == 4
+    assert _complete(gpu, prompt, SamplingParams(temperature=1.0, top_k=8, seed=1)).bytes_per_decode_step == 8 * 8
+    penalized = _complete(gpu, prompt, SamplingParams(repetition_penalty=1.3))
+    assert penalized.bytes_per_decode_step == 4 * N_VOCAB
+
+
+def test_sampled_completion_matches_the_cpu_sampler_with_the_same_seed(model, gpu):
+    prompt = tiny_models.test_ids()[:6]
+    params = SamplingParams(temperature=1.2, top_k=40, seed=11)
+    assert _complete(gpu, prompt, params).token_ids == _cpu(model, gpu, prompt, params)
+
+
+def test_long_prompts_run_in_chunks_and_give_the_same_tokens(model, gpu, tmp_path):
+    """A prompt longer than the largest step is prefilled in chunks (earlier ones read nothing back)."""
+    loop, _ = gpu
+    from pyshim.exec.gpu_runner import load_gpu
+
+    prompt = (tiny_models.test_ids() * 3)[:40]
+    small = loop.run_until_complete(load_gpu(model, settings=RunSettings(context=64, prefill_chunk=7)))
+    try:
+        read = small.stats.bytes_read
+        done = loop.run_until_complete(generate(small, prompt, SamplingParams(), 4))
+        assert done.token_ids == _cpu(model, gpu, prompt, max_tokens=4)
+        assert small.stats.bytes_read - read == 4 * 4          # one argmax per generated token, none per chunk
+    finally:
+        small.close()
+
+
+def test_text_streams_and_stop_strings_cut_it(gpu):
+    prompt = tiny_models.test_ids()[:6]
+    pieces = []
+    full = _complete(gpu, prompt, on_text=lambda piece, token: pieces.append(piece))
+    assert "".join(pieces) == full.text and full.text
+    cut = full.text[len(full.text) // 2:][:2]
+    stopped = _complete(gpu, prompt, stop_strings=[cut])
+    assert stopped.finish_reason == "stop" and stopped.text == full.text[:full.text.index(cut)]
+
+
+def test_timings_hold_together(gpu):
+    done = _complete(gpu, tiny_models.test_ids()[:6])
+    t = done.timings()
+    assert t["ttft_ms"] == t["prefill_ms"] > 0
+    assert 0 < t["cpu_ms"] <= t["decode_ms"] and t["decode_tok_per_s"] > 0
+    assert done.usage() == {"prompt_tokens": 6, "completion_tokens": MAX_TOKENS, "total_tokens": 6 + MAX_TOKENS}
+
+
+def test_gpu_bytes_are_the_allocation_and_the_plan(gpu):
+    _, runner = gpu
+    got = runner.memory()
+    assert got["peak_gpu_bytes"] == runner.ops.memory()["total"] > runner.weight_bytes
+    assert got["planned_gpu_bytes"] > runner.weight_bytes      # weights, plus the KV cache and activations
+
+
+def test_abort_between_tokens(gpu):
+    done = _complete(gpu, tiny_models.test_ids()[:6], should_stop=lambda: True)
+    assert done.finish_reason == "abort" and len(done.token_ids) == 1
+
+
+def test_scores_agree_with_the_reference(model, gpu):
+    loop, runner = gpu
+    ids = tiny_models.test_ids()
+    got = loop.run_until_complete(score(runner, ids, 3))
+    want = asyncio.run(score(_reference(model, gpu), ids, 3))
+    assert got.top_ids[:, 0].tolist() == want.top_ids[:, 0].tolist()
+    np.testing.assert_allclose(got.top_logits, want.top_logits, atol=2e-3 * np.abs(want.top_logits).max())
+    probs = np.exp(got.top_logprobs)
+    assert np.all(probs <= 1 + 1e-6) and np.all(np.diff(got.top_logprobs, axis=1) <= 0)
+
+
+def test_requests_are_checked(gpu):
+    _, runner = gpu
+    session = Session(runner)
+    assert session.prompt_ids(ids=[1, 2, 3]) == [1, 2, 3]
+    assert session.prompt_ids("hello") == session.tokenizer.encode("hello", add_special=True)
+    with pytest.raises(BadRequestError, match="outside the vocabulary"):
+        session.prompt_ids(ids=[1, N_VOCAB])
+    s = Sampling.parse({"temperature": 0.5, "max_tokens": 7, "stop": "\n", "ignore_eos": True})
+    assert s.params.temperature == 0.5 and s.max_tokens == 7 and s.stop == ("\n",) and s.ignore_eos
+    for bad in ({"max_tokens": 0}, {"temperature": -1}, {"top_p": 0}, {"stop": [""]}, {"seed": "x"}):
+        with pytest.raises(BadRequestError):
+            Sampling.parse(bad)
+    s = Sampling.parse({"temperature": None, "top_p": None, "max_tokens": None, "stop": None})
+    assert s.params.temperature == 1.0 and s.params.top_p == 1.0 and s.max_tokens == 256 and s.stop == () and not s.ignore_eos
+    with pytest.raises(BadRequestError):
+        asyncio.get_event_loop_policy().new_event_loop().run_until_complete(generate(runner, [], SamplingParams(), 4))

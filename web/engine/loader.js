@@ -1,0 +1,80 @@
+// The store side of loading a model in the engine Worker. Python (pyshim/serve/worker_api.py) decides what
+// to read; this module reads it from IndexedDB: the header prefix and the few small tensors for Python,
+// and every weight tensor IndexedDB chunk → queue.writeBuffer straight into the GPU buffer Python created
+// for it, so weights never pass through the wasm heap (memory stays near one chunk).
+
+import * as store from "../store/store.js";
+
+const WRITE_ALIGN = 4;          // writeBuffer wants offsets and sizes in whole 4-byte words
+const PROGRESS_EVERY_MS = 100;
+
+function writeAligned(device, buffer, offset, bytes) {
+  if (offset % WRITE_ALIGN) throw Object.assign(new Error(`unaligned weight upload at ${offset}`), { name: "UploadError" });
+  const whole = bytes.length - (bytes.length % WRITE_ALIGN);
+  if (whole) device.queue.writeBuffer(buffer, offset, bytes, 0, whole);
+  if (whole < bytes.length) {   // a tensor's last few bytes: pad to a word (its buffer is sized in words)
+    const tail = new Uint8Array(WRITE_ALIGN);
+    tail.set(bytes.subarray(whole));
+    device.queue.writeBuffer(buffer, offset + whole, tail);
+  }
+}
+
+// The `store` Python's loader calls (worker_api's docstring has the contract). `emit(event, data)`
+// reports "load-progress" {done_bytes, total_bytes} while the weights go to the GPU.
+export function storeAccess(emit) {
+  return {
+    readPrefix: (modelId, length) => store.readRange(modelId, 0, length),
+    async readRanges(modelId, rangesJSON) {
+      const wanted = JSON.parse(rangesJSON).map(([offset, size]) => ({ offset, size }));
+      const buffers = new Map(wanted.map((s) => [s, new Uint8Array(s.size)]));
+      for await (const { slice, at, bytes } of store.slicePieces(modelId, wanted)) buffers.get(slice).set(bytes, at);
+      return wanted.map((s) => buffers.get(s));
+    },
+    async upload(modelId, device, uploadsProxy) {
+      const slices = uploadsProxy.toJs({ depth: 2 }).map(([offset, size, buffer, bufferOffset]) => ({ offset, size, buffer, bufferOffset }));
+      uploadsProxy.destroy();
+      const total = slices.reduce((n, s) => n + s.size, 0);
+      let done = 0;
+      let lastReport = 0;
+      for await (const { slice, at, bytes } of store.slicePieces(modelId, slices)) {
+        writeAligned(device, slice.buffer, slice.bufferOffset + at, bytes);
+        done += bytes.length;
+        if (performance.now() - lastReport > PROGRESS_EVERY_MS || done === total) {
+          lastReport = performance.now();
+          emit("load-progress", { done_bytes: done, total_bytes: total });
+        }
+      }
+      await device.queue.onSubmittedWorkDone();
+    },
+  };
+}
+
+// A model named by URL: its store id, downloading it into the store first when it is not there
+// (resumable; header first through `checkFit`, the Worker's probe). One loading path for everything, so a
+// benchmark measures the load users get, and a second run of the same URL loads from IndexedDB.
+export async function storedFromURL(url, checkFit, emit) {
+  const created = await store.createFromURL(url);
+  if (created.status === "ready") return { id: created.id, store_ms: 0 };
+  let last = 0;
+  const onProgress = (p) => {
+    if (performance.now() - last < PROGRESS_EVERY_MS) return;
+    last = performance.now();
+    emit("store-progress", { done_bytes: p.doneBytes, total_bytes: p.totalBytes, phase: p.phase });
+  };
+  const t0 = performance.now();
+  const ready = await store.download(created.id, { checkFit, onProgress });
+  if (ready.status !== "ready") {
+    throw Object.assign(new Error(ready.error?.message ?? `the model could not be stored (${ready.status})`),
+      { name: ready.error?.name ?? "ModelNotReadyError", hint: ready.error?.hint ?? null });
+  }
+  return { id: ready.id, store_ms: performance.now() - t0 };
+}
+
+// The stored model's manifest, refusing one that is not fully stored.
+export async function readyModel(modelId) {
+  const manifest = await store.getModel(modelId);
+  if (!manifest || manifest.status !== "ready") {
+    throw Object.assign(new Error("this model is not fully stored yet"), { name: "ModelNotReadyError", hint: "finish its download first" });
+  }
+  return manifest;
+}
