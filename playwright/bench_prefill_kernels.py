@@ -5,8 +5,7 @@ the CPU time of Chromium's GPU process (where SwiftShader's threads run: steadie
     .venv/bin/python playwright/bench_prefill_kernels.py [--tokens 64]
 
 Matmul shapes are the FFN up/gate matrices of SmolLM2 (Q4_1 1536x576, up/gate) and Gemma 3 270M (Q4_K 640x2048, down):
-the barrier-free matvec with 4 rows per invocation (the f32 route on SwiftShader), the many-token matvec
-(MATMUL_TOKENS per invocation), the int8 route's matvec (its quantize pass timed on its own row; one token per
+the barrier-free matvec with 4 rows per invocation, the int8 route's matvec (its quantize pass timed on its own row; one token per
 invocation as in decode, and for the 32-value block types (rows, tokens) per invocation, I8_SHAPES), and the
 tiled matmul with the CPU-adapter and the GPU tile shapes. Attention: the decode kernel one invocation per
 (head, token) against the key-tiled prefill kernel, over a prompt of --tokens at positions 0...
@@ -30,7 +29,8 @@ import harness  # noqa: E402
 import i8_emulation  # noqa: E402
 from bench_kernels import BENCH_JS as KERNELS_JS, b64  # noqa: E402
 from gpu_helpers import random_weight  # noqa: E402
-from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, I8_TOKEN_TYPES, MATMUL_TILE, MATMUL_TILE_CPU, PARAMS, SWIFTSHADER_ROWS,  # noqa: E402
+from pyshim.gpu.policy import MATMUL_TILE, MATMUL_TILE_CPU, NARROW_SIMD_ROWS  # noqa: E402
+from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, I8_TOKEN_TYPES, PARAMS,  # noqa: E402
                                 attention_keys, attention_prefill_grid, attention_prefill_key, groups, matmul_grid,
                                 matmul_key, matvec_grid, matvec_i8_grid, matvec_i8_key, matvec_key, quantize_key, xq_row_words)
 from pyshim.gpu.shaderc import Preprocessor  # noqa: E402
@@ -55,8 +55,7 @@ def build_cases(n: int) -> tuple[list[dict], dict]:
         w_blob, x_blob = f"w_{qtype.name}", f"x_{qtype.name}"
         blobs[w_blob], blobs[x_blob] = b64(raw), b64(x)
         params = b64(PARAMS["matvec"].pack(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m))
-        variants = [("matvec rows4", matvec_key(qtype, rows=SWIFTSHADER_ROWS), matvec_grid(m, n, rows=SWIFTSHADER_ROWS)),
-                    ("multi-token matvec", matvec_key(qtype, multi=True), matvec_grid(m, n, multi=True)),
+        variants = [("matvec rows4", matvec_key(qtype, rows=NARROW_SIMD_ROWS), matvec_grid(m, n, rows=NARROW_SIMD_ROWS)),
                     (f"tiled cpu {MATMUL_TILE_CPU}", matmul_key(qtype, tile=MATMUL_TILE_CPU), matmul_grid(m, n, MATMUL_TILE_CPU)),
                     (f"tiled gpu {MATMUL_TILE}", matmul_key(qtype, tile=MATMUL_TILE), matmul_grid(m, n, MATMUL_TILE))]
         for name, key, grid in variants:
@@ -71,7 +70,7 @@ def build_cases(n: int) -> tuple[list[dict], dict]:
         pairs = qtype in I8_PAIR_TYPES and k % 64 == 0
         i8_params = b64(PARAMS["matvec_i8"].pack(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
                                                  bias_off=0, y_stride=m, x_row_words=row_words))
-        i8 = [("i8 matvec rows4", matvec_i8_key(qtype, rows=SWIFTSHADER_ROWS, pairs=pairs), SWIFTSHADER_ROWS, 1)]
+        i8 = [("i8 matvec rows4", matvec_i8_key(qtype, rows=NARROW_SIMD_ROWS, pairs=pairs), NARROW_SIMD_ROWS, 1)]
         if qtype in I8_TOKEN_TYPES:
             i8 += [(f"i8 matvec rows{r} tokens{t}", matvec_i8_key(qtype, rows=r, tokens=t), r, t) for r, t in I8_SHAPES]
         for name, key, rows, tokens in i8:

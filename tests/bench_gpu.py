@@ -35,8 +35,9 @@ import i8_emulation  # noqa: E402
 from gpu_helpers import random_weight  # noqa: E402
 from pyshim.gpu import open_device  # noqa: E402
 from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, PARAMS, UNIFORM_X_BYTES, WEIGHT_TYPES, WG,  # noqa: E402
-                                KernelCache, barrier_free_rows, groups, matvec_grid, matvec_i8_key, matvec_key,
+                                KernelCache, groups, matvec_grid, matvec_i8_key, matvec_key,
                                 quantize_key, xq_row_words)
+from pyshim.gpu.policy import KernelPolicy  # noqa: E402
 from pyshim.gpu.shaderc import ShaderKey  # noqa: E402
 from pyshim.plan.memory import estimate  # noqa: E402
 
@@ -154,7 +155,7 @@ async def bench_matvec_i8(device, kernels, roof: dict, w, raw, qtype, rows: int,
     p = device.buffer(PARAMS["matvec_i8"].nbytes, label="p", uniform=True)
     device.write(p, PARAMS["matvec_i8"].pack(m=rows, k=cols, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
                                              bias_off=0, y_stride=rows, x_row_words=xq_row_words(cols, fmt)))
-    r = barrier_free_rows(device.caps)
+    r = KernelPolicy.for_device(device.caps).matvec_rows
     pipe = await kernels.get(matvec_i8_key(qtype, uniform_x=uniform, rows=r))
     dispatch = [(pipe, device.bind_group(pipe, [w, (xq, 0, UNIFORM_X_BYTES) if uniform else xq, y, p]),
                  matvec_grid(rows, 1, rows=r))]
@@ -165,25 +166,33 @@ async def bench_matvec_i8(device, kernels, roof: dict, w, raw, qtype, rows: int,
 
 async def bench_decode(device, roof: dict, model: str, int8: bool | None = None) -> dict:
     """Greedy decode steps (argmax on the GPU, 4 bytes read back per token)."""
+    from pyshim.exec.gpu_runner import load_gpu
+    from pyshim.exec.runner import Step, Want
+    from pyshim.plan.settings import RunSettings
     from pyshim.setup.catalog import resolve_model
-    from pyshim.exec.gpu_runner import load_gpu_async
 
-    runner = await load_gpu_async(resolve_model(model), n_ctx=DECODE_PROMPT + DECODE_STEPS + 8, device=device, int8=int8)
+    arithmetic = None if int8 is None else "int8" if int8 else "f32"
+    runner = await load_gpu(resolve_model(model), settings=RunSettings(context=DECODE_PROMPT + DECODE_STEPS + 8, arithmetic=arithmetic),
+                            device=device)
+
+    async def greedy(ids, start):
+        return (await runner.step(Step.of(ids, start, want=Want.ARGMAX)))[0].token
+
     prompt = list(range(100, 100 + DECODE_PROMPT))
     w0 = time.perf_counter()
-    token = await runner.greedy_async(prompt, 0)
+    token = await greedy(prompt, 0)
     first = time.perf_counter() - w0                              # records and builds programs too
     w0, c0 = clocks()
-    await runner.greedy_async(prompt, 0)                          # the prefill again, programs built
+    await greedy(prompt, 0)                          # the prefill again, programs built
     w1, c1 = clocks()
     prefill_wall, prefill_cpu = w1 - w0, c1 - c0
-    await runner.greedy_async([token], DECODE_PROMPT)             # builds the n=1 program
+    await greedy([token], DECODE_PROMPT)             # builds the n=1 program
     pos = DECODE_PROMPT + 1
     w0, c0 = clocks()
     host = 0.0
     for _ in range(DECODE_STEPS):
         h0 = time.perf_counter()
-        program = await runner._program(1, False, True)
+        program = await runner.program(1, Want.ARGMAX)
         device.write(runner.ops.tokens_buf, np.array([token], dtype=np.uint32))
         device.write(runner.ops.positions_buf, np.array([pos], dtype=np.uint32))
         device.submit(program.ready)
@@ -192,9 +201,9 @@ async def bench_decode(device, roof: dict, model: str, int8: bool | None = None)
         pos += 1
     w1, c1 = clocks()
     wall, cpu = (w1 - w0) / DECODE_STEPS, (c1 - c0) / DECODE_STEPS
-    elements = sum(int(np.prod(w.shape)) for w in runner.ops._bound.values())
+    elements = sum(int(np.prod(w.shape)) for w in runner.ops.slots.slots.values())
     out = rates(runner.weight_bytes, elements, wall, cpu, roof)
-    out.update({"int8": runner.ops.int8, "prefill_tokens": DECODE_PROMPT, "prefill_tok_s": DECODE_PROMPT / prefill_wall,
+    out.update({"int8": runner.ops.policy.int8, "prefill_tokens": DECODE_PROMPT, "prefill_tok_s": DECODE_PROMPT / prefill_wall,
                 "prefill_tok_per_cpu_s": DECODE_PROMPT / prefill_cpu, "decode_tok_s": 1 / wall, "decode_tok_per_cpu_s": 1 / cpu, "weight_bytes": runner.weight_bytes,
                 "weight_elements": elements, "dispatches": len(program.ready), "host_ms": host / DECODE_STEPS * 1e3,
                 "host_share_pct": 100 * host / DECODE_STEPS / wall, "first_call_s": first,

@@ -27,14 +27,21 @@ PROMPT = 16
 async def decode_rate(device, model: str, steps: int, options: dict) -> tuple[float, float]:
     """(tokens per wall second, tokens per process-CPU second) of greedy one-token steps."""
     from pyshim.setup.catalog import resolve_model
-    from pyshim.exec.gpu_runner import load_gpu_async
+    from pyshim.exec.gpu_runner import load_gpu
+    from pyshim.exec.runner import Step, Want
+    from pyshim.plan.settings import RunSettings
 
-    runner = await load_gpu_async(resolve_model(model), n_ctx=PROMPT + steps + 8, device=device, int8=False, **options)
-    token = await runner.greedy_async(list(range(100, 100 + PROMPT)), 0)
-    token = await runner.greedy_async([token], PROMPT)              # builds the one-token program
+    runner = await load_gpu(resolve_model(model), settings=RunSettings(context=PROMPT + steps + 8, arithmetic="f32"), device=device,
+                            policy=options)
+
+    async def greedy(ids, start):
+        return (await runner.step(Step.of(ids, start, want=Want.ARGMAX)))[0].token
+
+    token = await greedy(list(range(100, 100 + PROMPT)), 0)
+    token = await greedy([token], PROMPT)              # builds the one-token program
     w0, c0 = time.perf_counter(), time.process_time()
     for pos in range(PROMPT + 1, PROMPT + 1 + steps):
-        token = await runner.greedy_async([token], pos)
+        token = await greedy([token], pos)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     for buf in [b for w in runner.ops._bound.values() for b, _, _ in w.parts]:
         device.release(buf)

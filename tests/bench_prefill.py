@@ -5,8 +5,9 @@ native adapter, prefill tok/s by wall clock and by process CPU time (on CPU adap
     .venv/bin/python tests/bench_prefill.py [--models smollm2,gemma3] [--tokens 64] [--variants default,f32_tiled,...]
     .venv/bin/python tests/bench_prefill.py --kernels [--tokens 64]      # one matmul per kernel and tile shape
 
-Variants: GpuOps options (see VARIANTS); `tokens=N` runs the many-token matvec with N tokens per
-invocation (kernels.MATMUL_TOKENS patched for the run)."""
+Variants: the arithmetic and kernel policy overrides (see VARIANTS). (The many-token f32 matvec, 2-16
+tokens per invocation, measured 2x slower than one token and than the tiled matmul here, is gone:
+shaders/README.md.)"""
 
 from __future__ import annotations
 
@@ -20,50 +21,44 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from english_text import long_english_text  # noqa: E402
-from pyshim.gpu import kernels  # noqa: E402
+from pyshim.gpu import kernels, policy  # noqa: E402
 
 TRIALS = 2
 VARIANTS = {
     "default": {},                                            # the adapter's defaults (int8 route on CPU adapters)
-    "default+tiled_attn": {"tiled_attention": True},
-    "f32_matvec": {"int8": False, "tiled_matmul": False, "tiled_attention": False},
-    "f32_multi4": {"int8": False, "multi_token": True, "tokens": 4, "tiled_matmul": False, "tiled_attention": False},
-    "f32_multi8": {"int8": False, "multi_token": True, "tokens": 8, "tiled_matmul": False, "tiled_attention": False},
-    "f32_multi16": {"int8": False, "multi_token": True, "tokens": 16, "tiled_matmul": False, "tiled_attention": False},
-    "f32_tiled": {"int8": False, "tiled_matmul": True, "tiled_attention": True},
+    "default+tiled_attn": {"policy": {"tiled_attention": True}},
+    "f32": {"arithmetic": "f32", "policy": {"tiled_attention": False}},
+    "f32_tiled": {"arithmetic": "f32", "policy": {"tiled_attention": True}},
 }
 
 
 async def prefill(name: str, tokens: int, options: dict) -> dict:
+    from pyshim.exec.gpu_runner import load_gpu
+    from pyshim.exec.runner import Step
+    from pyshim.plan.settings import RunSettings
     from pyshim.setup.catalog import resolve_model
-    from pyshim.exec.gpu_runner import load_gpu_async
     from pyshim.text.tokenizer import Tokenizer
 
-    options = dict(options)
-    per_invocation = options.pop("tokens", None)
-    saved = kernels.MATMUL_TOKENS
-    if per_invocation:
-        kernels.MATMUL_TOKENS = per_invocation
+    runner = await load_gpu(resolve_model(name), settings=RunSettings(context=max(256, tokens), arithmetic=options.get("arithmetic")),
+                            policy=options.get("policy"))
     try:
-        runner = await load_gpu_async(resolve_model(name), n_ctx=max(256, tokens), **options)
-        ids = Tokenizer.from_metadata(runner.metadata).encode(long_english_text(4))[:tokens]
-        await runner.forward_async(ids, 0)                   # builds the programs
+        ids = Tokenizer.from_metadata(runner.header.metadata).encode(long_english_text(4))[:tokens]
+        await runner.step(Step.of(ids))                       # builds the programs
         walls, cpus = [], []
         for _ in range(TRIALS):
             w0, c0 = time.perf_counter(), time.process_time()
-            await runner.forward_async(ids, 0)
+            await runner.step(Step.of(ids))
             walls.append(time.perf_counter() - w0)
             cpus.append(time.process_time() - c0)
         adapter = runner.device.caps.summary()
-        runner.device.destroy()
     finally:
-        kernels.MATMUL_TOKENS = saved
+        runner.close()
     return {"adapter": adapter, "tok_s": tokens / statistics.median(walls), "tok_per_cpu_s": tokens / statistics.median(cpus)}
 
 
 # (type, rows, cols) of the kernel rows: SmolLM2's FFN up/gate and Gemma 3 270M's FFN down
 KERNEL_SHAPES = [("Q4_1", 1536, 576), ("Q4_K", 640, 2048)]
-KERNEL_TILES = [kernels.MATMUL_TILE_CPU, kernels.MATMUL_TILE, (64, 64, 32, 8, 8), (32, 64, 64, 4, 16), (16, 16, 256, 2, 2)]
+KERNEL_TILES = [policy.MATMUL_TILE_CPU, policy.MATMUL_TILE, (64, 64, 32, 8, 8), (32, 64, 64, 4, 16), (16, 16, 256, 2, 2)]
 KERNEL_REPS = 4
 
 
@@ -97,7 +92,7 @@ def kernel_rows(tokens: int) -> None:
         qtype = QT[name]
         raw = random_weight(qtype, m, k, rng)
         inputs = [gpu.upload(raw), gpu.upload(rng.standard_normal((tokens, k), dtype=np.float32))]
-        rows = kernels.barrier_free_rows(dev.caps)
+        rows = policy.KernelPolicy.for_device(dev.caps).matvec_rows
         ms, want = run(kernels.matvec_key(qtype, rows=rows), kernels.matvec_grid(m, tokens, rows=rows), inputs, m, k, raw.shape[1])
         print(f"{name} {m}x{k}, {tokens} tokens: matvec rows{rows} {ms:7.1f} ms CPU", flush=True)
         for tile in KERNEL_TILES:

@@ -25,20 +25,28 @@ import base64, json
 import numpy as np
 from pyshim.gguf.header import read_header
 from pyshim.gguf.tensors import BufferSource
-from pyshim.exec.gpu_runner import load_gpu_async
-from pyshim.exec.loading import load
+from pyshim.exec.gpu_runner import load_gpu
+from pyshim.exec.loading import load_reference
+from pyshim.exec.runner import Step, Want
+from pyshim.plan.settings import RunSettings
 
 RTOL = {rtol}
 data = base64.b64decode({b64!r})
 header = read_header(data, file_size=len(data))
 ids = {ids!r}
-runner = await load_gpu_async(header=header, source=BufferSource(data), n_ctx={n_ctx}, max_chunk=4, int8={int8}{options})
-got = await runner.forward_async(ids, 0, all_logits=True)
-want = load(header=header, source=BufferSource(data), n_ctx={n_ctx}, emulate_llama_cpp={int8}).forward(ids, 0, all_logits=True)
-plain = load(header=header, source=BufferSource(data), n_ctx={n_ctx}).forward(ids, 0, all_logits=True)
-greedy = await runner.greedy_async(ids, 0)
-json.dumps({{"face": runner.device.caps.face, "adapter": runner.device.caps.summary(), "int8": runner.ops.int8,
-            "subgroup": runner.ops.subgroup,
+arithmetic = "int8" if {int8} else "f32"
+runner = await load_gpu(header=header, source=BufferSource(data), settings=RunSettings(context={n_ctx}, prefill_chunk=4,
+                        arithmetic=arithmetic), policy={policy})
+got = np.concatenate([(await runner.step(Step.of(ids[at:at + 4], at, want=Want.ALL_LOGITS)))[0].logits for at in range(0, len(ids), 4)])
+ref = lambda a: load_reference(header=header, source=BufferSource(data), settings=RunSettings(context={n_ctx}, arithmetic=a))
+want = ref(arithmetic).logits(ids, all_logits=True)
+plain = ref("f32").logits(ids, all_logits=True)
+last = (len(ids) - 1) // 4 * 4
+for at in range(0, last, 4):
+    await runner.step(Step.of(ids[at:at + 4], at, want=Want.NONE))
+greedy = (await runner.step(Step.of(ids[last:], last, want=Want.ARGMAX)))[0].token
+json.dumps({{"face": runner.device.caps.face, "adapter": runner.device.caps.summary(), "int8": runner.ops.policy.int8,
+            "subgroup": runner.ops.policy.subgroup,
             "max_err": float(np.abs(got - want).max()), "scale": float(np.abs(want).max()),
             "excess": float((np.abs(got - want) - RTOL * np.abs(want)).max()),
             "effect": float(np.abs(plain - want).max()),
@@ -56,7 +64,7 @@ def test_gpu_executor_in_the_worker_matches_reference(site_page, tmp_path_factor
     path = tiny_models.write_tiny_model(tmp_path_factory.mktemp(arch), arch, QT[qtype])
     ids = tiny_models.test_ids()
     code = RUN.format(b64=base64.b64encode(path.read_bytes()).decode(), ids=ids, n_ctx=tiny_models.N_CTX, rtol=RTOL,
-                      int8=int8, options="")
+                      int8=int8, policy="{}")
     result = harness.engine_request(page, "exec", {"code": code})
     assert result["face"] == "browser" and result["int8"] == int8
     assert result["shape"] == [len(ids), tiny_models.N_VOCAB]
@@ -78,7 +86,7 @@ def test_subgroup_kernels_in_the_worker_match_reference(site_page, tmp_path_fact
     path = tiny_models.write_tiny_model(tmp_path_factory.mktemp("gemma3"), "gemma3", QT.Q5_0)
     ids = tiny_models.test_ids()
     code = RUN.format(b64=base64.b64encode(path.read_bytes()).decode(), ids=ids, n_ctx=tiny_models.N_CTX, rtol=RTOL,
-                      int8=False, options=", subgroup=True")
+                      int8=False, policy='{"subgroup": True}')
     result = harness.engine_request(page, "exec", {"code": code})
     assert result["face"] == "browser" and result["subgroup"] and not result["int8"], str(result)
     assert result["excess"] <= ATOL_OF_SCALE * result["scale"], str(result)

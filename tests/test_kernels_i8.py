@@ -4,7 +4,6 @@ against the reference executor's llama.cpp emulation. Odd sizes; one device for 
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import numpy as np
 import pytest

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import tiny_models
-from pyshim.exec.gpu_runner import GpuRunner
 from pyshim.plan.settings import Arithmetic
 from runners import Drive, gpu, reference
 

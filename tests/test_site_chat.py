@@ -27,19 +27,16 @@ def site(chromium, dev_server):
 
 
 def cpu_reference_reply(kv_type: str = "f32") -> str:
-    from pyshim.setup.catalog import resolve_model
-    from pyshim.text.chat import ChatTemplate
-    from pyshim.serve.generation import generate_text
-    from pyshim.exec.loading import load
-    from pyshim.serve.sampling import SamplingParams
-    from pyshim.text.tokenizer import Tokenizer
+    import asyncio
 
-    runner = load(resolve_model("smollm2"), n_ctx=512, kv_type=kv_type)
-    tok = Tokenizer.from_metadata(runner.metadata)
-    template = ChatTemplate.from_metadata(runner.metadata, tok)
-    ids = template.encode(tok, [{"role": "user", "content": QUESTION}])
-    return generate_text(runner, ids, tok.stream(), max_tokens=MAX_TOKENS, params=SamplingParams(),
-                         stop_ids=template.stop_ids).text
+    from pyshim.serve.protocol import Sampling
+    from pyshim.serve.session import Session
+    from pyshim.setup.catalog import resolve_model
+    from runners import reference
+
+    session = Session(reference(resolve_model("smollm2"), context=512, kv_type=kv_type))
+    reply = asyncio.run(session.chat([{"role": "user", "content": QUESTION}], Sampling.parse({"temperature": 0, "max_tokens": MAX_TOKENS})))
+    return reply.text
 
 
 def ask(page, settings: dict) -> str:
@@ -77,8 +74,8 @@ def test_greedy_chat_reply_equals_the_cpu_reference(site):
 def test_q8_kv_cache_reply_equals_the_reference_with_that_cache(site):
     _, page, watch = site
     text = ask(page, {**EXACT, "kv_type": "q8"})
-    key = page.evaluate("() => window.pyshimEngine.request('exec', {code: 'import json\\nfrom pyshim.serve.worker_api import loaded_key\\njson.dumps(loaded_key())'})")
-    assert key.endswith("#f32~q8"), key          # the model was loaded again, with a q8 cache
+    loaded = page.evaluate("() => window.pyshimEngine.request('stats')")["loaded"]
+    assert loaded["settings"]["kv_type"] == "q8" and loaded["settings"]["arithmetic"] == "f32", loaded   # loaded again, with a q8 cache
     assert text == cpu_reference_reply("q8").strip()
     watch.check()
 

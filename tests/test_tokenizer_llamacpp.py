@@ -179,8 +179,6 @@ def test_tokenize_command():
 def test_tokenize_file_reads_bytes_verbatim(model, tmp_path):
     """`tokenize --file` and `score --file` read a file's bytes as llama.cpp does: a CRLF text gives
     llama.cpp's ids for the CRLF text (recorded by llama.cpp), not those of the text with the CRs gone."""
-    from pyshim.cli import main
-
     expected = _fixture()["models"][model]
     _tokenizer(expected["file"])
     cases = [c for c in expected["random_cases"] if "\r\n" in c["text"]][:8]

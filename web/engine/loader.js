@@ -31,8 +31,8 @@ export function storeAccess(emit) {
       return wanted.map((s) => buffers.get(s));
     },
     async upload(modelId, device, uploadsProxy) {
+      // Pyodide lends the list for this call only (it destroys the proxy itself): read it before any await.
       const slices = uploadsProxy.toJs({ depth: 2 }).map(([offset, size, buffer, bufferOffset]) => ({ offset, size, buffer, bufferOffset }));
-      uploadsProxy.destroy();
       const total = slices.reduce((n, s) => n + s.size, 0);
       let done = 0;
       let lastReport = 0;
