@@ -15,7 +15,7 @@ Figure names shared by all engines (absent = not measured by that engine yet):
 
 The browser engine: the site's Worker answers `boot`, `gpu-selftest`, `read-header`, `probe-bytes`,
 `exec` and `bench`; the page's store downloads the model into IndexedDB first (store_ms, store_MBps), then
-the Worker's `bench` request (web/engine/runs.js) runs each prompt: params {model_url, prompt, max_tokens,
+the Worker's `bench` request (pyshim/serve/worker_api.py) runs each prompt: params {model_url, prompt, max_tokens,
 ignore_eos: true}; result {prompt_tokens, load_ms, ttft_ms, prefill_ms, decode_tokens, decode_ms, text,
 cpu_ms, cpu_share, peak_gpu_bytes, planned_gpu_bytes} — raw prompts, exact token counts, greedy, the model
 loaded IndexedDB → GPU as the site does; cpu_ms = decode time outside awaiting the GPU readback, so
@@ -173,17 +173,14 @@ def _roofline_code(mib: int) -> str:
 # the header first through Python's "will it fit?"): returns {model_id, ms, bytes}.
 STORE_JS = """async ([url, context]) => {
   const store = await import(new URL("store/store.js", location.href).href);
+  const { checkFit } = await import(new URL("engine/resolve.js", location.href).href);
   const engine = window.pyshimEngine;
-  const checkFit = async (prefix, size) => {
-    const s = await engine.request("probe-bytes", { bytes: prefix, file_size: size, context });
-    if (s.need !== undefined) return s;
-    if (s.refused) return { ok: false, reasons: [s.refused.message], summary: s };
-    return { ok: true, reasons: [], summary: s };
-  };
+  const adapter = await engine.request("gpu-selftest").then((gpu) => gpu.adapter, () => null);   // what the page judges by
   const created = await store.createFromURL(url);
   const t0 = performance.now();
-  const ready = await store.download(created.id, { checkFit });
-  return { model_id: ready.id, ms: performance.now() - t0, bytes: ready.size };
+  const ready = await store.download(created.id, {
+    checkFit: (prefix, size) => checkFit(engine, adapter, context, prefix, size) });
+  return { model_id: ready.id, id: ready.id, status: ready.status, error: ready.error, ms: performance.now() - t0, bytes: ready.size };
 }"""
 STORE_CONTEXT = 1024
 
@@ -239,7 +236,7 @@ def _worker_generation(page, model_url: str, workload: list[dict]) -> dict:
                 sample["decode_tok_s"] = steps / (r["decode_ms"] / 1e3)
             if r.get("cpu_ms") is not None and r["decode_ms"] > 0:
                 sample["cpu_share_pct"] = 100 * r["cpu_ms"] / r["decode_ms"]
-            for key in ("peak_gpu_bytes", "planned_gpu_bytes", "kernel_step_ms"):
+            for key in ("peak_gpu_bytes", "planned_gpu_bytes", "kernel_step_ms", "bytes_per_decode_step", "dispatches_per_token"):
                 if r.get(key) is not None:
                     sample[key] = r[key]
             for group, ms in (r.get("kernel_ms") or {}).items():     # flat keys, so medians() takes them

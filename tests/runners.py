@@ -6,6 +6,7 @@ on; the reference needs none) in chunks of the runner's largest step, as the gen
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 
 import numpy as np
 
@@ -38,9 +39,15 @@ class Drive:
         self.loop = loop
 
     def _run(self, coro):
-        if self.loop is None:
+        if self.loop is not None:
+            return self.loop.run_until_complete(coro)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
             return asyncio.run(coro)
-        return self.loop.run_until_complete(coro)
+        # inside a running loop (Playwright's sync API keeps one): run the reference's steps on a thread
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, coro).result()
 
     def step(self, tokens, start: int = 0, want: Want = Want.LOGITS, k: int = 0):
         return self._run(self.runner.step(Step.of(list(tokens), start, want=want, k=k)))[0]

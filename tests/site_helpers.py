@@ -123,8 +123,9 @@ def start_url_download(page, url: str) -> None:
     page.click("#url-form button[type=submit]")
 
 
-def header_only_gguf(path: Path, *, n_vocab: int, n_embd: int, n_layers: int, n_ff: int) -> tuple[bytes, int]:
-    """A llama GGUF header (F16 tensors) without its tensor data: (header bytes, the full file's size).
+def header_only_gguf(path: Path, *, n_vocab: int, n_embd: int, n_layers: int, n_ff: int, dtype: str = "F16") -> tuple[bytes, int]:
+    """A llama GGUF header (F16 tensors, or `dtype`: another 2-byte type such as BF16) without its tensor
+    data: (header bytes, the full file's size).
 
     Serving the header and claiming the full size fakes a model of any size without writing it."""
     import numpy as np
@@ -144,7 +145,7 @@ def header_only_gguf(path: Path, *, n_vocab: int, n_embd: int, n_layers: int, n_
     writer.add_vocab_size(n_vocab)
 
     def tensor(name: str, rows: int, cols: int) -> None:
-        writer.add_tensor_info(name, (rows, cols), np.float16, rows * cols * 2, raw_dtype=GGMLQuantizationType.F16)
+        writer.add_tensor_info(name, (rows, cols), np.float16, rows * cols * 2, raw_dtype=GGMLQuantizationType[dtype])
 
     tensor("token_embd.weight", n_vocab, n_embd)
     for i in range(n_layers):

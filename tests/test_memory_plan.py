@@ -43,3 +43,26 @@ def test_plan_matches_gpu_allocation(name, context, kv_type):
     assert abs(used["kv"] - plan.kv_bytes) <= 0.01 * plan.kv_bytes
     assert abs(used["weights"] - plan.weight_bytes) <= 0.01 * plan.weight_bytes
     assert abs(used["activations"] - plan.activation_bytes) <= 0.25 * plan.activation_bytes
+
+
+def test_a_type_no_executor_decodes_is_refused_by_name(tmp_path):
+    """A BF16 model: the probe (what the site asks before downloading) says it won't run and names the
+    type; `inspect` marks the type; loading refuses it by tensor before reading any weight."""
+    from pyshim.errors import UnsupportedError
+    from pyshim.exec.loading import load_reference
+    from pyshim.gguf.header import read_header
+    from pyshim.plan.probe import probe
+    from site_helpers import header_only_gguf
+
+    data, total = header_only_gguf(tmp_path / "bf16.gguf", n_vocab=1000, n_embd=1024, n_layers=1, n_ff=512, dtype="BF16")
+    summary = probe(data, total, judge=True, limits={"max_storage_buffer_binding_size": 1 << 30, "max_buffer_size": 1 << 30})
+    assert not summary["supported"] and "BF16" in summary["reason"] and "won't run" in summary["reason"]
+    assert not summary["fit"]["ok"] and any("BF16" in r for r in summary["fit"]["reasons"])
+    header = read_header(data, file_size=total)
+
+    class NoBytes:
+        def read(self, offset, nbytes):
+            raise AssertionError("a weight was read")
+
+    with pytest.raises(UnsupportedError, match="BF16"):
+        load_reference(header=header, source=NoBytes())

@@ -28,6 +28,7 @@ def site(chromium, dev_server):
 
 def cpu_reference_reply(kv_type: str = "f32") -> str:
     import asyncio
+    import concurrent.futures
 
     from pyshim.serve.protocol import Sampling
     from pyshim.serve.session import Session
@@ -35,8 +36,9 @@ def cpu_reference_reply(kv_type: str = "f32") -> str:
     from runners import reference
 
     session = Session(reference(resolve_model("smollm2"), context=512, kv_type=kv_type))
-    reply = asyncio.run(session.chat([{"role": "user", "content": QUESTION}], Sampling.parse({"temperature": 0, "max_tokens": MAX_TOKENS})))
-    return reply.text
+    chat = session.chat([{"role": "user", "content": QUESTION}], Sampling.parse({"temperature": 0, "max_tokens": MAX_TOKENS}))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:      # Playwright's sync API keeps a loop running here
+        return pool.submit(asyncio.run, chat).result().text
 
 
 def ask(page, settings: dict) -> str:

@@ -130,7 +130,7 @@ def test_will_it_fit_follows_the_context_and_budget_settings(site):
     page.fill("#set-gpu-budget", "200")
     page.dispatch_event("#set-gpu-budget", "change")
     page.wait_for_selector("#fit-panel[data-verdict=refused]")
-    assert "more than the 210 MB of GPU memory assumed available" in page.inner_text("#fit-panel")
+    assert "more than the 200.0 MiB of GPU memory assumed available" in page.inner_text("#fit-panel")
     shot(page, "04-fit-refused-by-settings")
     page.fill("#set-gpu-budget", "4096")
     page.dispatch_event("#set-gpu-budget", "change")

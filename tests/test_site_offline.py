@@ -64,9 +64,15 @@ def test_generate_protocol_refuses_a_model_that_is_not_stored(site):
     _, page, _ = site
     caps = harness.engine_request(page, "capabilities")
     assert caps["generate"] is True and {"generate", "abort", "probe-bytes", "store-digest"} <= set(caps["kinds"])
-    err = page.evaluate("""async () => { try { await window.pyshimEngine.request('generate', {model_id: 'url:nowhere', messages: []}); }
+    err = page.evaluate("""async () => { try { await window.pyshimEngine.request('generate', {model_id: 'url:nowhere',
+                                                    messages: [{role: 'user', content: 'hi'}]}); }
                                          catch (e) { return {name: e.name, hint: e.hint}; } }""")
     assert err["name"] == "ModelNotReadyError" and err["hint"]
+    # a request of the wrong shape never reaches the Worker: refused by the shared schema, the field named
+    bad = page.evaluate("""async () => { try { await window.pyshimEngine.request('generate', {model_id: 'url:nowhere', messages: []}); }
+                                         catch (e) { return {name: e.name, param: e.param, message: e.message}; } }""")
+    assert bad == {"name": "BadRequestError", "param": "messages",
+                   "message": "`messages` must be a non-empty list of {role, content}, got []"}
     assert harness.engine_request(page, "abort", {"request_id": 12345}) == {"aborted": False}
 
 # A stand-in for the engine's generate: streams tokens as the worker protocol will, with text that
@@ -116,7 +122,8 @@ def test_chat_ui_streams_text_safely_with_a_stand_in_engine(site):
     assert page.locator(".msg.user .bubble").inner_text() == "Show me <b>markup</b>"
     sent = page.evaluate("() => window.lastGenerate")
     assert sent["messages"][0]["role"] == "system" and sent["messages"][-1] == {"role": "user", "content": "Show me <b>markup</b>"}
-    assert set(sent["sampling"]) == {"temperature", "top_p", "top_k", "max_tokens", "seed"}
+    assert set(sent["sampling"]) == {"temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+                                     "frequency_penalty", "max_tokens", "seed"}
     shot(page, "09-chatting-stand-in-engine")
     page.fill("#prompt", "talk forever")
     page.click("#send")

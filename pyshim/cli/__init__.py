@@ -1,6 +1,8 @@
 """The `pyshim` command. Each subcommand lives in `pyshim/cli/<name>.py` with
 `add_arguments(parser)` and `run(args) -> int`. Command modules import only the standard library
-at the top and their heavy dependencies inside `run`, so `pyshim serve` never pays for numpy."""
+at the top and their heavy dependencies inside `run`, so `pyshim serve` never pays for numpy.
+`browser` runs one request in the site's Worker in headless Chromium (`--backend browser`).
+May import: anything in pyshim."""
 
 from __future__ import annotations
 

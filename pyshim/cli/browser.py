@@ -28,17 +28,14 @@ _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
 # probe whether the header is usable; returns the store id.
 STORE_JS = """async ([url, context]) => {
   const store = await import(new URL("store/store.js", location.href).href);
+  const { checkFit } = await import(new URL("engine/resolve.js", location.href).href);
   const engine = window.pyshimEngine;
-  const checkFit = async (prefix, size) => {
-    const s = await engine.request("probe-bytes", { bytes: prefix, file_size: size, context, judge: true,
-                                                    limits: window.pyshimAdapter?.limits ?? null });
-    if (s.need !== undefined) return s;
-    if (s.refused) return { ok: false, reasons: [s.refused.message], summary: s };
-    return { ok: s.fit.ok, reasons: s.fit.reasons, summary: s };
-  };
+  const adapter = await engine.request("gpu-selftest").then((gpu) => gpu.adapter, () => null);   // what the page judges by
   const created = await store.createFromURL(url);
-  const ready = await store.download(created.id, { checkFit });
-  return { id: ready.id, status: ready.status, error: ready.error };
+  const t0 = performance.now();
+  const ready = await store.download(created.id, {
+    checkFit: (prefix, size) => checkFit(engine, adapter, context, prefix, size) });
+  return { model_id: ready.id, id: ready.id, status: ready.status, error: ready.error, ms: performance.now() - t0, bytes: ready.size };
 }"""
 
 # One engine request; token events go to the exposed `pyshimCliToken` when streaming.

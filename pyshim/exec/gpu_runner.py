@@ -159,7 +159,7 @@ async def load_gpu(path: str | Path | None = None, *, header=None, source=None, 
     `upload_now=False` leaves the weights' bytes to the caller (`runner.ops.uploads`: the browser);
     `max_binding` lowers the storage binding limit (forces tensors split by rows); `policy` overrides
     kernel choices (pyshim.gpu.policy.KernelPolicy fields: tests)."""
-    from pyshim.exec.loading import open_model
+    from pyshim.gguf.model import open_model
     from pyshim.gguf.tensors import WeightStore, tensor_refs_from_header
     from pyshim.gpu import open_device
     from pyshim.models import build_model

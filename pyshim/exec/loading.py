@@ -13,25 +13,13 @@ from pyshim.errors import BadRequestError
 from pyshim.exec.llama_cpp import OPS_FOR
 from pyshim.exec.reference import ReferenceRunner
 from pyshim.exec.runner import Runner
-from pyshim.gguf.header import GGUFHeader, read_header_from_file
-from pyshim.gguf.spec import ModelSpec
-from pyshim.gguf.tensors import ByteSource, FileSource, WeightStore, tensor_refs_from_header
+from pyshim.gguf.header import GGUFHeader
+from pyshim.gguf.model import open_model
+from pyshim.gguf.tensors import ByteSource, WeightStore, tensor_refs_from_header
 from pyshim.models import build_model
 from pyshim.plan.settings import Arithmetic, RunSettings
 
 BACKENDS = ("cpu", "gpu")   # gpu: the WebGPU executor (pyshim.gpu) through native wgpu or, in Pyodide, navigator.gpu
-
-
-def open_model(path: str | Path | None = None, *, header: GGUFHeader | None = None,
-               source: ByteSource | None = None) -> tuple[GGUFHeader, ByteSource, ModelSpec]:
-    """What every executor's loader starts with: the header and byte source (from `path`, or given) and
-    the spec (which refuses an architecture pyshim does not run)."""
-    if path is not None:
-        header = read_header_from_file(path)
-        source = FileSource(path)
-    if header is None or source is None:
-        raise BadRequestError("loading a model needs a path, or a header and a byte source")
-    return header, source, ModelSpec.from_header(header)
 
 
 def load_reference(path: str | Path | None = None, *, header: GGUFHeader | None = None, source: ByteSource | None = None,

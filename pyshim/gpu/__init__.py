@@ -1,9 +1,13 @@
-"""The GPU layer: one async device interface with two faces.
+"""The GPU layer: one async device interface with two faces, and what runs a model on it.
 
-- browser: `navigator.gpu` through Pyodide's FFI (the only code in pyshim that imports `js`/`pyodide`);
-- native: the `wgpu` package (wgpu-native: Vulkan, Metal, DX12) in CPython.
-
-`await open_device()` picks the face by where Python runs.
+- `device`: the interface and the adapter's capabilities; `browser`: `navigator.gpu` through Pyodide's FFI
+  (with pyshim.serve.js_engine the only code that imports `js`/`pyodide`); `native`: the `wgpu` package
+  (wgpu-native: Vulkan, Metal, DX12) in CPython. `await open_device()` picks the face by where Python runs.
+- `policy`: which kernel variants run, from the adapter's features and limits; `kernels` and `shaderc`:
+  the WGSL catalog, params layouts and preprocessor; `program`: recorded dispatches built and replayed;
+  `pool`: the allocator and activation buffers; `slots`: weights by name; `kv`: the KV cache per
+  sequence; `ops`: the ops interface recorded into programs; `selftest`: a first dispatch.
+May import: pyshim.errors, pyshim.gguf, pyshim.plan, pyshim.models (the ops interface, rope's tables).
 """
 
 from __future__ import annotations

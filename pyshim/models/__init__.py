@@ -3,7 +3,7 @@
 Holds the ops interface every executor implements (`ops`), rope's math (`rope`) and the llama-family
 decoder (`decoder`), which covers every architecture pyshim.gguf.spec.ARCHITECTURES lists. A model
 maps (tokens, positions) to logits and nothing else: it never samples, loops or knows its executor.
-May import: pyshim.errors, pyshim.gguf.
+May import: pyshim.errors, pyshim.gguf (never an executor: models know nothing of where they run).
 """
 
 from __future__ import annotations

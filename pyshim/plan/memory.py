@@ -188,7 +188,7 @@ def fits(est: MemoryEstimate, *, budget_bytes: int | None = None, max_binding_by
     if budget_bytes is not None and est.total_bytes > budget_bytes:
         reasons.append(f"weights ({_mib(est.weight_bytes)}), a {est.context}-token {est.kv_type} KV cache "
                        f"({_mib(est.kv_bytes)}) and activations ({_mib(est.activation_bytes)}) need {_mib(est.total_bytes)}, "
-                       f"more than the {_mib(budget_bytes)} available; "
+                       f"more than the {_mib(budget_bytes)} of GPU memory assumed available; "
                        "try a shorter context, a smaller KV type, or a smaller quantization")
     limit = min(x for x in (max_binding_bytes, max_buffer_bytes, 1 << 62) if x is not None)
     if limit < 1 << 62:

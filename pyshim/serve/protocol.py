@@ -90,6 +90,8 @@ SETTINGS = {"type": "object", "description": "load settings {context, kv_type, a
                       "description": f"an integer in [1, {PREFILL_CHUNK}]"},
 }}
 MODEL_ID = {"type": "string", "minLength": 1, "description": "a stored model's id"}
+# raw-prompt kinds may name the model by URL instead: the Worker stores it first, then names it by id
+MODEL_URL = {"type": "string", "minLength": 1, "description": "a .gguf URL"}
 
 
 def _request(required: dict, optional: dict, description: str) -> dict:
@@ -104,19 +106,19 @@ SCHEMAS: dict[str, dict] = {
     "load": _request({"model_id": MODEL_ID}, {"settings": SETTINGS}, "{model_id, settings}"),
     "generate": _request({"model_id": MODEL_ID, "messages": MESSAGES}, {"settings": SETTINGS, "sampling": {
         "type": "object", "properties": SAMPLING, "description": "sampling settings"}}, "{model_id, messages, settings, sampling}"),
-    "complete": _request({"model_id": MODEL_ID}, {"settings": SETTINGS, "prompt": {"type": "string", "minLength": 1, "description": "a non-empty string"},
+    "complete": _request({}, {"model_id": MODEL_ID, "model_url": MODEL_URL, "settings": SETTINGS, "prompt": {"type": "string", "minLength": 1, "description": "a non-empty string"},
                                                   "prompt_ids": TOKEN_IDS, "stop_token_ids": {**TOKEN_IDS, "minItems": 0},
                                                   "sampling": {"type": "object", "properties": SAMPLING, "description": "sampling settings"}},
-                         "{model_id, prompt | prompt_ids, settings, sampling}"),
-    "score": _request({"model_id": MODEL_ID}, {"settings": SETTINGS, "text": {"type": "string", "minLength": 1, "description": "a non-empty string"},
+                         "{model_id | model_url, prompt | prompt_ids, settings, sampling}"),
+    "score": _request({}, {"model_id": MODEL_ID, "model_url": MODEL_URL, "settings": SETTINGS, "text": {"type": "string", "minLength": 1, "description": "a non-empty string"},
                                                "ids": TOKEN_IDS, "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_SCORE_TOP_K,
                                                                            "default": DEFAULT_SCORE_TOP_K, "description": f"an integer in [1, {MAX_SCORE_TOP_K}]"}},
-                      "{model_id, text | ids, settings, top_k}"),
-    "bench": _request({"model_id": MODEL_ID}, {"settings": SETTINGS, "prompt": {"type": "string", "minLength": 1, "description": "a non-empty string"},
+                      "{model_id | model_url, text | ids, settings, top_k}"),
+    "bench": _request({}, {"model_id": MODEL_ID, "model_url": MODEL_URL, "settings": SETTINGS, "prompt": {"type": "string", "minLength": 1, "description": "a non-empty string"},
                                                "prompt_ids": TOKEN_IDS, "max_tokens": SAMPLING["max_tokens"],
                                                "ignore_eos": {**SAMPLING["ignore_eos"], "default": True},
                                                "kernels": {"type": "boolean", "default": False, "description": "true or false"}},
-                      "{model_id, prompt | prompt_ids, settings, max_tokens, ignore_eos, kernels}"),
+                      "{model_id | model_url, prompt | prompt_ids, settings, max_tokens, ignore_eos, kernels}"),
     "probe": _request({}, {"file_size": {"type": ["integer", "null"], "minimum": 0, "default": None, "description": "a byte count"},
                            "context": {"type": ["integer", "null"], "minimum": 1, "default": None, "description": "a positive number of tokens"},
                            "kv_type": SETTINGS["properties"]["kv_type"],

@@ -39,7 +39,10 @@ class Scheduler:
     def queued(self) -> int:
         return len(self._waiting)
 
-    async def run(self, job: Callable[[Callable[[], bool]], Awaitable[T]], request_id: int | None = None) -> T:
+    async def run(self, job: Callable[[Callable[[], bool]], Awaitable[T]], request_id: int | None = None,
+                  on_start: Callable[[], None] | None = None) -> T:
+        """Run `job` when every request before it is done; `on_start()` is called as it starts (the page
+        learns that its request left the queue)."""
         rid = next(self._ids) if request_id is None else request_id
         self._waiting.add(rid)
         try:
@@ -50,6 +53,8 @@ class Scheduler:
             if rid in self._aborted:
                 raise AbortedError("the request was aborted before it started")
             self.running = rid
+            if on_start is not None:
+                on_start()
             return await job(lambda: rid in self._aborted)
         finally:
             self.running = None

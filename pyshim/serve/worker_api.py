@@ -10,7 +10,7 @@ with three async methods the loader calls:
     upload(model_id, device, uploads)                every weight, store -> GPU buffer, chunk by chunk
 so weights go from IndexedDB into GPU buffers without passing through Python (or Pyodide's heap). The
 one model loaded and its settings live here; requests queue in one Scheduler; `emit(event, data_json)`
-streams events ("token", "load-progress") to the request's caller.
+streams events to the request's caller: "started" (it left the queue), "token", "load-progress".
 
 Arguments from JS arrive as Pyodide proxies (Uint8Array, functions); they are used by duck typing
 (`to_bytes`), so this module also imports and tests in CPython.
@@ -145,8 +145,10 @@ async def _read_header(store, model_id: str, file_size: int):
     raise BadRequestError("the GGUF header is implausibly large")
 
 
-async def _ensure_loaded(model_id: str, settings: RunSettings, file_size: int, store, emit) -> float:
+async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size: int, store, emit) -> float:
     """Load `model_id` unless it is loaded with these settings; the milliseconds it took (0: it was)."""
+    if not model_id:
+        raise BadRequestError("name the model by model_id (a stored model's id)", param="model_id")
     if _matches(model_id, settings):
         return 0.0
     from pyshim.exec.gpu_runner import load_gpu
@@ -207,9 +209,9 @@ async def load(request_json: str, file_size: int, store, request_id: int, emit) 
     request = validate("load", json.loads(request_json))
 
     async def job(should_stop):
-        return {"load_ms": await _ensure_loaded(request["model_id"], _settings(request), file_size, store, emit)}
+        return {"load_ms": await _ensure_loaded(request.get("model_id"), _settings(request), file_size, store, emit)}
 
-    return _dump(await _scheduler.run(job, request_id))
+    return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
 
 
 @_boundary
@@ -237,11 +239,11 @@ async def generate(request_json: str, file_size: int, store, request_id: int, em
     sampling = Sampling.of(request["sampling"])
 
     async def job(should_stop):
-        load_ms = await _ensure_loaded(request["model_id"], _settings(request), file_size, store, emit)
+        load_ms = await _ensure_loaded(request.get("model_id"), _settings(request), file_size, store, emit)
         done = await _state["session"].chat(request["messages"], sampling, on_text=_on_text(emit), should_stop=should_stop)
         return _result(done, load_ms)
 
-    return _dump(await _scheduler.run(job, request_id))
+    return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
 
 
 @_boundary
@@ -252,14 +254,14 @@ async def complete(request_json: str, file_size: int, store, request_id: int, em
     sampling = Sampling.of(request["sampling"])
 
     async def job(should_stop):
-        load_ms = await _ensure_loaded(request["model_id"], _settings(request), file_size, store, emit)
+        load_ms = await _ensure_loaded(request.get("model_id"), _settings(request), file_size, store, emit)
         session = _state["session"]
         prompt = session.prompt_ids(request.get("prompt"), request.get("prompt_ids"))
         done = await session.complete(prompt, sampling, stop_ids=session.stop_ids(sampling, request.get("stop_token_ids") or ()),
                                       on_text=_on_text(emit), should_stop=should_stop)
         return {**_result(done, load_ms), "arithmetic": session.runner.arithmetic.value}
 
-    return _dump(await _scheduler.run(job, request_id))
+    return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
 
 
 @_boundary
@@ -268,13 +270,13 @@ async def score(request_json: str, file_size: int, store, request_id: int, emit)
     request = validate("score", json.loads(request_json))
 
     async def job(should_stop):
-        await _ensure_loaded(request["model_id"], _settings(request), file_size, store, emit)
+        await _ensure_loaded(request.get("model_id"), _settings(request), file_size, store, emit)
         session = _state["session"]
         ids = session.prompt_ids(request.get("text"), request.get("ids"))
         scores = await session.score(ids, request["top_k"])
         return {**scores.as_dict(), "arithmetic": session.runner.arithmetic.value}
 
-    return _dump(await _scheduler.run(job, request_id))
+    return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
 
 
 @_boundary
@@ -287,7 +289,7 @@ async def bench(request_json: str, file_size: int, store, request_id: int, emit)
     request = validate("bench", json.loads(request_json))
 
     async def job(should_stop):
-        load_ms = await _ensure_loaded(request["model_id"], _settings(request), file_size, store, emit)
+        load_ms = await _ensure_loaded(request.get("model_id"), _settings(request), file_size, store, emit)
         session = _state["session"]
         runner = session.runner
         prompt = session.prompt_ids(request.get("prompt"), request.get("prompt_ids"))
@@ -305,7 +307,7 @@ async def bench(request_json: str, file_size: int, store, request_id: int, emit)
                 "dispatches_per_token": await _dispatches_per_token(runner), "text": done.text,
                 "arithmetic": runner.arithmetic.value, **runner.memory()}
 
-    return _dump(await _scheduler.run(job, request_id))
+    return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
 
 
 async def _dispatches_per_token(runner) -> int:

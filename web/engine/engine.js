@@ -72,7 +72,8 @@ const abortError = () => new DOMException("the request was aborted", "AbortError
 export const DEFAULT_CONTEXT = DEFINITIONS.default_context;
 
 export class Engine {
-  #pending = new Set();        // AbortControllers of the requests posted and not settled (one runs, the rest wait)
+  #pending = new Set();        // AbortControllers of the requests made and not settled
+  #started = new Set();        // those the Worker has taken out of its queue ("started" events)
   #ready = null;               // boot + GPU self-test, once
   #requests = 0;
   #last = null;
@@ -110,7 +111,7 @@ export class Engine {
 
   // The load settings every model-using request carries (pyshim.plan.settings.RunSettings).
   #settings() {
-    return { context: this.context, kv_type: this.kvType, arithmetic: this.arithmetic };
+    return { context: Number(this.context) || null, kv_type: this.kvType, arithmetic: this.arithmetic || null };
   }
 
   async load(model, { onProgress = this.onProgress, context = this.context, signal = null, kvType = this.kvType, arithmetic = this.arithmetic } = {}) {
@@ -156,7 +157,7 @@ export class Engine {
   stats() {
     return {
       model: this.model?.id ?? null, context: this.context, kv_type: this.kvType, arithmetic: this.arithmetic,
-      running: this.#pending.size > 0, queued: Math.max(0, this.#pending.size - 1),
+      running: this.#started.size > 0, queued: this.#pending.size - this.#started.size,
       requests: this.#requests, last: this.#last, load: this.#loadInfo,
     };
   }
@@ -183,7 +184,8 @@ export class Engine {
       const result = await this.client.request(kind, params, {
         onId: (id) => { requestId = id; },
         onEvent: (event, data) => {
-          if (event === "token" && data.text) onText(data.text);
+          if (event === "started") this.#started.add(controller);
+          else if (event === "token" && data.text) onText(data.text);
           else if (event === "load-progress") this.onProgress?.(progressOf("load", data.done_bytes, data.total_bytes));
         },
       });
@@ -195,6 +197,7 @@ export class Engine {
       throw openai.errorFromEngine(err);
     } finally {
       controller.signal.removeEventListener("abort", onAbort);
+      this.#started.delete(controller);
     }
   }
 
