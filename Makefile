@@ -33,7 +33,7 @@ setup-test: system-deps $(VENV)/.installed-test
 	$(VENV)/bin/pyshim setup --test-models
 
 test: setup-test
-	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q --durations=25 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) web/vendor

@@ -88,3 +88,51 @@ def test_builders_give_openai_shapes(results):
     assert results["errors"] == [[400, "invalid_request_error", "BadRequestError"], [503, "server_error", "EngineUnavailableError"],
                                  [500, "server_error", "GPUError"]]
     assert results["id"].startswith("chatcmpl-") and len(results["id"]) == len("chatcmpl-") + 24
+
+
+PARITY = [  # (kind, body): requests Python and JS must refuse with the same words, or accept alike
+    ("chat.completions", {"messages": []}), ("chat.completions", {}), ("chat.completions", "not an object"),
+    ("chat.completions", {"messages": [{"role": "robot", "content": "x"}]}),
+    ("chat.completions", {"messages": [{"role": "user", "content": "x"}], "temperature": 2.5}),
+    ("chat.completions", {"messages": [{"role": "user", "content": "x"}], "top_p": 0}),
+    ("chat.completions", {"messages": [{"role": "user", "content": "x"}], "stop": ["a", "b", "c", "d", "e"]}),
+    ("chat.completions", {"messages": [{"role": "user", "content": "x"}], "seed": 1.5, "max_tokens": 0}),
+    ("chat.completions", {"messages": [{"role": "user", "content": "x"}], "n": 3}),
+    ("chat.completions", {"messages": [{"role": "user", "content": "x"}], "temperature": None, "stop": None}),
+    ("completions", {"prompt": ""}), ("completions", {"prompt": ["a", "b"]}), ("completions", {"prompt": ["a"]}),
+    ("generate", {"model_id": "m", "messages": [{"role": "user", "content": "x"}], "settings": {"kv_type": "q4"}}),
+    ("generate", {"model_id": "m", "messages": [{"role": "user", "content": "x"}], "sampling": {"top_k": -1}}),
+    ("generate", {"model_id": "m", "messages": [{"role": "user", "content": "x"}], "settings": {"arithmetic": "bf16"}}),
+    ("load", {"model_id": "m", "settings": {"context": 0}}), ("load", {"model_id": ""}), ("load", {"model_id": "m"}),
+    ("abort", {}), ("bench", {"model_url": "x.gguf", "max_tokens": 4}),
+]
+PROTOCOL_JS = (ROOT / "web" / "engine" / "protocol.js").as_uri()
+PARITY_SCRIPT = """
+const p = await import(process.argv[1]);
+const cases = JSON.parse(process.argv[2]);
+console.log(JSON.stringify(cases.map(([kind, body]) => {
+  try { return {ok: true, value: p.validate(kind, body)}; } catch (e) { return {ok: false, message: e.message, param: e.param}; }
+})));
+"""
+
+
+def test_python_and_the_page_validate_requests_alike():
+    """One definition (pyshim/serve/protocol.py), two validators: the JS twin (web/engine/protocol.js, which
+    the JS API runs before posting) refuses and normalizes exactly as Python does, message for message."""
+    from pyshim.errors import BadRequestError
+    from pyshim.serve.protocol import validate
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    js = json.loads(subprocess.run([node, "--input-type=module", "-e", PARITY_SCRIPT, PROTOCOL_JS, json.dumps(PARITY)],
+                                   capture_output=True, text=True, timeout=60, check=True).stdout)
+    refused = 0
+    for (kind, body), got in zip(PARITY, js):
+        try:
+            want = {"ok": True, "value": validate(kind, body)}
+        except BadRequestError as exc:
+            want = {"ok": False, "message": str(exc), "param": exc.param}
+            refused += 1
+        assert got == want, (kind, body)
+    assert refused >= len(PARITY) - 4

@@ -31,12 +31,23 @@ export async function bootPython({ onStep = () => {}, stdout = () => {}, stderr 
     loadPyodide({ indexURL: new URL("pyodide/", VENDOR).href, stdout, stderr }));
   await timed(timings, onStep, "numpy", () => pyodide.loadPackage(manifest.pyodide_packages, { messageCallback: () => {} }));
   const urls = manifest.wheels.map((w) => new URL(w.url, VENDOR).href);
+  // Calls into Python modules (pyimport), never Python source in a string. deps=False: micropip would
+  // fail quietly on dependencies that are not reachable offline (the vendored set is complete).
   await timed(timings, onStep, "wheels", async () => {
-    pyodide.globals.set("_wheel_urls", pyodide.toPy(urls));
-    await pyodide.runPythonAsync("import micropip\nawait micropip.install(_wheel_urls, deps=False)\ndel _wheel_urls");
+    const micropip = pyodide.pyimport("micropip");
+    try {
+      await micropip.install.callKwargs(urls, { deps: false });
+    } finally {
+      micropip.destroy();
+    }
   });
-  const versions = await timed(timings, onStep, "import", async () => JSON.parse(await pyodide.runPythonAsync(
-    "import json, sys, numpy, gguf, jinja2, pyshim\n" +
-    "json.dumps({'pyshim': pyshim.__version__, 'python': sys.version.split()[0], 'numpy': numpy.__version__, 'jinja2': jinja2.__version__})")));
+  const versions = await timed(timings, onStep, "import", async () => {
+    const version = (name) => {
+      const module = pyodide.pyimport(name);
+      try { return name === "sys" ? module.version.split(" ")[0] : module.__version__; } finally { module.destroy(); }
+    };
+    pyodide.pyimport("gguf").destroy();      // imported now, so a broken wheel fails at boot, not at the first model
+    return { pyshim: version("pyshim"), python: version("sys"), numpy: version("numpy"), jinja2: version("jinja2") };
+  });
   return { pyodide, report: { timings, total_ms: performance.now() - t0, versions, pyodide: manifest.pyodide } };
 }
