@@ -169,19 +169,6 @@ def _roofline_code(mib: int) -> str:
             f"_r = json.dumps(await _ns['measure_roofline']({int(mib)}))\ndel _ns\n_r")
 
 
-# Puts the model into the site's IndexedDB store the way the page does (Range chunks, each hashed,
-# the header first through Python's "will it fit?"): returns {model_id, ms, bytes}.
-STORE_JS = """async ([url, context]) => {
-  const store = await import(new URL("store/store.js", location.href).href);
-  const { checkFit } = await import(new URL("engine/resolve.js", location.href).href);
-  const engine = window.pyshimEngine;
-  const adapter = await engine.request("gpu-selftest").then((gpu) => gpu.adapter, () => null);   // what the page judges by
-  const created = await store.createFromURL(url);
-  const t0 = performance.now();
-  const ready = await store.download(created.id, {
-    checkFit: (prefix, size) => checkFit(engine, adapter, context, prefix, size) });
-  return { model_id: ready.id, id: ready.id, status: ready.status, error: ready.error, ms: performance.now() - t0, bytes: ready.size };
-}"""
 STORE_CONTEXT = 1024
 
 
@@ -208,7 +195,7 @@ def browser_run(browser, base_url: str, model_url: str, workload: list[dict], *,
             sample["roofline_error"] = str(exc)[:300]
         # Stored first, as the site does, so the bench request's load_ms is IndexedDB → GPU alone.
         page.set_default_timeout(RUN_TIMEOUT_MS)
-        stored = page.evaluate(STORE_JS, [model_url, STORE_CONTEXT])
+        stored = page.evaluate(harness.STORE_JS, [model_url, STORE_CONTEXT])
         sample["store_ms"] = stored["ms"]
         sample["store_MBps"] = stored["bytes"] / 1e6 / (stored["ms"] / 1e3)
         sample.update(_worker_generation(page, model_url, workload))

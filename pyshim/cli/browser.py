@@ -24,20 +24,6 @@ STORE_TIMEOUT_MS = 600_000
 ROUTED_PREFIX = "cli-model/"       # the page's URL for a model file served from disk (outside models/)
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
 
-# Stores the file at `url` in the page's IndexedDB (the site's download path), asking the Worker's
-# probe whether the header is usable; returns the store id.
-STORE_JS = """async ([url, context]) => {
-  const store = await import(new URL("store/store.js", location.href).href);
-  const { checkFit } = await import(new URL("engine/resolve.js", location.href).href);
-  const engine = window.pyshimEngine;
-  const adapter = await engine.request("gpu-selftest").then((gpu) => gpu.adapter, () => null);   // what the page judges by
-  const created = await store.createFromURL(url);
-  const t0 = performance.now();
-  const ready = await store.download(created.id, {
-    checkFit: (prefix, size) => checkFit(engine, adapter, context, prefix, size) });
-  return { model_id: ready.id, id: ready.id, status: ready.status, error: ready.error, ms: performance.now() - t0, bytes: ready.size };
-}"""
-
 # One engine request; token events go to the exposed `pyshimCliToken` when streaming.
 REQUEST_JS = """async ([kind, params, stream]) => {
   const onEvent = stream ? (event, data) => { if (event === "token") window.pyshimCliToken(data.text); } : null;
@@ -142,7 +128,7 @@ def run(model: Path, kind: str, params: dict, *, on_text: Callable[[str], None] 
                     url = server.url + ROUTED_PREFIX + model.name
                     context.route(url, _serve_file(model))      # registered last: matched before the network guard
                 page.set_default_timeout(STORE_TIMEOUT_MS)
-                stored = page.evaluate(STORE_JS, [url, params.get("context")])
+                stored = page.evaluate(harness.STORE_JS, [url, (params.get("settings") or {}).get("context")])
                 if stored["status"] != "ready":
                     raise _engine_error(stored.get("error") or {"message": f"the model could not be stored ({stored['status']})"})
                 if on_text is not None:

@@ -95,6 +95,12 @@ class GpuRunner:
         for key in others[:max(0, len(others) - KEEP_PROGRAMS)]:
             self.ops.drop(self._programs.pop(key))
 
+    def rebind(self, parts) -> int:
+        """After weight slot parts were pointed at other buffers (pyshim.gpu.slots.WeightSlots.rebind): make
+        again the bind groups that bind them, in every built program (how a weight streamed from the store
+        takes a slot's place between steps). Returns how many were made."""
+        return sum(program.rebind(self.device, parts) for program in self._programs.values())
+
     async def _submit(self, tokens, start: int, want: Want) -> Program:
         await self.ops.repack()        # no-op after the first step
         program = await self.program(len(tokens), want)

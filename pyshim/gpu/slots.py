@@ -5,7 +5,8 @@ A 2-D weight stays in its GGUF blocks, split by rows into parts of at most one s
 factors) is kept as f32, on the CPU for the executor's own use and in a buffer for the kernels. Programs
 bind a slot's `Part`s, not buffers: a part's buffer can be refilled with the same rows (`refill`) or
 replaced by another buffer (`rebind`, then `Program.rebind` makes the affected bind groups again) between
-steps without recording anything again — the seam for weights streamed from the store.
+steps without recording anything again — the seam for weights streamed from the store. (Rope frequency
+factors are the exception: recording folds them into the rope angle table, shared by every layer.)
 
 Bytes arrive along `uploads` (file range -> buffer): written here from the byte source when
 `upload_now`, or by the caller (the browser's store writes them from IndexedDB, never through Python).

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
 from pyshim.errors import BadRequestError
 from pyshim.plan.settings import DEFAULT_CONTEXT, KV_TYPES, PREFILL_CHUNK, Arithmetic
+from pyshim.serve.sampling import SamplingParams
 
 ROLES = ("system", "user", "assistant")
 MAX_STOP_STRINGS = 4
@@ -271,10 +273,6 @@ def schemas_js() -> str:
 
 
 # --- validated fields -> what the generation loop takes ------------------------------------------------
-
-from dataclasses import dataclass  # noqa: E402
-
-from pyshim.serve.sampling import SamplingParams  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@
 //   page -> SW   registration.active.postMessage({type: CLAIM})   control me now (host.js endpointReady)
 //
 // Which page: the caller itself when it serves the requested model, else the first other same-origin
-// window that does (the relay costs ~4 ms when the caller hosts, ~60 ms through another page). The engine queues its requests (web/engine/engine.js), so requests from several
+// window that does (the relay costs ~4 ms when the caller hosts, ~60 ms through another page). The engine's Worker queues its requests (pyshim/serve/scheduler.py), so requests from several
 // pages to one engine run one after another, never mixed. Nothing is kept between requests: the
 // browser may stop and restart this service worker at any time, so every request probes afresh.
 

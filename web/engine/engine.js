@@ -201,7 +201,7 @@ export class Engine {
     }
   }
 
-  // Queues a validated request; streams (an iterator of chunks) or answers with one object.
+  // Posts a validated request (the Worker queues it); streams (an iterator of chunks) or answers with one object.
   #run({ kind, params, stream, signal, base, whole, piece, first }) {
     const controller = new AbortController();
     if (signal?.aborted) controller.abort();

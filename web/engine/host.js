@@ -8,7 +8,7 @@
 //   const stop = serveOpenAI(engine);        // answers the service worker's probes and requests
 //   const baseURL = await endpointReady();   // the service worker is installed and controls this page
 //
-// The message protocol is described in endpoint.js. The engine validates and queues every request
+// The message protocol is described in endpoint.js. The engine validates every request and its Worker queues it
 // (engine.js), whoever sends it; this side only relays, with a heartbeat so the service worker can
 // tell a slow reply (a long queue, SwiftShader) from a page that was closed.
 

@@ -3,7 +3,7 @@
 //
 // Each page speaks the dedicated Worker's protocol (client.js ↔ worker.js) over its own port. Request
 // ids are page-local, so they are renamed here to ids unique across pages and back on the way out;
-// events without an id (boot steps, stdout) go to every page. worker.js's queue (generation.track)
+// events without an id (boot steps, stdout) go to every page. The Worker's one queue (pyshim/serve/scheduler.py)
 // runs the pages' generations one after another, never interleaved in the one KV cache.
 // Measured first (playwright/sharedworker_webgpu.py): WebGPU and IndexedDB work in a SharedWorker.
 

@@ -7,7 +7,8 @@ function row(label, value, note = null, bad = false) {
   return [h("dt", { text: label }), h("dd", { class: bad ? "bad" : null }, value, note ? h("span", { class: "note", text: ` ${note}` }) : null)];
 }
 
-// manifest.probe: probe()'s summary; manifest.fit: judge()'s {ok, reasons, needBytes, budgetBytes, limits}.
+// manifest.probe: Python's probe summary; manifest.fit: its verdict {ok, reasons, needBytes, budgetBytes, limits}
+// (engine/resolve.js checkFit).
 export function renderFit(manifest) {
   const panel = $("fit-panel");
   panel.replaceChildren();
@@ -30,10 +31,13 @@ export function renderFit(manifest) {
       facts.append(...row("Weights", formatBytes(probe.weight_bytes)));
       facts.append(...row("KV cache", formatBytes(probe.kv_bytes), `${probe.context} tokens, ${probe.kv_type} (trained on ${probe.context_length})`));
       if (fit) facts.append(...row("GPU memory", `${formatBytes(fit.needBytes)} of ${formatBytes(fit.budgetBytes)}`, "assumed budget", fit.needBytes > fit.budgetBytes));
+      // A weight larger than a storage binding is split by rows (pyshim/plan/memory.py): a row must fit one.
       const binding = fit?.limits?.max_storage_buffer_binding_size;
       if (probe.largest_tensor) {
+        const split = binding && probe.largest_tensor.bytes > binding ? `, split by rows into ${Math.ceil(probe.largest_tensor.bytes / binding)}+ parts` : "";
         facts.append(...row("Largest tensor", formatBytes(probe.largest_tensor.bytes),
-          binding ? `limit ${formatBytes(binding)} per binding` : probe.largest_tensor.name, binding && probe.largest_tensor.bytes > binding));
+          binding ? `${probe.largest_tensor.name}; ${formatBytes(binding)} per binding${split}` : probe.largest_tensor.name,
+          Boolean(binding && probe.widest_row && probe.widest_row.bytes > binding)));
       }
     }
   }
