@@ -102,19 +102,18 @@ def model_facts(name: str, settings: Settings) -> dict:
     """Header facts of a model and its prompts: path, sizes, bytes and weight elements read per decode token."""
     from pyshim.setup.catalog import resolve_model
     from pyshim.gguf.header import read_header_from_file
-    from pyshim.plan.memory import kv_cache_bytes
+    from pyshim.plan.memory import kv_cache_bytes, per_token
     from pyshim.gguf.spec import ModelSpec
     from pyshim.text.tokenizer import Tokenizer
 
     path = Path(resolve_model(name))
     header = read_header_from_file(path)
     spec = ModelSpec.from_header(header)
-    embd = header.tensor("token_embd.weight")
     weight_bytes = sum(t.nbytes for t in header.tensors)
-    weight_elems = sum(t.n_elements for t in header.tensors)
-    # One embedding row per token; the whole table only when it is also the output head (tied).
-    per_token_bytes = weight_bytes if spec.tied_output else weight_bytes - embd.nbytes + embd.nbytes // spec.n_vocab
-    per_token_elems = weight_elems if spec.tied_output else weight_elems - embd.n_elements + spec.n_embd
+    # One embedding row per token (the whole table only when it is also the output head); of a mixture of
+    # experts, the experts a token is routed to
+    token = per_token(spec, header.tensors)
+    per_token_bytes, per_token_elems = token.read_bytes, token.active_params
     tokenizer = Tokenizer.from_metadata(header.metadata)
     workload = []
     for i, n in enumerate(settings.prompt_tokens):

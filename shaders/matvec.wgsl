@@ -4,6 +4,9 @@
 // Defines: one W_<type>, WG, ROWS, optional BIAS; REDUCE selects the workgroup-reduction variant below,
 // UNIFORM_X (with X_VEC4) reads x as a uniform;
 // SUBGROUP (with REDUCE) sums the partials with subgroupAdd instead of a shared-memory tree.
+// EXPERTS (no BIAS): a mixture of experts' matmul — "tokens" are (token, slot) pairs, each taking the
+// matrix of the expert `ids` names for it (the router wrote them on the GPU: expert choice is data, the
+// program stays the same); a pair whose expert lies in another part of the weight is left to that part.
 #ifdef SUBGROUP
 #enable subgroups
 #endif
@@ -25,11 +28,32 @@
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<uniform> params: Params;
 #else
+#ifdef EXPERTS
+@group(0) @binding(2) var<storage, read> ids: array<u32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<uniform> params: Params;
+#else
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @group(0) @binding(3) var<uniform> params: Params;
 #endif
+#endif
 
 var<private> x_base: u32;   // element index of this token's x row
+var<private> w_base: u32;   // byte offset of this token's matrix in w
+
+// Where token (or pair) t reads: x_base and w_base; false when its expert is in another part.
+fn locate(t: u32) -> bool {
+#ifdef EXPERTS
+    let e = ids[t];
+    x_base = params.x_off + (t / params.pair_div) * params.k;
+    w_base = params.w_off + (e - params.e_first) * params.expert_bytes;
+    return e >= params.e_first && e < params.e_first + params.e_count;
+#else
+    x_base = params.x_off + t * params.k;
+    w_base = params.w_off;
+    return true;
+#endif
+}
 
 alias Acc = vec4<f32>;
 
@@ -44,10 +68,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     // same in every invocation of the workgroup, and CPU adapters load x once instead of gathering it
     let t = wid.y;
     let first = gid.x * ROWS;
-    if (t >= params.n || first >= params.m) {
+    if (t >= params.n || first >= params.m || !locate(t)) {
         return;
     }
-    x_base = params.x_off + t * params.k;
     let nb = params.k / BLOCK_ELEMS;
     // the ROWS rows advance block by block together, so each x vec4 is loaded once for all of them;
     // rows past m repeat the last row (their results are not stored)
@@ -55,7 +78,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     var wb: array<u32, ROWS>;
     for (var r = 0u; r < ROWS; r++) {
         acc[r] = vec4<f32>(0.0);
-        wb[r] = params.w_off + min(first + r, params.m - 1u) * params.row_bytes;
+        wb[r] = w_base + min(first + r, params.m - 1u) * params.row_bytes;
     }
     for (var b = 0u; b < nb; b++) {
         for (var r = 0u; r < ROWS; r++) {
@@ -85,9 +108,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
 var<workgroup> partial_sums: array<f32, WG * ROWS>;
 
 // invocation i's share of row `row` (rows past m repeat the last one: their sums are not stored)
-fn row_share(row: u32, i: u32) -> f32 {
-    let wb = params.w_off + min(row, params.m - 1u) * params.row_bytes;
-    let nb = params.k / BLOCK_ELEMS;
+// (nb: the row's blocks, 0 for a pair another part serves — no early return before the barriers)
+fn row_share(row: u32, i: u32, nb: u32) -> f32 {
+    let wb = w_base + min(row, params.m - 1u) * params.row_bytes;
     var acc = vec4<f32>(0.0);
     for (var b = i; b < nb; b += WG) {
         block_apply(wb + b * BLOCK_BYTES, b * BLOCK_ELEMS, &acc);
@@ -96,8 +119,8 @@ fn row_share(row: u32, i: u32) -> f32 {
 }
 
 // y[t, row] = the row's sum (+ bias), for rows inside m
-fn store_row(row: u32, t: u32, sum: f32) {
-    if (row >= params.m) {
+fn store_row(row: u32, t: u32, sum: f32, mine: bool) {
+    if (row >= params.m || !mine) {
         return;
     }
     var y_r = sum;
@@ -116,9 +139,10 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     if (first >= params.m) {
         return;
     }
-    x_base = params.x_off + t * params.k;
+    let mine = locate(t);
+    let nb = select(0u, params.k / BLOCK_ELEMS, mine);
     for (var r = 0u; r < ROWS; r++) {
-        partial_sums[r * WG + lid.x] = row_share(first + r, lid.x);
+        partial_sums[r * WG + lid.x] = row_share(first + r, lid.x, nb);
     }
     workgroupBarrier();
     for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
@@ -130,7 +154,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         workgroupBarrier();
     }
     if (lid.x < ROWS) {
-        store_row(first + lid.x, t, partial_sums[lid.x * WG]);
+        store_row(first + lid.x, t, partial_sums[lid.x * WG], mine);
     }
 }
 #else
@@ -148,9 +172,10 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     if (first >= params.m) {
         return;
     }
-    x_base = params.x_off + t * params.k;
+    let mine = locate(t);
+    let nb = select(0u, params.k / BLOCK_ELEMS, mine);
     for (var r = 0u; r < ROWS; r++) {
-        let s = subgroupAdd(row_share(first + r, lid.x));
+        let s = subgroupAdd(row_share(first + r, lid.x, nb));
         if (lane == 0u) {
             partial_sums[r * WG + sg] = s;
         }
@@ -161,7 +186,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         for (var i = 0u; i < n_sg; i++) {
             y_r += partial_sums[lid.x * WG + i];
         }
-        store_row(first + lid.x, t, y_r);
+        store_row(first + lid.x, t, y_r, mine);
     }
 }
 #endif

@@ -8,6 +8,7 @@
 // Defines: one W_<type> (Q4_0, Q4_1, Q5_0, Q8_0 read blocks of 32 activations, Q8_0/Q8_1 style; Q4_K,
 // Q5_K, Q6_K read Q8_K's blocks of 256), WG, ROWS, optional BIAS; UNIFORM_X (with X_VEC4) binds the
 // quantized row as a uniform array (one-token steps on CPU adapters: one broadcast load per read).
+// EXPERTS (no BIAS, no TOKENS): rows of y are (token, slot) pairs, each through its expert's matrix (matvec.wgsl).
 // Needs the WGSL language feature packed_4x8_integer_dot_product (naga and Chromium's Tint have it).
 #include "include/wtype_i8.wgsl"
 
@@ -22,6 +23,11 @@ struct Params {
     bias_off: u32,
     y_stride: u32,      // elements between tokens' rows of y
     x_row_words: u32,   // words per quantized token row (quantize.wgsl's row_words)
+    // EXPERTS: as in include/matvec_params.wgsl
+    expert_bytes: u32,
+    pair_div: u32,
+    e_first: u32,
+    e_count: u32,
     _pad0: u32,
     _pad1: u32,
 }
@@ -41,8 +47,14 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<uniform> params: Params;
 #else
+#ifdef EXPERTS
+@group(0) @binding(2) var<storage, read> ids: array<u32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<uniform> params: Params;
+#else
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @group(0) @binding(3) var<uniform> params: Params;
+#endif
 #endif
 
 var<private> x_base: u32;   // vec4 index of this token's quantized values
@@ -71,11 +83,21 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     if (t >= params.n || first >= params.m) {
         return;
     }
+    var w_base = params.w_off;
+    var x_row = t;              // which quantized row token (or pair) t reads
+#ifdef EXPERTS
+    let e = ids[t];
+    if (e < params.e_first || e >= params.e_first + params.e_count) {
+        return;                 // another part of the weight holds this pair's expert
+    }
+    w_base += (e - params.e_first) * params.expert_bytes;
+    x_row = t / params.pair_div;
+#endif
     let nb = params.k / BLOCK_ELEMS;
     // rows past m repeat the last row (their results are not stored)
     var wb: array<u32, ROWS>;
     for (var r = 0u; r < ROWS; r++) {
-        wb[r] = params.w_off + min(first + r, params.m - 1u) * params.row_bytes;
+        wb[r] = w_base + min(first + r, params.m - 1u) * params.row_bytes;
     }
 #ifdef TOKENS
     // tokens t..t+TOKENS-1 (past n: the last token again, not stored); each block of each row is unpacked
@@ -102,7 +124,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     }
 }
 #else
-    x_base = (params.x_off + t * params.x_row_words) >> 2u;
+    x_base = (params.x_off + x_row * params.x_row_words) >> 2u;
     m_base = x_base + params.k / 16u;
     var acc: array<f32, ROWS>;
 #ifdef ROW_BLOCKS

@@ -123,9 +123,11 @@ def start_url_download(page, url: str) -> None:
     page.click("#url-form button[type=submit]")
 
 
-def header_only_gguf(path: Path, *, n_vocab: int, n_embd: int, n_layers: int, n_ff: int, dtype: str = "F16") -> tuple[bytes, int]:
-    """A llama GGUF header (F16 tensors, or `dtype`: another 2-byte type such as BF16) without its tensor
-    data: (header bytes, the full file's size).
+def header_only_gguf(path: Path, *, n_vocab: int, n_embd: int, n_layers: int, n_ff: int, dtype: str = "F16",
+                     arch: str = "llama", experts: int = 0, keys: dict | None = None) -> tuple[bytes, int]:
+    """A llama-style GGUF header (F16 tensors, or `dtype`: another 2-byte type such as BF16) without its
+    tensor data: (header bytes, the full file's size). `experts`: a mixture of that many experts (2 used
+    per token) in 3-D tensors; `keys`: more `{arch}.*` integer keys.
 
     Serving the header and claiming the full size fakes a model of any size without writing it."""
     import numpy as np
@@ -133,7 +135,12 @@ def header_only_gguf(path: Path, *, n_vocab: int, n_embd: int, n_layers: int, n_
 
     from pyshim.gguf.header import read_header
 
-    writer = GGUFWriter(str(path), "llama")
+    writer = GGUFWriter(str(path), arch)
+    if experts:
+        writer.add_expert_count(experts)
+        writer.add_expert_used_count(2)
+    for key, value in (keys or {}).items():
+        writer.add_uint32(f"{arch}.{key}", value)
     writer.add_name("Oversized test model")
     writer.add_block_count(n_layers)
     writer.add_context_length(4096)
@@ -144,15 +151,18 @@ def header_only_gguf(path: Path, *, n_vocab: int, n_embd: int, n_layers: int, n_
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(n_vocab)
 
-    def tensor(name: str, rows: int, cols: int) -> None:
-        writer.add_tensor_info(name, (rows, cols), np.float16, rows * cols * 2, raw_dtype=GGMLQuantizationType[dtype])
+    def tensor(name: str, *shape: int) -> None:
+        count = int(np.prod(shape))
+        writer.add_tensor_info(name, shape, np.float16, count * 2, raw_dtype=GGMLQuantizationType[dtype])
 
     tensor("token_embd.weight", n_vocab, n_embd)
+    ffn = (("ffn_gate_exps", experts, n_ff, n_embd), ("ffn_up_exps", experts, n_ff, n_embd), ("ffn_down_exps", experts, n_embd, n_ff),
+           ("ffn_gate_inp", experts, n_embd)) if experts else \
+        (("ffn_gate", n_ff, n_embd), ("ffn_up", n_ff, n_embd), ("ffn_down", n_embd, n_ff))
     for i in range(n_layers):
-        for part, rows, cols in (("attn_q", n_embd, n_embd), ("attn_k", 1024, n_embd), ("attn_v", 1024, n_embd),
-                                 ("attn_output", n_embd, n_embd), ("ffn_gate", n_ff, n_embd), ("ffn_up", n_ff, n_embd),
-                                 ("ffn_down", n_embd, n_ff)):
-            tensor(f"blk.{i}.{part}.weight", rows, cols)
+        for part, *shape in (("attn_q", n_embd, n_embd), ("attn_k", 1024, n_embd), ("attn_v", 1024, n_embd),
+                             ("attn_output", n_embd, n_embd)) + ffn:
+            tensor(f"blk.{i}.{part}.weight", *shape)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()

@@ -88,6 +88,20 @@ def test_an_unsupported_tensor_type_is_refused_by_name_before_the_download(site,
     assert manifest["status"] == "refused" and not any(manifest["chunks"])
 
 
+def test_an_expert_layout_pyshim_does_not_compute_is_refused_by_name_before_the_download(site, tmp_path):
+    """A Qwen3-MoE whose file asks for sigmoid gating (its architecture routes by softmax, in llama.cpp
+    too): refused from the header, the gating named."""
+    context, page, _ = site
+    header, total = header_only_gguf(tmp_path / "moe.gguf", n_vocab=32_000, n_embd=1024, n_layers=2, n_ff=512,
+                                     arch="qwen3moe", experts=16, keys={"expert_gating_func": 2})
+    requests = []
+    context.route(f"**/{FAKE}/moe.gguf", lambda route: (requests.append(route.request.headers.get("range")), serve_bytes(route, header, total=total)))
+    start_url_download(page, fake_url(page, "moe.gguf"))
+    text = refused_row(page, "moe.gguf")
+    assert "gated by sigmoid" in text and "qwen3moe" in text, text
+    assert requests == [f"bytes=0-{CHUNK - 1}"]
+
+
 @pytest.mark.models
 def test_model_over_the_memory_budget_is_refused(site):
     context, page, _ = site

@@ -138,10 +138,47 @@ def test_gemma3_scales_and_softcaps():
     assert spec_of("llama", {"final_logit_softcapping": 30.0}).final_logit_softcap is None
 
 
-def test_moe_fields():
-    moe = spec_of("llama", {"expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 1024})
-    assert (moe.n_experts, moe.n_experts_used, moe.n_ff_expert) == (8, 2, 1024)
-    assert spec_of("llama", {"expert_count": 8, "expert_used_count": 2}).n_ff_expert == 512
+MOE_TENSORS = TENSORS + ("blk.0.ffn_gate_inp.weight", "blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight",
+                         "blk.0.ffn_down_exps.weight")
+EXPERTS = {"expert_count": 8, "expert_used_count": 2}
+
+
+def test_moe_fields_follow_llama_cpp():
+    # Mixtral (llama with experts) and OLMoE: the expert width is feed_forward_length, whatever else is there
+    moe = spec_of("llama", {**EXPERTS, "expert_feed_forward_length": 1024}, tensors=MOE_TENSORS)
+    assert (moe.n_experts, moe.n_experts_used, moe.n_ff_expert) == (8, 2, 512)
+    assert (moe.expert_gating, moe.expert_norm, moe.n_ff_shared) == ("softmax", True, 0)
+    assert spec_of("olmoe", EXPERTS, tensors=MOE_TENSORS).expert_norm is False
+    assert spec_of("olmoe", EXPERTS, tensors=MOE_TENSORS).qk_norm_full
+    # the Qwen MoEs: expert_feed_forward_length, else feed_forward_length / experts used
+    assert spec_of("qwen3moe", {**EXPERTS, "expert_feed_forward_length": 1024}, tensors=MOE_TENSORS).n_ff_expert == 1024
+    assert spec_of("qwen3moe", EXPERTS, tensors=MOE_TENSORS).n_ff_expert == 256
+    shared = spec_of("qwen2moe", {**EXPERTS, "expert_shared_feed_forward_length": 2048},
+                     tensors=MOE_TENSORS + ("blk.0.ffn_up_shexp.weight",))
+    assert (shared.n_ff_shared, shared.expert_norm) == (2048, False)
+    # a gating key that agrees with the architecture is fine
+    assert spec_of("qwen3moe", {**EXPERTS, "expert_gating_func": 1, "expert_weights_norm": True}, tensors=MOE_TENSORS).n_experts == 8
+
+
+@pytest.mark.parametrize("arch, keys, tensors, named", [
+    ("qwen3moe", {"expert_gating_func": 2}, MOE_TENSORS, "sigmoid"),
+    ("olmoe", {"expert_weights_norm": True}, MOE_TENSORS, "renormalized"),
+    ("qwen3moe", {"expert_weights_scale": 2.5}, MOE_TENSORS, "scaled by 2.5"),
+    ("qwen3moe", {}, MOE_TENSORS + ("blk.0.exp_probs_b.bias",), "selection bias"),
+    ("qwen3moe", {}, MOE_TENSORS + ("blk.0.ffn_down_exps.scale",), "per-expert output scales"),
+    ("llama", {}, TENSORS + ("blk.0.ffn_gate_inp.weight", "blk.0.ffn_gate.0.weight"), "one tensor per expert"),
+    ("qwen2", {}, MOE_TENSORS, "mixture-of-experts qwen2 models are not supported"),
+])
+def test_moe_layouts_pyshim_does_not_compute_are_refused_by_name(arch, keys, tensors, named):
+    with pytest.raises(UnsupportedError, match=named):
+        spec_of(arch, {**EXPERTS, **keys}, tensors=tensors)
+
+
+def test_moe_architectures_need_experts():
+    with pytest.raises(GGUFFormatError, match="expert_count"):
+        spec_of("qwen3moe", tensors=MOE_TENSORS)
+    with pytest.raises(GGUFFormatError, match="of only 8"):
+        spec_of("qwen3moe", {**EXPERTS, "expert_used_count": 9}, tensors=MOE_TENSORS)
 
 
 def test_vocab_size_sources():

@@ -1,5 +1,5 @@
-"""Every architecture × tensor type, on tiny random models, against llama.cpp's logits (fixtures made by
-tests/fixtures/make_tiny_logits.py with the llama.cpp oracle)."""
+"""Every architecture × tensor type, dense and mixture-of-experts, on tiny random models, against
+llama.cpp's logits (fixtures made by tests/fixtures/make_tiny_logits.py with the llama.cpp oracle)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 
 from pyshim.plan.settings import Arithmetic
 from runners import reference
-from tiny_models import ARCHS, FIXTURE, QTYPES, QT, sha256, write_tiny_model
+from tiny_models import ALL_ARCHS, FIXTURE, MOE_ARCHS, QTYPES, QT, sha256, write_tiny_model
 
 FX = json.loads(FIXTURE.read_text())
-KEYS = [f"{a}-{q.name}" for a in ARCHS for q in QTYPES]
+KEYS = [f"{a}-{q.name}" for a in ALL_ARCHS for q in QTYPES]
 # |pyshim - llama.cpp| over llama.cpp's top-10 logits (the logits are ~unit scale). F32 is exact up to
 # rounding; F16 and the quant types differ because llama.cpp rounds activations before its dot products
 # (to f16, Q8_0 or Q8_K) — the limits are ~2x what was measured.
@@ -42,9 +42,16 @@ def test_fixture_covers_every_architecture_and_type():
     assert sorted(FX["models"]) == sorted(KEYS)
 
 
+MOE = {f"{a}-{q.name}" for a in MOE_ARCHS for q in QTYPES}
+
+
 @pytest.mark.parametrize("key", KEYS)
 def test_logits_match_llama_cpp(model_dir, key):
-    logits, top_ids, top_logits = _logits(model_dir, key)
+    # A router is discontinuous: f32 activations (not rounded as llama.cpp rounds them) now and then pick
+    # another expert of a quantized mixture (measured up to 0.48 off on these models); with llama.cpp's
+    # rounding emulated the same experts win (0-0.04 off)
+    emulate = key in MOE and not key.endswith(("F32", "F16"))
+    logits, top_ids, top_logits = _logits(model_dir, key, emulate=emulate)
     err = np.abs(np.take_along_axis(logits, top_ids, axis=1) - top_logits)
     assert err.max() < LIMITS.get(key.split("-")[1], QUANT_LIMIT)
     # where llama.cpp's winner is clear of its runner-up by more than the error, pyshim picks it too
@@ -57,7 +64,8 @@ def test_llama_cpp_rounding_emulation_closes_the_gap(model_dir):
     """Rounding activations like llama.cpp makes most quantized models match it to the fixture's 5
     decimals; the rest drift apart where one rounding lands on the other side of a .5 and the next
     layers amplify it (llama.cpp is not bit-stable across its own batch and decode paths either)."""
-    quantized = [k for k in KEYS if not k.endswith(("F32", "F16"))]
+    # (only entries made by the llama.cpp kernels the emulation follows: AVX-512 VNNI)
+    quantized = [k for k in KEYS if not k.endswith(("F32", "F16")) and FX["models"][k]["cpu"] == "avx512_vnni"]
     exact = []
     for key in quantized:
         logits, top_ids, top_logits = _logits(model_dir, key, emulate=True)

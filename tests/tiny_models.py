@@ -21,6 +21,9 @@ from gguf import GGMLQuantizationType as QT
 from gguf import GGML_QUANT_SIZES, GGUFWriter, quants
 
 ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3")
+# Mixtures of experts ("mixtral": a `llama` file with experts, Mixtral's layout); seeded after the dense ones
+MOE_ARCHS = ("qwen2moe", "qwen3moe", "olmoe", "mixtral")
+ALL_ARCHS = ARCHS + MOE_ARCHS
 QTYPES = (QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.F16, QT.F32)
 FIXTURE = Path(__file__).parent / "fixtures" / "tiny_llamacpp_logits.json"
 
@@ -30,6 +33,10 @@ N_KV_HEADS = 2
 HEAD_DIM = 64
 N_FF = 512
 N_VOCAB = 320
+N_EXPERTS = 8
+N_FF_EXPERT = 256            # (a K-quant block: the down projection's rows are this long)
+N_FF_SHARED = 256
+EXPERTS_USED = {"qwen2moe": 4, "qwen3moe": 4, "olmoe": 3, "mixtral": 2}
 N_CTX = 64
 BOS, EOS, UNK = 1, 2, 0
 GEMMA_WINDOW = 4
@@ -114,21 +121,31 @@ def write_tiny_model(directory: str | Path, arch: str, qtype: QT, seed: int = 0,
     `retype` stores tensors in other types (raw bytes of the right size); `truncate` stores matrices one row short."""
     path = Path(directory) / (name or f"tiny-{arch}-{qtype.name}.gguf")
     retype = retype or {}
-    rng = np.random.default_rng([seed, ARCHS.index(arch), int(qtype)])
+    rng = np.random.default_rng([seed, ALL_ARCHS.index(arch), int(qtype)])
     n_layers = len(GEMMA_SWA_LAYERS) if arch == "gemma3" else 2
-    q_out, kv_out = N_HEADS * HEAD_DIM, N_KV_HEADS * HEAD_DIM
+    n_kv_heads = N_HEADS if arch == "olmoe" else N_KV_HEADS      # (llama.cpp's olmoe has no GQA: k_norm is n_embd wide)
+    q_out, kv_out = N_HEADS * HEAD_DIM, n_kv_heads * HEAD_DIM
+    moe = arch in MOE_ARCHS
+    file_arch = "llama" if arch == "mixtral" else arch
 
-    writer = GGUFWriter(path, arch_name or arch)
+    writer = GGUFWriter(path, arch_name or file_arch)
     writer.add_name("tiny random model")     # (llama.cpp special-cases vocabularies by names like "phi3")
     writer.add_context_length(N_CTX)
     writer.add_embedding_length(N_EMBD)
     writer.add_block_count(n_layers)
-    writer.add_feed_forward_length(N_FF)
+    writer.add_feed_forward_length(N_FF_EXPERT if arch in ("olmoe", "mixtral") else N_FF)   # (their expert width)
+    if moe:
+        writer.add_expert_count(N_EXPERTS)
+        writer.add_expert_used_count(EXPERTS_USED[arch])
+        if arch in ("qwen2moe", "qwen3moe"):
+            writer.add_expert_feed_forward_length(N_FF_EXPERT)
+        if arch == "qwen2moe":
+            writer.add_expert_shared_feed_forward_length(N_FF_SHARED)
     writer.add_head_count(N_HEADS)
-    writer.add_head_count_kv(N_KV_HEADS)
+    writer.add_head_count_kv(n_kv_heads)
     writer.add_layer_norm_rms_eps(EPS)
     writer.add_rope_freq_base(1_000_000.0 if arch == "gemma3" else 10000.0)
-    if arch == "llama":
+    if arch in ("llama", "mixtral"):
         writer.add_rope_scaling_factor(2.0)          # no type key: llama.cpp reads it as linear
     elif arch == "qwen3":
         from gguf import RopeScalingType
@@ -182,21 +199,27 @@ def write_tiny_model(directory: str | Path, arch: str, qtype: QT, seed: int = 0,
             mat(p + "attn_q.weight", q_out, N_EMBD)
             mat(p + "attn_k.weight", kv_out, N_EMBD)
             mat(p + "attn_v.weight", kv_out, N_EMBD)
-        if arch == "qwen2":
+        if arch in ("qwen2", "qwen2moe"):
             put(p + "attn_q.bias", _bias(rng, q_out))
             put(p + "attn_k.bias", _bias(rng, kv_out))
             put(p + "attn_v.bias", _bias(rng, kv_out))
-        if arch in ("qwen3", "gemma3"):
+        if arch in ("qwen3", "gemma3", "qwen3moe"):
             put(p + "attn_q_norm.weight", _norm(rng, HEAD_DIM))
             put(p + "attn_k_norm.weight", _norm(rng, HEAD_DIM))
+        if arch == "olmoe":                      # normed over the whole projection
+            put(p + "attn_q_norm.weight", _norm(rng, q_out))
+            put(p + "attn_k_norm.weight", _norm(rng, kv_out))
         mat(p + "attn_output.weight", N_EMBD, q_out)
         put(p + "ffn_norm.weight", _norm(rng, N_EMBD))
-        if arch == "phi3":
+        if moe:
+            _experts(rng, put, p, arch, qtype)
+        elif arch == "phi3":
             mat(p + "ffn_up.weight", 2 * N_FF, N_EMBD)
         else:
             mat(p + "ffn_gate.weight", N_FF, N_EMBD)
             mat(p + "ffn_up.weight", N_FF, N_EMBD)
-        mat(p + "ffn_down.weight", N_EMBD, N_FF)
+        if not moe:
+            mat(p + "ffn_down.weight", N_EMBD, N_FF)
         if arch == "gemma3":
             put(p + "post_attention_norm.weight", _norm(rng, N_EMBD))
             put(p + "post_ffw_norm.weight", _norm(rng, N_EMBD))
@@ -206,6 +229,25 @@ def write_tiny_model(directory: str | Path, arch: str, qtype: QT, seed: int = 0,
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def _experts(rng, put, p: str, arch: str, qtype: QT) -> None:
+    """A layer's router (F32, as converters keep it; spread so each token prefers a few experts clearly),
+    3-D expert tensors [experts, rows, cols] and, for qwen2moe, the gated shared expert."""
+    put(p + "ffn_gate_inp.weight", (rng.standard_normal((N_EXPERTS, N_EMBD)) * 2.0 * N_EMBD ** -0.5).astype(np.float32))
+
+    def experts(name: str, rows: int, cols: int) -> None:
+        blocks = [_matrix(rng, rows, cols, qtype, cols ** -0.5) for _ in range(N_EXPERTS)]
+        put(p + name, np.stack(blocks))
+
+    experts("ffn_gate_exps.weight", N_FF_EXPERT, N_EMBD)
+    experts("ffn_up_exps.weight", N_FF_EXPERT, N_EMBD)
+    experts("ffn_down_exps.weight", N_EMBD, N_FF_EXPERT)
+    if arch == "qwen2moe":
+        for name, rows, cols in (("ffn_gate_shexp", N_FF_SHARED, N_EMBD), ("ffn_up_shexp", N_FF_SHARED, N_EMBD),
+                                 ("ffn_down_shexp", N_EMBD, N_FF_SHARED)):
+            put(p + name + ".weight", _matrix(rng, rows, cols, qtype, cols ** -0.5))
+        put(p + "ffn_gate_inp_shexp.weight", (rng.standard_normal(N_EMBD) * N_EMBD ** -0.5).astype(np.float32))
 
 
 def sha256(path: str | Path) -> str:

@@ -18,7 +18,7 @@ def run(args) -> int:
 
     from pyshim.setup.catalog import resolve_model
     from pyshim.gguf.header import read_header_from_file
-    from pyshim.plan.memory import best_fit, estimate
+    from pyshim.plan.memory import best_fit, estimate, per_token
     from pyshim.plan.settings import KV_TYPES
     from pyshim.errors import BadRequestError
     from pyshim.gguf.spec import ModelSpec
@@ -33,6 +33,7 @@ def run(args) -> int:
     header = read_header_from_file(path)
     spec = ModelSpec.from_header(header)
     est = estimate(spec, header.tensors, context=args.context, kv_type=args.kv_type)
+    token = per_token(spec, header.tensors)
 
     report = {
         "file": str(path),
@@ -43,8 +44,10 @@ def run(args) -> int:
         "tensor_count": len(header.tensors),
         "spec": dataclasses.asdict(spec),
         "tensor_types": {name: {"count": t.count, "bytes": t.nbytes, "runs": _runnable(name)} for name, t in est.weights_by_type.items()},
+        "params": {"total": token.total_params, "active_per_token": token.active_params},
         "memory": {
             "weight_bytes": est.weight_bytes,
+            "decode_read_bytes": token.read_bytes,
             "largest_tensor": {"name": est.largest_tensor.name, "type": est.largest_tensor.type.name,
                                "shape": list(est.largest_tensor.shape), "bytes": est.largest_tensor.nbytes},
             "context": est.context,
@@ -105,13 +108,18 @@ def _text(report: dict, spec) -> str:
     if extras:
         lines.append("features    " + ", ".join(extras))
     if spec.n_experts:
-        lines.append(f"experts     {spec.n_experts} ({spec.n_experts_used} used per token), expert ffn {spec.n_ff_expert}")
+        lines.append(f"experts     {spec.n_experts} ({spec.n_experts_used} used per token, {spec.expert_gating}"
+                     f"{', renormalized' if spec.expert_norm else ''}), expert ffn {spec.n_ff_expert}"
+                     + (f", shared expert ffn {spec.n_ff_shared}" if spec.n_ff_shared else ""))
+    params = report["params"]
+    lines.append(f"parameters  {params['total'] / 1e6:,.1f} M" + (f", {params['active_per_token'] / 1e6:,.1f} M active per token"
+                                                              if spec.n_experts else ""))
     lines.append("")
     lines.append(f"tensors     {report['tensor_count']}")
     for name, t in report["tensor_types"].items():
         lines.append(f"  {name:<8} {t['count']:>5} tensors  {_mib(t['bytes']):>12}" + ("" if t["runs"] else "   (pyshim cannot run this type yet)"))
     lines.append("")
-    lines.append(f"weights     {_mib(mem['weight_bytes'])}")
+    lines.append(f"weights     {_mib(mem['weight_bytes'])}; a decode token reads {_mib(mem['decode_read_bytes'])} of them")
     big = mem["largest_tensor"]
     lines.append(f"largest     {big['name']} {big['type']} {big['shape']}: {_mib(big['bytes'])}")
     lines.append(f"KV cache    {mem['kv_type']}: {mem['kv_bytes_per_token']:,} bytes/token; {mem['context']} tokens: {_mib(mem['kv_bytes'])}")

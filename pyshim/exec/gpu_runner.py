@@ -21,6 +21,7 @@ from pyshim.gpu.kernels import TOPK
 from pyshim.gpu.ops import GpuOps
 from pyshim.gpu.policy import KernelPolicy
 from pyshim.gpu.program import Program, physical
+from pyshim.plan.memory import per_token
 from pyshim.plan.settings import RunSettings
 
 KEEP_PROGRAMS = 8       # step shapes (other than one token) kept built; more are rebuilt on use
@@ -45,7 +46,9 @@ class GpuRunner:
 
     @property
     def weight_bytes(self) -> int:
-        return self.ops.bound_bytes
+        """Bytes of GGUF weights a decode token reads (pyshim.plan.memory.per_token: one embedding row, and
+        of a mixture of experts only the experts a token is routed to)."""
+        return per_token(self.spec, self.header.tensors).read_bytes
 
     @property
     def policy(self) -> KernelPolicy:

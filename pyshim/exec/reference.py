@@ -19,19 +19,22 @@ from typing import Sequence
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
-from pyshim.errors import TensorShapeError, UnsupportedError
+from pyshim.errors import UnsupportedError
 from pyshim.exec.kvcache import KVCache
 from pyshim.exec.runner import Capacity, Output, RunnerStats, Step, Want, answer, check_step
 from pyshim.gguf.tensors import TensorRef, WeightStore, dequantize_rows
 from pyshim.gguf.types import check_runnable
-from pyshim.models.ops import ACTIVATIONS, AttnSpec
+from pyshim.models.ops import ACTIVATIONS, GATINGS, AttnSpec, RouterSpec
 from pyshim.models.rope import RopeSpec, cos_sin
+from pyshim.plan.memory import per_token
 from pyshim.plan.settings import Arithmetic, RunSettings
 
 # Rows dequantized at once when weights are not cached: 4096 rows x 4096 f32 = 64 MiB at most.
 DEQUANT_CHUNK_ROWS = 4096
 GELU_COEF_A = 0.044715
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+# A router's chosen weights are divided by their sum, but at least this (llama.cpp's clamp)
+ROUTER_NORM_MIN = 6.103515625e-5
 # Sequences a reference runner holds at once (each KV cache is made on first use).
 MAX_SEQS = 8
 
@@ -43,10 +46,11 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 class Weight:
     """A bound GGUF tensor: its place in the file, and its f32 values once asked for (cached or not)."""
 
-    def __init__(self, store: WeightStore, ref: TensorRef, cache: bool):
+    def __init__(self, store: WeightStore, ref: TensorRef, cache: bool, shape: tuple[int, ...] | None = None):
         self.store, self.ref, self.cache = store, ref, cache
-        self.shape = ref.shape
+        self.shape = shape or ref.shape
         self._dense: np.ndarray | None = None
+        self._experts: dict[int, Weight] = {}
 
     def raw(self) -> np.ndarray:
         """The GGUF blocks, uint8 (rows, row_bytes)."""
@@ -67,6 +71,12 @@ class Weight:
             return self._dense[ids]
         return dequantize_rows(self.store.raw_rows(self.ref.name, ids), self.ref.qtype)
 
+    def expert(self, e: int) -> "Weight":
+        """Expert `e`'s matrix [m, k] of a 3-D weight [n_experts, m, k]: a view of its rows, as a Weight."""
+        if e not in self._experts:
+            self._experts[e] = ExpertWeight(self, e)
+        return self._experts[e]
+
     def matmul_t(self, x: np.ndarray) -> np.ndarray:
         """x [n, k] @ self.T -> [n, m], the weight dequantized to f32."""
         if self.cache or self.ref.qtype == QT.F32:
@@ -77,6 +87,31 @@ class Weight:
             chunk = dequantize_rows(raw[start:start + DEQUANT_CHUNK_ROWS], self.ref.qtype)
             out[:, start:start + chunk.shape[0]] = x @ chunk.T
         return out
+
+
+class ExpertWeight(Weight):
+    """One expert's [m, k] matrix inside a 3-D weight: its rows of the parent's blocks (and of the
+    parent's f32 values once those are cached), so every matmul route treats it as a 2-D weight."""
+
+    def __init__(self, parent: Weight, e: int):
+        self.parent, self.e = parent, e
+        self.store, self.ref, self.cache = parent.store, parent.ref, parent.cache
+        self.shape = tuple(parent.shape[1:])
+        self._dense = None
+
+    def raw(self) -> np.ndarray:
+        m = self.shape[0]
+        return self.parent.raw()[self.e * m:(self.e + 1) * m]
+
+    def dense(self) -> np.ndarray:
+        if self._dense is None and self.parent._dense is not None:
+            self._dense = self.parent._dense[self.e]
+        if self._dense is not None:
+            return self._dense
+        values = dequantize_rows(self.raw(), self.ref.qtype).reshape(self.shape)
+        if self.cache:
+            self._dense = values
+        return values
 
 
 class ReferenceOps:
@@ -96,7 +131,7 @@ class ReferenceOps:
         """Dequantize every cached weight now (else the first forward pays for it); no-op when not caching."""
         if self.cache_weights:
             for w in self._bound.values():
-                if len(w.shape) == 2:
+                if len(w.shape) >= 2:
                     w.dense()
 
     @property
@@ -108,13 +143,10 @@ class ReferenceOps:
         return name in self.store
 
     def weight(self, name: str, shape: Sequence[int]) -> Weight:
-        ref = self.store.info(name)
+        ref = self.store.checked(name, shape)
         check_runnable(name, ref.qtype, "cpu")
-        if tuple(ref.shape) != tuple(shape):
-            raise TensorShapeError(f"tensor {name!r} has shape {tuple(ref.shape)}, expected {tuple(shape)} "
-                                   "(NumPy order)", hint="the file does not match its own hyperparameters")
         if name not in self._bound:
-            self._bound[name] = Weight(self.store, ref, self.cache_weights)
+            self._bound[name] = Weight(self.store, ref, self.cache_weights, tuple(shape))
         return self._bound[name]
 
     # --- ops ---
@@ -191,6 +223,45 @@ class ReferenceOps:
     def _gelu_glu(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
         return gelu_tanh(gate) * up
 
+    # --- mixture of experts ---
+    def route(self, logits: np.ndarray, spec: RouterSpec) -> tuple[np.ndarray, np.ndarray]:
+        if spec.gating == "softmax":
+            z = np.exp(logits - logits.max(axis=-1, keepdims=True))
+            probs = z / z.sum(axis=-1, keepdims=True)
+        elif spec.gating == "sigmoid":
+            probs = 1.0 / (1.0 + np.exp(-logits))
+        else:
+            raise UnsupportedError(f"router gating {spec.gating!r} is not one of {GATINGS}")
+        probs = probs.astype(np.float32)
+        ids = np.argsort(-probs, axis=-1, kind="stable")[:, :spec.n_used]               # [n, u]
+        weights = np.take_along_axis(probs, ids, axis=-1)
+        if spec.norm:       # (the sum clamped at f16's smallest normal, as llama.cpp does)
+            weights = weights / np.maximum(weights.sum(axis=-1, keepdims=True), np.float32(ROUTER_NORM_MIN))
+        if spec.scale != 1.0:
+            weights = weights * np.float32(spec.scale)
+        return weights.astype(np.float32), ids
+
+    def expert_matmul(self, x: np.ndarray, w: Weight, ids: np.ndarray) -> np.ndarray:
+        n, used = ids.shape
+        pairs = ids.reshape(-1)
+        rows = np.repeat(x, used, axis=0) if x.shape[0] == n and used > 1 else x           # [n * u, k]
+        out = np.empty((n * used, w.shape[1]), dtype=np.float32)
+        for e in np.unique(pairs):                   # the pairs that chose expert e, as one matmul
+            at = np.flatnonzero(pairs == e)
+            out[at] = self._matmul(rows[at], w.expert(int(e)))
+        return out
+
+    def expert_sum(self, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        n, used = weights.shape
+        y = y.reshape(n, used, -1)
+        out = y[:, 0] * weights[:, :1]
+        for j in range(1, used):                     # in slot order, as llama.cpp adds its views
+            out = out + y[:, j] * weights[:, j:j + 1]
+        return out.astype(np.float32)
+
+    def sigmoid_gate(self, x: np.ndarray, g: np.ndarray) -> np.ndarray:
+        return (x * (1.0 / (1.0 + np.exp(-g)))).astype(np.float32)
+
     def add(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a + b
 
@@ -237,8 +308,9 @@ class ReferenceRunner:
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of GGUF weights streamed per token (each bound tensor once)."""
-        return self.ops.bound_bytes
+        """Bytes of GGUF weights a decode token reads (pyshim.plan.memory.per_token: one embedding row, and
+        of a mixture of experts only the experts a token is routed to)."""
+        return per_token(self.spec, self.header.tensors).read_bytes
 
     async def prepare(self) -> None:
         self.ops.prepare()

@@ -43,7 +43,29 @@ ARCHITECTURES: dict[str, Architecture] = {
     "qwen3": Architecture(neox=True, models="Qwen3 (dense)"),
     "gemma3": Architecture(neox=True, models="Gemma 3"),
     "phi3": Architecture(neox=True, models="Phi-3, Phi-3.5 (dense)"),
+    "qwen2moe": Architecture(neox=True, models="Qwen1.5-MoE, Qwen2-57B-A14B"),
+    "qwen3moe": Architecture(neox=True, models="Qwen3-30B-A3B, Qwen3-Coder-30B-A3B"),
+    "olmoe": Architecture(neox=True, models="OLMoE-1B-7B"),
 }
+
+
+@dataclass(frozen=True)
+class Routing:
+    """How an architecture's router weighs its experts, as llama.cpp's graph for it fixes (it reads none
+    of the `expert_gating_func` / `expert_weights_norm` / `expert_weights_scale` keys for these)."""
+    gating: str                  # "softmax" over all experts, then the top n_used
+    norm: bool                   # the chosen weights divided by their sum
+    expert_ff_key: str           # where the expert width is: "expert_feed_forward_length" or "feed_forward_length"
+
+
+# Mixture-of-experts layouts by architecture (`llama` with an expert_count is Mixtral's).
+ROUTING: dict[str, Routing] = {
+    "llama": Routing("softmax", norm=True, expert_ff_key="feed_forward_length"),
+    "qwen2moe": Routing("softmax", norm=False, expert_ff_key="expert_feed_forward_length"),
+    "qwen3moe": Routing("softmax", norm=True, expert_ff_key="expert_feed_forward_length"),
+    "olmoe": Routing("softmax", norm=False, expert_ff_key="feed_forward_length"),
+}
+GATING_FUNCS = {1: "softmax", 2: "sigmoid", 3: "softmax_weight", 4: "sqrt_softplus"}   # llama.cpp's expert_gating_func
 
 DEFAULT_ROPE_BASE = 10000.0
 MAX_LAYERS = 512                 # llama.cpp's LLAMA_MAX_LAYERS: per-layer tables are sized by it
@@ -107,7 +129,11 @@ class ModelSpec:
     n_experts: int = 0
     n_experts_used: int = 0
     n_ff_expert: int = 0
-    n_experts_shared: int = 0
+    n_ff_shared: int = 0         # the shared expert's width (qwen2moe; 0: none)
+    expert_gating: str = "softmax"
+    expert_norm: bool = False    # the chosen experts' weights renormalized to sum to 1
+    fused_gate_up_exps: bool = False  # one ffn_gate_up_exps tensor holding [gate; up] per expert
+    qk_norm_full: bool = False   # q/k norms over the whole projection, not per head (olmoe)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)  # rope_finetuned etc.: informative
 
     @property
@@ -132,11 +158,8 @@ class ModelSpec:
 
 def check_supported(spec: ModelSpec) -> None:
     """Raise UnsupportedError for what pyshim's forward pass (pyshim.models.decoder) does not do; the
-    architecture itself was checked when the spec was read. Known from the header alone, so "will it fit?"
-    refuses such a file before its body downloads."""
-    if spec.n_experts:
-        raise UnsupportedError(f"{spec.architecture}: mixture-of-experts models are not supported yet",
-                               hint="use a dense model of the same family")
+    architecture and its expert layout were checked when the spec was read. Known from the header alone,
+    so "will it fit?" refuses such a file before its body downloads."""
     for rope in (spec.rope, spec.rope_swa):
         if rope.scaling not in ("none", "linear", "yarn"):
             raise UnsupportedError(f"{spec.architecture}: rope scaling {rope.scaling!r} is not supported",
@@ -245,12 +268,16 @@ def _spec_from_header(header: GGUFHeader) -> ModelSpec:
                                 if has(name))
     n_experts = k.integer("expert_count", 0)
     n_ff = k.integer("feed_forward_length", 0)
+    moe = _experts(header, k, n_experts, n_ff) if n_experts else {}
+    if arch in ("qwen2moe", "qwen3moe", "olmoe") and not n_experts:
+        raise GGUFFormatError(f"{arch}.expert_count is missing or 0, but {arch} is a mixture-of-experts architecture",
+                              hint="the file is damaged: convert it again")
     return ModelSpec(
         architecture=arch,
         name=str(header.metadata.get("general.name") or arch),
         n_layers=n_layers, n_embd=n_embd, n_heads=n_heads, n_kv_heads=n_kv_heads,
         head_dim_k=head_dim_k, head_dim_v=head_dim_v,
-        n_ff=n_ff if n_experts else _positive("feed_forward_length", n_ff, arch),
+        n_ff=n_ff if n_experts else _positive("feed_forward_length", n_ff, arch),   # (MoE: the dense width, unused)
         n_vocab=n_vocab,
         context_length=context_length,
         norm_eps=k.number("attention.layer_norm_rms_epsilon", 1e-5),
@@ -268,12 +295,60 @@ def _spec_from_header(header: GGUFHeader) -> ModelSpec:
         post_norms=has("blk.0.post_attention_norm.weight"),
         fused_qkv=has("blk.0.attn_qkv.weight"),
         fused_gate_up=has("blk.0.ffn_up.weight") and not has("blk.0.ffn_gate.weight"),
-        n_experts=n_experts,
-        n_experts_used=k.integer("expert_used_count", 0),
-        n_ff_expert=k.integer("expert_feed_forward_length", n_ff if n_experts else 0),
-        n_experts_shared=k.integer("expert_shared_count", 0),
+        qk_norm_full=arch == "olmoe",
+        **moe,
         extra={"rope_finetuned": bool(header.metadata.get(f"{arch}.rope.scaling.finetuned", False))},
     )
+
+
+def _experts(header: GGUFHeader, k: _Keys, n_experts: int, n_ff: int) -> dict[str, Any]:
+    """The mixture-of-experts fields of a spec, refusing by name what pyshim (and llama.cpp's graph for
+    the architecture) does not compute: a gating or normalization the file declares against its
+    architecture's, a selection bias, per-expert scales, experts stored one tensor each."""
+    arch = k.arch
+    if arch not in ROUTING:
+        raise UnsupportedError(f"{arch}: mixture-of-experts {arch} models are not supported",
+                               hint=f"pyshim runs the experts of: {', '.join(ROUTING)}")
+    routing = ROUTING[arch]
+    n_used = _positive("expert_used_count", k.integer("expert_used_count", 0), arch)
+    if n_used > n_experts:
+        raise GGUFFormatError(f"{arch}: {n_used} experts used per token, of only {n_experts}",
+                              hint="the file is damaged: convert it again")
+    gating = k.header.metadata.get(f"{arch}.expert_gating_func")
+    if gating is not None and GATING_FUNCS.get(int(gating), f"type {gating}") != routing.gating:
+        raise UnsupportedError(f"{arch}: the file's experts are gated by {GATING_FUNCS.get(int(gating), f'type {gating}')}, "
+                               f"but {arch} routes by {routing.gating} (as llama.cpp does)",
+                               hint="this expert layout is not supported")
+    norm = k.header.metadata.get(f"{arch}.expert_weights_norm")
+    if norm is not None and bool(norm) != routing.norm:
+        raise UnsupportedError(f"{arch}: the file asks for expert weights {'' if norm else 'not '}renormalized, but {arch} "
+                               f"{'does' if routing.norm else 'does not'} renormalize them (as llama.cpp does)",
+                               hint="this expert layout is not supported")
+    scale = k.number("expert_weights_scale", 0.0)
+    if scale not in (0.0, 1.0):
+        raise UnsupportedError(f"{arch}: expert weights scaled by {scale} are not supported", hint="this expert layout is not supported")
+    has = header.has_tensor
+    for name, what in (("blk.0.exp_probs_b.bias", "an expert selection bias"),
+                       ("blk.0.ffn_down_exps.scale", "per-expert output scales"),
+                       ("blk.0.ffn_gate_inp.bias", "a router bias")):
+        if has(name):
+            raise UnsupportedError(f"{arch}: this file's experts have {what} ({name}), which pyshim does not compute",
+                                   hint="this expert layout is not supported")
+    if has("blk.0.ffn_gate.0.weight") or not (has("blk.0.ffn_up_exps.weight") or has("blk.0.ffn_gate_up_exps.weight")):
+        raise UnsupportedError(f"{arch}: the experts are not stored as 3-D ffn_*_exps tensors (an old conversion: one "
+                               "tensor per expert), which neither pyshim nor llama.cpp loads",
+                               hint="convert the model again with a current llama.cpp")
+    if routing.expert_ff_key == "feed_forward_length":
+        n_ff_expert = _positive("feed_forward_length", n_ff, arch)
+    else:
+        n_ff_expert = k.integer("expert_feed_forward_length", n_ff // n_used if n_ff else 0)
+        _positive("expert_feed_forward_length", n_ff_expert, arch)
+    n_ff_shared = 0
+    if has("blk.0.ffn_up_shexp.weight"):
+        n_ff_shared = _positive("expert_shared_feed_forward_length", k.integer("expert_shared_feed_forward_length", n_ff), arch)
+    return dict(n_experts=n_experts, n_experts_used=n_used, n_ff_expert=n_ff_expert, n_ff_shared=n_ff_shared,
+                expert_gating=routing.gating, expert_norm=routing.norm,
+                fused_gate_up_exps=has("blk.0.ffn_gate_up_exps.weight"))
 
 
 def _swa_pattern(header: GGUFHeader, arch: str, n_layers: int) -> tuple[bool, ...]:

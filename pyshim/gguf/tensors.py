@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import Iterable, Protocol, Sequence
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 
-from pyshim.errors import GGUFFormatError, MissingTensorError
+from pyshim.errors import GGUFFormatError, MissingTensorError, TensorShapeError
 
 
 class ByteSource(Protocol):
@@ -114,6 +114,16 @@ class WeightStore:
         except KeyError:
             raise MissingTensorError(f"the model has no tensor {name!r}",
                                      hint="the file is incomplete or was converted for another architecture") from None
+
+    def checked(self, name: str, shape: Sequence[int]) -> TensorRef:
+        """Tensor `name`, which must have `shape` (NumPy order; a 1-D vector may be asked for as a one-row
+        matrix, (1, n): Qwen2-MoE's shared-expert gate is used as a matmul weight)."""
+        ref = self.info(name)
+        want = tuple(int(s) for s in shape)
+        if tuple(ref.shape) != want and not (len(want) == 2 and want[0] == 1 and tuple(ref.shape) == want[1:]):
+            raise TensorShapeError(f"tensor {name!r} has shape {tuple(ref.shape)}, expected {want} (NumPy order)",
+                                   hint="the file does not match its own hyperparameters")
+        return ref
 
     def raw(self, name: str) -> np.ndarray:
         """The tensor's bytes as uint8 `(rows, row_bytes)` (a 1-D tensor is one row)."""

@@ -112,12 +112,22 @@ def i8_pairs(qtype: QT, k: int) -> bool:
 
 
 def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, rows: int = MATVEC_ROWS,
-                  pairs: bool = False, tokens: int | None = None) -> ShaderKey:
+                  pairs: bool = False, tokens: int | None = None, experts: bool = False) -> ShaderKey:
     """The barrier-free int8 matvec (`uniform_x`: the quantized row bound as a 64 KiB uniform; `pairs`: see
     i8_pairs; `tokens`: that many tokens per invocation, I8_TOKEN_TYPES only). GROUPED_TYPES are read in
     repack.wgsl's layout: the int8 route always rearranges them."""
     return ShaderKey.of("matvec_i8", **weight_defines(qtype, QT(qtype) in GROUPED_TYPES), WG=MATVEC_WG, ROWS=rows, BIAS=bias,
-                        UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, PAIRS=pairs, TOKENS=tokens)
+                        UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, PAIRS=pairs, TOKENS=tokens,
+                        EXPERTS=experts)
+
+
+def router_key(gating: str, norm: bool) -> ShaderKey:
+    return ShaderKey.of("router", WG=WG, GATING_SOFTMAX=gating == "softmax", GATING_SIGMOID=gating == "sigmoid", NORM=norm)
+
+
+def moe_key(op: str) -> ShaderKey:
+    """moe.wgsl's EXPERT_SUM or SIGMOID_GATE."""
+    return ShaderKey.of("moe", WG=WG, **{op: True})
 
 
 def matvec_i8_grid(m: int, n: int, rows: int = MATVEC_ROWS, tokens: int = 1) -> tuple[int, int, int]:
@@ -178,12 +188,18 @@ class ParamsLayout:
             raise ValueError(f"unknown params fields {sorted(unknown)}")
         for i, (name, kind) in enumerate(self.fields):
             if name not in values:
-                if name.startswith("_pad"):
+                if name.startswith("_pad") or name in OPTIONAL_PARAMS:
                     continue
                 raise ValueError(f"params field {name!r} missing")
             v = values[name]
             words[i] = np.float32(v).view(np.uint32) if kind == "f32" else np.uint32(int(v))
         return words
+
+
+# Params fields left 0 unless given: the matvecs' expert fields (read only with EXPERTS)
+OPTIONAL_PARAMS = frozenset({"expert_bytes", "pair_div", "e_first", "e_count"})
+# Most experts the router kernel selects from (router.wgsl MAX_EXPERTS: its bitmask of taken experts)
+MAX_EXPERTS = 256
 
 
 def _layout(spec: str) -> ParamsLayout:
@@ -193,9 +209,11 @@ def _layout(spec: str) -> ParamsLayout:
 
 PARAMS: dict[str, ParamsLayout] = {
     "matvec": _layout("m:u32 k:u32 n:u32 row_bytes:u32 w_off:u32 x_off:u32 y_off:u32 bias_off:u32 y_stride:u32 "
-                      "_pad0:u32 _pad1:u32 _pad2:u32"),
+                      "expert_bytes:u32 pair_div:u32 e_first:u32 e_count:u32 _pad0:u32 _pad1:u32 _pad2:u32"),
     "matvec_i8": _layout("m:u32 k:u32 n:u32 row_bytes:u32 w_off:u32 x_off:u32 y_off:u32 bias_off:u32 y_stride:u32 "
-                         "x_row_words:u32 _pad0:u32 _pad1:u32"),
+                         "x_row_words:u32 expert_bytes:u32 pair_div:u32 e_first:u32 e_count:u32 _pad0:u32 _pad1:u32"),
+    "router": _layout("n:u32 experts:u32 used:u32 logits_off:u32 scale:f32 _pad0:u32 _pad1:u32 _pad2:u32"),
+    "moe": _layout("n:u32 width:u32 used:u32 x_off:u32 g_off:u32 y_off:u32 _pad0:u32 _pad1:u32"),
     "quantize": _layout("k:u32 n:u32 x_off:u32 x_stride:u32 q_off:u32 row_words:u32 _pad0:u32 _pad1:u32"),
     "embed": _layout("d:u32 n:u32 row_bytes:u32 w_off:u32 tok_off:u32 out_off:u32 row0:u32 rows:u32"),
     "rmsnorm": _layout("rows:u32 d:u32 eps:f32 x_off:u32 y_off:u32 w_off:u32 _pad0:u32 _pad1:u32"),
@@ -220,14 +238,15 @@ def groups(n: int, per: int = WG) -> int:
 
 
 def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False, uniform_x: bool = False,
-               rows: int = MATVEC_ROWS, subgroup: bool = False) -> ShaderKey:
+               rows: int = MATVEC_ROWS, subgroup: bool = False, experts: bool = False) -> ShaderKey:
     """The barrier-free matvec (CPU adapters; `uniform_x`: x bound as a 64 KiB uniform) or the
-    workgroup-reduction one (`reduce`, real GPUs; with `subgroup`, summed by subgroupAdd)."""
+    workgroup-reduction one (`reduce`, real GPUs; with `subgroup`, summed by subgroupAdd); `experts`:
+    rows of (token, slot) pairs through the experts the router chose (no bias)."""
     if reduce:
         return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=REDUCE_WG, ROWS=REDUCE_ROWS, REDUCE=True, BIAS=bias,
-                            SUBGROUP=subgroup)
+                            SUBGROUP=subgroup, EXPERTS=experts)
     return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=MATVEC_WG, ROWS=rows, BIAS=bias,
-                        UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None)
+                        UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, EXPERTS=experts)
 
 
 # The KV cache types the kernels store (include/kv.wgsl: f16 as packed halves, q8 as int8 blocks of 32
@@ -366,6 +385,18 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
         keys += [matvec_i8_key(q, bias=bias, rows=I8_TOKEN_ROWS, tokens=I8_TOKENS) for q in I8_TOKEN_TYPES
                  for bias in (False, True)]
         keys.append(ShaderKey.of("repack", WG=WG))
+    # mixtures of experts: the router, the expert matvecs (one token's or a step's pairs alike), their ends
+    keys += [router_key(g, norm) for g in ("softmax", "sigmoid") for norm in (False, True)]
+    keys += [moe_key(op) for op in ("EXPERT_SUM", "SIGMOID_GATE")]
+    keys += [matvec_key(q, reduce=reduce, experts=True) for q in WEIGHT_TYPES for reduce in (False, True)]
+    keys += [matvec_key(q, uniform_x=True, rows=rows, experts=True) for q in WEIGHT_TYPES for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
+    keys += [matvec_key(q, rows=NARROW_SIMD_ROWS, experts=True) for q in WEIGHT_TYPES]
+    if subgroups:
+        keys += [matvec_key(q, reduce=True, subgroup=True, experts=True) for q in WEIGHT_TYPES]
+    if int8:
+        keys += [matvec_i8_key(q, uniform_x=ux, rows=rows, pairs=pairs, experts=True) for q in I8_ACTIVATIONS
+                 for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)
+                 for pairs in ((False, True) if q in I8_PAIR_TYPES else (False,))]
     keys += [rmsnorm_key(), rmsnorm_key(reduce=True)] + [kv_write_key(t) for t in KV_TYPES]
     if subgroups:
         keys.append(rmsnorm_key(reduce=True, subgroup=True))

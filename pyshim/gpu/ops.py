@@ -21,6 +21,7 @@ import numpy as np
 from pyshim.errors import OutOfMemoryError, TensorShapeError, UnsupportedError
 from pyshim.gguf.tensors import WeightStore
 from pyshim.gpu.device import GPUDevice
+from pyshim.gpu.experts import ExpertOps
 from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_ROWS, I8_TOKEN_TYPES, I8_TOKENS, PARAMS, Q8_BLOCK,
                                 TOPK, TOPK_CHUNK, UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, GROUPED_TYPES, KernelCache,
                                 argmax_keys, argmax_pass1, attention_keys, attention_prefill_grid, attention_prefill_key,
@@ -38,8 +39,9 @@ from pyshim.models.rope import RopeSpec
 from pyshim.plan.settings import PREFILL_CHUNK
 
 
-class GpuOps:
-    """`pyshim.models.ops.Ops` recorded for the GPU. Tensors are `Tensor` handles; weights `WeightSlot`s."""
+class GpuOps(ExpertOps):
+    """`pyshim.models.ops.Ops` recorded for the GPU. Tensors are `Tensor` handles; weights `WeightSlot`s
+    (the mixture-of-experts ops are in pyshim.gpu.experts)."""
 
     def __init__(self, device: GPUDevice, store: WeightStore, spec, n_ctx: int, policy: KernelPolicy, *,
                  kv_type: str = "f32", max_chunk: int = PREFILL_CHUNK, max_binding: int | None = None,

@@ -1,6 +1,6 @@
 """GPU weights in named slots: each GGUF tensor a program binds, where its bytes live on the device.
 
-A 2-D weight stays in its GGUF blocks, split by rows into parts of at most one storage binding
+A 2-D weight (or a 3-D one of experts) stays in its GGUF blocks, split by rows (by experts) into parts of at most one storage binding
 (pyshim.plan.memory.row_parts: the rule "will it fit?" applies too); a 1-D one (norms, biases, rope
 factors) is kept as f32, on the CPU for the executor's own use and in a buffer for the kernels. Programs
 bind a slot's `Part`s, not buffers: a part's buffer can be refilled with the same rows (`refill`) or
@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pyshim.errors import TensorShapeError, UnsupportedError
+from pyshim.errors import UnsupportedError
 from pyshim.gguf.tensors import TensorRef, WeightStore, dequantize_rows
 from pyshim.gguf.types import check_runnable
 from pyshim.gpu.kernels import PARAMS, REPACK_GROUP_BYTES, WG, repack_bytes, repack_grid, shader_block
@@ -43,7 +43,8 @@ class Upload:
 
 
 class Part:
-    """Rows [row0, row0 + rows) of a 2-D weight, held in `buffer` (what a program binds: `phys`)."""
+    """Rows [row0, row0 + rows) of a 2-D weight (of a 3-D one: its rows counted flat, whole experts a
+    part), held in `buffer` (what a program binds: `phys`)."""
 
     __slots__ = ("buffer", "row0", "rows")
 
@@ -100,21 +101,22 @@ class WeightSlots:
         return parts + sum(int(w.f32_buf.size) for w in self.slots.values() if w.f32_buf is not None)
 
     def bind(self, name: str, shape: Sequence[int]) -> WeightSlot:
-        ref = self.store.info(name)
+        ref = self.store.checked(name, shape)
         check_runnable(name, ref.qtype, "gpu")
-        if tuple(ref.shape) != tuple(shape):
-            raise TensorShapeError(f"tensor {name!r} has shape {tuple(ref.shape)}, expected {tuple(shape)} (NumPy order)",
-                                   hint="the file does not match its own hyperparameters")
         if name in self.slots:
             return self.slots[name]
-        w = WeightSlot(ref, tuple(shape), grouped=len(shape) == 2 and ref.qtype in self.grouped_types)
+        w = WeightSlot(ref, tuple(shape), grouped=len(shape) >= 2 and ref.qtype in self.grouped_types)
         if len(shape) == 1:
             self._bind_values(w)
         else:
             if shape[-1] % shader_block(ref.qtype)[0]:
                 raise UnsupportedError(f"tensor {name!r}: rows of {shape[-1]} are not whole {ref.qtype.name} kernel blocks")
             pad = REPACK_GROUP_BYTES if w.grouped else 0        # grouped parts round up to whole groups
-            for row0, rows in row_parts(shape[0], ref.row_bytes, self.limit, pad):
+            # a 3-D weight [experts, m, k] is split between experts, never inside one (its rows are then
+            # counted flat: expert e's row r is row e * m + r)
+            per = int(np.prod(shape[1:-1], dtype=np.int64))
+            for unit0, units in row_parts(shape[0], ref.row_bytes * per, self.limit, pad):
+                row0, rows = unit0 * per, units * per
                 nbytes = repack_bytes(rows, ref.row_bytes) if w.grouped else rows * ref.row_bytes
                 part = Part(self.allocator.buffer(nbytes, f"{name}[{row0}:]"), row0, rows)
                 self._upload(w, part)

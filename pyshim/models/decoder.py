@@ -1,5 +1,6 @@
-"""The llama-family decoder, written once: SmolLM2, TinyLlama, Llama 2/3.x, Mistral (`llama`), Qwen2 /
-Qwen2.5 (`qwen2`), Qwen3 (`qwen3`), Gemma 3 (`gemma3`) and Phi-3 (`phi3`).
+"""The llama-family decoder, written once: SmolLM2, TinyLlama, Llama 2/3.x, Mistral and Mixtral (`llama`),
+Qwen2 / Qwen2.5 (`qwen2`), Qwen3 (`qwen3`), Gemma 3 (`gemma3`), Phi-3 (`phi3`), and the mixtures of
+experts Qwen1.5/2-MoE (`qwen2moe`), Qwen3-MoE (`qwen3moe`) and OLMoE (`olmoe`).
 
 Every one of them is pre-norm blocks of grouped-query attention and a gated feed-forward, RMSNorm
 throughout, rope on q and k. What differs is a handful of switches, all read off the `ModelSpec` (which
@@ -7,7 +8,11 @@ reads them off the file's keys and tensor table):
 - q, k, v as three projections or one fused `attn_qkv` (phi3), with or without biases (qwen2);
 - RMSNorm on each head of q and k before rope (qwen3, gemma3);
 - norms after the attention and feed-forward outputs, before the residual add (gemma3);
+- q/k norms over the whole projection before the heads are split (olmoe);
 - gate and up as two projections or one fused `ffn_up` holding [gate; up] (phi3);
+- the feed-forward as a mixture of experts (any architecture with an expert_count): a router picks
+  n_used of n_experts per token, their gated feed-forwards run on it and their outputs are summed by the
+  router's weights (llama.cpp's build_moe_ffn); Qwen2-MoE adds a shared expert behind a sigmoid gate;
 - SiLU or tanh-GELU gating (gemma3), token embeddings scaled (gemma3), final logits soft-capped (gemma3);
 - per-pair rope frequency factors (`rope_freqs`: Llama 3.1+; `rope_factors_short`: Phi-3 LongRoPE, whose
   short factors serve contexts up to the original training length); rope pairing (normal for llama,
@@ -22,7 +27,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from pyshim.gguf.spec import ModelSpec
-from pyshim.models.ops import AttnSpec, Ops
+from pyshim.models.ops import AttnSpec, Ops, RouterSpec
 from pyshim.models.rope import RopeSpec
 
 ACTIVATION = {"silu": "silu", "gelu": "gelu_tanh"}     # ModelSpec.ffn_activation -> the ops' glu activation
@@ -40,6 +45,29 @@ def layer_attn(spec: ModelSpec, il: int) -> AttnSpec:
     return AttnSpec(layer=il, n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim_k,
                     head_dim_v=spec.head_dim_v, scale=spec.attn_scale,
                     window=spec.sliding_window if spec.swa_layers[il] else 0, softcap=spec.attn_logit_softcap or 0.0)
+
+
+class Experts:
+    """One layer's mixture of experts: the router, the 3-D expert tensors [n_experts, rows, cols] and the
+    optional shared expert (a dense gated feed-forward whose output a sigmoid of `ffn_gate_inp_shexp` scales)."""
+
+    def __init__(self, hp: ModelSpec, w):
+        d, ff, e = hp.n_embd, hp.n_ff_expert, hp.n_experts
+        self.router = RouterSpec(n_experts=e, n_used=hp.n_experts_used, gating=hp.expert_gating, norm=hp.expert_norm)
+        self.ffn_gate_inp = w("ffn_gate_inp.weight", (e, d))
+        self.fused = hp.fused_gate_up_exps
+        if self.fused:
+            self.ffn_gate_up_exps = w("ffn_gate_up_exps.weight", (e, 2 * ff, d))   # rows: gate, then up
+        else:
+            self.ffn_gate_exps = w("ffn_gate_exps.weight", (e, ff, d))
+            self.ffn_up_exps = w("ffn_up_exps.weight", (e, ff, d))
+        self.ffn_down_exps = w("ffn_down_exps.weight", (e, d, ff))
+        self.shared = hp.n_ff_shared > 0
+        if self.shared:
+            self.ffn_gate_shexp = w("ffn_gate_shexp.weight", (hp.n_ff_shared, d))
+            self.ffn_up_shexp = w("ffn_up_shexp.weight", (hp.n_ff_shared, d))
+            self.ffn_down_shexp = w("ffn_down_shexp.weight", (d, hp.n_ff_shared))
+            self.ffn_gate_inp_shexp = w("ffn_gate_inp_shexp.weight", (1, d))        # a 1-D vector, used as one row
 
 
 class Block:
@@ -62,18 +90,20 @@ class Block:
             self.attn_q_bias = w("attn_q.bias", (self.q_out,)) if hp.qkv_bias else None
             self.attn_k_bias = w("attn_k.bias", (self.kv_out,)) if hp.qkv_bias else None
             self.attn_v_bias = w("attn_v.bias", (self.v_out,)) if hp.qkv_bias else None
-        self.attn_q_norm = w("attn_q_norm.weight", (hd,)) if hp.qk_norm else None
-        self.attn_k_norm = w("attn_k_norm.weight", (hd,)) if hp.qk_norm else None
+        self.attn_q_norm = w("attn_q_norm.weight", (self.q_out if hp.qk_norm_full else hd,)) if hp.qk_norm else None
+        self.attn_k_norm = w("attn_k_norm.weight", (self.kv_out if hp.qk_norm_full else hd,)) if hp.qk_norm else None
         self.attn_output = w("attn_output.weight", (d, hp.n_heads * hd_v))
         self.post_attention_norm = w("post_attention_norm.weight", (d,)) if hp.post_norms else None
         self.ffn_norm = w("ffn_norm.weight", (d,))
-        if hp.fused_gate_up:
-            self.ffn_up = w("ffn_up.weight", (2 * hp.n_ff, d))                   # rows: gate, then up
-            self.ffn_gate = None
-        else:
-            self.ffn_gate = w("ffn_gate.weight", (hp.n_ff, d))
-            self.ffn_up = w("ffn_up.weight", (hp.n_ff, d))
-        self.ffn_down = w("ffn_down.weight", (d, hp.n_ff))
+        self.experts = Experts(hp, w) if hp.n_experts else None
+        if self.experts is None:
+            if hp.fused_gate_up:
+                self.ffn_up = w("ffn_up.weight", (2 * hp.n_ff, d))               # rows: gate, then up
+                self.ffn_gate = None
+            else:
+                self.ffn_gate = w("ffn_gate.weight", (hp.n_ff, d))
+                self.ffn_up = w("ffn_up.weight", (hp.n_ff, d))
+            self.ffn_down = w("ffn_down.weight", (d, hp.n_ff))
         self.post_ffw_norm = w("post_ffw_norm.weight", (d,)) if hp.post_norms else None
         self.rope = layer_rope(hp, il)           # gemma3's local layers: their own base, no context scaling
         self.attn = layer_attn(hp, il)
@@ -115,6 +145,8 @@ class Decoder:
             q, k, v = ops.split(ops.matmul(h, b.attn_qkv, b.attn_qkv_bias), (b.q_out, b.kv_out, b.v_out))
         else:
             q, k, v = ops.matmul(h, b.attn_q, b.attn_q_bias), ops.matmul(h, b.attn_k, b.attn_k_bias), ops.matmul(h, b.attn_v, b.attn_v_bias)
+        if hp.qk_norm_full:                      # olmoe: each projection normed whole, then split into heads
+            q, k = ops.rmsnorm(q, b.attn_q_norm, hp.norm_eps), ops.rmsnorm(k, b.attn_k_norm, hp.norm_eps)
         q = ops.view(q, (n, hp.n_heads, hp.head_dim_k))                               # [n, Hq, hd]
         k = ops.view(k, (n, hp.n_kv_heads, hp.head_dim_k))                            # [n, Hkv, hd]
         v = ops.view(v, (n, hp.n_kv_heads, hp.head_dim_v))                            # [n, Hkv, hd_v]
@@ -125,14 +157,36 @@ class Decoder:
 
     def head_norm(self, ops: Ops, x, w):
         """qwen3 and gemma3 norm each head of q and k before rope."""
-        return x if w is None else ops.rmsnorm(x, w, self.hp.norm_eps)
+        return x if w is None or self.hp.qk_norm_full else ops.rmsnorm(x, w, self.hp.norm_eps)
 
     def feed_forward(self, ops: Ops, b: Block, h):
         """h [n, d] (normed) -> the gated feed-forward's output [n, d], before the residual add."""
+        hp = self.hp
+        if b.experts is not None:
+            f = self.mixture(ops, b.experts, h)
+        else:
+            f = self.dense(ops, b, h)
+        return f if b.post_ffw_norm is None else ops.rmsnorm(f, b.post_ffw_norm, hp.norm_eps)
+
+    def dense(self, ops: Ops, b: Block, h):
         hp = self.hp
         if b.ffn_gate is None:
             gate, up = ops.split(ops.matmul(h, b.ffn_up), (hp.n_ff, hp.n_ff))         # [n, ff] each
         else:
             gate, up = ops.matmul(h, b.ffn_gate), ops.matmul(h, b.ffn_up)
-        f = ops.matmul(ops.glu(gate, up, self.act), b.ffn_down)                        # [n, ff] -> [n, d]
-        return f if b.post_ffw_norm is None else ops.rmsnorm(f, b.post_ffw_norm, hp.norm_eps)
+        return ops.matmul(ops.glu(gate, up, self.act), b.ffn_down)                     # [n, ff] -> [n, d]
+
+    def mixture(self, ops: Ops, x: Experts, h):
+        """h [n, d] (normed) -> the experts' weighted sum [n, d] (+ the gated shared expert)."""
+        weights, ids = ops.route(ops.matmul(h, x.ffn_gate_inp), x.router)              # [n, used] each
+        if x.fused:
+            gate, up = ops.split(ops.expert_matmul(h, x.ffn_gate_up_exps, ids), (self.hp.n_ff_expert,) * 2)
+        else:
+            gate, up = ops.expert_matmul(h, x.ffn_gate_exps, ids), ops.expert_matmul(h, x.ffn_up_exps, ids)
+        y = ops.expert_matmul(ops.glu(gate, up, self.act), x.ffn_down_exps, ids)      # [n * used, d]
+        out = ops.expert_sum(y, weights)                                               # [n, d]
+        if x.shared:
+            shared = ops.matmul(ops.glu(ops.matmul(h, x.ffn_gate_shexp), ops.matmul(h, x.ffn_up_shexp), self.act),
+                                x.ffn_down_shexp)
+            out = ops.add(out, ops.sigmoid_gate(shared, ops.matmul(h, x.ffn_gate_inp_shexp)))
+        return out

@@ -29,6 +29,7 @@ Tensor = Any    # an executor's activation handle; has `.shape`
 Weight = Any    # an executor's weight handle; has `.shape` (NumPy order: (n_out, n_in) for matmuls)
 
 ACTIVATIONS = ("silu", "gelu_tanh")
+GATINGS = ("softmax", "sigmoid")        # how a router turns its logits into expert weights
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,19 @@ class AttnSpec:
     scale: float                # multiplies q·k before softcap and softmax
     window: int = 0             # sliding window: key p visible from query q iff 0 <= q - p < window (0: all)
     softcap: float = 0.0        # scores -> softcap * tanh(scores / softcap) when > 0
+
+
+@dataclass(frozen=True)
+class RouterSpec:
+    """One mixture-of-experts layer's router: which experts each token goes to, and with what weight.
+    probs = gating(logits); the `n_used` largest probs pick the experts; their probs are the weights,
+    divided by their sum when `norm`, then multiplied by `scale` (llama.cpp's build_moe_ffn)."""
+
+    n_experts: int
+    n_used: int
+    gating: str = "softmax"     # one of GATINGS
+    norm: bool = False
+    scale: float = 1.0
 
 
 class Ops(Protocol):
@@ -90,6 +104,26 @@ class Ops(Protocol):
 
     def glu(self, gate: Tensor, up: Tensor, act: str) -> Tensor:
         """act(gate) * up, act in ACTIVATIONS; gate, up [n, f] -> [n, f]."""
+        ...
+
+    # --- mixture of experts: the router's choice stays an executor tensor (data, not control flow) ---
+    def route(self, logits: Tensor, spec: RouterSpec) -> tuple[Tensor, Tensor]:
+        """The router: logits [n, n_experts] -> (weights [n, n_used] f32, ids [n, n_used] expert indices),
+        each token's experts in descending order of probability (ties: the lower index first)."""
+        ...
+
+    def expert_matmul(self, x: Tensor, w: Weight, ids: Tensor) -> Tensor:
+        """Each (token, slot) pair's chosen expert: w [n_experts, m, k] (a 3-D GGUF tensor), ids [n, u];
+        x [n, k] (each token's row for all of its u experts) or [n * u, k] (a row per pair)
+        -> [n * u, m], pair (t, j) at row t * u + j, times expert ids[t, j]'s matrix."""
+        ...
+
+    def expert_sum(self, y: Tensor, weights: Tensor) -> Tensor:
+        """Each token's experts' outputs weighted and summed in slot order: y [n * u, d], weights [n, u] -> [n, d]."""
+        ...
+
+    def sigmoid_gate(self, x: Tensor, g: Tensor) -> Tensor:
+        """x * sigmoid(g), one gate per row: x [n, d], g [n, 1] -> [n, d] (Qwen2-MoE's shared expert)."""
         ...
 
     def add(self, a: Tensor, b: Tensor) -> Tensor:

@@ -42,6 +42,42 @@ def row_parts(rows: int, row_bytes: int, limit: int, pad: int = 0) -> list[tuple
     return [(r0, min(per, rows - r0)) for r0 in range(0, rows, per)]
 
 
+def split_unit_bytes(t: TensorInfo) -> int:
+    """Bytes of the smallest piece a weight is split into between buffers: one row, or for a 3-D expert
+    tensor one expert's whole matrix (the expert matvecs read an expert from one part)."""
+    rows, row_bytes = tensor_rows(t)
+    return row_bytes * (int(t.shape[1]) if len(t.shape) == 3 else 1)
+
+
+def is_expert_tensor(t: TensorInfo) -> bool:
+    """A 3-D tensor of a mixture of experts' matrices (blk.N.ffn_{gate,up,down,gate_up}_exps)."""
+    return len(t.shape) == 3 and "_exps." in t.name
+
+
+@dataclass(frozen=True)
+class PerToken:
+    """What one decode token reads of the weights: every tensor once, but one row of the embedding table
+    (unless it is the output head too) and, of each expert tensor, the n_used experts the router picks."""
+    total_params: int
+    active_params: int
+    read_bytes: int
+
+
+def per_token(spec: ModelSpec, tensors: Iterable[TensorInfo]) -> PerToken:
+    total = active = read = 0
+    used = spec.n_experts_used / spec.n_experts if spec.n_experts else 1.0
+    for t in tensors:
+        n, nbytes = t.n_elements, t.nbytes
+        total += n
+        if t.name == "token_embd.weight" and not spec.tied_output:
+            n, nbytes = spec.n_embd, nbytes // max(1, spec.n_vocab)
+        elif is_expert_tensor(t):
+            n, nbytes = int(n * used), int(nbytes * used)
+        active += n
+        read += nbytes
+    return PerToken(total_params=total, active_params=active, read_bytes=read)
+
+
 def tensor_rows(t: TensorInfo) -> tuple[int, int]:
     """(rows, bytes per row) of a tensor as the executors lay it out (a 1-D tensor is one row)."""
     rows = max(1, t.n_elements // t.shape[0]) if t.shape and t.shape[0] else 1
@@ -75,6 +111,9 @@ def activation_bytes(spec: ModelSpec, chunk: int) -> int:
     Attention runs over the KV cache in tiles, so the context does not enter. Measured against the
     executor's pool on the three catalog models: within 5% of the activations, 1% of the total."""
     per_token = 3 * spec.n_ff + 2 * spec.n_embd + spec.n_heads * spec.head_dim_k + spec.n_embd_k_gqa + spec.n_embd_v_gqa
+    if spec.n_experts:     # router logits, weights and ids; each chosen expert's gate, up, product and output
+        used = spec.n_experts_used
+        per_token += spec.n_experts + 2 * used + used * (3 * spec.n_ff_expert + spec.n_embd) + 3 * spec.n_ff_shared - 3 * spec.n_ff
     return 4 * (chunk * per_token + spec.n_vocab)
 
 
@@ -115,11 +154,12 @@ def weights_by_type(tensors: Iterable[TensorInfo]) -> dict[str, TypeTotal]:
 
 
 def _widest_row(tensors: tuple[TensorInfo, ...]) -> tuple[str, int]:
-    """The 2-D weight whose one row (plus the int8 route's group padding) needs the most bytes."""
+    """The weight whose one row (one expert, of an expert tensor; plus the int8 route's group padding)
+    needs the most bytes."""
     best = ("", 0)
     for t in tensors:
         if len(t.shape) >= 2:
-            need = tensor_rows(t)[1] + (REPACK_GROUP_BYTES if t.type in GROUPED_TYPES else 0)
+            need = split_unit_bytes(t) + (REPACK_GROUP_BYTES if t.type in GROUPED_TYPES else 0)
             best = max(best, (t.name, need), key=lambda x: x[1])
     return best
 
@@ -128,6 +168,9 @@ def largest_activation_bytes(spec: ModelSpec, chunk: int) -> int:
     """The largest one activation of a step of `chunk` tokens (f32): the widest projection's output, or a
     row of logits (steps that return every row's logits are split by the runner to fit)."""
     ff = 2 * spec.n_ff if spec.fused_gate_up else spec.n_ff
+    if spec.n_experts:      # the chosen experts' gate/up (fused: both) or outputs, for every token
+        ff = spec.n_experts_used * max((2 if spec.fused_gate_up_exps else 1) * spec.n_ff_expert, spec.n_embd)
+        ff = max(ff, spec.n_ff_shared, spec.n_experts)
     qkv = spec.n_heads * spec.head_dim_k + spec.n_embd_k_gqa + spec.n_embd_v_gqa
     return 4 * max(chunk * max(ff, qkv, spec.n_embd), spec.n_vocab)
 

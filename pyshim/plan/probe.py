@@ -10,7 +10,7 @@ import time
 
 from pyshim.errors import PyshimError
 from pyshim.gguf.header import GGUFHeader, NeedMoreBytes, read_header
-from pyshim.plan.memory import best_fit, estimate, fits, unrunnable_reason, weights_by_type
+from pyshim.plan.memory import best_fit, estimate, fits, per_token, unrunnable_reason, weights_by_type
 
 
 def quant_summary(header: GGUFHeader) -> str:
@@ -57,6 +57,7 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
     context = spec.context_length if context is None else min(context, spec.context_length)
     est = estimate(spec, header.tensors, context=context, kv_type=kv_type)
     unrunnable = unrunnable_reason(est.unrunnable)
+    token = per_token(spec, header.tensors)
     out = {
         **summary,
         "supported": unrunnable is None,
@@ -64,6 +65,9 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
         "context_length": spec.context_length,
         "vocab_size": spec.n_vocab,
         "weight_bytes": est.weight_bytes,
+        "experts": {"count": spec.n_experts, "used": spec.n_experts_used} if spec.n_experts else None,
+        "active_parameters": token.active_params,     # what a decode token reads (a mixture: its experts only)
+        "decode_read_bytes": token.read_bytes,
         "kv_type": kv_type,
         "kv_bytes": est.kv_bytes,
         "activation_bytes": est.activation_bytes,

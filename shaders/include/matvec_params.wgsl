@@ -9,6 +9,12 @@ struct Params {
     y_off: u32,
     bias_off: u32,
     y_stride: u32,      // elements between tokens' rows of y (m, or the whole width when W is split by rows)
+    // EXPERTS (matvec.wgsl): `w` holds experts e_first .. e_first + e_count - 1 of a 3-D weight, each
+    // expert_bytes long; row t of y is (token, slot) pair t, whose x row is t / pair_div
+    expert_bytes: u32,
+    pair_div: u32,
+    e_first: u32,
+    e_count: u32,
     _pad0: u32,
     _pad1: u32,
     _pad2: u32,

@@ -1,0 +1,86 @@
+"""The mixture-of-experts ops of the GPU executor (a part of GpuOps, kept apart for size).
+
+The router runs on the GPU (router.wgsl) and writes each token's expert ids and weights into activation
+buffers; the expert matvecs (matvec.wgsl / matvec_i8.wgsl with EXPERTS) read the ids there to find each
+(token, slot) pair's matrix inside the 3-D weight. So a program is recorded once per step shape and
+replayed whatever the router picks: expert choice is data, never a new program. Every weight type of the
+dense matvecs runs, on both arithmetic routes; a weight split into parts (by whole experts) is read part
+by part, each part serving the pairs whose expert it holds.
+
+A step of several tokens runs its n * used pairs through the same matvec (a row of work per pair), so
+prefill reads an expert's matrix once per pair that chose it rather than once per expert.
+"""
+
+from __future__ import annotations
+
+from pyshim.errors import TensorShapeError, UnsupportedError
+from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, MAX_EXPERTS, UNIFORM_X_BYTES, UNIFORM_X_VEC4, groups, i8_pairs,
+                                matvec_grid, matvec_i8_grid, matvec_i8_key, matvec_key, moe_key, router_key)
+from pyshim.gpu.pool import Activation
+from pyshim.gpu.program import Tensor
+from pyshim.gpu.slots import WeightSlot
+from pyshim.models.ops import GATINGS, RouterSpec
+
+
+class ExpertOps:
+    """Mixed into pyshim.gpu.ops.GpuOps: route, expert_matmul, expert_sum, sigmoid_gate."""
+
+    def route(self, logits: Tensor, spec: RouterSpec) -> tuple[Tensor, Tensor]:
+        n, experts = logits.shape
+        if experts > MAX_EXPERTS or spec.n_used > experts:
+            raise UnsupportedError(f"a router over {experts} experts ({spec.n_used} per token): the GPU router "
+                                   f"takes at most {MAX_EXPERTS}")
+        if spec.gating not in GATINGS:
+            raise UnsupportedError(f"router gating {spec.gating!r} is not one of {GATINGS}")
+        weights = self._tensor((n, spec.n_used), "router_weights")
+        ids = self._tensor((n, spec.n_used), "router_ids")
+        self._record("router", router_key(spec.gating, spec.norm), [logits.buf, ids.buf, weights.buf], (groups(n), 1, 1),
+                     n=n, experts=experts, used=spec.n_used, logits_off=logits.off, scale=spec.scale)
+        return weights, ids
+
+    def expert_matmul(self, x: Tensor, w: WeightSlot, ids: Tensor) -> Tensor:
+        n, used = ids.shape
+        rows_in, k = x.shape
+        n_experts, m, k_w = w.shape
+        if k != k_w or rows_in not in (n, n * used):
+            raise TensorShapeError(f"expert matmul of x {x.shape} by {w.shape} for ids {ids.shape}")
+        pairs, pair_div = n * used, (used if rows_in == n else 1)
+        out = self._tensor((pairs, m), "experts")
+        common = dict(m=m, k=k, n=pairs, row_bytes=w.ref.row_bytes, w_off=0, y_off=out.off, bias_off=0, y_stride=m,
+                      expert_bytes=m * w.ref.row_bytes, pair_div=pair_div)
+        fmt = I8_ACTIVATIONS.get(w.ref.qtype) if self.policy.int8 else None
+        rows = self.policy.matvec_rows
+        if fmt is not None and k % I8_BLOCKS[fmt][0] == 0:
+            # each token's row is quantized once for all of its experts (llama.cpp's mul_mat_id does so too)
+            xq, row_words = self._quantize(x, fmt)
+            uniform_x = rows_in * row_words * 4 <= UNIFORM_X_BYTES
+            key = matvec_i8_key(w.ref.qtype, uniform_x=uniform_x, rows=rows, experts=True,
+                                pairs=self.policy.i8_pairs and i8_pairs(w.ref.qtype, k))
+            family, x_binding, grid = "matvec_i8", (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq, matvec_i8_grid(m, pairs, rows)
+            common.update(x_off=0, x_row_words=row_words)
+        else:
+            reduce = self.policy.reduce
+            uniform_x = not reduce and isinstance(x.buf, Activation) and x.off + rows_in * k <= 4 * UNIFORM_X_VEC4
+            key = matvec_key(w.ref.qtype, reduce=reduce, uniform_x=uniform_x, rows=rows, subgroup=self.policy.subgroup,
+                             experts=True)
+            family, x_binding, grid = "matvec", (x.buf, 0, UNIFORM_X_BYTES) if uniform_x else x.buf, matvec_grid(m, pairs, reduce, rows)
+            common.update(x_off=x.off)
+        for part in w.parts:
+            self._record(family, key, [part, x_binding, ids.buf, out.buf], grid, e_first=part.row0 // m,
+                         e_count=part.rows // m, **common)
+        return out
+
+    def expert_sum(self, y: Tensor, weights: Tensor) -> Tensor:
+        n, used = weights.shape
+        d = y.shape[-1]
+        out = self._tensor((n, d), "expert_sum")
+        self._record("moe", moe_key("EXPERT_SUM"), [y.buf, weights.buf, out.buf], (groups(d // 4), n, 1), n=n, width=d,
+                     used=used, x_off=y.off, g_off=weights.off, y_off=out.off)
+        return out
+
+    def sigmoid_gate(self, x: Tensor, g: Tensor) -> Tensor:
+        n, d = x.shape
+        out = self._tensor((n, d), "sigmoid_gate")
+        self._record("moe", moe_key("SIGMOID_GATE"), [x.buf, g.buf, out.buf], (groups(d // 4), n, 1), n=n, width=d,
+                     used=1, x_off=x.off, g_off=g.off, y_off=out.off)
+        return out

@@ -1,0 +1,188 @@
+"""Full-size synthetic GGUFs: a real model's shape and tokenizer, random quantized weights.
+
+No package here ships multi-GB weights, so size and speed are checked on files with a real model's
+hyperparameters, the `tokenizer.*` keys copied from a shipped GGUF (a real vocabulary: prompts tokenize
+as they would), and random Q4_0 blocks. The weights are kept zero-mean (nibbles 1..15, never 0: nibbles
+0..15 give every weight a mean of -d/2, the residual stream grows a common-mode part and every position
+predicts the same token) with a scale of ~1/(4.3 sqrt(fan_in)) per weight, so activations stay at unit
+scale through the layers. llama.cpp loads such files, so they are checked against it like real ones.
+
+Files are written tensor by tensor (a 4 GB model never sits in memory) and are deterministic per
+(shape, seed). Used by `pyshim bench` and the marked full-size tests; cached under models/synthetic/.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from pyshim.paths import MODELS_DIR
+
+SYNTHETIC_DIR = MODELS_DIR / "synthetic"
+Q4_0_BLOCK, Q4_0_BYTES = 32, 18
+ROUTER_STD = 2.0           # router logits' spread (in units of 1/sqrt(n_embd) per weight): each token prefers a few experts
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A model's hyperparameters, as the GGUF keys of its architecture say them."""
+    arch: str
+    tokenizer_from: str          # catalog model whose tokenizer.* keys are copied
+    n_layers: int
+    n_embd: int
+    n_heads: int
+    n_kv_heads: int
+    n_ff: int                    # dense width (MoE: the expert width, for archs that read it from here)
+    context: int
+    rope_base: float = 10000.0
+    eps: float = 1e-5
+    n_experts: int = 0
+    n_experts_used: int = 0
+    qk_norm: str = ""            # "head" (per head) or "full" (olmoe: over the whole projection)
+    tied: bool = False
+    keys: dict = field(default_factory=dict)
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_heads
+
+
+# By the name a test or `pyshim bench --synthetic` asks for.
+SHAPES: dict[str, Shape] = {
+    # OLMoE-1B-7B: 64 experts, 8 per token, ~1.3B active parameters of 6.9B (its own vocabulary is GPT-NeoX's
+    # 50k; SmolLM2's 49k GPT-2-style one stands in for it)
+    "olmoe-1b-7b": Shape(arch="olmoe", tokenizer_from="smollm2", n_layers=16, n_embd=2048, n_heads=16, n_kv_heads=16,
+                         n_ff=1024, context=4096, n_experts=64, n_experts_used=8, qk_norm="full"),
+}
+
+
+def path_for(name: str, seed: int = 0) -> Path:
+    return SYNTHETIC_DIR / f"{name}-Q4_0-s{seed}.gguf"
+
+
+def _q4_0(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Random zero-mean Q4_0 blocks for a [rows, cols] matrix: uint8 [rows, cols / 32 * 18]."""
+    nb = cols // Q4_0_BLOCK
+    blocks = np.empty((rows, nb, Q4_0_BYTES), np.uint8)
+    d = np.float16(1.0 / (4.3 * np.sqrt(cols)))
+    blocks[:, :, 0:2] = np.frombuffer(d.tobytes(), np.uint8)
+    lo = rng.integers(1, 16, (rows, nb, 16), dtype=np.uint8)
+    hi = rng.integers(1, 16, (rows, nb, 16), dtype=np.uint8)
+    blocks[:, :, 2:] = lo | (hi << 4)
+    return blocks.reshape(rows, nb * Q4_0_BYTES)
+
+
+def _tensors(s: Shape) -> Iterator[tuple[str, tuple[int, ...], str]]:
+    """(name, NumPy-order shape, kind) of every tensor, in file order; kind: q4 (a matrix), q4e (experts), norm, router."""
+    d, hd = s.n_embd, s.head_dim
+    q_out, kv_out = s.n_heads * hd, s.n_kv_heads * hd
+    yield "token_embd.weight", (_vocab_size(s), d), "q4"
+    yield "output_norm.weight", (d,), "norm"
+    if not s.tied:
+        yield "output.weight", (_vocab_size(s), d), "q4"
+    for il in range(s.n_layers):
+        p = f"blk.{il}."
+        yield p + "attn_norm.weight", (d,), "norm"
+        yield p + "attn_q.weight", (q_out, d), "q4"
+        yield p + "attn_k.weight", (kv_out, d), "q4"
+        yield p + "attn_v.weight", (kv_out, d), "q4"
+        if s.qk_norm:
+            yield p + "attn_q_norm.weight", ((q_out if s.qk_norm == "full" else hd),), "norm"
+            yield p + "attn_k_norm.weight", ((kv_out if s.qk_norm == "full" else hd),), "norm"
+        yield p + "attn_output.weight", (d, q_out), "q4"
+        yield p + "ffn_norm.weight", (d,), "norm"
+        if s.n_experts:
+            yield p + "ffn_gate_inp.weight", (s.n_experts, d), "router"
+            yield p + "ffn_gate_exps.weight", (s.n_experts, s.n_ff, d), "q4e"
+            yield p + "ffn_up_exps.weight", (s.n_experts, s.n_ff, d), "q4e"
+            yield p + "ffn_down_exps.weight", (s.n_experts, d, s.n_ff), "q4e"
+        else:
+            yield p + "ffn_gate.weight", (s.n_ff, d), "q4"
+            yield p + "ffn_up.weight", (s.n_ff, d), "q4"
+            yield p + "ffn_down.weight", (d, s.n_ff), "q4"
+
+
+_VOCAB: dict[str, list] = {}
+
+
+def _tokenizer_fields(name: str) -> list:
+    """The `tokenizer.*` fields of a shipped GGUF, as (key, value, type, sub_type) for GGUFWriter."""
+    if name not in _VOCAB:
+        from gguf import GGUFReader, GGUFValueType
+
+        from pyshim.setup.catalog import model_path
+
+        reader = GGUFReader(model_path(name))
+        fields = []
+        for key, f in reader.fields.items():
+            if not key.startswith("tokenizer."):
+                continue
+            vtype = GGUFValueType(f.types[0])
+            sub = GGUFValueType(f.types[1]) if vtype == GGUFValueType.ARRAY else None
+            fields.append((key, f.contents(), vtype, sub))
+        _VOCAB[name] = fields
+    return _VOCAB[name]
+
+
+def _vocab_size(s: Shape) -> int:
+    tokens = next(v for k, v, _, _ in _tokenizer_fields(s.tokenizer_from) if k == "tokenizer.ggml.tokens")
+    return len(tokens)
+
+
+def write(name: str, seed: int = 0, path: Path | None = None, *, progress=None) -> Path:
+    """Write synthetic model `name` (SHAPES) and return its path; an existing file of the same name is kept
+    (deterministic: the same bytes for the same name and seed)."""
+    from gguf import GGMLQuantizationType, GGUFWriter
+
+    s = SHAPES[name]
+    path = Path(path or path_for(name, seed))
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    writer = GGUFWriter(str(partial), s.arch)
+    writer.add_name(f"synthetic {name} (random weights)")
+    writer.add_context_length(s.context)
+    writer.add_embedding_length(s.n_embd)
+    writer.add_block_count(s.n_layers)
+    writer.add_feed_forward_length(s.n_ff)
+    writer.add_head_count(s.n_heads)
+    writer.add_head_count_kv(s.n_kv_heads)
+    writer.add_layer_norm_rms_eps(s.eps)
+    writer.add_rope_freq_base(s.rope_base)
+    writer.add_file_type(2)                        # LLAMA_FTYPE_MOSTLY_Q4_0
+    if s.n_experts:
+        writer.add_expert_count(s.n_experts)
+        writer.add_expert_used_count(s.n_experts_used)
+    for key, value, vtype, sub in _tokenizer_fields(s.tokenizer_from):
+        writer.add_key_value(key, value, vtype, sub)
+    tensors = list(_tensors(s))
+    for tname, shape, kind in tensors:
+        if kind in ("q4", "q4e"):
+            byte_shape = (*shape[:-1], shape[-1] // Q4_0_BLOCK * Q4_0_BYTES)    # (gguf takes quant shapes in bytes)
+            writer.add_tensor_info(tname, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)),
+                                   raw_dtype=GGMLQuantizationType.Q4_0)
+        else:
+            writer.add_tensor_info(tname, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    rng = np.random.default_rng([seed, len(tensors)])
+    for i, (tname, shape, kind) in enumerate(tensors):
+        if kind == "norm":
+            data = np.ones(shape, np.float32)
+        elif kind == "router":
+            data = (rng.standard_normal(shape) * ROUTER_STD / np.sqrt(shape[-1])).astype(np.float32)
+        elif kind == "q4e":
+            data = np.stack([_q4_0(rng, shape[1], shape[2]) for _ in range(shape[0])])
+        else:
+            data = _q4_0(rng, shape[0], shape[1])
+        writer.write_tensor_data(data)
+        if progress is not None:
+            progress(i + 1, len(tensors))
+    writer.close()
+    partial.replace(path)
+    return path
