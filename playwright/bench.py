@@ -98,6 +98,16 @@ def build_prompt(tokenizer, n_tokens: int) -> tuple[str, int]:
     return best
 
 
+def _url(path: Path) -> str:
+    """The dev server's URL of a model file below models/ (synthetic ones live in models/synthetic/)."""
+    from pyshim.paths import MODELS_DIR
+
+    try:
+        return "models/" + path.resolve().relative_to(MODELS_DIR.resolve()).as_posix()
+    except ValueError:
+        return f"models/{path.name}"
+
+
 def model_facts(name: str, settings: Settings) -> dict:
     """Header facts of a model and its prompts: path, sizes, bytes and weight elements read per decode token."""
     from pyshim.setup.catalog import resolve_model
@@ -124,7 +134,7 @@ def model_facts(name: str, settings: Settings) -> dict:
     mean_pos = settings.prompt_tokens[0] + settings.decode_tokens // 2
     kv_read = kv_cache_bytes(spec, mean_pos, "f32")
     return {
-        "name": name, "file": path.name, "url": f"models/{path.name}", "path": str(path), "file_bytes": path.stat().st_size,
+        "name": name, "file": path.name, "url": _url(path), "path": str(path), "file_bytes": path.stat().st_size,
         "architecture": spec.architecture, "n_layers": spec.n_layers, "n_vocab": spec.n_vocab, "tied_output": spec.tied_output,
         "weight_bytes": weight_bytes, "weight_bytes_per_token": per_token_bytes, "weight_elems_per_token": per_token_elems,
         "kv_bytes_per_token_at_mean_pos": kv_read, "bytes_per_token": per_token_bytes + kv_read,
@@ -276,7 +286,7 @@ def _run_in_browser(report: dict, config: BenchConfig, facts: dict) -> None:
             f = facts[name]
             if "browser" in config.backends:
                 res = _measure(f"{name} browser", settings.runs, lambda: bench_engines.browser_run(
-                    browser, server.url, f["url"], f["workload"], roofline_mib=settings.roofline_mib))
+                    p, server.url, f["url"], f["workload"], roofline_mib=settings.roofline_mib))
                 if res["samples"] and res["samples"][0].get("adapter"):
                     report["adapter"] = res["samples"][0]["adapter"]
                 _add(report, name, "browser", res, f, None)

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -172,8 +174,11 @@ def _roofline_code(mib: int) -> str:
 STORE_CONTEXT = 1024
 
 
-def browser_run(browser, base_url: str, model_url: str, workload: list[dict], *, roofline_mib: int) -> dict:
-    context = browser.new_context(service_workers="block")
+def browser_run(playwright, base_url: str, model_url: str, workload: list[dict], *, roofline_mib: int) -> dict:
+    """One run of pyshim in a Chromium of its own with a fresh on-disk profile (as a visitor's browser
+    keeps IndexedDB on disk; an incognito-like context keeps it in memory and refuses multi-GB models)."""
+    profile = tempfile.mkdtemp(prefix="pyshim-bench-")
+    context = harness.launch_persistent(playwright, profile, service_workers="block")
     try:
         page, watch = harness.open_page(context, base_url)
         boot = harness.wait_for_boot(page)
@@ -203,6 +208,7 @@ def browser_run(browser, base_url: str, model_url: str, workload: list[dict], *,
         return sample
     finally:
         context.close()
+        shutil.rmtree(profile, ignore_errors=True)
 
 
 def _worker_generation(page, model_url: str, workload: list[dict]) -> dict:

@@ -103,6 +103,18 @@ def launch_chromium(playwright, *, extra_flags: list[str] | None = None, headles
     return playwright.chromium.launch(executable_path=CHROMIUM, headless=headless, args=CHROMIUM_FLAGS + (extra_flags or []))
 
 
+def launch_persistent(playwright, user_data_dir, *, extra_flags: list[str] | None = None, headless: bool = True, **context):
+    """Chromium with an on-disk profile in `user_data_dir`: a BrowserContext (closing it ends the browser).
+    A plain `launch()` context is incognito-like, whose IndexedDB lives in memory: it refuses to store a
+    multi-GB model ("quota full") long before the quota navigator.storage.estimate() reports. A visitor's
+    browser keeps its data on disk, and so do runs that store full-size models."""
+    if not Path(CHROMIUM).exists():
+        raise HarnessError(f"{CHROMIUM} not found: install Debian's chromium (apt-get install -y chromium); "
+                           "never `playwright install`, it downloads a browser and fails offline")
+    return playwright.chromium.launch_persistent_context(str(user_data_dir), executable_path=CHROMIUM, headless=headless,
+                                                         args=CHROMIUM_FLAGS + (extra_flags or []), **context)
+
+
 def is_local(url: str) -> bool:
     parts = urlsplit(url)
     if parts.scheme in ("data", "blob", "about", "chrome", "chrome-extension", "devtools"):

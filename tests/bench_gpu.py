@@ -39,7 +39,7 @@ from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, PARAMS, UNIFORM_X_BYT
                                 quantize_key, xq_row_words)
 from pyshim.gpu.policy import KernelPolicy  # noqa: E402
 from pyshim.gpu.shaderc import ShaderKey  # noqa: E402
-from pyshim.plan.memory import estimate  # noqa: E402
+from pyshim.plan.memory import estimate, per_token  # noqa: E402
 
 ROOFLINE_BYTES = 128 << 20        # streamed by the roofline kernel (capped by the binding limit)
 ROOFLINE_PER_THREAD = 256         # vec4s each invocation sums in the contiguous variant (4 KiB)
@@ -201,7 +201,7 @@ async def bench_decode(device, roof: dict, model: str, int8: bool | None = None)
         pos += 1
     w1, c1 = clocks()
     wall, cpu = (w1 - w0) / DECODE_STEPS, (c1 - c0) / DECODE_STEPS
-    elements = sum(int(np.prod(w.shape)) for w in runner.ops.slots.slots.values())
+    elements = per_token(runner.spec, runner.header.tensors).active_params    # of a mixture: the routed experts
     out = rates(runner.weight_bytes, elements, wall, cpu, roof)
     out.update({"int8": runner.ops.policy.int8, "prefill_tokens": DECODE_PROMPT, "prefill_tok_s": DECODE_PROMPT / prefill_wall,
                 "prefill_tok_per_cpu_s": DECODE_PROMPT / prefill_cpu, "decode_tok_s": 1 / wall, "decode_tok_per_cpu_s": 1 / cpu, "weight_bytes": runner.weight_bytes,

@@ -14,7 +14,8 @@ import tiny_models
 
 pytestmark = pytest.mark.browser
 
-CASES = [("llama", "Q4_1"), ("gemma3", "Q5_0"), ("qwen2", "Q6_K")]
+# (qwen2moe: a mixture of experts — the router, the expert matvecs and the gated shared expert)
+CASES = [("llama", "Q4_1"), ("gemma3", "Q5_0"), ("qwen2", "Q6_K"), ("qwen2moe", "Q4_K"), ("olmoe", "F32")]
 RTOL = 1e-3
 # lavapipe meets 2e-4 of the logits' scale; SwiftShader's exp/tanh are less exact (WGSL allows it) and the
 # tiny Gemma 3 (GELU-tanh, attention and final softcaps) measured 2.6e-4 there: bound at 5e-4.
@@ -51,7 +52,8 @@ json.dumps({{"face": runner.device.caps.face, "adapter": runner.device.caps.summ
             "excess": float((np.abs(got - want) - RTOL * np.abs(want)).max()),
             "effect": float(np.abs(plain - want).max()),
             "same_argmax": bool((got.argmax(-1) == want.argmax(-1)).all()),
-            "greedy": greedy, "argmax": int(np.argmax(want[-1])), "shape": list(got.shape)}})
+            "greedy": greedy, "argmax": int(np.argmax(want[-1])), "shape": list(got.shape),
+            "top1": got.argmax(-1).tolist()}})
 """
 
 
@@ -73,6 +75,11 @@ def test_gpu_executor_in_the_worker_matches_reference(site_page, tmp_path_factor
     else:
         assert result["excess"] <= ATOL_OF_SCALE * result["scale"], str(result)
     assert result["greedy"] == result["argmax"]
+    if qtype == "F32":          # the F32 copy: llama.cpp's own top-1 at every position (its fixture)
+        import json
+
+        entry = json.loads(tiny_models.FIXTURE.read_text())["models"][f"{arch}-{qtype}"]
+        assert result["top1"] == [row[0] for row in entry["top_ids"]]
 
 
 def test_subgroup_kernels_in_the_worker_match_reference(site_page, tmp_path_factory):

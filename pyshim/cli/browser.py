@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -108,14 +109,14 @@ def run(model: Path, kind: str, params: dict, *, on_text: Callable[[str], None] 
         raise SetupError("web/vendor is missing (Pyodide and the wheels the page loads)", hint="run `pyshim setup` first")
     vendoring.refresh_pyshim()          # the Worker installs pyshim from this wheel: make it this checkout's code
     try:
-        with harness.DevServer() as server, sync_playwright() as p:
+        with harness.DevServer() as server, sync_playwright() as p, tempfile.TemporaryDirectory(prefix="pyshim-chromium-") as profile:
             try:
-                browser = harness.launch_chromium(p)
+                # an on-disk profile: an incognito-like one keeps IndexedDB in memory and refuses a
+                # multi-GB model. Service workers blocked: the site's precaching would compete for the cores.
+                context = harness.launch_persistent(p, profile, service_workers="block")
             except harness.HarnessError as exc:
                 raise SetupError(str(exc)) from None
             try:
-                # Service workers blocked: the site's precaching would compete with the run for the 2 cores.
-                context = browser.new_context(service_workers="block")
                 page, _ = harness.open_page(context, server.url)
                 try:
                     harness.require_adapter(page)
@@ -136,7 +137,7 @@ def run(model: Path, kind: str, params: dict, *, on_text: Callable[[str], None] 
                 page.set_default_timeout(REQUEST_TIMEOUT_MS)
                 outcome = page.evaluate(REQUEST_JS, [kind, {**params, "model_id": stored["id"]}, on_text is not None])
             finally:
-                browser.close()
+                context.close()
     except harness.HarnessError as exc:      # the dev server or the Worker's boot
         raise PyshimError(str(exc)) from None
     except PlaywrightError as exc:

@@ -22,9 +22,11 @@ PROFILE_ROUNDS = 3
 
 
 def group_name(key: ShaderKey) -> str:
-    """`matvec q4_k`, `attention`, ...: the family and, for weight kernels, the weight type."""
+    """`matvec q4_k`, `matvec_i8 q4_0 experts`, `attention`, ...: the family and, for weight kernels, the
+    weight type (and whether they are a mixture's expert matvecs)."""
     weight = next((name[2:].lower() for name, _ in key.defines if name.startswith("W_")), None)
-    return f"{key.family} {weight}" if weight else key.family
+    name = f"{key.family} {weight}" if weight else key.family
+    return name + " experts" if "EXPERTS" in dict(key.defines) else name
 
 
 async def kernel_times(runner, *, reps: int = PROFILE_REPS, rounds: int = PROFILE_ROUNDS) -> dict:

@@ -69,7 +69,8 @@ def model_path(name: str) -> Path:
 
 
 def resolve_model(name_or_path: str | Path) -> Path:
-    """A path to an existing GGUF file, or the short name of a model in models/ (`smollm2`, `gemma3`, `qwen2.5`)."""
+    """A path to an existing GGUF file, the short name of a model in models/ (`smollm2`, `gemma3`,
+    `qwen2.5`), or of a full-size synthetic model (pyshim.setup.synthetic.SHAPES: written on first use)."""
     candidate = Path(name_or_path)
     if candidate.is_file():
         return candidate
@@ -80,5 +81,12 @@ def resolve_model(name_or_path: str | Path) -> Path:
             return path
         flag = "" if MODELS[key].default else " --test-models"
         raise ModelNotFoundError(f"model {key!r} is not in {MODELS_DIR}", hint=f"run `pyshim setup{flag}` to place it")
-    known = ", ".join(MODELS)
+    from pyshim.setup import synthetic
+
+    if key in synthetic.SHAPES:
+        path = synthetic.path_for(key)
+        if not path.is_file():
+            print(f"[synthetic] writing {path} (random weights in {key}'s shape; once)", flush=True)
+        return synthetic.write(key)
+    known = ", ".join([*MODELS, *synthetic.SHAPES])
     raise ModelNotFoundError(f"no such model file or short name: {name_or_path!s}", hint=f"give a path to a .gguf file or one of: {known}")
