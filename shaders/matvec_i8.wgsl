@@ -8,7 +8,9 @@
 // Defines: one W_<type> (Q4_0, Q4_1, Q5_0, Q8_0 read blocks of 32 activations, Q8_0/Q8_1 style; Q4_K,
 // Q5_K, Q6_K read Q8_K's blocks of 256), WG, ROWS, optional BIAS; UNIFORM_X (with X_VEC4) binds the
 // quantized row as a uniform array (one-token steps on CPU adapters: one broadcast load per read).
-// EXPERTS (no BIAS, no TOKENS): rows of y are (token, slot) pairs, each through its expert's matrix (matvec.wgsl).
+// EXPERTS (no BIAS): rows of y are (token, slot) pairs, each through its expert's matrix (matvec.wgsl);
+// with TOKENS also GROUPED: a step's pairs grouped by expert (expert_group.wgsl's table in place of the
+// ids), so each block of an expert's matrix is unpacked once for TOKENS of the pairs that chose it.
 // Needs the WGSL language feature packed_4x8_integer_dot_product (naga and Chromium's Tint have it).
 #include "include/wtype_i8.wgsl"
 
@@ -28,8 +30,8 @@ struct Params {
     pair_div: u32,
     e_first: u32,
     e_count: u32,
-    _pad0: u32,
-    _pad1: u32,
+    e_tiles: u32,       // GROUPED: workgroup rows per expert (ceil(tokens / TOKENS))
+    n_experts: u32,     // GROUPED: experts of the whole weight (the group table's offsets)
 }
 
 #ifdef W_VEC4
@@ -80,11 +82,38 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     let t = wid.y;
 #endif
     let first = gid.x * ROWS;
+    var w_base = params.w_off;
+#ifdef GROUPED
+    // workgroup row y: expert e of this part, and the tile of its pairs starting at `start` in the table
+    let e = params.e_first + wid.y / params.e_tiles;
+    let start = ids[e] + (wid.y % params.e_tiles) * TOKENS;
+    let end = ids[e + 1u];
+    if (start >= end || first >= params.m) {
+        return;
+    }
+    w_base += (e - params.e_first) * params.expert_bytes;
+    let count = min(TOKENS, end - start);
+    var x_rows: array<u32, TOKENS>;     // the quantized row each of the tile's pairs reads, and its y row
+    var y_rows: array<u32, TOKENS>;
+    for (var i = 0u; i < TOKENS; i++) {
+        let pair = ids[params.n_experts + 1u + start + min(i, count - 1u)];
+        x_rows[i] = pair / params.pair_div;
+        y_rows[i] = pair;
+    }
+#else
     if (t >= params.n || first >= params.m) {
         return;
     }
-    var w_base = params.w_off;
     var x_row = t;              // which quantized row token (or pair) t reads
+#ifdef TOKENS
+    let count = min(TOKENS, params.n - t);
+    var x_rows: array<u32, TOKENS>;
+    var y_rows: array<u32, TOKENS>;
+    for (var i = 0u; i < TOKENS; i++) {
+        x_rows[i] = min(t + i, params.n - 1u);
+        y_rows[i] = t + i;
+    }
+#endif
 #ifdef EXPERTS
     let e = ids[t];
     if (e < params.e_first || e >= params.e_first + params.e_count) {
@@ -93,6 +122,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     w_base += (e - params.e_first) * params.expert_bytes;
     x_row = t / params.pair_div;
 #endif
+#endif
     let nb = params.k / BLOCK_ELEMS;
     // rows past m repeat the last row (their results are not stored)
     var wb: array<u32, ROWS>;
@@ -100,7 +130,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         wb[r] = w_base + min(first + r, params.m - 1u) * params.row_bytes;
     }
 #ifdef TOKENS
-    // tokens t..t+TOKENS-1 (past n: the last token again, not stored); each block of each row is unpacked
+    // tokens t..t+TOKENS-1 (past n: the last token again, not stored; GROUPED: the tile's pairs); each block of each row is unpacked
     // once for all of them, and each token's activation block is loaded once for all rows
     var accs: array<array<f32, ROWS>, TOKENS>;
     for (var b = 0u; b < nb; b++) {
@@ -109,7 +139,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
             blk[r] = block_unpack(wb[r] + b * BLOCK_BYTES);
         }
         for (var i = 0u; i < TOKENS; i++) {
-            x_base = (params.x_off + min(t + i, params.n - 1u) * params.x_row_words) >> 2u;
+            x_base = (params.x_off + x_rows[i] * params.x_row_words) >> 2u;
             m_base = x_base + params.k / 16u;
             let xa = xv(2u * b);
             let xb = xv(2u * b + 1u);
@@ -119,8 +149,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
             }
         }
     }
-    for (var i = 0u; i < TOKENS && t + i < params.n; i++) {
-        store_rows(t + i, first, accs[i]);
+    for (var i = 0u; i < count; i++) {
+        store_rows(y_rows[i], first, accs[i]);
     }
 }
 #else

@@ -12,7 +12,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 import tiny_models
-from pyshim.exec.runner import Want
+from pyshim.gpu.kernels import I8_TOKEN_TYPES
 from pyshim.gguf.header import read_header_from_file
 from pyshim.gguf.spec import ModelSpec
 from pyshim.plan.memory import estimate, per_token
@@ -52,6 +52,8 @@ def test_int8_all_logits_match_llama_cpp_emulation(tmp_path_factory, loop, devic
     drive = gpu_runner(loop, device, path, arithmetic=INT8)
     got = drive.logits(tiny_models.test_ids(), all_logits=True)
     assert any(d.key.family == "matvec_i8" for d in expert_dispatches(drive))
+    if QT[qtype] in I8_TOKEN_TYPES:     # the prompt's pairs grouped by expert, several per weight block
+        assert any("GROUPED" in dict(d.key.defines) for d in expert_dispatches(drive))
     assert_like_emulation(got, want, plain)
 
 

@@ -34,6 +34,19 @@ def refused_row(page, name: str) -> str:
     return row_text(page, name)
 
 
+def refused_from_header(site, tmp_path, name: str, **model) -> str:
+    """Offer a header-only GGUF (site_helpers.header_only_gguf(**model)) claiming its full size; assert it
+    is refused having fetched the first chunk only (the header), never the body; -> the row's text."""
+    context, page, _ = site
+    header, total = header_only_gguf(tmp_path / name, **model)
+    requests = []
+    context.route(f"**/{FAKE}/{name}", lambda route: (requests.append(route.request.headers.get("range")), serve_bytes(route, header, total=total)))
+    start_url_download(page, fake_url(page, name))
+    text = refused_row(page, name)
+    assert requests == [f"bytes=0-{CHUNK - 1}"]
+    return text
+
+
 def test_non_gguf_file_is_refused(site):
     _, page, _ = site
     start_url_download(page, page.evaluate("() => new URL('vendor/pyodide/pyodide-lock.json', location.href).href"))
@@ -76,14 +89,9 @@ def test_model_too_big_for_the_gpu_is_refused_after_the_header_only(site, tmp_pa
 def test_an_unsupported_tensor_type_is_refused_by_name_before_the_download(site, tmp_path):
     """A BF16 model (no executor decodes BF16 yet) is refused from its header: the type is named, and
     nothing past the first chunk is fetched."""
-    context, page, _ = site
-    header, total = header_only_gguf(tmp_path / "bf16.gguf", n_vocab=32_000, n_embd=1024, n_layers=2, n_ff=2816, dtype="BF16")
-    requests = []
-    context.route(f"**/{FAKE}/bf16.gguf", lambda route: (requests.append(route.request.headers.get("range")), serve_bytes(route, header, total=total)))
-    start_url_download(page, fake_url(page, "bf16.gguf"))
-    text = refused_row(page, "bf16.gguf")
+    _, page, _ = site
+    text = refused_from_header(site, tmp_path, "bf16.gguf", n_vocab=32_000, n_embd=1024, n_layers=2, n_ff=2816, dtype="BF16")
     assert "won't run" in text and "BF16" in text, text
-    assert requests == [f"bytes=0-{CHUNK - 1}"]
     manifest = store_ok(page, "getModel", model_id(page, fake_url(page, "bf16.gguf")))
     assert manifest["status"] == "refused" and not any(manifest["chunks"])
 
@@ -91,15 +99,9 @@ def test_an_unsupported_tensor_type_is_refused_by_name_before_the_download(site,
 def test_an_expert_layout_pyshim_does_not_compute_is_refused_by_name_before_the_download(site, tmp_path):
     """A Qwen3-MoE whose file asks for sigmoid gating (its architecture routes by softmax, in llama.cpp
     too): refused from the header, the gating named."""
-    context, page, _ = site
-    header, total = header_only_gguf(tmp_path / "moe.gguf", n_vocab=32_000, n_embd=1024, n_layers=2, n_ff=512,
-                                     arch="qwen3moe", experts=16, keys={"expert_gating_func": 2})
-    requests = []
-    context.route(f"**/{FAKE}/moe.gguf", lambda route: (requests.append(route.request.headers.get("range")), serve_bytes(route, header, total=total)))
-    start_url_download(page, fake_url(page, "moe.gguf"))
-    text = refused_row(page, "moe.gguf")
+    text = refused_from_header(site, tmp_path, "moe.gguf", n_vocab=32_000, n_embd=1024, n_layers=2, n_ff=512,
+                               arch="qwen3moe", experts=16, keys={"expert_gating_func": 2})
     assert "gated by sigmoid" in text and "qwen3moe" in text, text
-    assert requests == [f"bytes=0-{CHUNK - 1}"]
 
 
 @pytest.mark.models

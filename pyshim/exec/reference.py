@@ -104,14 +104,9 @@ class ExpertWeight(Weight):
         return self.parent.raw()[self.e * m:(self.e + 1) * m]
 
     def dense(self) -> np.ndarray:
-        if self._dense is None and self.parent._dense is not None:
+        if self._dense is None and self.parent._dense is not None:     # the parent's cached values, viewed
             self._dense = self.parent._dense[self.e]
-        if self._dense is not None:
-            return self._dense
-        values = dequantize_rows(self.raw(), self.ref.qtype).reshape(self.shape)
-        if self.cache:
-            self._dense = values
-        return values
+        return super().dense()
 
 
 class ReferenceOps:

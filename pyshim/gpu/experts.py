@@ -7,15 +7,19 @@ replayed whatever the router picks: expert choice is data, never a new program. 
 dense matvecs runs, on both arithmetic routes; a weight split into parts (by whole experts) is read part
 by part, each part serving the pairs whose expert it holds.
 
-A step of several tokens runs its n * used pairs through the same matvec (a row of work per pair), so
-prefill reads an expert's matrix once per pair that chose it rather than once per expert.
+A step of several tokens on the int8 route (the CPU adapters' default) groups its pairs by expert first
+(expert_group.wgsl, on the GPU: a counting sort of the router's ids), and the multi-token int8 matvec then
+unpacks each block of an expert's matrix once for I8_TOKENS of the pairs that chose it (the types of
+I8_TOKEN_TYPES); other steps run every pair through the one-row-per-pair matvec.
 """
 
 from __future__ import annotations
 
 from pyshim.errors import TensorShapeError, UnsupportedError
-from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, MAX_EXPERTS, UNIFORM_X_BYTES, UNIFORM_X_VEC4, groups, i8_pairs,
-                                matvec_grid, matvec_i8_grid, matvec_i8_key, matvec_key, moe_key, router_key)
+from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_ROWS, I8_TOKEN_TYPES, I8_TOKENS, MATVEC_WG, MAX_EXPERTS,
+                                UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, groups, i8_pairs, matvec_grid, matvec_i8_grid,
+                                matvec_i8_key, matvec_key, moe_key, router_key)
+from pyshim.gpu.shaderc import ShaderKey
 from pyshim.gpu.pool import Activation
 from pyshim.gpu.program import Tensor
 from pyshim.gpu.slots import WeightSlot
@@ -50,6 +54,17 @@ class ExpertOps:
                       expert_bytes=m * w.ref.row_bytes, pair_div=pair_div)
         fmt = I8_ACTIVATIONS.get(w.ref.qtype) if self.policy.int8 else None
         rows = self.policy.matvec_rows
+        if fmt is not None and k % I8_BLOCKS[fmt][0] == 0 and n > 1 and w.ref.qtype in I8_TOKEN_TYPES:
+            xq, row_words = self._quantize(x, fmt)
+            table = self._expert_groups(ids, n_experts)
+            key = matvec_i8_key(w.ref.qtype, rows=I8_TOKEN_ROWS, tokens=I8_TOKENS, grouped=True)
+            tiles = groups(n, I8_TOKENS)            # an expert has at most n pairs (a token picks it once)
+            common.update(x_off=0, x_row_words=row_words, e_tiles=tiles, n_experts=n_experts)
+            for part in w.parts:
+                self._record("matvec_i8", key, [part, xq, table, out.buf],
+                             (groups(m, MATVEC_WG * I8_TOKEN_ROWS), part.rows // m * tiles, 1),
+                             e_first=part.row0 // m, e_count=part.rows // m, **common)
+            return out
         if fmt is not None and k % I8_BLOCKS[fmt][0] == 0:
             # each token's row is quantized once for all of its experts (llama.cpp's mul_mat_id does so too)
             xq, row_words = self._quantize(x, fmt)
@@ -69,6 +84,16 @@ class ExpertOps:
             self._record(family, key, [part, x_binding, ids.buf, out.buf], grid, e_first=part.row0 // m,
                          e_count=part.rows // m, **common)
         return out
+
+    def _expert_groups(self, ids: Tensor, n_experts: int) -> Activation:
+        """The step's pairs grouped by expert (expert_group.wgsl), recorded once per router output in a
+        program: a layer's gate, up and down matvecs share it."""
+        if ids not in self._groups:
+            table = Activation(max(16, (n_experts + 1 + ids.size) * 4), "expert_groups")
+            self._record("expert_group", ShaderKey.of("expert_group", WG=WG), [ids.buf, table], (1, 1, 1),
+                         pairs=ids.size, experts=n_experts)
+            self._groups[ids] = table
+        return self._groups[ids]
 
     def expert_sum(self, y: Tensor, weights: Tensor) -> Tensor:
         n, used = weights.shape

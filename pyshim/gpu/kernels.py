@@ -112,13 +112,13 @@ def i8_pairs(qtype: QT, k: int) -> bool:
 
 
 def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, rows: int = MATVEC_ROWS,
-                  pairs: bool = False, tokens: int | None = None, experts: bool = False) -> ShaderKey:
+                  pairs: bool = False, tokens: int | None = None, experts: bool = False, grouped: bool = False) -> ShaderKey:
     """The barrier-free int8 matvec (`uniform_x`: the quantized row bound as a 64 KiB uniform; `pairs`: see
     i8_pairs; `tokens`: that many tokens per invocation, I8_TOKEN_TYPES only). GROUPED_TYPES are read in
     repack.wgsl's layout: the int8 route always rearranges them."""
     return ShaderKey.of("matvec_i8", **weight_defines(qtype, QT(qtype) in GROUPED_TYPES), WG=MATVEC_WG, ROWS=rows, BIAS=bias,
                         UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, PAIRS=pairs, TOKENS=tokens,
-                        EXPERTS=experts)
+                        EXPERTS=experts or grouped, GROUPED=grouped)
 
 
 def router_key(gating: str, norm: bool) -> ShaderKey:
@@ -197,7 +197,7 @@ class ParamsLayout:
 
 
 # Params fields left 0 unless given: the matvecs' expert fields (read only with EXPERTS)
-OPTIONAL_PARAMS = frozenset({"expert_bytes", "pair_div", "e_first", "e_count"})
+OPTIONAL_PARAMS = frozenset({"expert_bytes", "pair_div", "e_first", "e_count", "e_tiles", "n_experts"})
 # Most experts the router kernel selects from (router.wgsl MAX_EXPERTS: its bitmask of taken experts)
 MAX_EXPERTS = 256
 
@@ -211,7 +211,8 @@ PARAMS: dict[str, ParamsLayout] = {
     "matvec": _layout("m:u32 k:u32 n:u32 row_bytes:u32 w_off:u32 x_off:u32 y_off:u32 bias_off:u32 y_stride:u32 "
                       "expert_bytes:u32 pair_div:u32 e_first:u32 e_count:u32 _pad0:u32 _pad1:u32 _pad2:u32"),
     "matvec_i8": _layout("m:u32 k:u32 n:u32 row_bytes:u32 w_off:u32 x_off:u32 y_off:u32 bias_off:u32 y_stride:u32 "
-                         "x_row_words:u32 expert_bytes:u32 pair_div:u32 e_first:u32 e_count:u32 _pad0:u32 _pad1:u32"),
+                         "x_row_words:u32 expert_bytes:u32 pair_div:u32 e_first:u32 e_count:u32 e_tiles:u32 n_experts:u32"),
+    "expert_group": _layout("pairs:u32 experts:u32 _pad0:u32 _pad1:u32"),
     "router": _layout("n:u32 experts:u32 used:u32 logits_off:u32 scale:f32 _pad0:u32 _pad1:u32 _pad2:u32"),
     "moe": _layout("n:u32 width:u32 used:u32 x_off:u32 g_off:u32 y_off:u32 _pad0:u32 _pad1:u32"),
     "quantize": _layout("k:u32 n:u32 x_off:u32 x_stride:u32 q_off:u32 row_words:u32 _pad0:u32 _pad1:u32"),
@@ -387,7 +388,7 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
         keys.append(ShaderKey.of("repack", WG=WG))
     # mixtures of experts: the router, the expert matvecs (one token's or a step's pairs alike), their ends
     keys += [router_key(g, norm) for g in ("softmax", "sigmoid") for norm in (False, True)]
-    keys += [moe_key(op) for op in ("EXPERT_SUM", "SIGMOID_GATE")]
+    keys += [moe_key(op) for op in ("EXPERT_SUM", "SIGMOID_GATE")] + [ShaderKey.of("expert_group", WG=WG)]
     keys += [matvec_key(q, reduce=reduce, experts=True) for q in WEIGHT_TYPES for reduce in (False, True)]
     keys += [matvec_key(q, uniform_x=True, rows=rows, experts=True) for q in WEIGHT_TYPES for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
     keys += [matvec_key(q, rows=NARROW_SIMD_ROWS, experts=True) for q in WEIGHT_TYPES]
@@ -397,6 +398,7 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
         keys += [matvec_i8_key(q, uniform_x=ux, rows=rows, pairs=pairs, experts=True) for q in I8_ACTIVATIONS
                  for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)
                  for pairs in ((False, True) if q in I8_PAIR_TYPES else (False,))]
+        keys += [matvec_i8_key(q, rows=I8_TOKEN_ROWS, tokens=I8_TOKENS, grouped=True) for q in I8_TOKEN_TYPES]
     keys += [rmsnorm_key(), rmsnorm_key(reduce=True)] + [kv_write_key(t) for t in KV_TYPES]
     if subgroups:
         keys.append(rmsnorm_key(reduce=True, subgroup=True))

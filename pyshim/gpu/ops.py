@@ -63,6 +63,7 @@ class GpuOps(ExpertOps):
         self.positions_buf = self.allocator.buffer(max_chunk * 4, "positions")
         self._program: Program | None = None
         self._quantized: dict[tuple[Tensor, str], tuple[Activation, int]] = {}
+        self._groups: dict[Tensor, Activation] = {}
         self._theta: dict[tuple, tuple[Any, float]] = {}
 
     @property
@@ -87,6 +88,7 @@ class GpuOps(ExpertOps):
     def begin(self, n: int) -> Program:
         self._program = Program(n)
         self._quantized = {}
+        self._groups = {}           # router ids -> their pairs grouped by expert (pyshim.gpu.experts)
         return self._program
 
     def end(self) -> Program:
