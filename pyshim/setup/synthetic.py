@@ -75,14 +75,14 @@ def _q4_0(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
     return blocks.reshape(rows, nb * Q4_0_BYTES)
 
 
-def _tensors(s: Shape) -> Iterator[tuple[str, tuple[int, ...], str]]:
+def _tensors(s: Shape, n_vocab: int) -> Iterator[tuple[str, tuple[int, ...], str]]:
     """(name, NumPy-order shape, kind) of every tensor, in file order; kind: q4 (a matrix), q4e (experts), norm, router."""
     d, hd = s.n_embd, s.head_dim
     q_out, kv_out = s.n_heads * hd, s.n_kv_heads * hd
-    yield "token_embd.weight", (_vocab_size(s), d), "q4"
+    yield "token_embd.weight", (n_vocab, d), "q4"
     yield "output_norm.weight", (d,), "norm"
     if not s.tied:
-        yield "output.weight", (_vocab_size(s), d), "q4"
+        yield "output.weight", (n_vocab, d), "q4"
     for il in range(s.n_layers):
         p = f"blk.{il}."
         yield p + "attn_norm.weight", (d,), "norm"
@@ -108,14 +108,13 @@ def _tensors(s: Shape) -> Iterator[tuple[str, tuple[int, ...], str]]:
 _VOCAB: dict[str, list] = {}
 
 
-def _tokenizer_fields(name: str) -> list:
+def _tokenizer_fields(path: Path) -> list:
     """The `tokenizer.*` fields of a shipped GGUF, as (key, value, type, sub_type) for GGUFWriter."""
+    name = str(path)
     if name not in _VOCAB:
         from gguf import GGUFReader, GGUFValueType
 
-        from pyshim.setup.catalog import model_path
-
-        reader = GGUFReader(model_path(name))
+        reader = GGUFReader(path)
         fields = []
         for key, f in reader.fields.items():
             if not key.startswith("tokenizer."):
@@ -127,17 +126,17 @@ def _tokenizer_fields(name: str) -> list:
     return _VOCAB[name]
 
 
-def _vocab_size(s: Shape) -> int:
-    tokens = next(v for k, v, _, _ in _tokenizer_fields(s.tokenizer_from) if k == "tokenizer.ggml.tokens")
-    return len(tokens)
-
-
-def write(name: str, seed: int = 0, path: Path | None = None, *, progress=None) -> Path:
-    """Write synthetic model `name` (SHAPES) and return its path; an existing file of the same name is kept
-    (deterministic: the same bytes for the same name and seed)."""
+def write(name: str | Shape, tokenizer_gguf: Path, seed: int = 0, path: Path | None = None, *, progress=None) -> Path:
+    """Write synthetic model `name` (SHAPES, or a Shape: then `path` is needed) with the tokenizer of
+    `tokenizer_gguf` (the catalog model its shape names: pyshim.setup.catalog.resolve_model passes it) and
+    return its path; an existing file is kept (deterministic: the same bytes for the same shape, tokenizer
+    and seed)."""
     from gguf import GGMLQuantizationType, GGUFWriter
 
-    s = SHAPES[name]
+    s = name if isinstance(name, Shape) else SHAPES[name]
+    name = path.stem if isinstance(name, Shape) else name
+    vocab = _tokenizer_fields(Path(tokenizer_gguf))
+    n_vocab = len(next(v for k, v, _, _ in vocab if k == "tokenizer.ggml.tokens"))
     path = Path(path or path_for(name, seed))
     if path.is_file():
         return path
@@ -157,9 +156,9 @@ def write(name: str, seed: int = 0, path: Path | None = None, *, progress=None) 
     if s.n_experts:
         writer.add_expert_count(s.n_experts)
         writer.add_expert_used_count(s.n_experts_used)
-    for key, value, vtype, sub in _tokenizer_fields(s.tokenizer_from):
+    for key, value, vtype, sub in vocab:
         writer.add_key_value(key, value, vtype, sub)
-    tensors = list(_tensors(s))
+    tensors = list(_tensors(s, n_vocab))
     for tname, shape, kind in tensors:
         if kind in ("q4", "q4e"):
             byte_shape = (*shape[:-1], shape[-1] // Q4_0_BLOCK * Q4_0_BYTES)    # (gguf takes quant shapes in bytes)

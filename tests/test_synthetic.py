@@ -1,0 +1,52 @@
+"""Full-size synthetic models (pyshim.setup.synthetic), checked on a small shape: the file is what the
+shape and the tokenizer say, its weights are zero-mean, and it runs (the full-size ones go through the
+same code: `pyshim inspect olmoe-1b-7b`, `pyshim bench --models olmoe-1b-7b`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyshim.gguf.header import read_header_from_file
+from pyshim.gguf.spec import ModelSpec
+from pyshim.gguf.tensors import dequantize_rows
+from pyshim.plan.memory import per_token
+from pyshim.setup import synthetic
+from pyshim.setup.catalog import model_path, resolve_model
+from runners import reference
+
+pytestmark = pytest.mark.models
+
+SMALL_MOE = synthetic.Shape(arch="olmoe", tokenizer_from="smollm2", n_layers=2, n_embd=256, n_heads=4, n_kv_heads=4,
+                            n_ff=256, context=512, n_experts=8, n_experts_used=2, qk_norm="full")
+
+
+def test_a_small_mixture_is_written_as_its_shape_says_and_runs(tmp_path):
+    path = synthetic.write(SMALL_MOE, model_path("smollm2"), path=tmp_path / "small-moe.gguf")
+    (tmp_path / "again").mkdir()
+    again = synthetic.write(SMALL_MOE, model_path("smollm2"), path=tmp_path / "again" / "small-moe.gguf")
+    assert path.read_bytes() == again.read_bytes()                       # deterministic
+    header = read_header_from_file(path)
+    spec = ModelSpec.from_header(header)
+    smol = read_header_from_file(model_path("smollm2"))
+    assert header.metadata["tokenizer.ggml.tokens"] == smol.metadata["tokenizer.ggml.tokens"]
+    assert (spec.n_experts, spec.n_experts_used, spec.n_ff_expert, spec.n_vocab) == (8, 2, 256, 49152)
+    token = per_token(spec, header.tensors)
+    assert token.active_params < token.total_params
+    # zero-mean weights at ~1/(4.3 sqrt(fan_in)): no common-mode drift through the layers
+    t = header.tensor("blk.0.ffn_up_exps.weight")
+    raw = np.frombuffer(path.read_bytes()[t.offset:t.offset + t.nbytes], np.uint8).reshape(-1, 144)
+    values = dequantize_rows(raw, t.type)
+    assert abs(values.mean()) < 0.01 * values.std()
+    assert values.std() == pytest.approx(np.sqrt(56 / 3) / (4.3 * 16), rel=0.05)   # nibbles 1..15: var 56/3
+    logits = reference(path, context=64).logits([1, 2, 3, 4, 5, 6, 7, 8], all_logits=True)
+    assert len({int(i) for i in logits.argmax(axis=1)}) > 1                # positions do not all predict alike
+
+
+def test_full_size_shapes_resolve_by_short_name_without_writing_when_present():
+    # (the 3.9 GB file is written on first use only: here just the name and its plan)
+    shape = synthetic.SHAPES["olmoe-1b-7b"]
+    assert shape.n_experts == 64 and shape.n_experts_used == 8
+    path = synthetic.path_for("olmoe-1b-7b")
+    if path.is_file():
+        assert resolve_model("olmoe-1b-7b") == path
