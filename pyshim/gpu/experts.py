@@ -19,9 +19,9 @@ from pyshim.errors import TensorShapeError, UnsupportedError
 from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_ROWS, I8_TOKEN_TYPES, I8_TOKENS, MATVEC_WG, MAX_EXPERTS,
                                 UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, groups, i8_pairs, matvec_grid, matvec_i8_grid,
                                 matvec_i8_key, matvec_key, moe_key, router_key)
-from pyshim.gpu.shaderc import ShaderKey
 from pyshim.gpu.pool import Activation
 from pyshim.gpu.program import Tensor
+from pyshim.gpu.shaderc import ShaderKey
 from pyshim.gpu.slots import WeightSlot
 from pyshim.models.ops import GATINGS, RouterSpec
 
@@ -53,8 +53,9 @@ class ExpertOps:
         common = dict(m=m, k=k, n=pairs, row_bytes=w.ref.row_bytes, w_off=0, y_off=out.off, bias_off=0, y_stride=m,
                       expert_bytes=m * w.ref.row_bytes, pair_div=pair_div)
         fmt = I8_ACTIVATIONS.get(w.ref.qtype) if self.policy.int8 else None
+        int8 = fmt is not None and k % I8_BLOCKS[fmt][0] == 0
         rows = self.policy.matvec_rows
-        if fmt is not None and k % I8_BLOCKS[fmt][0] == 0 and n > 1 and w.ref.qtype in I8_TOKEN_TYPES:
+        if int8 and n > 1 and w.ref.qtype in I8_TOKEN_TYPES:
             xq, row_words = self._quantize(x, fmt)
             table = self._expert_groups(ids, n_experts)
             key = matvec_i8_key(w.ref.qtype, rows=I8_TOKEN_ROWS, tokens=I8_TOKENS, grouped=True)
@@ -65,7 +66,7 @@ class ExpertOps:
                              (groups(m, MATVEC_WG * I8_TOKEN_ROWS), part.rows // m * tiles, 1),
                              e_first=part.row0 // m, e_count=part.rows // m, **common)
             return out
-        if fmt is not None and k % I8_BLOCKS[fmt][0] == 0:
+        if int8:
             # each token's row is quantized once for all of its experts (llama.cpp's mul_mat_id does so too)
             xq, row_words = self._quantize(x, fmt)
             uniform_x = rows_in * row_words * 4 <= UNIFORM_X_BYTES

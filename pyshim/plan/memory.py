@@ -44,8 +44,9 @@ def row_parts(rows: int, row_bytes: int, limit: int, pad: int = 0) -> list[tuple
 
 def split_unit_bytes(t: TensorInfo) -> int:
     """Bytes of the smallest piece a weight is split into between buffers: one row, or for a 3-D expert
-    tensor one expert's whole matrix (the expert matvecs read an expert from one part)."""
-    rows, row_bytes = tensor_rows(t)
+    tensor one expert's whole matrix (the expert matvecs read an expert from one part; pyshim.gpu.slots
+    splits by the same unit). `t.shape` is in GGUF order: ne1 is an expert's rows."""
+    row_bytes = tensor_rows(t)[1]
     return row_bytes * (int(t.shape[1]) if len(t.shape) == 3 else 1)
 
 
