@@ -36,7 +36,7 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
     """An engine for a model path or short name (`smollm2`, `gemma3`, `qwen2.5`); backend "gpu" (native
     WebGPU through wgpu), "cpu" (the NumPy reference) or, in Pyodide, "browser" (the default there: the
     site's JavaScript engine; `on_progress(dict)` gets its download/load progress, `js_module` is
-    web/pyshim.js or its URL when the PyScript config does not name it). `kv_type` (f32, f16, q8) and
+    web/pyshim.js or its URL when the PyScript config does not name it). `kv_type` (f32, f16, q8, q4) and
     `arithmetic` (f32, int8, llama.cpp-exact; None: the backend's default) as pyshim.plan.settings says."""
     settings = RunSettings(context=n_ctx, kv_type=kv_type, arithmetic=arithmetic)
     backend = backend or ("browser" if IN_PYODIDE else "gpu")

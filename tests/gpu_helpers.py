@@ -9,7 +9,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 
-from pyshim.gpu.kernels import PARAMS, Q8_BLOCK, KernelCache, groups, kv_write_key
+from pyshim.gpu.kernels import PARAMS, KernelCache, kv_write_grid, kv_write_key
 from pyshim.gpu.shaderc import ShaderKey
 
 # Byte offsets of the f16 scale fields inside one block, per type: random bytes there could be inf/NaN
@@ -79,6 +79,5 @@ class GPU:
         self.device.write(uniform, PARAMS["kv_write"].pack(n=count, k_row=n_kv * hd, v_row=n_kv * hd, cap=cap,
                                                            pos_off=0, k_off=0, v_off=0))
         group = self.device.bind_group(pipe, [self.upload(k), self.upload(v), pos_buf, kc, vc, uniform])
-        per = Q8_BLOCK if kv_type == "q8" else 4
-        self.device.submit([(pipe, group, (groups(n_kv * hd // per), count, 1))])
+        self.device.submit([(pipe, group, kv_write_grid(kv_type, n_kv * hd, n_kv * hd, count))])
         return pos_buf

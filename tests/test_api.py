@@ -97,4 +97,4 @@ def test_kv_type_reaches_the_engine():
 
     assert run(reply("q8"))
     with pytest.raises(BadRequestError, match="kv_type"):
-        run(load("smollm2", backend="cpu", kv_type="q4"))
+        run(load("smollm2", backend="cpu", kv_type="q3"))

@@ -90,7 +90,7 @@ def test_bad_requests_are_refused_by_the_shared_schema(store):
 
     for bad, param in (({"model_id": "smollm2", "messages": []}, "messages"),
                        ({"model_id": "smollm2", "messages": MESSAGES, "sampling": {"top_p": 0}}, "sampling.top_p"),
-                       ({"model_id": "smollm2", "messages": MESSAGES, "settings": {"kv_type": "q4"}}, "settings.kv_type"),
+                       ({"model_id": "smollm2", "messages": MESSAGES, "settings": {"kv_type": "q3"}}, "settings.kv_type"),
                        ({"messages": MESSAGES}, "model_id")):
         with pytest.raises(BadRequestError) as info:
             _call(worker_api.generate, bad, store)

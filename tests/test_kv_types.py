@@ -1,17 +1,20 @@
-"""The smaller KV caches, on any adapter: f16 (halves packed two to a u32, so no shader-f16 is needed) and
-q8 (int8 blocks of 32 with an f32 scale). The GPU executor against the reference storing its cache the
+"""The smaller KV caches, on any adapter: f16 (halves packed two to a u32, so no shader-f16 is needed), q8
+(int8 blocks of 32 with an f32 scale) and q4 (llama.cpp's q4_0 rounding with an f32 scale). The GPU executor against the reference storing its cache the
 same way, on tiny models of the architectures with sliding windows, GQA and softcaps; their memory."""
 
 from __future__ import annotations
 
 import asyncio
 
+import gguf
 import numpy as np
 import pytest
+from gguf import quants
 
 import tiny_models
 from pyshim.errors import BadRequestError
-from pyshim.exec.kvcache import q8_round
+from pyshim.exec.kvcache import ROUNDING, q4_round, q8_round
+from pyshim.plan.settings import KV_TYPES
 from pyshim.exec.runner import Step, Want
 from pyshim.plan.settings import Arithmetic
 from runners import Drive, gpu, reference
@@ -20,7 +23,7 @@ from tiny_models import QT, write_tiny_model
 IDS = tiny_models.test_ids() + [5, 77, 300, 9, 12, 41, 42, 43]
 
 
-@pytest.mark.parametrize("kv_type", ["f16", "q8"])
+@pytest.mark.parametrize("kv_type", ["f16", "q8", "q4"])
 @pytest.mark.parametrize("arch", ["gemma3", "qwen2", "llama"])
 def test_gpu_cache_matches_reference(tmp_path, arch, kv_type):
     path = write_tiny_model(tmp_path, arch, QT.F32)
@@ -61,6 +64,31 @@ def test_q8_rounding():
     assert np.allclose(steps, np.round(steps), atol=1e-4) and np.abs(steps).max() <= 127 + 1e-4   # whole int8 steps
 
 
+def test_q4_rounding_is_llama_cpps_q4_0():
+    """The same 4-bit levels as the gguf package's q4_0 quantizer (llama.cpp's reference rounding, written
+    independently); the cache keeps the scale in f32 where q4_0 stores it as f16."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(4, 128)).astype(np.float32) * rng.uniform(0.01, 30, size=(4, 1)).astype(np.float32)
+    x[1, 32:64] = 0                                    # an all-zero block stays zero
+    x[2, 64:96] = 0.5                                  # equal magnitudes: the first is the block's m (level 0),
+    x[2, 70] = -0.5                                    # the other sign clips at level 15: 7/8 of it
+    got = q4_round(x).reshape(-1, 32)
+    blocks = quants.quantize(x, gguf.GGMLQuantizationType.Q4_0).reshape(-1, 18)
+    nibbles = blocks[:, 2:]
+    levels = np.concatenate([nibbles & 15, nibbles >> 4], axis=1).astype(np.float32)   # q[j], q[j + 16]
+    xb = x.reshape(-1, 32)
+    m = xb[np.arange(len(xb)), np.abs(xb).argmax(1)]
+    d = (m / np.float32(-8))[:, None]
+    assert np.array_equal(got, (levels - 8) * d)
+    assert (got[5] == 0).all() and np.array_equal(got[10], np.where(xb[10] == 0.5, 0.5, -0.4375))
+    assert np.all(np.abs(got - xb) <= np.abs(d) / 2 * (1 + 1e-5) + (levels == 15) * np.abs(d))   # half a step (15 clips)
+
+
+def test_every_kv_type_has_a_rounding_and_a_kernel():
+    from pyshim.gpu.kernels import KV_DEFINES
+    assert set(ROUNDING) == set(KV_TYPES) == set(KV_DEFINES)
+
+
 def test_cache_memory(tmp_path):
     path = write_tiny_model(tmp_path, "llama", QT.Q4_0)
 
@@ -74,11 +102,13 @@ def test_cache_memory(tmp_path):
     f32 = asyncio.run(kv("f32"))
     assert asyncio.run(kv("f16")) * 2 == f32
     assert asyncio.run(kv("q8")) == f32 * 36 // 128        # 36 bytes per 32 values
+    q4 = asyncio.run(kv("q4"))
+    assert q4 == f32 * 20 // 128 and q4 <= 0.16 * f32      # 20 bytes per 32 values
 
 
 def test_unknown_kv_type(tmp_path):
     path = write_tiny_model(tmp_path, "llama", QT.Q4_0)
     with pytest.raises(BadRequestError, match="q3"):
         reference(path, context=64, kv_type="q3")
-    with pytest.raises(BadRequestError, match="q4"):
-        asyncio.run(gpu(path, context=64, kv_type="q4"))
+    with pytest.raises(BadRequestError, match="int4"):
+        asyncio.run(gpu(path, context=64, kv_type="int4"))

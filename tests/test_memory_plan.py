@@ -16,7 +16,8 @@ CHUNK = 64
 
 
 @pytest.mark.models
-@pytest.mark.parametrize("name, context, kv_type", [("smollm2", 2048, "f32"), ("gemma3", 1024, "f32"), ("smollm2", 2048, "q8")])
+@pytest.mark.parametrize("name, context, kv_type", [("smollm2", 2048, "f32"), ("gemma3", 1024, "f32"), ("smollm2", 2048, "q8"),
+                                                       ("smollm2", 2048, "q4")])
 def test_plan_matches_gpu_allocation(name, context, kv_type):
     import asyncio
 

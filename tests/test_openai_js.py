@@ -100,7 +100,7 @@ PARITY = [  # (kind, body): requests Python and JS must refuse with the same wor
     ("chat.completions", {"messages": [{"role": "user", "content": "x"}], "n": 3}),
     ("chat.completions", {"messages": [{"role": "user", "content": "x"}], "temperature": None, "stop": None}),
     ("completions", {"prompt": ""}), ("completions", {"prompt": ["a", "b"]}), ("completions", {"prompt": ["a"]}),
-    ("generate", {"model_id": "m", "messages": [{"role": "user", "content": "x"}], "settings": {"kv_type": "q4"}}),
+    ("generate", {"model_id": "m", "messages": [{"role": "user", "content": "x"}], "settings": {"kv_type": "q3"}}),
     ("generate", {"model_id": "m", "messages": [{"role": "user", "content": "x"}], "sampling": {"top_k": -1}}),
     ("generate", {"model_id": "m", "messages": [{"role": "user", "content": "x"}], "settings": {"arithmetic": "bf16"}}),
     ("load", {"model_id": "m", "settings": {"context": 0}}), ("load", {"model_id": ""}), ("load", {"model_id": "m"}),

@@ -1,6 +1,6 @@
 """The real-GPU prefill kernels in Chromium (Tint + SwiftShader here) against NumPy: the tiled matmul for
-every weight type (ragged tiles, a bias and offsets) and the key-tiled causal attention over f32, f16 and
-q8 caches (GQA, a wrapped sliding-window ring, softcap). One page runs every case (test_kernels_browser's
+every weight type (ragged tiles, a bias and offsets) and the key-tiled causal attention over f32, f16, q8
+and q4 caches (GQA, a wrapped sliding-window ring, softcap). One page runs every case (test_kernels_browser's
 runner); one page per module."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from gpu_helpers import random_weight
-from pyshim.gpu.kernels import (MATMUL_TILE, MATMUL_TILE_CPU, Q8_BLOCK, WEIGHT_TYPES, attention_prefill_grid,
+from pyshim.gpu.kernels import (MATMUL_TILE, MATMUL_TILE_CPU, WEIGHT_TYPES, attention_prefill_grid,
                                 attention_prefill_key, matmul_grid, matmul_key, shader_block)
 from pyshim.exec.reference import dequantize_rows
+from pyshim.plan.settings import KV_TYPES
 from test_kernels_browser import Cases, assert_all_pass, close, run_in_chromium
 
 
@@ -42,8 +43,16 @@ def cache_bytes(rows: np.ndarray, kv_type: str, rng) -> tuple[np.ndarray, np.nda
     if kv_type == "f16":
         half = rows.astype(np.float16)
         return half, half.astype(np.float32)
+    blocks = rows.reshape(-1, KV_TYPES[kv_type].block)
+    if kv_type == "q4":
+        # per block of 32 along the head: 16 bytes of levels (value 2b in the low nibble of byte b, 2b + 1
+        # in the high one), then the f32 scale; value (level - 8) * d
+        levels = rng.integers(0, 16, size=blocks.shape).astype(np.uint8)
+        d = (np.abs(blocks).max(axis=1) / 8).astype(np.float32)
+        nibbles = levels[:, 0::2] | (levels[:, 1::2] << 4)
+        packed = np.concatenate([nibbles, d[:, None].view(np.uint8)], axis=1)
+        return packed, ((levels.astype(np.float32) - 8) * d[:, None]).reshape(rows.shape)
     # q8: per block of 32 along the head, 32 int8 then the f32 scale
-    blocks = rows.reshape(-1, Q8_BLOCK)
     q = rng.integers(-127, 128, size=blocks.shape).astype(np.int8)
     d = (np.abs(blocks).max(axis=1) / 127).astype(np.float32)
     packed = np.concatenate([q.view(np.uint8), d[:, None].view(np.uint8)], axis=1)
@@ -101,10 +110,11 @@ def build_cases() -> Cases:
     add_attention_case(c, rng, heads=6, kv_heads=2, hd=64, window=0, softcap=0.0, first=0, n=45, cap=64, kv_type="f32")
     add_attention_case(c, rng, heads=4, kv_heads=1, hd=256, window=9, softcap=5.0, first=30, n=12, cap=20, kv_type="f16")
     add_attention_case(c, rng, heads=4, kv_heads=2, hd=32, window=6, softcap=0.0, first=10, n=9, cap=15, kv_type="q8")
+    add_attention_case(c, rng, heads=8, kv_heads=2, hd=64, window=0, softcap=0.0, first=5, n=7, cap=16, kv_type="q4")
     return c
 
 
 def test_prefill_kernels_in_chromium(chromium, dev_server):
     cases = build_cases()
     assert_all_pass(cases, run_in_chromium(chromium, dev_server, cases))
-    assert len(cases.checks) == 22
+    assert len(cases.checks) == 23

@@ -13,8 +13,9 @@ from gguf import GGMLQuantizationType as QT
 
 from pyshim.gpu.kernels import (MATMUL_TILE, MATMUL_TILE_CPU, WEIGHT_TYPES, attention_prefill_grid, attention_prefill_key,
                                 matmul_grid, matmul_key, shader_block)
-from pyshim.exec.kvcache import q8_round
+from pyshim.exec.kvcache import ROUNDING
 from pyshim.models.ops import AttnSpec
+from pyshim.plan.settings import KV_TYPES
 from pyshim.exec.reference import ReferenceOps, dequantize_rows
 from gpu_helpers import GPU, random_weight
 
@@ -88,7 +89,7 @@ def prefill_attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, steps, ca
     ref.kv = KVCache(spec_m, sum(steps))
     attn = AttnSpec(layer=0, n_heads=n_heads, n_kv_heads=n_kv, head_dim=hd, head_dim_v=hd, scale=hd ** -0.5,
                     window=window, softcap=softcap)
-    cell = {"f32": 4, "f16": 2, "q8": 36 / 32}[kv_type]
+    cell = KV_TYPES[kv_type].bytes_per_value
     kc = gpu.device.buffer(int(cap * n_kv * hd * cell), label="kc")
     vc = gpu.device.buffer(int(cap * n_kv * hd * cell), label="vc")
     key = attention_prefill_key(hd, hd, softcap > 0, kv_type)
@@ -110,10 +111,8 @@ def prefill_attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, steps, ca
 
 
 def rounded(a: np.ndarray, kv_type: str) -> np.ndarray:
-    """K or V as the cache stores them (f16 halves, or q8 blocks)."""
-    if kv_type == "f16":
-        return a.astype(np.float16).astype(np.float32)
-    return q8_round(a) if kv_type == "q8" else a
+    """K or V as the cache stores them (f16 halves, q8 or q4 blocks)."""
+    return ROUNDING[kv_type](a)
 
 
 def test_prefill_attention_gqa_many_tiles(gpu):
@@ -127,6 +126,6 @@ def test_prefill_attention_sliding_window_ring_and_softcap(gpu):
     prefill_attention_case(gpu, n_heads=4, n_kv=1, hd=256, window=9, softcap=5.0, steps=[12, 12, 12, 7], cap=20)
 
 
-@pytest.mark.parametrize("kv_type", ["f16", "q8"])
+@pytest.mark.parametrize("kv_type", ["f16", "q8", "q4"])
 def test_prefill_attention_kv_types(gpu, kv_type):
     prefill_attention_case(gpu, n_heads=4, n_kv=2, hd=32, window=6, softcap=0.0, steps=[10, 9], cap=15, kv_type=kv_type)

@@ -240,7 +240,8 @@ def test_real_memory_estimates():
 def test_kv_types_and_fits():
     spec = spec_of("llama", {"attention.head_count_kv": 2})
     per_token = {kind: kv_bytes_per_token(spec, kind) for kind in KV_TYPES}
-    assert per_token == {"f32": 4 * 2 * 64 * 4, "f16": 4 * 2 * 64 * 2, "q8": 4 * 2 * 64 * 36 // 32}
+    assert per_token == {"f32": 4 * 2 * 64 * 4, "f16": 4 * 2 * 64 * 2, "q8": 4 * 2 * 64 * 36 // 32, "q4": 4 * 2 * 64 * 20 // 32}
+    assert per_token["q4"] <= 0.16 * per_token["f32"]
     with pytest.raises(BadRequestError, match="bf8"):
         kv_bytes_per_token(spec, "bf8")
     header = read_header(raw_gguf([kv_str("general.architecture", "llama")],
@@ -266,7 +267,7 @@ def test_best_fit_prefers_less_rounding_then_shorter_context():
     header = read_header(raw_gguf([kv_str("general.architecture", "llama")],
                                   [tensor_info("a", (1024, 256), TensorType.Q4_0, 0), tensor_info("b", (64,), TensorType.F32, 147456)]))
     total = {t: estimate(spec, header.tensors, context=4096, kv_type=t).total_bytes for t in KV_TYPES}
-    assert total["f32"] > total["f16"] > total["q8"]
+    assert total["f32"] > total["f16"] > total["q8"] > total["q4"]
 
     def pick(budget):
         est = best_fit(spec, header.tensors, budget_bytes=budget, context=4096)

@@ -15,7 +15,7 @@ BLAS_THREADS = "1"
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 BACKENDS = ("cpu", "gpu", "browser")
 ARITHMETIC = ("f32", "int8", "llama.cpp-exact")      # pyshim.plan.settings.Arithmetic (kept light: no import)
-KV_TYPES = ("f32", "f16", "q8")                      # pyshim.plan.settings.KV_TYPES (a test checks they agree)
+KV_TYPES = ("f32", "f16", "q8", "q4")                      # pyshim.plan.settings.KV_TYPES (a test checks they agree)
 
 
 def limit_blas_threads() -> None:
@@ -53,7 +53,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                              "(the site's engine Worker in headless Chromium, WebGPU from Pyodide)")
     parser.add_argument("--ctx", type=int, default=None, help="context length (default: min(model's, 4096))")
     parser.add_argument("--kv-type", choices=KV_TYPES, default="f32",
-                        help="the KV cache: f32, f16 (half the memory) or q8 (int8 blocks, 28%%); every backend")
+                        help="the KV cache: f32, f16 (half the memory), q8 (int8 blocks, 28%%) or q4 (4-bit blocks, 16%%); every backend")
     parser.add_argument("--prefill-chunk", type=int, default=None,
                         help="most prompt tokens per step (default 256); smaller steps keep a slow GPU under its "
                              "watchdog and need less activation memory")

@@ -7,7 +7,7 @@ def add_arguments(parser):
     parser.add_argument("model", help="a .gguf path or a short name of a model in models/ (smollm2, gemma3, qwen2.5)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--context", type=int, default=None, help="context length for the KV estimate (default: the training context)")
-    parser.add_argument("--kv-type", default="f32", help="KV cache element type: f32, f16 or q8 (default f32)")
+    parser.add_argument("--kv-type", default="f32", help="KV cache element type: f32, f16, q8 or q4 (default f32)")
     parser.add_argument("--budget-mb", type=float, default=None,
                         help="GPU memory available (MB): also say which context and KV type fit it best")
 

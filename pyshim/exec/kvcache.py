@@ -5,7 +5,9 @@ slots used as a ring (slot = position % window): a query never looks further bac
 older entries can be overwritten. Each slot remembers its position (-1: empty), which is what the
 attention mask is computed from. Entries are stored as the GPU's cache of that type holds them, and
 kept as f32 for the arithmetic: "f16" rounds to half precision; "q8" rounds blocks of 32 values along
-the head to int8 times an f32 scale (amax / 127), in f32 arithmetic the kernel's order.
+the head to int8 times an f32 scale (amax / 127); "q4" rounds blocks of 32 to 4 bits as llama.cpp's
+q4_0 does (16 levels around the block's largest-magnitude value, an f32 scale) — both in f32 arithmetic,
+the kernel's order.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pyshim.plan.settings import KV_TYPES
 from pyshim.plan.settings import kv_type as kv_type_named
 
 Q8_BLOCK = KV_TYPES["q8"].block
+Q4_BLOCK = KV_TYPES["q4"].block
 
 
 def q8_round(x: np.ndarray) -> np.ndarray:
@@ -27,6 +30,22 @@ def q8_round(x: np.ndarray) -> np.ndarray:
         inv = np.where(d > 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
     q = np.clip(np.round(blocks * inv), -127, 127).astype(np.float32)
     return (q * d).reshape(x.shape)
+
+
+def q4_round(x: np.ndarray) -> np.ndarray:
+    """x [..., head_dim] as a q4 cache holds it: per block of 32, m = the value of largest magnitude (the
+    first such), d = m / -8, q = clamp(floor(x * (1 / d) + 8.5), 0, 15), value (q - 8) * d — llama.cpp's
+    q4_0 rounding, all f32 (m itself maps to q = 0, value exactly m)."""
+    blocks = x.astype(np.float32).reshape(*x.shape[:-1], x.shape[-1] // Q4_BLOCK, Q4_BLOCK)
+    first = np.abs(blocks).argmax(axis=-1)[..., None]
+    d = np.take_along_axis(blocks, first, axis=-1) / np.float32(-8)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    q = np.clip(np.floor(blocks * inv + np.float32(8.5)), 0, 15).astype(np.float32)
+    return ((q - np.float32(8)) * d).reshape(x.shape)
+
+
+ROUNDING = {"f32": lambda x: x, "f16": lambda x: x.astype(np.float16).astype(np.float32), "q8": q8_round, "q4": q4_round}
 
 
 class LayerKV:
@@ -50,11 +69,7 @@ class LayerKV:
 
     def as_stored(self, x: np.ndarray) -> np.ndarray:
         """`x` as the cache holds it (then used as f32)."""
-        if self.kv_type == "f16":
-            return x.astype(np.float16).astype(np.float32)
-        if self.kv_type == "q8":
-            return q8_round(x)
-        return x
+        return ROUNDING[self.kv_type](x)
 
     def contents(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(k, v, positions) of the slots that may be in use."""

@@ -250,13 +250,25 @@ def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False, uniform_x
                         UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, EXPERTS=experts)
 
 
-# The KV cache types the kernels store (include/kv.wgsl: f16 as packed halves, q8 as int8 blocks of 32
-# with an f32 scale, both on any adapter) are pyshim.plan.settings.KV_TYPES.
-Q8_BLOCK = KV_TYPES["q8"].block
+# The KV cache types the kernels store (include/kv.wgsl: f16 as packed halves, q8 and q4 as int8 / 4-bit
+# blocks of 32 with an f32 scale, all on any adapter) are pyshim.plan.settings.KV_TYPES.
+KV_DEFINES = {"f32": None, "f16": "KV_F16", "q8": "KV_Q8", "q4": "KV_Q4"}
+
+
+def kv_defines(kv_type: str) -> dict[str, bool]:
+    """The define that selects the cache's storage in include/kv.wgsl (none for f32)."""
+    name = KV_DEFINES[kv_type]
+    return {name: True} if name else {}
 
 
 def kv_write_key(kv_type: str = "f32") -> ShaderKey:
-    return ShaderKey.of("kv_write", WG=WG, KV_F16=kv_type == "f16", KV_Q8=kv_type == "q8")
+    return ShaderKey.of("kv_write", WG=WG, **kv_defines(kv_type))
+
+
+def kv_write_grid(kv_type: str, k_row: int, v_row: int, n: int) -> tuple[int, int, int]:
+    """One invocation per vec4 of the longer row and token, or per block of 32 for the block types."""
+    per = KV_TYPES[kv_type].block if KV_TYPES[kv_type].block > 1 else 4
+    return groups(max(k_row, v_row) // per), n, 1
 
 
 def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int,
@@ -264,7 +276,7 @@ def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int,
     """The attention pass (per head, token and split of the keys) and, with splits > 1, the combine pass."""
     common = dict(WG=WG, HD4=head_dim // 4, HDV4=head_dim_v // 4, SPLITS=splits)
     combine = ShaderKey.of("attention", COMBINE=True, **common) if splits > 1 else None
-    return ShaderKey.of("attention", SOFTCAP=softcap, KV_F16=kv_type == "f16", KV_Q8=kv_type == "q8", **common), combine
+    return ShaderKey.of("attention", SOFTCAP=softcap, **kv_defines(kv_type), **common), combine
 
 
 def matmul_key(qtype: QT, *, bias: bool = False, tile: tuple[int, int, int, int, int] = MATMUL_TILE) -> ShaderKey:
@@ -282,7 +294,7 @@ def attention_prefill_key(head_dim: int, head_dim_v: int, softcap: bool, kv_type
     """The key-tiled causal prefill attention; KTILE keys per tile fill ATTN_TILE_BYTES with f32 K and V rows."""
     tile = max(1, min(ATTN_TILE_KEYS, ATTN_TILE_BYTES // ((head_dim + head_dim_v) * 4)))
     return ShaderKey.of("attention_prefill", WG=WG, HD4=head_dim // 4, HDV4=head_dim_v // 4, KTILE=tile,
-                        SOFTCAP=softcap, KV_F16=kv_type == "f16", KV_Q8=kv_type == "q8")
+                        SOFTCAP=softcap, **kv_defines(kv_type))
 
 
 def attention_prefill_grid(n: int, heads: int, kv_heads: int) -> tuple[int, int, int]:

@@ -22,11 +22,11 @@ from pyshim.errors import OutOfMemoryError, TensorShapeError, UnsupportedError
 from pyshim.gguf.tensors import WeightStore
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.experts import ExpertOps
-from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_ROWS, I8_TOKEN_TYPES, I8_TOKENS, PARAMS, Q8_BLOCK,
+from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_ROWS, I8_TOKEN_TYPES, I8_TOKENS, PARAMS,
                                 TOPK, TOPK_CHUNK, UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, GROUPED_TYPES, KernelCache,
                                 argmax_keys, argmax_pass1, attention_keys, attention_prefill_grid, attention_prefill_key,
-                                attention_record_bytes, embed_key, groups, i8_pairs, kv_write_key, matmul_grid, matmul_key,
-                                matvec_grid, matvec_i8_grid, matvec_i8_key, matvec_key, quantize_key, rmsnorm_grid,
+                                attention_record_bytes, embed_key, groups, i8_pairs, kv_write_grid, kv_write_key,
+                                matmul_grid, matmul_key, matvec_grid, matvec_i8_grid, matvec_i8_key, matvec_key, quantize_key, rmsnorm_grid,
                                 rmsnorm_key, rope_theta, shader_block, xq_row_words)
 from pyshim.gpu.kv import GpuKV
 from pyshim.gpu.policy import KernelPolicy
@@ -259,7 +259,7 @@ class GpuOps(ExpertOps):
             raise UnsupportedError(f"head dims {spec.head_dim}/{spec.head_dim_v} are not multiples of 4")
         kv_type = self.kv_type
         self._record("kv_write", kv_write_key(kv_type), [k.buf, v.buf, positions.buf, kc, vc],
-                     (groups(max(k_row, v_row) // (Q8_BLOCK if kv_type == "q8" else 4)), n, 1), n=n, k_row=k_row, v_row=v_row,
+                     kv_write_grid(kv_type, k_row, v_row, n), n=n, k_row=k_row, v_row=v_row,
                      cap=cap, pos_off=positions.off, k_off=k.off, v_off=v.off)
         out = self._tensor((n, spec.n_heads * spec.head_dim_v), "attention")
         params = dict(n=n, heads=spec.n_heads, kv_heads=spec.n_kv_heads, cap=cap, window=spec.window, scale=spec.scale,

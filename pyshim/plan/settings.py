@@ -23,7 +23,7 @@ class KVType:
     """How the KV cache stores a value (the reference rounds to it; include/kv.wgsl stores it so)."""
 
     name: str
-    bytes_per_value: Fraction     # q8: blocks of 32 int8 values along the head with an f32 scale
+    bytes_per_value: Fraction     # q8/q4: blocks of 32 int8 / 4-bit values along the head with an f32 scale
     block: int = 1                # values per quantization block along a head: head sizes must be multiples
     note: str = ""
 
@@ -39,6 +39,7 @@ KV_TYPES: dict[str, KVType] = {t.name: t for t in (
     KVType("f32", Fraction(4), note="exact"),
     KVType("f16", Fraction(2), note="half the memory"),
     KVType("q8", Fraction(36, 32), block=32, note="int8 blocks, 28% of f32"),
+    KVType("q4", Fraction(20, 32), block=32, note="4-bit blocks, 16% of f32"),
 )}
 
 

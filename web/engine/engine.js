@@ -4,7 +4,7 @@
 //
 //   await engine.load(model, {onProgress, context, signal})   store it (download if needed), then GPU
 //   engine.select(storeId, {context})    use a stored model; it reaches the GPU on the first request
-//   (both also take kvType: "f32" | "f16" | "q8", the KV cache, and arithmetic: null | "f32" | "int8",
+//   (both also take kvType: "f32" | "f16" | "q8" | "q4", the KV cache, and arithmetic: null | "f32" | "int8",
 //    the executor's route — null: the adapter's default; changing either reloads the GPU)
 //   await engine.chat.completions.create({messages, model, temperature, top_p, max_tokens, stop, seed,
 //                                         stream}, {signal})  -> chat.completion | async iterator of chunks

@@ -54,7 +54,7 @@ export async function locate(spec) {
 // limits and the memory budget. Answers {need} while the header runs past the bytes given, else {ok,
 // reasons, needBytes, budgetBytes, limits, summary}; a file that is not a usable GGUF throws an error
 // marked `refusal`. `adapter`: gpu-selftest's adapter dict (null without WebGPU); `kvType`: the KV cache
-// type it will run with (f32, f16, q8).
+// type it will run with (f32, f16, q8, q4).
 export async function checkFit(client, adapter, context, prefix, size, kvType = "f32") {
   const budget = budgetBytes();
   const summary = await client.request("probe-bytes", {
