@@ -29,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bench_engines  # noqa: E402
+import bench_needle  # noqa: E402
 import bench_report  # noqa: E402
 import harness  # noqa: E402
 
@@ -360,9 +361,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=None, help=f"runs per model and engine, medians kept (default {FULL.runs}; --quick: 1)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for bench-<time>.json/.html/.md")
     parser.add_argument("--quick", action="store_true", help="one small model, few tokens, one run (what CI runs)")
+    needle = parser.add_argument_group("needle in a haystack (--needle: retrieval by KV cache type, native GPU)")
+    needle.add_argument("--needle", action="store_true", help="run the needle benchmark instead (bench_needle.py)")
+    needle.add_argument("--contexts", default=None, help="comma-separated context lengths (default 1024,2048,4096)")
+    needle.add_argument("--depths", default=None, help="comma-separated depths of the needle, 0..1 (default 0.15,0.5,0.85)")
+    needle.add_argument("--seeds", type=int, default=None, help="haystacks per depth and length (default 3)")
+    needle.add_argument("--kv-types", default=None, help="comma-separated KV cache types (default f32,f16,q8,q4)")
 
 
-def config_from_args(args) -> BenchConfig:
+def needle_config(args) -> "bench_needle.NeedleConfig":
+    config = bench_needle.NeedleConfig(out=args.out)
+    if args.models:
+        config.models = [m for m in args.models.split(",") if m]
+    if args.contexts:
+        config.contexts = [int(c) for c in args.contexts.split(",") if c]
+    if args.depths:
+        config.depths = tuple(float(d) for d in args.depths.split(",") if d)
+    if args.seeds:
+        config.seeds = max(1, args.seeds)
+    if args.kv_types:
+        config.kv_types = [t for t in args.kv_types.split(",") if t]
+    if config.kv_types[0] != "f32":
+        raise SystemExit("--kv-types: the first must be f32 (the others' answers are compared with its)")
+    return config
+
+
+def config_from_args(args):
+    if getattr(args, "needle", False):
+        return needle_config(args)
     backends = [b for b in args.backends.split(",") if b]
     unknown = [b for b in backends if b not in BACKENDS]
     if unknown:
@@ -373,7 +399,15 @@ def config_from_args(args) -> BenchConfig:
                        runs=max(1, runs), out=args.out, quick=args.quick)
 
 
-def run_and_report(config: BenchConfig) -> int:
+def run_and_report(config) -> int:
+    if isinstance(config, bench_needle.NeedleConfig):
+        report = bench_needle.run(config, log=_log)
+        paths = bench_needle.write_outputs(report, config.out)
+        print()
+        print(bench_needle.markdown(report))
+        for kind, path in paths.items():
+            print(f"{kind}: {path}")
+        return 0
     report = run_bench(config)
     paths = write_outputs(report, config.out)
     print()

@@ -147,6 +147,44 @@ def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
     assert files[".md"].read_text().splitlines()[0] in done.stdout
 
 
+def test_haystack_places_the_needle_at_its_depth():
+    import bench_needle
+    from pyshim.gguf.header import read_header_from_file
+    from pyshim.text.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.from_metadata(read_header_from_file(model_path("smollm2")).metadata)
+    paragraphs = bench_needle.filler_paragraphs()
+    for depth in bench_needle.DEPTHS:
+        ids, key = bench_needle.haystack(tokenizer, paragraphs, 1024, depth, seed=3)
+        text = tokenizer.decode(ids)
+        assert 1000 <= len(ids) <= 1024 and text.endswith(bench_needle.QUESTION.strip())
+        where = text.index(f"archive is {key}.") / len(text)
+        assert abs(where - depth) < 0.05, (depth, where)
+    ids, key = bench_needle.haystack(tokenizer, paragraphs, 1024, 0.5, seed=3)
+    assert bench_needle.haystack(tokenizer, paragraphs, 1024, 0.5, seed=3) == (ids, key)      # deterministic
+    assert bench_needle.haystack(tokenizer, paragraphs, 1024, 0.5, seed=4)[1] != key
+
+
+@pytest.mark.models
+@pytest.mark.slow
+def test_needle_bench_writes_its_tables(tmp_path):
+    """The smallest needle run (256 tokens, the needle half way, f32 and q4): the reports' shape, and the f32
+    cache retrieving a fact from 120 tokens back (the kernels' attention working at all)."""
+    done = subprocess.run([sys.executable, "-m", "pyshim.cli", "bench", "--needle", "--models", "smollm2", "--contexts", "256",
+                           "--depths", "0.5", "--seeds", "1", "--kv-types", "f32,q4", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=QUICK_TIMEOUT_S)
+    print(done.stdout[-4000:], done.stderr[-3000:])
+    assert done.returncode == 0
+    files = {p.suffix: p for p in tmp_path.iterdir()}
+    assert set(files) == {".json", ".html", ".md"}
+    report = json.loads(files[".json"].read_text())
+    cells = report["cells"]
+    assert len(cells) == 2 and {c["kv_type"] for c in cells} == {"f32", "q4"} and cells[0]["depth"] == 0.5
+    assert all(c["found"] for c in cells if c["kv_type"] == "f32"), cells
+    assert all(0 <= c["agreement_with_f32"] <= 1 for c in cells if c["kv_type"] == "q4")
+    assert "| 256 | q4 |" in files[".md"].read_text() and "<table>" in files[".html"].read_text()
+
+
 def _npm_tarball(path, files: dict[str, bytes]):
     import io
     import tarfile
