@@ -1,13 +1,14 @@
 # The two commands of the README:
 #   make serve   set everything up (idempotent) and start the dev server on http://127.0.0.1:8000/
-#   make test    set everything up, browser and test models included, and run every test
+#   make test    set everything up, browser and test models included, and run every test (`full` ones skipped)
+#   make test-full  the same with the `full` tests too (longer siblings of default cases; over an hour here)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: serve test venv system-deps setup-test clean
+.PHONY: serve test test-full venv system-deps setup-test clean
 
 $(VENV)/.installed-%: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,6 +35,9 @@ setup-test: system-deps $(VENV)/.installed-test
 
 test: setup-test
 	$(VENV)/bin/pytest -q --durations=25 $(PYTEST_ARGS)
+
+test-full: setup-test
+	$(VENV)/bin/pytest -q --durations=25 --full $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) web/vendor

@@ -20,6 +20,22 @@ import harness  # noqa: E402  (playwright/ is deliberately not a package)
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="xdg-"))
 
 
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true",
+                     help="also run the tests marked `full`: the long siblings of default cases (`make test-full`)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """`full` tests repeat a default case at greater length or on another model (every shader variant's
+    pipeline, Gemma 3 beside SmolLM2 in the browser...): skipped, and counted as skipped, unless --full."""
+    if config.getoption("--full") or os.environ.get("PYSHIM_FULL") == "1":
+        return
+    skip = pytest.mark.skip(reason="a longer sibling of a default case: run with --full (make test-full)")
+    for item in items:
+        if "full" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def dev_server():
     if not (ROOT / "web" / "vendor" / "manifest.json").is_file():

@@ -69,7 +69,7 @@ def test_greedy_32_tokens_in_the_browser_equal_the_cpu_reference_smollm2(capsys)
     assert 0 <= browser["cpu_share_pct"] <= 100
 
 
-@pytest.mark.slow
+@pytest.mark.full      # Gemma 3 greedy on the GPU: natively by default (test_gpu_executor), here with --full
 def test_greedy_32_tokens_in_the_browser_equal_the_cpu_reference_gemma3(capsys):
     browser, cpu = _greedy_pair(capsys, "gemma3")
     print({k: v for k, v in browser.items() if k not in ("ids", "prompt_ids")})

@@ -62,7 +62,7 @@ def test_tiled_chunks_then_decode_with_split_tensors(tmp_path_factory, loop, dev
 
 @pytest.mark.models
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["smollm2", "gemma3"])
+@pytest.mark.parametrize("name", ["smollm2", pytest.param("gemma3", marks=pytest.mark.full)])
 def test_tiled_score_logits_of_real_models(loop, device, name):
     from pyshim.setup.catalog import resolve_model
     from english_text import long_english_text

@@ -30,6 +30,9 @@ pytestmark = [pytest.mark.models, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
 FX = json.loads((ROOT / "tests" / "fixtures" / "real_llamacpp.json").read_text())
 NAMES = list(FX["models"])
+# The llama.cpp-exact emulation takes a minute on Qwen2.5's passage: its exact cases are `full` ones
+# (SmolLM2's and Gemma 3's run by default; tests/test_tiny_llamacpp.py covers the qwen2 architecture).
+EXACT_NAMES = [pytest.param(n, marks=pytest.mark.full) if n == "qwen2.5" else n for n in NAMES]
 TOP1_BAR = 0.97
 F32_TOP1 = 0.99
 F32_LOGIT_TOL = 2e-3
@@ -81,14 +84,14 @@ def test_exact_against_llama_cpp_on_f32_copy(name):
     assert np.abs(top_logits[:, 0] - np.array(ref["top_logits"])[:, 0]).max() < tol
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", EXACT_NAMES)
 def test_issue_bar_against_llama_cpp_quantized(name):
     top1, in_top5 = _agreement(_scores(name, True)[0], FX["models"][name]["passage"])
     assert in_top5 == 1.0
     assert top1 >= TOP1_BAR, f"top-1 agreement {top1:.4f}"
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", EXACT_NAMES)
 def test_same_logits_as_llama_cpp_batch(name):
     """Bit-exact up to the output head: llama.cpp's top-10 logits, everywhere, to float error."""
     top_ids, top_logits = _scores(name, True)
@@ -97,7 +100,7 @@ def test_same_logits_as_llama_cpp_batch(name):
     assert np.abs(top_logits - np.array(ref["top_logits"])).max() < EXACT_LOGIT_TOL
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", EXACT_NAMES)
 def test_as_close_to_llama_cpp_as_llama_cpp_is_to_itself(name):
     m = FX["models"][name]
     top1, in_top5 = _agreement(_scores(name, True)[0], m["passage"])
@@ -106,7 +109,7 @@ def test_as_close_to_llama_cpp_as_llama_cpp_is_to_itself(name):
     assert top1 >= self_top1, f"pyshim {top1:.4f} vs llama.cpp batch/sequential {self_top1:.4f}"
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", EXACT_NAMES)
 def test_decode_same_logits_as_llama_cpp_sequential(name):
     """One token at a time, llama.cpp takes other kernels (vec_dot instead of tinyBLAS, which needs 2 rows,
     and of the tiled k-quant kernel; the repacked gemv instead of its gemm): pyshim's decode path repeats
