@@ -104,19 +104,24 @@ def test_unknown_backend_is_refused():
         bench.parse_args(["--backends", "browser,tpu"])
 
 
+def _bench_cli(tmp_path, *args: str):
+    """`pyshim bench ARGS --out tmp_path` in a process of its own -> (the run, its files by suffix, the JSON)."""
+    done = subprocess.run([sys.executable, "-m", "pyshim.cli", "bench", *args, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=QUICK_TIMEOUT_S)
+    print(done.stdout[-6000:], done.stderr[-3000:])
+    assert done.returncode == 0
+    files = {p.suffix: p for p in tmp_path.iterdir()}
+    assert set(files) == {".json", ".html", ".md"}
+    return done, files, json.loads(files[".json"].read_text())
+
+
 @pytest.mark.browser
 @pytest.mark.models
 @pytest.mark.slow
 def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
     if not model_path("smollm2").is_file():
         pytest.fail("smollm2 is missing: run `pyshim setup`")
-    done = subprocess.run([sys.executable, "-m", "pyshim.cli", "bench", "--quick", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=QUICK_TIMEOUT_S)
-    print(done.stdout[-6000:], done.stderr[-3000:])
-    assert done.returncode == 0
-    files = {p.suffix: p for p in tmp_path.iterdir()}
-    assert set(files) == {".json", ".html", ".md"}
-    report = json.loads(files[".json"].read_text())
+    done, files, report = _bench_cli(tmp_path, "--quick")
     assert report["machine"]["cpu_count"] >= 1 and report["browser"]["version"]
     engines = {r["engine"]: r for r in report["results"]}
     assert set(engines) == {"browser", "gpu", "cpu", "wllama-1t", "wllama-2t"}
@@ -170,14 +175,8 @@ def test_haystack_places_the_needle_at_its_depth():
 def test_needle_bench_writes_its_tables(tmp_path):
     """The smallest needle run (256 tokens, the needle half way, f32 and q4): the reports' shape, and the f32
     cache retrieving a fact from 120 tokens back (the kernels' attention working at all)."""
-    done = subprocess.run([sys.executable, "-m", "pyshim.cli", "bench", "--needle", "--models", "smollm2", "--contexts", "256",
-                           "--depths", "0.5", "--seeds", "1", "--kv-types", "f32,q4", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=QUICK_TIMEOUT_S)
-    print(done.stdout[-4000:], done.stderr[-3000:])
-    assert done.returncode == 0
-    files = {p.suffix: p for p in tmp_path.iterdir()}
-    assert set(files) == {".json", ".html", ".md"}
-    report = json.loads(files[".json"].read_text())
+    _, files, report = _bench_cli(tmp_path, "--needle", "--models", "smollm2", "--contexts", "256", "--depths", "0.5",
+                                  "--seeds", "1", "--kv-types", "f32,q4")
     cells = report["cells"]
     assert len(cells) == 2 and {c["kv_type"] for c in cells} == {"f32", "q4"} and cells[0]["depth"] == 0.5
     assert all(c["found"] for c in cells if c["kv_type"] == "f32"), cells

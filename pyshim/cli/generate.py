@@ -15,7 +15,7 @@ BLAS_THREADS = "1"
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 BACKENDS = ("cpu", "gpu", "browser")
 ARITHMETIC = ("f32", "int8", "llama.cpp-exact")      # pyshim.plan.settings.Arithmetic (kept light: no import)
-KV_TYPES = ("f32", "f16", "q8", "q4")                      # pyshim.plan.settings.KV_TYPES (a test checks they agree)
+KV_TYPES = ("f32", "f16", "q8", "q4")                # pyshim.plan.settings.KV_TYPES (a test checks they agree)
 
 
 def limit_blas_threads() -> None:
