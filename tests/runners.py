@@ -16,20 +16,21 @@ from pyshim.plan.settings import Arithmetic, RunSettings
 
 
 def reference(path, *, context: int | None = None, arithmetic: Arithmetic | str | None = None, kv_type: str = "f32",
-              chunk: int | None = None):
-    """The NumPy reference for `path` (f32 unless `arithmetic` says int8 or llama.cpp-exact)."""
+              chunk: int | None = None, **rope):
+    """The NumPy reference for `path` (f32 unless `arithmetic` says int8 or llama.cpp-exact); `rope`:
+    rope_scaling / rope_scale / yarn_orig_ctx overrides (RunSettings)."""
     settings = RunSettings(context=context, kv_type=kv_type, arithmetic=arithmetic,
-                           **({} if chunk is None else {"prefill_chunk": chunk}))
+                           **({} if chunk is None else {"prefill_chunk": chunk}), **rope)
     return load_reference(path, settings=settings)
 
 
 async def gpu(path, *, context: int | None = None, arithmetic=None, kv_type: str = "f32", chunk: int | None = None,
-              device=None, **options):
-    """A GpuRunner (options: upload_now, max_binding, policy={...})."""
+              device=None, rope: dict | None = None, **options):
+    """A GpuRunner (options: upload_now, max_binding, policy={...}; `rope`: RunSettings' rope overrides)."""
     from pyshim.exec.gpu_runner import load_gpu
 
     settings = RunSettings(context=context, kv_type=kv_type, arithmetic=arithmetic,
-                           **({} if chunk is None else {"prefill_chunk": chunk}))
+                           **({} if chunk is None else {"prefill_chunk": chunk}), **(rope or {}))
     return await load_gpu(path, settings=settings, device=device, **options)
 
 

@@ -15,7 +15,8 @@ BLAS_THREADS = "1"
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 BACKENDS = ("cpu", "gpu", "browser")
 ARITHMETIC = ("f32", "int8", "llama.cpp-exact")      # pyshim.plan.settings.Arithmetic (kept light: no import)
-KV_TYPES = ("f32", "f16", "q8", "q4")                # pyshim.plan.settings.KV_TYPES (a test checks they agree)
+KV_TYPES = ("auto", "f32", "f16", "q8", "q4")        # "auto" and pyshim.plan.settings.KV_TYPES (a test checks they agree)
+ROPE_SCALINGS = ("none", "linear", "yarn")            # pyshim.plan.settings.ROPE_SCALINGS (likewise)
 
 
 def limit_blas_threads() -> None:
@@ -46,17 +47,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """--backend, --ctx, --arithmetic, --kv-type and --prefill-chunk: where and how the model runs (shared
-    with `pyshim score`)."""
+    """--backend, --ctx, --arithmetic, --kv-type, --prefill-chunk and the rope overrides: where and how the
+    model runs (shared with `pyshim score`)."""
     parser.add_argument("--backend", choices=BACKENDS, default="cpu",
                         help="cpu (the NumPy reference executor), gpu (WGSL kernels through native wgpu) or browser "
                              "(the site's engine Worker in headless Chromium, WebGPU from Pyodide)")
-    parser.add_argument("--ctx", type=int, default=None, help="context length (default: min(model's, 4096))")
-    parser.add_argument("--kv-type", choices=KV_TYPES, default="f32",
-                        help="the KV cache: f32, f16 (half the memory), q8 (int8 blocks, 28%%) or q4 (4-bit blocks, 16%%); every backend")
+    parser.add_argument("--ctx", type=int, default=None,
+                        help="context length (default: with --kv-type auto the longest that fits the budget, up to the "
+                             "model's training context or 32768; else min(model's, 4096))")
+    parser.add_argument("--kv-type", choices=KV_TYPES, default="auto",
+                        help="the KV cache: auto (default: the type of least rounding that fits the budget, among those "
+                             "that keep needle retrieval — f32, f16, q8), f32, f16 (half the memory), q8 (int8 blocks, 28%%) "
+                             "or q4 (4-bit blocks, 16%%); every backend")
+    parser.add_argument("--budget-mb", type=float, default=None,
+                        help="GPU memory the model may use, for --kv-type auto (default 4096 MiB, as the site assumes)")
     parser.add_argument("--prefill-chunk", type=int, default=None,
                         help="most prompt tokens per step (default 256); smaller steps keep a slow GPU under its "
                              "watchdog and need less activation memory")
+    rope = parser.add_argument_group("rope scaling (as llama.cpp's flags of these names; default: the GGUF's keys)")
+    rope.add_argument("--rope-scaling", choices=ROPE_SCALINGS, default=None, help="none, linear or yarn")
+    rope.add_argument("--rope-scale", type=float, default=None, metavar="N",
+                      help="context extension factor: positions turn N times slower (freq_scale = 1/N)")
+    rope.add_argument("--yarn-orig-ctx", type=int, default=None, metavar="N",
+                      help="YaRN's original context: the one the model was trained with (default: the GGUF's)")
     parser.add_argument("--arithmetic", choices=ARITHMETIC, default=None,
                         help="f32; int8 (activations rounded as llama.cpp's CPU backend does: the GPU executor's int8 "
                              "route, the cpu reference's emulation of it); or llama.cpp-exact (cpu only: llama.cpp's x86 "
@@ -72,7 +85,9 @@ def run_settings(args: argparse.Namespace):
     if args.arithmetic == Arithmetic.EXACT.value and args.backend != "cpu":
         raise BadRequestError("--arithmetic llama.cpp-exact is a cpu-backend option", hint="use --arithmetic int8")
     return RunSettings(context=args.ctx, kv_type=args.kv_type, arithmetic=args.arithmetic,
-                       prefill_chunk=PREFILL_CHUNK if args.prefill_chunk is None else args.prefill_chunk)
+                       prefill_chunk=PREFILL_CHUNK if args.prefill_chunk is None else args.prefill_chunk,
+                       rope_scaling=args.rope_scaling, rope_scale=args.rope_scale, yarn_orig_ctx=args.yarn_orig_ctx,
+                       budget_bytes=None if args.budget_mb is None else int(args.budget_mb * 2**20))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,7 +126,8 @@ async def _generate(args, path, settings, sampling) -> dict:
                   "prefill_tok_s": round(done.prefill_tok_per_s, 2), "decode_tok_s": round(done.decode_tok_per_s, 2),
                   "finish_reason": done.finish_reason, "arithmetic": runner.arithmetic.value,
                   "cpu_share_pct": None, "bytes_per_decode_step": done.bytes_per_decode_step,
-                  "generated": len(done.token_ids)}
+                  "generated": len(done.token_ids), "context": runner.n_ctx, "kv_type": runner.settings.kv_type,
+                  "auto": runner.auto}
         if args.backend == "gpu":
             report["cpu_share_pct"] = round(100 * done.cpu_ms / done.decode_ms, 2) if done.decode_ms else None
             report.update(runner.memory())
@@ -125,6 +141,8 @@ def _print(args, report: dict) -> None:
         print(json.dumps({k: v for k, v in report.items() if k != "generated"}))
         return
     print()
+    if report.get("auto"):
+        print(f"[{report['auto']['reason']}]", file=sys.stderr)
     cpu = "" if report.get("cpu_share_pct") is None else f", CPU side {report['cpu_share_pct']:.1f}% of decode"
     print(f"[{len(report['prompt_ids'])} prompt tokens at {report['prefill_tok_s']:.1f} tok/s; {report['generated']} generated, "
           f"decode {report['decode_tok_s']:.1f} tok/s{cpu}; {report['finish_reason']}]", file=sys.stderr)

@@ -28,6 +28,8 @@ KEEP_PROGRAMS = 8       # step shapes (other than one token) kept built; more ar
 
 
 class GpuRunner:
+    auto: dict | None = None     # set by the loader when kv_type was "auto" (pyshim.exec.runner.Runner)
+
     def __init__(self, spec, header, ops: GpuOps, model, settings: RunSettings, n_ctx: int, *, owns_device: bool = True):
         self.spec, self.header, self.ops, self.model, self.settings = spec, header, ops, model, settings
         self.owns_device = owns_device
@@ -174,6 +176,8 @@ async def load_gpu(path: str | Path | None = None, *, header=None, source=None, 
     from pyshim.models import build_model
 
     header, source, spec = open_model(path, header=header, source=source)
+    spec = settings.spec_for(spec)
+    settings, choice = settings.resolve(spec, header.tensors)
     n_ctx = settings.context_for(spec.context_length)
     owns_device = device is None
     device = device or await open_device()
@@ -181,4 +185,6 @@ async def load_gpu(path: str | Path | None = None, *, header=None, source=None, 
     ops = GpuOps(device, WeightStore(tensor_refs_from_header(header), source), spec, n_ctx, kernel_policy,
                  kv_type=settings.kv_type, max_chunk=settings.prefill_chunk, max_binding=max_binding, upload_now=upload_now)
     model = build_model(spec, ops)
-    return GpuRunner(spec, header, ops, model, settings, n_ctx, owns_device=owns_device)
+    runner = GpuRunner(spec, header, ops, model, settings, n_ctx, owns_device=owns_device)
+    runner.auto = choice and choice.as_dict()
+    return runner

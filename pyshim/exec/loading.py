@@ -27,10 +27,14 @@ def load_reference(path: str | Path | None = None, *, header: GGUFHeader | None 
     """The NumPy reference for a GGUF file (or a header plus a byte source), in `settings.arithmetic`
     (default f32). It computes immediately, so it needs no event loop: `runner.run(step)` works too."""
     header, source, spec = open_model(path, header=header, source=source)
+    spec = settings.spec_for(spec)
+    settings, choice = settings.resolve(spec, header.tensors)
     n_ctx = settings.context_for(spec.context_length)
     ops = OPS_FOR[settings.arithmetic or Arithmetic.F32](WeightStore(tensor_refs_from_header(header), source), spec, n_ctx,
                                                          cache_weights=cache_weights, kv_type=settings.kv_type)
-    return ReferenceRunner(spec, header, ops, build_model(spec, ops), settings, n_ctx)
+    runner = ReferenceRunner(spec, header, ops, build_model(spec, ops), settings, n_ctx)
+    runner.auto = choice and choice.as_dict()
+    return runner
 
 
 async def load(path: str | Path | None = None, *, header: GGUFHeader | None = None, source: ByteSource | None = None,

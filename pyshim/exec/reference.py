@@ -290,6 +290,8 @@ class ReferenceRunner:
     """A model on a NumPy ops class behind the Runner contract (pyshim.exec.runner). Sequences get their
     own KV cache on first use, up to MAX_SEQS; the slices of a step run one after another."""
 
+    auto: dict | None = None     # set by the loader when kv_type was "auto" (pyshim.exec.runner.Runner)
+
     def __init__(self, spec, header, ops: ReferenceOps, model, settings: RunSettings, n_ctx: int):
         self.spec, self.header, self.ops, self.model, self.settings = spec, header, ops, model, settings
         self.arithmetic = ops.arithmetic

@@ -99,6 +99,7 @@ class Runner(Protocol):
     arithmetic: Arithmetic       # what it really runs (the settings may leave it to the executor)
     capacity: Capacity
     stats: RunnerStats
+    auto: dict | None            # what kv_type "auto" chose {context, kv_type, total_bytes, reason}; None: nothing was
 
     @property
     def n_ctx(self) -> int: ...

@@ -19,7 +19,7 @@ that a model pyshim runs means what it means in llama.cpp:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -164,6 +164,22 @@ def check_supported(spec: ModelSpec) -> None:
         if rope.scaling not in ("none", "linear", "yarn"):
             raise UnsupportedError(f"{spec.architecture}: rope scaling {rope.scaling!r} is not supported",
                                    hint="supported: none, linear, yarn")
+
+
+def with_rope_override(spec: ModelSpec, scaling: str | None = None, factor: float | None = None,
+                       n_ctx_orig: int | None = None) -> ModelSpec:
+    """The spec with its global layers' rope scaling replaced, as llama.cpp's `--rope-scaling`,
+    `--rope-scale` (freq_scale = 1/factor) and `--yarn-orig-ctx` replace the GGUF's: each one given
+    replaces its key, the others keep the file's; "none" never scales. A factor with no type scales a
+    file without scaling linearly (llama.cpp's default type). Sliding-window layers keep their own rope
+    (llama.cpp applies the override to the global layers only)."""
+    if scaling is None and factor is None and n_ctx_orig is None:
+        return spec
+    rope = spec.rope
+    kind = scaling or (rope.scaling if rope.scaling != "none" or factor is None else "linear")
+    new_factor = 1.0 if kind == "none" else (rope.factor if factor is None else float(factor))
+    rope = replace(rope, scaling=kind, factor=new_factor, n_ctx_orig=rope.n_ctx_orig if n_ctx_orig is None else n_ctx_orig)
+    return replace(spec, rope=rope, rope_swa=spec.rope_swa if spec.n_swa_layers else rope)
 
 
 class _Keys:

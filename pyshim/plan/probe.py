@@ -10,7 +10,9 @@ import time
 
 from pyshim.errors import PyshimError
 from pyshim.gguf.header import GGUFHeader, NeedMoreBytes, read_header
+from pyshim.plan import auto
 from pyshim.plan.memory import best_fit, estimate, fits, per_token, unrunnable_reason, weights_by_type
+from pyshim.plan.settings import AUTO, DEFAULT_BUDGET_BYTES
 
 
 def quant_summary(header: GGUFHeader) -> str:
@@ -29,7 +31,9 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
     cache. With `judge`, also the verdict `fit` {ok, reasons, need_bytes, budget_bytes}: the model against
     the GPU memory the page may use (`budget_bytes`) and the adapter's `limits` (None: there is no
     adapter), by the executor's own layout rules (pyshim.plan.memory.fits). With `budget_bytes`, also
-    `best_fit`: the context and KV type pyshim.plan.memory.best_fit picks, or null when nothing fits."""
+    `best_fit`: the context and KV type pyshim.plan.memory.best_fit picks, or null when nothing fits.
+    `kv_type` "auto": the summary is at what pyshim.plan.auto picks for `budget_bytes` (None: the default
+    budget), and `auto` says what it picked and why {context, kv_type, total_bytes, reason} (null: nothing fits)."""
     start = time.perf_counter()
     try:
         header = read_header(prefix, file_size=file_size)
@@ -54,6 +58,13 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
     except PyshimError as exc:  # readable header, but not a model pyshim runs: say why, keep the facts
         return {**summary, "supported": False, "reason": str(exc),
                 **({"fit": _verdict([str(exc)], None, budget_bytes)} if judge else {})}
+    binding = None if limits is None else limits.get("max_storage_buffer_binding_size")
+    choice, asked_auto = None, kv_type == AUTO
+    if asked_auto:      # the context (unless named) and KV type pyshim.plan.auto picks for the budget
+        named = None if context is None else min(context, spec.context_length)
+        choice = auto.choose(spec, header.tensors, budget_bytes=budget_bytes or DEFAULT_BUDGET_BYTES, context=named,
+                             max_binding_bytes=binding)
+        context, kv_type = (choice.context, choice.kv_type) if choice else (named, auto.RETRIEVAL_SAFE[-1])
     context = spec.context_length if context is None else min(context, spec.context_length)
     est = estimate(spec, header.tensors, context=context, kv_type=kv_type)
     unrunnable = unrunnable_reason(est.unrunnable)
@@ -75,8 +86,8 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
         "context": est.context,
         "largest_tensor": {"name": est.largest_tensor.name, "bytes": est.largest_tensor.nbytes},
         "widest_row": {"name": est.widest_row[0], "bytes": est.widest_row[1]},
+        **({"auto": choice.as_dict() if choice else None} if asked_auto else {}),
     }
-    binding = None if limits is None else limits.get("max_storage_buffer_binding_size")
     if budget_bytes is not None:
         out["best_fit"] = _fit_summary(best_fit(spec, header.tensors, budget_bytes=budget_bytes, context=context,
                                                 max_binding_bytes=binding))

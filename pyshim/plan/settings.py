@@ -6,7 +6,7 @@ API and the page: the page sends it as a JSON object, see pyshim.serve.protocol)
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from fractions import Fraction
 
 from pyshim.errors import BadRequestError, UnsupportedError
@@ -16,6 +16,11 @@ from pyshim.errors import BadRequestError, UnsupportedError
 PREFILL_CHUNK = 256
 # KV cache positions when the caller names none (the model may allow more; its training context caps it).
 DEFAULT_CONTEXT = 4096
+# GPU memory a load may use when the caller names none (WebGPU does not tell; the site assumes the same:
+# web/engine/fit.js): what kv_type "auto" plans against.
+DEFAULT_BUDGET_BYTES = 4 << 30
+AUTO = "auto"         # kv_type "auto": the KV type and context chosen from the budget (pyshim.plan.auto)
+ROPE_SCALINGS = ("none", "linear", "yarn")   # what a rope override may ask for (llama.cpp's --rope-scaling)
 
 
 @dataclass(frozen=True)
@@ -75,20 +80,67 @@ class Arithmetic(str, enum.Enum):
 @dataclass(frozen=True)
 class RunSettings:
     """What a model is loaded with. `context` None: the model's training context, capped at DEFAULT_CONTEXT;
-    `arithmetic` None: the executor's default (the GPU's int8 route on CPU adapters, f32 elsewhere)."""
+    `arithmetic` None: the executor's default (the GPU's int8 route on CPU adapters, f32 elsewhere).
+    `rope_scaling`, `rope_scale` and `yarn_orig_ctx` override the GGUF's rope scaling keys as llama.cpp's
+    flags of those names do (None: the file's); see pyshim.gguf.spec.with_rope_override. `kv_type` "auto":
+    the loader picks the type (and, when `context` is None, the context) that fit `budget_bytes` (None:
+    DEFAULT_BUDGET_BYTES) — see `resolve`."""
 
     context: int | None = None
     kv_type: str = "f32"
     arithmetic: Arithmetic | None = None
     prefill_chunk: int = PREFILL_CHUNK
+    rope_scaling: str | None = None
+    rope_scale: float | None = None
+    yarn_orig_ctx: int | None = None
+    budget_bytes: int | None = None
 
     def __post_init__(self):
-        kv_type(self.kv_type)
+        if self.kv_type != AUTO:
+            kv_type(self.kv_type)
         object.__setattr__(self, "arithmetic", Arithmetic.parse(self.arithmetic))
         if self.context is not None and (isinstance(self.context, bool) or not isinstance(self.context, int) or self.context < 1):
             raise BadRequestError(f"the context must be a positive number of tokens, got {self.context!r}")
         if isinstance(self.prefill_chunk, bool) or not isinstance(self.prefill_chunk, int) or not 1 <= self.prefill_chunk <= PREFILL_CHUNK:
             raise BadRequestError(f"the prefill chunk must be in [1, {PREFILL_CHUNK}], got {self.prefill_chunk!r}")
+        if self.rope_scaling is not None and self.rope_scaling not in ROPE_SCALINGS:
+            raise BadRequestError(f"unknown rope scaling {self.rope_scaling!r}", hint=f"use one of: {', '.join(ROPE_SCALINGS)}",
+                                  param="rope_scaling")
+        if self.rope_scale is not None:
+            if isinstance(self.rope_scale, bool) or not isinstance(self.rope_scale, (int, float)) or not 0 < self.rope_scale <= 1024:
+                raise BadRequestError(f"the rope scale is the context extension factor (freq_scale = 1/scale), in (0, 1024]; got {self.rope_scale!r}",
+                                      param="rope_scale")
+            object.__setattr__(self, "rope_scale", float(self.rope_scale))
+        if self.yarn_orig_ctx is not None and (isinstance(self.yarn_orig_ctx, bool) or not isinstance(self.yarn_orig_ctx, int)
+                                               or self.yarn_orig_ctx < 1):
+            raise BadRequestError(f"yarn_orig_ctx must be a positive number of tokens, got {self.yarn_orig_ctx!r}",
+                                  param="yarn_orig_ctx")
+        if self.budget_bytes is not None and (isinstance(self.budget_bytes, bool) or not isinstance(self.budget_bytes, int)
+                                              or self.budget_bytes < 1):
+            raise BadRequestError(f"the GPU memory budget must be a positive number of bytes, got {self.budget_bytes!r}",
+                                  param="budget_bytes")
+
+    def spec_for(self, spec):
+        """The model's spec with this load's rope override applied (the spec itself when there is none)."""
+        from pyshim.gguf.spec import with_rope_override
+
+        return with_rope_override(spec, self.rope_scaling, self.rope_scale, self.yarn_orig_ctx)
+
+    def resolve(self, spec, tensors):
+        """(these settings with "auto" replaced by what pyshim.plan.auto chose, the choice — None when
+        nothing was automatic). Raises OutOfMemoryError when not even the shortest context fits."""
+        if self.kv_type != AUTO:
+            return self, None
+        from pyshim.errors import OutOfMemoryError
+        from pyshim.plan import auto
+
+        budget = self.budget_bytes or DEFAULT_BUDGET_BYTES
+        choice = auto.choose(spec, tensors, budget_bytes=budget, context=self.context, chunk=self.prefill_chunk)
+        if choice is None:
+            raise OutOfMemoryError(f"no KV cache type fits this model in the {budget / 1e9:.2f} GB GPU memory budget, "
+                                   f"not even at {self.context or auto.MIN_CONTEXT} tokens",
+                                   hint="raise the budget if the GPU has more memory, or use a smaller quantization")
+        return replace(self, kv_type=choice.kv_type, context=choice.context), choice
 
     def context_for(self, training_context: int) -> int:
         return min(training_context, DEFAULT_CONTEXT) if self.context is None else self.context
@@ -101,7 +153,7 @@ class RunSettings:
     @classmethod
     def from_dict(cls, d: dict | None) -> "RunSettings":
         d = dict(d or {})
-        unknown = set(d) - {"context", "kv_type", "arithmetic", "prefill_chunk"}
+        unknown = set(d) - {f.name for f in fields(cls)}
         if unknown:
             raise BadRequestError(f"unknown load settings {sorted(unknown)}")
         return cls(**{k: v for k, v in d.items() if v is not None or k == "arithmetic"})

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from pyshim.errors import BadRequestError
-from pyshim.plan.settings import DEFAULT_CONTEXT, KV_TYPES, PREFILL_CHUNK, Arithmetic
+from pyshim.plan.settings import AUTO, DEFAULT_CONTEXT, KV_TYPES, PREFILL_CHUNK, ROPE_SCALINGS, Arithmetic
 from pyshim.serve.sampling import SamplingParams
 
 ROLES = ("system", "user", "assistant")
@@ -83,13 +83,19 @@ PROMPT = {"anyOf": [{"type": "string", "minLength": 1},
           "description": "a non-empty string"}
 TOKEN_IDS = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0},
              "description": "a non-empty list of token ids"}
-SETTINGS = {"type": "object", "description": "load settings {context, kv_type, arithmetic, prefill_chunk}", "properties": {
+KV_CHOICES = [AUTO, *KV_TYPES]
+SETTINGS = {"type": "object", "description": "load settings {context, kv_type, arithmetic, prefill_chunk, rope_scaling, "
+            "rope_scale, yarn_orig_ctx, budget_bytes}", "properties": {
     "context": {"type": ["integer", "null"], "minimum": 1, "default": None, "description": "a positive number of tokens"},
-    "kv_type": {"enum": list(KV_TYPES), "default": "f32", "description": f"one of {', '.join(KV_TYPES)}"},
+    "kv_type": {"enum": KV_CHOICES, "default": AUTO, "description": f"one of {', '.join(KV_CHOICES)}"},
     "arithmetic": {"enum": [a.value for a in Arithmetic] + [None], "default": None,
                    "description": f"one of {', '.join(a.value for a in Arithmetic)}, or null (the adapter's default)"},
     "prefill_chunk": {"type": "integer", "minimum": 1, "maximum": PREFILL_CHUNK, "default": PREFILL_CHUNK,
                       "description": f"an integer in [1, {PREFILL_CHUNK}]"},
+    "rope_scaling": {"enum": [*ROPE_SCALINGS, None], "default": None, "description": f"one of {', '.join(ROPE_SCALINGS)}, or null (the GGUF's)"},
+    "rope_scale": {"type": ["number", "null"], "default": None, "description": "a context extension factor, or null"},
+    "yarn_orig_ctx": {"type": ["integer", "null"], "minimum": 1, "default": None, "description": "a positive number of tokens, or null"},
+    "budget_bytes": {"type": ["integer", "null"], "minimum": 1, "default": None, "description": "a byte count, or null"},
 }}
 MODEL_ID = {"type": "string", "minLength": 1, "description": "a stored model's id"}
 # raw-prompt kinds may name the model by URL instead: the Worker stores it first, then names it by id
@@ -132,7 +138,7 @@ SCHEMAS: dict[str, dict] = {
 }
 
 # What the page also needs to know and Python defines (written beside SCHEMAS into definitions.js).
-DEFINITIONS = {"roles": list(ROLES), "kv_types": list(KV_TYPES), "arithmetic": [a.value for a in Arithmetic],
+DEFINITIONS = {"roles": list(ROLES), "kv_types": list(KV_TYPES), "kv_choices": KV_CHOICES, "arithmetic": [a.value for a in Arithmetic],
                "default_context": DEFAULT_CONTEXT, "prefill_chunk": PREFILL_CHUNK, "max_stop_strings": MAX_STOP_STRINGS,
                "default_max_tokens": DEFAULT_MAX_TOKENS, "default_temperature": DEFAULT_TEMPERATURE}
 

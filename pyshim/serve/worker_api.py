@@ -19,6 +19,7 @@ Arguments from JS arrive as Pyodide proxies (Uint8Array, functions); they are us
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import time
@@ -93,11 +94,12 @@ def probe(prefix, request_json: str) -> str:
 
 @_boundary
 def loaded() -> str:
-    """The loaded model {model_id, settings} (settings as loaded: context and arithmetic resolved), or null."""
+    """The loaded model {model_id, settings, auto} (settings as loaded: context, KV type and arithmetic
+    resolved; auto: what "auto" chose and why, or null), or null."""
     session = _state["session"]
     if session is None:
         return "null"
-    return _dump({"model_id": _state["model_id"], "settings": _effective(session).as_dict()})
+    return _dump({"model_id": _state["model_id"], "settings": _effective(session).as_dict(), "auto": session.runner.auto})
 
 
 @_boundary
@@ -115,8 +117,7 @@ def abort(request_json: str) -> str:
 
 def _effective(session) -> RunSettings:
     runner = session.runner
-    return RunSettings(context=runner.capacity.n_ctx, kv_type=runner.settings.kv_type, arithmetic=runner.arithmetic,
-                       prefill_chunk=runner.settings.prefill_chunk)
+    return dataclasses.replace(runner.settings, context=runner.capacity.n_ctx, arithmetic=runner.arithmetic)
 
 
 def _matches(model_id: str, wanted: RunSettings) -> bool:
@@ -125,9 +126,12 @@ def _matches(model_id: str, wanted: RunSettings) -> bool:
     session = _state["session"]
     if session is None or _state["model_id"] != model_id:
         return False
+    if wanted == _state["settings"]:       # what the last load was asked for ("auto" then chose the rest)
+        return True
     have = _effective(session)
     return ((wanted.context is None or wanted.context == have.context) and wanted.kv_type == have.kv_type
-            and (wanted.arithmetic is None or wanted.arithmetic == have.arithmetic) and wanted.prefill_chunk == have.prefill_chunk)
+            and (wanted.arithmetic is None or wanted.arithmetic == have.arithmetic) and wanted.prefill_chunk == have.prefill_chunk
+            and (wanted.rope_scaling, wanted.rope_scale, wanted.yarn_orig_ctx) == (have.rope_scaling, have.rope_scale, have.yarn_orig_ctx))
 
 
 async def _read_header(store, model_id: str, file_size: int):

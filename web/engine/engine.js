@@ -4,8 +4,11 @@
 //
 //   await engine.load(model, {onProgress, context, signal})   store it (download if needed), then GPU
 //   engine.select(storeId, {context})    use a stored model; it reaches the GPU on the first request
-//   (both also take kvType: "f32" | "f16" | "q8" | "q4", the KV cache, and arithmetic: null | "f32" | "int8",
+//   (both also take kvType: "auto" | "f32" | "f16" | "q8" | "q4", the KV cache — auto, the default, with
+//    context null picks both from the GPU budget (pyshim/plan/auto.py) —, and arithmetic: null | "f32" | "int8",
 //    the executor's route — null: the adapter's default; changing either reloads the GPU)
+//   new Engine({rope}) / createEngine({rope}): {scaling: "none"|"linear"|"yarn", scale, yarnOrigCtx}, each
+//    optional, overrides the GGUF's rope scaling as llama.cpp's --rope-scaling/--rope-scale/--yarn-orig-ctx do
 //   await engine.chat.completions.create({messages, model, temperature, top_p, max_tokens, stop, seed,
 //                                         stream}, {signal})  -> chat.completion | async iterator of chunks
 //   await engine.completions.create({prompt, ...}, {signal})  -> text_completion | async iterator
@@ -23,6 +26,7 @@ import { EngineClient } from "./client.js";
 import * as openai from "./openai.js";
 import { DEFINITIONS } from "./protocol.js";
 import { ensureStored, locate, progressOf } from "./resolve.js";
+import { budgetBytes } from "./fit.js";
 
 // A queue of values one side pushes and the other iterates; `close(err)` ends it (with err, throws).
 class Channel {
@@ -82,12 +86,14 @@ export class Engine {
   // `client`: an EngineClient to share (the site's own); without one the engine starts its own
   // Worker, or with `shared` connects to the origin's SharedWorker (shared.js): one Python, GPU device
   // and model for every page that asks for it. `onProgress`: default listener for download and load.
-  constructor({ client = null, context = DEFAULT_CONTEXT, onProgress = null, shared = false, kvType = "f32", arithmetic = null } = {}) {
+  constructor({ client = null, context = null, onProgress = null, shared = false, kvType = "auto", arithmetic = null,
+    rope = null } = {}) {
     this.client = client ?? new EngineClient(undefined, { shared });
     this.ownsClient = !client;
     this.context = context;
     this.kvType = kvType;
     this.arithmetic = arithmetic;
+    this.rope = rope;
     this.onProgress = onProgress;
     this.model = null;   // {id, storeId, name, aliases}
     this.adapter = null;
@@ -111,7 +117,12 @@ export class Engine {
 
   // The load settings every model-using request carries (pyshim.plan.settings.RunSettings).
   #settings() {
-    return { context: Number(this.context) || null, kv_type: this.kvType, arithmetic: this.arithmetic || null };
+    const rope = this.rope ?? {};
+    return {
+      context: Number(this.context) || null, kv_type: this.kvType, arithmetic: this.arithmetic || null,
+      rope_scaling: rope.scaling ?? null, rope_scale: rope.scale ?? null, yarn_orig_ctx: rope.yarnOrigCtx ?? null,
+      budget_bytes: this.kvType === "auto" ? Math.round(budgetBytes()) : null,   // what "auto" plans against
+    };
   }
 
   async load(model, { onProgress = this.onProgress, context = this.context, signal = null, kvType = this.kvType, arithmetic = this.arithmetic } = {}) {
@@ -250,9 +261,9 @@ export class Engine {
 // stored (downloaded through the store when missing, with progress) and loaded onto the GPU.
 // `shared`: use the origin's shared engine (see Engine); pages sharing one should ask for the same
 // model and context, or each switch reloads the GPU.
-export async function createEngine({ model = null, context = DEFAULT_CONTEXT, onProgress = null, signal = null, shared = false,
-  kvType = "f32", arithmetic = null } = {}) {
-  const engine = new Engine({ context, onProgress, shared, kvType, arithmetic });
+export async function createEngine({ model = null, context = null, onProgress = null, signal = null, shared = false,
+  kvType = "auto", arithmetic = null, rope = null } = {}) {
+  const engine = new Engine({ context, onProgress, shared, kvType, arithmetic, rope });
   if (model) {
     try {
       await engine.load(model, { onProgress, context, signal });

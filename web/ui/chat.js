@@ -10,8 +10,8 @@ import { serveOpenAI } from "../engine/host.js";
 
 const SETTINGS_KEY = "pyshim.chatSettings";
 export const DEFAULT_SETTINGS = {
-  system: "You are a helpful assistant.", temperature: 0.7, top_p: 0.95, top_k: 40, max_tokens: 512, seed: "", context: 4096,
-  kv_type: "f32", arithmetic: "auto",
+  system: "You are a helpful assistant.", temperature: 0.7, top_p: 0.95, top_k: 40, max_tokens: 512, seed: "", context: "",
+  kv_type: "auto", arithmetic: "auto",
 };
 
 let state = { engine: null, unserve: null, canGenerate: false, model: null, messages: [], running: null };

@@ -30,6 +30,8 @@ export function renderFit(manifest) {
     if (probe.supported) {
       facts.append(...row("Weights", formatBytes(probe.weight_bytes)));
       facts.append(...row("KV cache", formatBytes(probe.kv_bytes), `${probe.context} tokens, ${probe.kv_type} (trained on ${probe.context_length})`));
+      // what "auto" picked, in Python's words (pyshim/plan/auto.py)
+      if (probe.auto) facts.append(...row("Settings", `${probe.auto.kv_type} cache, ${probe.auto.context} tokens`, probe.auto.reason));
       if (fit) facts.append(...row("GPU memory", `${formatBytes(fit.needBytes)} of ${formatBytes(fit.budgetBytes)}`, "assumed budget", fit.needBytes > fit.budgetBytes));
       // A weight larger than a storage binding is split by rows (pyshim/plan/memory.py): a row must fit one.
       const binding = fit?.limits?.max_storage_buffer_binding_size;

@@ -22,7 +22,10 @@ const STATUS_TEXT = {
 
 async function checkFit(prefix, size) {
   const s = ctx.settings();
-  return fitVerdict(ctx.engine, await ctx.adapter, s.context || DEFAULT_CONTEXT, prefix, size, s.kv_type || "f32");
+  // "auto" (the default) with no context named: Python picks the longest context and the KV type that fit
+  const kvType = s.kv_type || "auto";
+  const context = Number(s.context) || (kvType === "auto" ? null : DEFAULT_CONTEXT);
+  return fitVerdict(ctx.engine, await ctx.adapter, context, prefix, size, kvType);
 }
 
 // ---- downloads ---------------------------------------------------------------------------------

@@ -1,0 +1,88 @@
+"""Automatic settings (`kv_type="auto"`, the default of the CLI, the APIs and the site): the KV cache type
+and the context a model gets from the GPU memory it may use, and a sentence that says why.
+
+The rule: the longest context, up to the model's training context (capped at AUTO_CONTEXT_CAP), that
+fits the budget with a KV type that keeps retrieval at f32's level — trying, at each length, the types
+of least rounding first (RETRIEVAL_SAFE). Which types keep retrieval is what `pyshim bench --needle`
+measured (see RETRIEVAL_SAFE). A context the caller names is kept, and only the type is chosen; a type
+the caller names is kept, and only the context is chosen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pyshim.gguf.header import TensorInfo
+from pyshim.gguf.spec import ModelSpec
+from pyshim.plan.memory import MIN_CONTEXT, MemoryEstimate, estimate, fits
+from pyshim.plan.settings import PREFILL_CHUNK
+
+AUTO = "auto"
+# Longer contexts are allowed, but asked for by name: a KV cache sized for 128k positions is memory the
+# page holds for the whole visit, and a chat rarely reaches 32k.
+AUTO_CONTEXT_CAP = 32768
+# KV types auto may pick, least rounding first. f16 and q8 found every needle f32 found (bench --needle,
+# SmolLM2 and Qwen2.5-0.5B, 15/50/85% depth) and agree with f32 on 94-100% of next tokens; q4 agreed on
+# 31-85% of next tokens and is picked only when asked for (`kv_type="q4"`).
+RETRIEVAL_SAFE = ("f32", "f16", "q8")
+WHY_TYPES = {"f32": "exact", "f16": "half the memory; found every needle f32 found",
+             "q8": "28% of f32's memory; found every needle f32 found", "q4": "16% of f32's memory, asked for"}
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    context: int
+    kv_type: str
+    estimate: MemoryEstimate
+    reason: str          # one sentence: what was picked, and why
+
+    def as_dict(self) -> dict:
+        return {"context": self.context, "kv_type": self.kv_type, "total_bytes": self.estimate.total_bytes, "reason": self.reason}
+
+
+def _gb(nbytes: int) -> str:
+    return f"{nbytes / 1e9:.2f} GB"
+
+
+def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int, context: int | None = None,
+           kv_type: str = AUTO, chunk: int = PREFILL_CHUNK, max_binding_bytes: int | None = None) -> AutoChoice | None:
+    """The automatic context and KV type for `budget_bytes` (None when not even MIN_CONTEXT fits)."""
+    tensors = tuple(tensors)
+    ceiling = min(spec.context_length, AUTO_CONTEXT_CAP)
+    lengths = [context] if context is not None else _halvings(ceiling)
+    types = RETRIEVAL_SAFE if kv_type == AUTO else (kv_type,)
+    refused: list[str] = []
+    for n in lengths:
+        for t in types:
+            est = estimate(spec, tensors, context=n, kv_type=t, chunk=chunk)
+            if fits(est, budget_bytes=budget_bytes, max_binding_bytes=max_binding_bytes).ok:
+                return AutoChoice(n, t, est, _reason(spec, est, budget_bytes, refused, lengths[0], ceiling, context, kv_type))
+            if n == lengths[0]:
+                refused.append(f"{t} would need {_gb(est.total_bytes)}")
+    return None
+
+
+def _halvings(ceiling: int) -> list[int]:
+    out = [ceiling]
+    while out[-1] > MIN_CONTEXT:
+        out.append(max(MIN_CONTEXT, out[-1] // 2))
+    return out
+
+
+def _reason(spec, est: MemoryEstimate, budget: int, refused: list[str], first: int, ceiling: int, asked_context,
+            asked_type) -> str:
+    what = f"{'an' if est.kv_type.startswith('f') else 'a'} {est.kv_type} KV cache ({WHY_TYPES.get(est.kv_type, est.kv_type)}) at {est.context} tokens"
+    need = (f"weights {_gb(est.weight_bytes)} + cache {_gb(est.kv_bytes)} + activations {_gb(est.activation_bytes)} "
+            f"= {_gb(est.total_bytes)} of the {_gb(budget)} budget")
+    if asked_context is not None:
+        where = "the context asked for"
+    elif est.context == ceiling:
+        where = ("the model's training context" if ceiling == spec.context_length
+                 else f"the training context ({spec.context_length}) capped at {AUTO_CONTEXT_CAP}")
+    else:
+        where = f"the longest that fits (of the {ceiling} the model allows)"
+    why_not = f"; at {first} tokens {', '.join(refused)}" if refused else ""
+    if asked_type != AUTO:
+        why_not = f"; the {asked_type} cache was asked for" + why_not
+    return f"auto picked {what}, {where}: {need}{why_not}."
