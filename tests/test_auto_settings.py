@@ -9,9 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-from gguf import GGMLQuantizationType, GGUFWriter
 
 from pyshim.errors import OutOfMemoryError
 from pyshim.gguf.header import read_header
@@ -20,44 +18,15 @@ from pyshim.plan import auto
 from pyshim.plan.memory import estimate
 from pyshim.plan.probe import probe
 from pyshim.plan.settings import RunSettings
-from pyshim.setup import synthetic
+from site_helpers import qwen7b_header_gguf
 
 ROOT = Path(__file__).parent.parent
-QWEN7B = synthetic.Shape(arch="qwen2", tokenizer_from="qwen2.5", n_layers=28, n_embd=3584, n_heads=28, n_kv_heads=4,
-                         n_ff=18944, context=32768)
-N_VOCAB = 152064
 GB = 10 ** 9
 
 
 @pytest.fixture(scope="module")
 def qwen7b(tmp_path_factory) -> tuple[bytes, int]:
-    """(header bytes, the full file's size) of a Qwen2.5-7B-shaped Q4_0 GGUF, written without its data."""
-    path = tmp_path_factory.mktemp("auto") / "qwen7b-header.gguf"
-    s = QWEN7B
-    writer = GGUFWriter(str(path), s.arch)
-    writer.add_context_length(s.context)
-    writer.add_embedding_length(s.n_embd)
-    writer.add_block_count(s.n_layers)
-    writer.add_feed_forward_length(s.n_ff)
-    writer.add_head_count(s.n_heads)
-    writer.add_head_count_kv(s.n_kv_heads)
-    writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_vocab_size(N_VOCAB)
-    data = 0
-    for name, shape, kind in synthetic._tensors(s, N_VOCAB):
-        if kind == "norm":
-            writer.add_tensor_info(name, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
-            data += int(np.prod(shape)) * 4
-        else:
-            byte_shape = (*shape[:-1], shape[-1] // 32 * 18)
-            writer.add_tensor_info(name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), raw_dtype=GGMLQuantizationType.Q4_0)
-            data += int(np.prod(byte_shape))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    writer.close()
-    header = path.read_bytes()
-    return header, len(header) + data + 64
+    return qwen7b_header_gguf(tmp_path_factory.mktemp("auto") / "qwen7b-header.gguf")
 
 
 def test_a_7b_model_in_6_gb_gets_a_small_cache_and_a_context_that_fits(qwen7b):

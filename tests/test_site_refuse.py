@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from site_helpers import (CHUNK, SMOLLM2, header_only_gguf, model_id, open_site, row_text, serve_bytes, shot,
+from site_helpers import (CHUNK, SMOLLM2, header_only_gguf, model_id, open_site, qwen7b_header_gguf, row_text, serve_bytes, shot,
                           smollm2_path, start_url_download, store_ok, wait_status)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -163,3 +163,32 @@ def test_file_changed_during_download_is_detected(site):
     assert "changed since the download started" in text and "start again" in text, text
     assert SMOLLM2.size > CHUNK
     watch.check(allow_console_errors=("Failed to load resource",))
+
+
+def test_auto_settings_fit_a_7b_model_in_6_gb_and_the_panel_says_why(site, tmp_path):
+    """kv_type "auto" (the site's default): a 4.3 GB Qwen2.5-7B-shaped file and a 6 GB budget get a small
+    cache at a context that fits, and the fit panel says what was picked and why. (The body is refused by
+    the fake server: the panel is the header's verdict.)"""
+    context, page, _ = site
+    header, total = qwen7b_header_gguf(tmp_path / "qwen7b.gguf")
+    page.evaluate("() => localStorage.setItem('pyshim.gpuBudgetMiB', String(6e9 / 2 ** 20))")
+    try:
+        def answer(route):
+            if route.request.headers.get("range") == f"bytes=0-{CHUNK - 1}":
+                serve_bytes(route, header, total=total)
+            else:
+                route.abort()
+        context.route(f"**/{FAKE}/qwen7b.gguf", answer)
+        start_url_download(page, fake_url(page, "qwen7b.gguf"))
+        page.wait_for_function("""() => [...document.querySelectorAll('#stored li')].some(li =>
+            li.querySelector('.name').textContent === 'qwen7b.gguf' && li.dataset.status !== 'new')""", timeout=WAIT_MS)
+        page.click("#stored li:has-text('qwen7b.gguf') .row-main")
+        page.wait_for_selector("#fit-panel[data-verdict=fits]", timeout=WAIT_MS)
+        panel = page.eval_on_selector("#fit-panel", "el => el.textContent")
+    finally:
+        page.evaluate("() => localStorage.removeItem('pyshim.gpuBudgetMiB')")
+    manifest = store_ok(page, "getModel", model_id(page, fake_url(page, "qwen7b.gguf")))
+    picked = manifest["probe"]["auto"]
+    assert picked["kv_type"] in ("q8", "q4") and picked["context"] >= 8192 and picked["total_bytes"] <= 6e9
+    assert "auto picked a q" in panel and "f32 would need" in panel and "of the 6.00 GB budget" in panel, panel
+    store_ok(page, "deleteModel", manifest["id"])
