@@ -67,7 +67,8 @@ def test_best_fit_for_a_budget(small, capsys):
     assert roomy["best_fit"]["context"] == 100 and roomy["best_fit"]["kv_type"] == "f32"
     f16 = run_json(capsys, str(small), "--context", "100", "--kv-type", "f16")["memory"]["total_bytes"]
     tight = run_json(capsys, str(small), "--context", "100", "--budget-mb", str(f16 / 1e6))
-    assert tight["best_fit"] == {"context": 100, "kv_type": "f16", "total_bytes": f16}
+    assert {k: tight["best_fit"][k] for k in ("context", "kv_type", "total_bytes")} == {"context": 100, "kv_type": "f16", "total_bytes": f16}
+    assert "auto picked an f16 KV cache" in tight["best_fit"]["reason"]
     assert run_json(capsys, str(small), "--budget-mb", "0.0001")["best_fit"] is None
     assert main(["inspect", str(small), "--budget-mb", "1"]) == 0
     assert "best fit" in capsys.readouterr().out

@@ -12,7 +12,8 @@ from ggufgen import kv, kv_array, kv_str, kv_str_array, kv_u32, raw_gguf, tensor
 from pyshim.setup.catalog import MODELS, model_path
 from pyshim.errors import BadRequestError, GGUFFormatError, UnsupportedError
 from pyshim.gguf.header import MissingKeyError, read_header, read_header_from_file
-from pyshim.plan.memory import best_fit, estimate, fits, kv_bytes_per_token, kv_cache_bytes, weights_by_type
+from pyshim.plan import auto
+from pyshim.plan.memory import estimate, fits, kv_bytes_per_token, kv_cache_bytes, weights_by_type
 from pyshim.plan.settings import KV_TYPES
 from pyshim.gguf.types import TensorType
 from pyshim.gguf.spec import ARCHITECTURES, ModelSpec
@@ -262,7 +263,7 @@ def test_kv_types_and_fits():
     assert any("KV cache" in r for r in narrow.reasons) and any("prefill chunk" in r for r in narrow.reasons)
 
 
-def test_best_fit_prefers_less_rounding_then_shorter_context():
+def test_auto_prefers_the_longest_context_then_less_rounding():
     spec = spec_of("llama", {"attention.head_count_kv": 2, "context_length": 4096})
     header = read_header(raw_gguf([kv_str("general.architecture", "llama")],
                                   [tensor_info("a", (1024, 256), TensorType.Q4_0, 0), tensor_info("b", (64,), TensorType.F32, 147456)]))
@@ -270,12 +271,14 @@ def test_best_fit_prefers_less_rounding_then_shorter_context():
     assert total["f32"] > total["f16"] > total["q8"] > total["q4"]
 
     def pick(budget):
-        est = best_fit(spec, header.tensors, budget_bytes=budget, context=4096)
-        return None if est is None else (est.context, est.kv_type)
+        choice = auto.choose(spec, header.tensors, budget_bytes=budget, context=4096, fixed_context=False)
+        return None if choice is None else (choice.context, choice.kv_type)
 
     assert pick(total["f32"]) == (4096, "f32")
     assert pick(total["f32"] - 1) == (4096, "f16")
     assert pick(total["f16"] - 1) == (4096, "q8")
-    assert pick(total["q8"] - 1) == (2048, "q8")
+    # half the context: f32 would not fit, f16 (half f32's bytes at 2048) does
+    assert pick(total["q8"] - 1) == (2048, "f16")
+    assert pick(estimate(spec, header.tensors, context=2048, kv_type="f16").total_bytes - 1) == (2048, "q8")
     assert pick(estimate(spec, header.tensors, context=512, kv_type="q8").total_bytes) == (512, "q8")
     assert pick(estimate(spec, header.tensors, context=512, kv_type="q8").total_bytes - 1) is None

@@ -18,7 +18,8 @@ def run(args) -> int:
 
     from pyshim.setup.catalog import resolve_model
     from pyshim.gguf.header import read_header_from_file
-    from pyshim.plan.memory import best_fit, estimate, per_token
+    from pyshim.plan import auto
+    from pyshim.plan.memory import estimate, per_token
     from pyshim.plan.settings import KV_TYPES
     from pyshim.errors import BadRequestError
     from pyshim.gguf.spec import ModelSpec
@@ -60,8 +61,9 @@ def run(args) -> int:
         },
     }
     if args.budget_mb is not None:
-        fit = best_fit(spec, header.tensors, budget_bytes=int(args.budget_mb * 1e6), context=args.context)
-        report["best_fit"] = None if fit is None else {"context": fit.context, "kv_type": fit.kv_type, "total_bytes": fit.total_bytes}
+        # what kv_type "auto" would pick, starting from --context (default: the training context, capped)
+        fit = auto.choose(spec, header.tensors, budget_bytes=int(args.budget_mb * 1e6), context=args.context, fixed_context=False)
+        report["best_fit"] = None if fit is None else fit.as_dict()
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -128,5 +130,6 @@ def _text(report: dict, spec) -> str:
     if "best_fit" in report:
         fit = report["best_fit"]
         lines.append("best fit    " + ("nothing fits: try a smaller quantization of this model" if fit is None else
-                                      f"context {fit['context']} with a {fit['kv_type']} KV cache: {_mib(fit['total_bytes'])}"))
+                                      f"context {fit['context']} with a {fit['kv_type']} KV cache: {_mib(fit['total_bytes'])}\n"
+                                      f"            ({fit['reason']})"))
     return "\n".join(lines)

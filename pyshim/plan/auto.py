@@ -46,11 +46,14 @@ def _gb(nbytes: int) -> str:
 
 
 def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int, context: int | None = None,
-           kv_type: str = AUTO, chunk: int = PREFILL_CHUNK, max_binding_bytes: int | None = None) -> AutoChoice | None:
-    """The automatic context and KV type for `budget_bytes` (None when not even MIN_CONTEXT fits)."""
+           fixed_context: bool = True, kv_type: str = AUTO, chunk: int = PREFILL_CHUNK,
+           max_binding_bytes: int | None = None) -> AutoChoice | None:
+    """The automatic context and KV type for `budget_bytes` (None when nothing fits). A named `context` is
+    kept (`fixed_context`: the caller asked for it) or is where the halving starts (`pyshim inspect
+    --context N --budget-mb M`: the best fit up to N); None: the training context, capped."""
     tensors = tuple(tensors)
-    ceiling = min(spec.context_length, AUTO_CONTEXT_CAP)
-    lengths = [context] if context is not None else _halvings(ceiling)
+    ceiling = min(spec.context_length, AUTO_CONTEXT_CAP) if context is None else context
+    lengths = [context] if context is not None and fixed_context else _halvings(ceiling)
     types = RETRIEVAL_SAFE if kv_type == AUTO else (kv_type,)
     refused: list[str] = []
     for n in lengths:
@@ -76,7 +79,7 @@ def _reason(spec, est: MemoryEstimate, budget: int, refused: list[str], first: i
     need = (f"weights {_gb(est.weight_bytes)} + cache {_gb(est.kv_bytes)} + activations {_gb(est.activation_bytes)} "
             f"= {_gb(est.total_bytes)} of the {_gb(budget)} budget")
     if asked_context is not None:
-        where = "the context asked for"
+        where = "the context asked for" if est.context == asked_context else f"the longest that fits (of the {asked_context} asked for)"
     elif est.context == ceiling:
         where = ("the model's training context" if ceiling == spec.context_length
                  else f"the training context ({spec.context_length}) capped at {AUTO_CONTEXT_CAP}")

@@ -249,33 +249,7 @@ def fits(est: MemoryEstimate, *, budget_bytes: int | None = None, max_binding_by
     return Fit(ok=not reasons, reasons=tuple(reasons))
 
 
-MIN_CONTEXT = 512     # shorter than this a chat assistant is not worth loading
-FIT_ORDER = ("f32", "f16", "q8")    # the KV types best_fit tries, least rounding first (KV_TYPES' order)
-
-
-def best_fit(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int, context: int | None = None,
-             chunk: int = PREFILL_CHUNK, max_binding_bytes: int | None = None) -> MemoryEstimate | None:
-    """The most faithful setting that fits `budget_bytes` (and the binding limit), or None: the wanted
-    `context` (default: the training context) with the KV type of least rounding that fits (f32, then
-    f16, then q8, which measured 100% / 98.3% top-1 agreement with f32 on SmolLM2 and Gemma 3); failing
-    all three, the longest context (halving, down to MIN_CONTEXT) that fits with q8. (q4 is chosen only
-    when asked for: it joins FIT_ORDER when the needle benchmark shows retrieval holds with it.)"""
-    tensors = tuple(tensors)
-    context = spec.context_length if context is None else context
-
-    def ok(est: MemoryEstimate) -> bool:
-        return fits(est, budget_bytes=budget_bytes, max_binding_bytes=max_binding_bytes).ok
-
-    for kv_type in FIT_ORDER:
-        est = estimate(spec, tensors, context=context, kv_type=kv_type, chunk=chunk)
-        if ok(est):
-            return est
-    while context > MIN_CONTEXT:
-        context = max(MIN_CONTEXT, context // 2)
-        est = estimate(spec, tensors, context=context, kv_type=FIT_ORDER[-1], chunk=chunk)
-        if ok(est):
-            return est
-    return None
+MIN_CONTEXT = 512     # shorter than this a chat assistant is not worth loading (pyshim.plan.auto goes no lower)
 
 
 def _mib(nbytes: int) -> str:

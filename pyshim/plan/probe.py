@@ -11,7 +11,7 @@ import time
 from pyshim.errors import PyshimError
 from pyshim.gguf.header import GGUFHeader, NeedMoreBytes, read_header
 from pyshim.plan import auto
-from pyshim.plan.memory import best_fit, estimate, fits, per_token, unrunnable_reason, weights_by_type
+from pyshim.plan.memory import estimate, fits, per_token, unrunnable_reason, weights_by_type
 from pyshim.plan.settings import AUTO, DEFAULT_BUDGET_BYTES
 
 
@@ -30,8 +30,7 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
     """The header's summary at `context` positions (capped at the training context) with a `kv_type`
     cache. With `judge`, also the verdict `fit` {ok, reasons, need_bytes, budget_bytes}: the model against
     the GPU memory the page may use (`budget_bytes`) and the adapter's `limits` (None: there is no
-    adapter), by the executor's own layout rules (pyshim.plan.memory.fits). With `budget_bytes`, also
-    `best_fit`: the context and KV type pyshim.plan.memory.best_fit picks, or null when nothing fits.
+    adapter), by the executor's own layout rules (pyshim.plan.memory.fits).
     `kv_type` "auto": the summary is at what pyshim.plan.auto picks for `budget_bytes` (None: the default
     budget), and `auto` says what it picked and why {context, kv_type, total_bytes, reason} (null: nothing fits)."""
     start = time.perf_counter()
@@ -88,9 +87,6 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
         "widest_row": {"name": est.widest_row[0], "bytes": est.widest_row[1]},
         **({"auto": choice.as_dict() if choice else None} if asked_auto else {}),
     }
-    if budget_bytes is not None:
-        out["best_fit"] = _fit_summary(best_fit(spec, header.tensors, budget_bytes=budget_bytes, context=context,
-                                                max_binding_bytes=binding))
     if judge:
         if limits is None:
             reasons = ([unrunnable] if unrunnable else []) + [NO_ADAPTER]
@@ -105,5 +101,3 @@ def _verdict(reasons: list[str], need_bytes: int | None, budget_bytes: int | Non
     return {"ok": not reasons, "reasons": reasons, "need_bytes": need_bytes, "budget_bytes": budget_bytes}
 
 
-def _fit_summary(est) -> dict | None:
-    return None if est is None else {"context": est.context, "kv_type": est.kv_type, "total_bytes": est.total_bytes}
