@@ -21,7 +21,7 @@ from pyshim.errors import OutOfMemoryError
 from pyshim.gguf.header import TensorInfo
 from pyshim.gguf.spec import ModelSpec
 from pyshim.gguf.types import RUNS_ON, TensorType
-from pyshim.plan.settings import KV_TYPES, PREFILL_CHUNK, kv_type as kv_type_named
+from pyshim.plan.settings import PREFILL_CHUNK, kv_type as kv_type_named
 
 # The GPU's int8 route rearranges Q8_0 weights in groups of this many blocks (repack.wgsl); a part of
 # such a tensor rounds up to a whole group, so it may need up to one group more than its rows' bytes.
