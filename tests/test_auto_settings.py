@@ -56,10 +56,10 @@ def test_auto_prefers_the_longest_context_then_the_least_rounding(qwen7b):
     assert estimate(spec, header.tensors, context=f32.context * 2, kv_type="f32").total_bytes > 6 * GB
     assert auto.choose(spec, header.tensors, budget_bytes=4 * GB) is None          # the weights alone are 4.3 GB
     with pytest.raises(OutOfMemoryError, match="no KV cache type fits"):
-        RunSettings(kv_type="auto", budget_bytes=4 * GB).resolve(spec, header.tensors)
-    settings, choice = RunSettings(kv_type="auto", budget_bytes=6 * GB).resolve(spec, header.tensors)
+        auto.resolve(RunSettings(kv_type="auto", budget_bytes=4 * GB), spec, header.tensors)
+    settings, choice = auto.resolve(RunSettings(kv_type="auto", budget_bytes=6 * GB), spec, header.tensors)
     assert (settings.kv_type, settings.context) == (choice.kv_type, choice.context)
-    assert RunSettings(kv_type="q4").resolve(spec, header.tensors) == (RunSettings(kv_type="q4"), None)
+    assert auto.resolve(RunSettings(kv_type="q4"), spec, header.tensors) == (RunSettings(kv_type="q4"), None)
 
 
 @pytest.mark.models

@@ -21,6 +21,7 @@ from pyshim.gpu.kernels import TOPK
 from pyshim.gpu.ops import GpuOps
 from pyshim.gpu.policy import KernelPolicy
 from pyshim.gpu.program import Program, physical
+from pyshim.plan import auto
 from pyshim.plan.memory import per_token
 from pyshim.plan.settings import RunSettings
 
@@ -177,7 +178,7 @@ async def load_gpu(path: str | Path | None = None, *, header=None, source=None, 
 
     header, source, spec = open_model(path, header=header, source=source)
     spec = settings.spec_for(spec)
-    settings, choice = settings.resolve(spec, header.tensors)
+    settings, choice = auto.resolve(settings, spec, header.tensors)
     n_ctx = settings.context_for(spec.context_length)
     owns_device = device is None
     device = device or await open_device()

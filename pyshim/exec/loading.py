@@ -17,6 +17,7 @@ from pyshim.gguf.header import GGUFHeader
 from pyshim.gguf.model import open_model
 from pyshim.gguf.tensors import ByteSource, WeightStore, tensor_refs_from_header
 from pyshim.models import build_model
+from pyshim.plan import auto
 from pyshim.plan.settings import Arithmetic, RunSettings
 
 BACKENDS = ("cpu", "gpu")   # gpu: the WebGPU executor (pyshim.gpu) through native wgpu or, in Pyodide, navigator.gpu
@@ -28,7 +29,7 @@ def load_reference(path: str | Path | None = None, *, header: GGUFHeader | None 
     (default f32). It computes immediately, so it needs no event loop: `runner.run(step)` works too."""
     header, source, spec = open_model(path, header=header, source=source)
     spec = settings.spec_for(spec)
-    settings, choice = settings.resolve(spec, header.tensors)
+    settings, choice = auto.resolve(settings, spec, header.tensors)
     n_ctx = settings.context_for(spec.context_length)
     ops = OPS_FOR[settings.arithmetic or Arithmetic.F32](WeightStore(tensor_refs_from_header(header), source), spec, n_ctx,
                                                          cache_weights=cache_weights, kv_type=settings.kv_type)

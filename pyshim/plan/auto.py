@@ -11,14 +11,14 @@ the caller names is kept, and only the context is chosen.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from pyshim.errors import OutOfMemoryError
 from pyshim.gguf.header import TensorInfo
 from pyshim.gguf.spec import ModelSpec
 from pyshim.plan.memory import MIN_CONTEXT, MemoryEstimate, estimate, fits
-from pyshim.plan.settings import PREFILL_CHUNK
+from pyshim.plan.settings import AUTO, DEFAULT_BUDGET_BYTES, PREFILL_CHUNK, RunSettings
 
-AUTO = "auto"
 # Longer contexts are allowed, but asked for by name: a KV cache sized for 128k positions is memory the
 # page holds for the whole visit, and a chat rarely reaches 32k.
 AUTO_CONTEXT_CAP = 32768
@@ -65,6 +65,20 @@ def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int,
             if n == lengths[0]:
                 refused.append(f"{t} would need {_gb(est.total_bytes)}")
     return None
+
+
+def resolve(settings: RunSettings, spec: ModelSpec, tensors: Iterable[TensorInfo]) -> tuple[RunSettings, AutoChoice | None]:
+    """(`settings` with "auto" replaced by what `choose` picked, the choice — None when nothing was
+    automatic). Raises OutOfMemoryError when not even the shortest context fits."""
+    if settings.kv_type != AUTO:
+        return settings, None
+    budget = settings.budget_bytes or DEFAULT_BUDGET_BYTES
+    choice = choose(spec, tensors, budget_bytes=budget, context=settings.context, chunk=settings.prefill_chunk)
+    if choice is None:
+        raise OutOfMemoryError(f"no KV cache type fits this model in the {budget / 1e9:.2f} GB GPU memory budget, "
+                               f"not even at {settings.context or MIN_CONTEXT} tokens",
+                               hint="raise the budget if the GPU has more memory, or use a smaller quantization")
+    return replace(settings, kv_type=choice.kv_type, context=choice.context), choice
 
 
 def _halvings(ceiling: int) -> list[int]:

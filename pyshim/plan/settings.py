@@ -84,7 +84,7 @@ class RunSettings:
     `rope_scaling`, `rope_scale` and `yarn_orig_ctx` override the GGUF's rope scaling keys as llama.cpp's
     flags of those names do (None: the file's); see pyshim.gguf.spec.with_rope_override. `kv_type` "auto":
     the loader picks the type (and, when `context` is None, the context) that fit `budget_bytes` (None:
-    DEFAULT_BUDGET_BYTES) — see `resolve`."""
+    DEFAULT_BUDGET_BYTES) — see `pyshim.plan.auto.resolve`."""
 
     context: int | None = None
     kv_type: str = "f32"
@@ -125,22 +125,6 @@ class RunSettings:
         from pyshim.gguf.spec import with_rope_override
 
         return with_rope_override(spec, self.rope_scaling, self.rope_scale, self.yarn_orig_ctx)
-
-    def resolve(self, spec, tensors):
-        """(these settings with "auto" replaced by what pyshim.plan.auto chose, the choice — None when
-        nothing was automatic). Raises OutOfMemoryError when not even the shortest context fits."""
-        if self.kv_type != AUTO:
-            return self, None
-        from pyshim.errors import OutOfMemoryError
-        from pyshim.plan import auto
-
-        budget = self.budget_bytes or DEFAULT_BUDGET_BYTES
-        choice = auto.choose(spec, tensors, budget_bytes=budget, context=self.context, chunk=self.prefill_chunk)
-        if choice is None:
-            raise OutOfMemoryError(f"no KV cache type fits this model in the {budget / 1e9:.2f} GB GPU memory budget, "
-                                   f"not even at {self.context or auto.MIN_CONTEXT} tokens",
-                                   hint="raise the budget if the GPU has more memory, or use a smaller quantization")
-        return replace(self, kv_type=choice.kv_type, context=choice.context), choice
 
     def context_for(self, training_context: int) -> int:
         return min(training_context, DEFAULT_CONTEXT) if self.context is None else self.context
