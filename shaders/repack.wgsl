@@ -11,8 +11,8 @@
 #include "include/bytes.wgsl"
 
 struct Params {
-    groups: u32,        // groups in the part (ceil(blocks / 8))
-    _pad0: u32,
+    groups: u32,        // groups to rearrange (ceil(blocks / 8) of the part, or of one streamed expert)
+    first: u32,         // the first of them (0, or a streamed expert's slot in an expert cache)
     _pad1: u32,
     _pad2: u32,
 }
@@ -24,10 +24,11 @@ const GROUP_WORDS: u32 = 68u;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) count: vec3<u32>) {
-    let g = gid.x + gid.y * count.x * WG;
-    if (g >= params.groups) {
+    let i = gid.x + gid.y * count.x * WG;
+    if (i >= params.groups) {
         return;
     }
+    let g = params.first + i;
     let base = g * GROUP_WORDS;
     var raw: array<u32, GROUP_WORDS>;
     for (var i = 0u; i < GROUP_WORDS; i++) {

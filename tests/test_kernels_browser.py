@@ -322,7 +322,7 @@ def add_grouped_cases(c: Cases, rng) -> None:
 
     def is_grouped(outs):
         np.testing.assert_array_equal(np.frombuffer(outs[0], np.uint8)[:want.size], want)
-    c.add("repack Q8_0", ShaderKey.of("repack", WG=WG), [], [file_bytes], dict(groups=nbytes // REPACK_GROUP_BYTES),
+    c.add("repack Q8_0", ShaderKey.of("repack", WG=WG), [], [file_bytes], dict(groups=nbytes // REPACK_GROUP_BYTES, first=0),
           repack_grid(nbytes // REPACK_GROUP_BYTES), is_grouped)
     for n, uniform, rows, tokens in ((2, False, 4, 1), (1, True, 4, 1), (11, False, I8_TOKEN_ROWS, I8_TOKENS)):
         q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), "q8_0")

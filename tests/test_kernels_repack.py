@@ -29,7 +29,7 @@ def repacked_buffer(gpu, raw: np.ndarray):
     buf = gpu.device.buffer(nbytes, label="w")
     gpu.device.write(buf, raw.reshape(-1))      # the padding stays zero, as in a fresh buffer
     n_groups = nbytes // REPACK_GROUP_BYTES
-    gpu.dispatch(ShaderKey.of("repack", WG=WG), [buf], [], dict(groups=n_groups), repack_grid(n_groups))
+    gpu.dispatch(ShaderKey.of("repack", WG=WG), [buf], [], dict(groups=n_groups, first=0), repack_grid(n_groups))
     return buf, nbytes
 
 
@@ -39,6 +39,22 @@ def test_repack_is_the_grouped_layout(gpu, rows, k):
     buf, nbytes = repacked_buffer(gpu, raw)
     got = np.frombuffer(gpu.run(gpu.device.read(buf, nbytes)), np.uint8)
     np.testing.assert_array_equal(got, emu.grouped_q8_0(raw))
+
+
+def test_repack_of_some_groups_leaves_the_others_as_they_were(gpu):
+    """An expert cache rearranges only the slot a streamed expert was written into (groups first..)."""
+    expert_rows, k, experts = 16, 64, 3         # an expert: 32 blocks, 4 whole groups
+    raw = random_weight(QT.Q8_0, expert_rows * experts, k, np.random.default_rng(7))
+    nbytes = repack_bytes(*raw.shape)
+    buf = gpu.device.buffer(nbytes, label="w")
+    gpu.device.write(buf, raw.reshape(-1))
+    per = expert_rows * raw.shape[1] // REPACK_GROUP_BYTES
+    gpu.dispatch(ShaderKey.of("repack", WG=WG), [buf], [], dict(groups=per, first=per), repack_grid(per))
+    got = np.frombuffer(gpu.run(gpu.device.read(buf, nbytes)), np.uint8)
+    flat, at = raw.reshape(-1), per * REPACK_GROUP_BYTES
+    np.testing.assert_array_equal(got[:at], flat[:at])
+    np.testing.assert_array_equal(got[at:2 * at], emu.grouped_q8_0(raw[expert_rows:2 * expert_rows]))
+    np.testing.assert_array_equal(got[2 * at:], flat[2 * at:])
 
 
 def test_repack_grid_wraps_past_the_dispatch_limit():

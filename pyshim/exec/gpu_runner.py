@@ -35,7 +35,10 @@ class GpuRunner:
         self.spec, self.header, self.ops, self.model, self.settings = spec, header, ops, model, settings
         self.owns_device = owns_device
         self.arithmetic = ops.policy.arithmetic
-        self.capacity = Capacity(n_ctx=n_ctx, max_seqs=1, max_step_tokens=ops.max_chunk, top_k=TOPK)
+        max_step = ops.max_chunk
+        if ops.expert_cache is not None:     # a step may want at most `slots` distinct experts of a layer
+            max_step = max(1, min(max_step, ops.expert_cache.n_slots // spec.n_experts_used))
+        self.capacity = Capacity(n_ctx=n_ctx, max_seqs=1, max_step_tokens=max_step, top_k=TOPK)
         self.stats = RunnerStats()
         self._programs: OrderedDict[tuple[int, Want], Program] = OrderedDict()   # least recently used first
 
@@ -113,7 +116,15 @@ class GpuRunner:
         dev = self.device
         dev.write(self.ops.tokens_buf, np.asarray(tokens, dtype=np.uint32))
         dev.write(self.ops.positions_buf, np.arange(start, start + len(tokens), dtype=np.uint32))
-        dev.submit(program.ready, label=f"step_n{len(tokens)}")
+        at = 0
+        for stop in program.stops:          # streamed experts: the host fills each MoE layer's cache
+            dev.submit(program.ready[at:stop.at], label=f"step_n{len(tokens)}@{at}")
+            at = stop.at
+            ids = np.frombuffer(await self._read(physical(stop.ids.buf), stop.ids.size * 4, stop.ids.off * 4), dtype=np.uint32)
+            slot_ids = await self.ops.expert_cache.resolve(stop.layer, ids.reshape(stop.ids.shape))
+            await self.ops.repack()         # the int8 route's Q8_0 experts just written
+            dev.write(physical(stop.slot_ids.buf), slot_ids, stop.slot_ids.off * 4)
+        dev.submit(program.ready[at:], label=f"step_n{len(tokens)}")
         return program
 
     async def _read(self, buffer, size: int, offset: int = 0) -> bytes:
@@ -184,7 +195,8 @@ async def load_gpu(path: str | Path | None = None, *, header=None, source=None, 
     device = device or await open_device()
     kernel_policy = KernelPolicy.for_device(device.caps, settings.arithmetic, **(policy or {}))
     ops = GpuOps(device, WeightStore(tensor_refs_from_header(header), source), spec, n_ctx, kernel_policy,
-                 kv_type=settings.kv_type, max_chunk=settings.prefill_chunk, max_binding=max_binding, upload_now=upload_now)
+                 kv_type=settings.kv_type, max_chunk=settings.prefill_chunk, max_binding=max_binding, upload_now=upload_now,
+                 expert_slots=settings.expert_slots)
     model = build_model(spec, ops)
     runner = GpuRunner(spec, header, ops, model, settings, n_ctx, owns_device=owns_device)
     runner.auto = choice and choice.as_dict()

@@ -20,14 +20,16 @@ from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_ROWS, I8_TOK
                                 UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, groups, i8_pairs, matvec_grid, matvec_i8_grid,
                                 matvec_i8_key, matvec_key, moe_key, router_key)
 from pyshim.gpu.pool import Activation
-from pyshim.gpu.program import Tensor
+from pyshim.gpu.program import Stop, Tensor
 from pyshim.gpu.shaderc import ShaderKey
 from pyshim.gpu.slots import WeightSlot
 from pyshim.models.ops import GATINGS, RouterSpec
 
 
 class ExpertOps:
-    """Mixed into pyshim.gpu.ops.GpuOps: route, expert_matmul, expert_sum, sigmoid_gate."""
+    """Mixed into pyshim.gpu.ops.GpuOps: route, expert_matmul, expert_sum, sigmoid_gate. With an expert
+    cache (pyshim.gpu.expert_cache) the router's step stops for the host, and the expert matvecs read the
+    cache's slots and the slot ids the host wrote."""
 
     def route(self, logits: Tensor, spec: RouterSpec) -> tuple[Tensor, Tensor]:
         n, experts = logits.shape
@@ -40,7 +42,16 @@ class ExpertOps:
         ids = self._tensor((n, spec.n_used), "router_ids")
         self._record("router", router_key(spec.gating, spec.norm), [logits.buf, ids.buf, weights.buf], (groups(n), 1, 1),
                      n=n, experts=experts, used=spec.n_used, logits_off=logits.off, scale=spec.scale)
-        return weights, ids
+        if self.expert_cache is None:
+            return weights, ids
+        # streamed experts: the step stops here; the host reads `ids`, fills the cache and writes each pair's
+        # slot into a buffer of this layer's own (the grouping of pairs by expert is keyed by it)
+        stops = self._program.stops
+        if len(stops) == len(self._slot_id_bufs):
+            self._slot_id_bufs.append(self.allocator.buffer(max(16, self.max_chunk * spec.n_used * 4), f"slot_ids{len(stops)}"))
+        slot_ids = Tensor(self._slot_id_bufs[len(stops)], 0, (n, spec.n_used))
+        stops.append(Stop(len(self._program.dispatches), ids, slot_ids))
+        return weights, slot_ids
 
     def expert_matmul(self, x: Tensor, w: WeightSlot, ids: Tensor) -> Tensor:
         n, used = ids.shape
@@ -48,6 +59,8 @@ class ExpertOps:
         n_experts, m, k_w = w.shape
         if k != k_w or rows_in not in (n, n * used):
             raise TensorShapeError(f"expert matmul of x {x.shape} by {w.shape} for ids {ids.shape}")
+        if self.expert_cache is not None:
+            self._bind_stop(w, ids)
         pairs, pair_div = n * used, (used if rows_in == n else 1)
         out = self._tensor((pairs, m), "experts")
         common = dict(m=m, k=k, n=pairs, row_bytes=w.ref.row_bytes, w_off=0, y_off=out.off, bias_off=0, y_stride=m,
@@ -85,6 +98,16 @@ class ExpertOps:
             self._record(family, key, [part, x_binding, ids.buf, out.buf], grid, e_first=part.row0 // m,
                          e_count=part.rows // m, **common)
         return out
+
+    def _bind_stop(self, w: WeightSlot, slot_ids: Tensor) -> None:
+        """Tie the stop that writes `slot_ids` to the expert cache of `w`'s layer."""
+        stop = next((s for s in self._program.stops if s.slot_ids == slot_ids), None)
+        if stop is None:
+            raise TensorShapeError(f"expert matmul of {w.name!r}: its ids come from no router of this step")
+        layer = self.expert_cache.layer_of(w)
+        if stop.layer not in (None, layer):
+            raise TensorShapeError(f"one router's experts read from two layers' caches ({stop.layer.layer}, {layer.layer})")
+        stop.layer = layer
 
     def _expert_groups(self, ids: Tensor, n_experts: int) -> Activation:
         """The step's pairs grouped by expert (expert_group.wgsl), recorded once per router output in a

@@ -227,7 +227,7 @@ PARAMS: dict[str, ParamsLayout] = {
     "argmax": _layout("len:u32 chunk:u32 x_off:u32 _pad0:u32"),
     "topk": _layout("len:u32 chunk:u32 x_off:u32 _pad0:u32"),
     "stream": _layout("n4:u32 per_thread:u32 _pad0:u32 _pad1:u32"),
-    "repack": _layout("groups:u32 _pad0:u32 _pad1:u32 _pad2:u32"),
+    "repack": _layout("groups:u32 first:u32 _pad1:u32 _pad2:u32"),
 }
 # the tiled prefill kernels share their one-token twins' params (shaders/include/*_params.wgsl)
 PARAMS["matmul"] = PARAMS["matvec"]

@@ -21,6 +21,7 @@ import numpy as np
 from pyshim.errors import OutOfMemoryError, TensorShapeError, UnsupportedError
 from pyshim.gguf.tensors import WeightStore
 from pyshim.gpu.device import GPUDevice
+from pyshim.gpu.expert_cache import ExpertCache
 from pyshim.gpu.experts import ExpertOps
 from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_ROWS, I8_TOKEN_TYPES, I8_TOKENS, PARAMS,
                                 TOPK, TOPK_CHUNK, UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, GROUPED_TYPES, KernelCache,
@@ -45,11 +46,12 @@ class GpuOps(ExpertOps):
 
     def __init__(self, device: GPUDevice, store: WeightStore, spec, n_ctx: int, policy: KernelPolicy, *,
                  kv_type: str = "f32", max_chunk: int = PREFILL_CHUNK, max_binding: int | None = None,
-                 upload_now: bool = True, kernels: KernelCache | None = None):
+                 upload_now: bool = True, kernels: KernelCache | None = None, expert_slots: int | None = None):
         """`max_chunk`: most tokens per step (sizes the sliding-window rings); `max_binding` lowers the
         device's storage binding limit (tests force tensors split by rows with it); `upload_now=False`
         leaves the quantized weights' bytes to the caller, who follows `slots.uploads` (the browser's store
-        writes them from IndexedDB without passing them through Python)."""
+        writes them from IndexedDB without passing them through Python); `expert_slots`: the routed experts
+        are streamed from the store into a cache of that many per MoE layer (pyshim.gpu.expert_cache)."""
         self.device, self.spec, self.n_ctx, self.policy = device, spec, n_ctx, policy
         self.max_chunk = max_chunk
         self.kernels = kernels or KernelCache(device)
@@ -57,6 +59,8 @@ class GpuOps(ExpertOps):
         self.max_binding = min(int(device.caps.limits["max_storage_buffer_binding_size"]), max_binding or 1 << 62)
         self.slots = WeightSlots(device, self.allocator, store, limit=min(self.max_binding, int(device.caps.limits["max_buffer_size"])),
                                  grouped_types=GROUPED_TYPES if policy.int8 else (), upload_now=upload_now)
+        self.expert_cache = ExpertCache(self.slots, expert_slots) if expert_slots else None
+        self._slot_id_bufs: list = []      # one per MoE layer of a step, when experts are streamed
         self.kv = GpuKV(self.allocator, spec, n_ctx, max_chunk, kv_type)
         self.pool = ActivationPool(self.allocator, UNIFORM_X_BYTES)
         self.tokens_buf = self.allocator.buffer(max_chunk * 4, "tokens")
@@ -123,6 +127,8 @@ class GpuOps(ExpertOps):
         return name in self.slots
 
     def weight(self, name: str, shape: Sequence[int]) -> WeightSlot:
+        if self.expert_cache is not None and len(shape) == 3:
+            return self.expert_cache.bind(name, shape)
         return self.slots.bind(name, shape)
 
     async def repack(self) -> None:

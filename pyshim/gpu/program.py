@@ -7,7 +7,8 @@ buffer until build time: an `Activation` (pyshim.gpu.pool: given a buffer by liv
 such a stand-in.
 
 `build()` compiles the pipelines (cached by ShaderKey), writes every params struct into one uniform
-arena and creates the bind groups; a step is then one submit of `ready`. `rebind(parts)` makes again
+arena and creates the bind groups; a step is then one submit of `ready` (or, where the program has
+`stops` — experts streamed from the store — one submit per stretch between them). `rebind(parts)` makes again
 only the bind groups of dispatches that bind those weight parts: how a slot is pointed at another
 buffer between steps without recording again (the seam for weights streamed from the store).
 """
@@ -33,6 +34,19 @@ class Tensor:
     @property
     def size(self) -> int:
         return int(np.prod(self.shape))
+
+
+@dataclass
+class Stop:
+    """Where a step's submit pauses for the host (a MoE layer whose experts are streamed): before dispatch
+    `at`, the router's expert ids (`ids`) are read back, and the layer's expert cache (`layer`, a
+    pyshim.gpu.expert_cache.LayerCache, known once an expert matvec bound it) writes each one's slot into
+    `slot_ids`, which the layer's expert matvecs read instead."""
+
+    at: int
+    ids: Tensor
+    slot_ids: Tensor
+    layer: Any = None
 
 
 @dataclass
@@ -64,6 +78,7 @@ class Program:
         self.output: Tensor | None = None
         self.argmax: Any = None          # buffer holding the winning id (when recorded)
         self.topk: Any = None            # buffer holding the TOPK (value, id) pairs (when recorded)
+        self.stops: list[Stop] = []      # host pauses inside the step (streamed experts), in dispatch order
         self.uniforms: Any = None        # the params arena, made by build()
         self.ready: list = []            # (pipeline, bind group, grid) per dispatch
         self._pipelines: list = []

@@ -84,7 +84,7 @@ class WeightSlots:
         self.upload_now = upload_now
         self.slots: dict[str, WeightSlot] = {}
         self.uploads: list[Upload] = []
-        self._repacks: list[tuple[Any, int]] = []          # (buffer, groups) to rearrange once uploaded
+        self._repacks: list[tuple[Any, int, int]] = []     # (buffer, groups, first group) to rearrange once uploaded
 
     def __contains__(self, name: str) -> bool:
         return name in self.store
@@ -121,7 +121,7 @@ class WeightSlots:
                 part = Part(self.allocator.buffer(nbytes, f"{name}[{row0}:]"), row0, rows)
                 self._upload(w, part)
                 if w.grouped:
-                    self._repacks.append((part.buffer, nbytes // REPACK_GROUP_BYTES))
+                    self._repacks.append((part.buffer, nbytes // REPACK_GROUP_BYTES, 0))
                 w.parts.append(part)
         self.slots[name] = w
         return w
@@ -145,7 +145,7 @@ class WeightSlots:
             self.device.write(part.buffer, self.store.source.read(w.ref.offset + part.row0 * w.ref.row_bytes,
                                                                   part.rows * w.ref.row_bytes))
             if w.grouped:
-                self._repacks.append((part.buffer, int(part.buffer.size) // REPACK_GROUP_BYTES))
+                self._repacks.append((part.buffer, int(part.buffer.size) // REPACK_GROUP_BYTES, 0))
 
     def rebind(self, w: WeightSlot, index: int, buffer) -> Part:
         """Point part `index` of the slot at `buffer` (holding the same rows in the same layout); the
@@ -153,6 +153,11 @@ class WeightSlots:
         part = w.parts[index]
         part.buffer = buffer
         return part
+
+    def queue_repack(self, buffer, n_groups: int, first: int = 0) -> None:
+        """Groups [first, first + n_groups) of `buffer` get rearranged at the next `repack` (an expert
+        cache's slot after a streamed expert's bytes were written into it)."""
+        self._repacks.append((buffer, n_groups, first))
 
     async def repack(self, kernels, pool) -> None:
         """Rearrange the grouped weights in place (repack.wgsl): after their bytes are uploaded and before
@@ -162,8 +167,9 @@ class WeightSlots:
         repacks, self._repacks = self._repacks, []
         program = Program(0)
         key = ShaderKey.of("repack", WG=WG)
-        for buf, n_groups in repacks:
-            program.dispatches.append(Dispatch(key, [buf], PARAMS["repack"].pack(groups=n_groups), repack_grid(n_groups)))
+        for buf, n_groups, first in repacks:
+            program.dispatches.append(Dispatch(key, [buf], PARAMS["repack"].pack(groups=n_groups, first=first),
+                                               repack_grid(n_groups)))
         await program.build(self.device, kernels, pool)
         self.device.submit(program.ready, label="repack")
         program.release(self.allocator, self.device)

@@ -94,6 +94,7 @@ class RunSettings:
     rope_scale: float | None = None
     yarn_orig_ctx: int | None = None
     budget_bytes: int | None = None
+    expert_slots: int | None = None     # routed experts streamed into a GPU cache of this many per MoE layer
 
     def __post_init__(self):
         if self.kv_type != AUTO:
@@ -115,6 +116,10 @@ class RunSettings:
                                                or self.yarn_orig_ctx < 1):
             raise BadRequestError(f"yarn_orig_ctx must be a positive number of tokens, got {self.yarn_orig_ctx!r}",
                                   param="yarn_orig_ctx")
+        if self.expert_slots is not None and (isinstance(self.expert_slots, bool) or not isinstance(self.expert_slots, int)
+                                              or self.expert_slots < 1):
+            raise BadRequestError(f"expert_slots must be a positive number of experts per layer, got {self.expert_slots!r}",
+                                  param="expert_slots")
         if self.budget_bytes is not None and (isinstance(self.budget_bytes, bool) or not isinstance(self.budget_bytes, int)
                                               or self.budget_bytes < 1):
             raise BadRequestError(f"the GPU memory budget must be a positive number of bytes, got {self.budget_bytes!r}",

@@ -1,0 +1,189 @@
+"""Routed experts streamed from the store: a GPU cache of a few experts per MoE layer, filled on a miss
+(TurboFieldfare's idea: the shared weights stay resident, only the experts a token picks are read).
+
+With a cache, each MoE layer's 3-D expert tensors are bound as `slots` experts instead of all of them
+([slots, rows, cols], the same GGUF blocks). A step's program then stops after each such layer's router
+(pyshim.gpu.program.Stop): the runner reads the router's expert ids back (tokens x used words),
+`LayerCache.resolve` gives each expert a slot — a hit, or a miss that takes a free slot or the least
+recently used expert's that this step does not want — uploads the missed experts' rows of every tensor of
+the layer, and writes the slot ids where the layer's expert matvecs read them. Those matvecs are the
+resident ones: to them the cache is a mixture of `slots` experts, so a streamed model's tokens equal the
+resident model's bit for bit.
+
+A step can want at most `slots` distinct experts in a layer, so a cached model's steps are at most
+slots // used tokens long (the runner's capacity says so; the generation loop cuts prompts to fit).
+
+The bytes come through `fetch` (a list of pyshim.gpu.slots.Upload -> awaitable): natively read from the
+file and written here; in the browser the store writes them from IndexedDB straight into the buffer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Sequence
+
+import numpy as np
+
+from pyshim.errors import UnsupportedError
+from pyshim.gguf.tensors import TensorRef
+from pyshim.gguf.types import check_runnable
+from pyshim.gpu.kernels import REPACK_GROUP_BYTES, repack_bytes
+from pyshim.gpu.slots import Part, Upload, WeightSlot, WeightSlots
+from pyshim.plan.memory import row_parts
+
+Fetch = Callable[[list[Upload]], Awaitable[None]]
+
+
+@dataclass
+class CacheStats:
+    """What the cache did since load (or the last `reset`): experts wanted by steps, how many were
+    already on the GPU, the bytes uploaded and the seconds spent waiting for them."""
+
+    wanted: int = 0
+    hits: int = 0
+    uploaded_bytes: int = 0
+    fetch_s: float = 0.0
+    stops: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.wanted if self.wanted else 1.0
+
+    def as_dict(self) -> dict:
+        return {"wanted": self.wanted, "hits": self.hits, "hit_rate": round(self.hit_rate, 4),
+                "uploaded_bytes": self.uploaded_bytes, "fetch_s": round(self.fetch_s, 4), "stops": self.stops}
+
+
+class LayerCache:
+    """One MoE layer's expert slots: which expert each holds, least recently used first."""
+
+    def __init__(self, layer: str, n_slots: int, n_experts: int):
+        self.layer, self.n_slots, self.n_experts = layer, n_slots, n_experts
+        self.tensors: list[WeightSlot] = []           # the layer's cached expert tensors (gate, up, down)
+        self.held: OrderedDict[int, int] = OrderedDict()   # expert -> slot, least recently used first
+        self.free = list(range(n_slots - 1, -1, -1))
+
+    def plan(self, ids: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        """(the slot of each id, the (expert, slot) pairs to upload). Raises when a step wants more
+        distinct experts than there are slots (the runner's capacity keeps steps short enough)."""
+        wanted = list(dict.fromkeys(int(e) for e in ids.reshape(-1)))
+        if any(not 0 <= e < self.n_experts for e in wanted):
+            raise ValueError(f"{self.layer}: the router picked experts {wanted} of {self.n_experts}")
+        if len(wanted) > self.n_slots:
+            raise UnsupportedError(f"{self.layer}: a step wants {len(wanted)} distinct experts, the cache holds {self.n_slots}",
+                                   hint="run steps of fewer tokens (the runner's max_step_tokens)")
+        for e in wanted:                              # hits first: they must not be evicted by this step's misses
+            if e in self.held:
+                self.held.move_to_end(e)
+        misses = []
+        for e in wanted:
+            if e in self.held:
+                continue
+            if self.free:
+                slot = self.free.pop()
+            else:
+                victim = next(v for v in self.held if v not in wanted)
+                slot = self.held.pop(victim)
+            self.held[e] = slot
+            misses.append((e, slot))
+        slot_of = np.array([self.held[int(e)] for e in ids.reshape(-1)], dtype=np.uint32).reshape(ids.shape)
+        return slot_of, misses
+
+
+class ExpertCache:
+    """The expert caches of every MoE layer, allocated beside the weight slots."""
+
+    def __init__(self, slots: WeightSlots, n_slots: int, fetch: Fetch | None = None):
+        self.weights = slots
+        self.n_slots = n_slots
+        self.fetch = fetch or self._read_and_write
+        self.layers: dict[str, LayerCache] = {}
+        self.stats = CacheStats()
+        self._originals: dict[str, TensorRef] = {}    # cached tensor name -> its file tensor
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(p.buffer.size) for layer in self.layers.values() for w in layer.tensors for p in w.parts)
+
+    @property
+    def expert_bytes(self) -> int:
+        """File bytes of one expert of every cached tensor of a layer (what a miss uploads)."""
+        return max((sum(w.ref.nbytes // layer.n_experts for w in layer.tensors) for layer in self.layers.values()), default=0)
+
+    def bind(self, name: str, shape: Sequence[int]) -> WeightSlot:
+        """The cache standing for the 3-D expert tensor `name` [experts, rows, cols]: [slots, rows, cols]."""
+        if name in self.weights.slots:
+            return self.weights.slots[name]
+        store, limit = self.weights.store, self.weights.limit
+        ref = store.checked(name, shape)
+        check_runnable(name, ref.qtype, "gpu")
+        n_experts = int(shape[0])
+        if self.n_slots >= n_experts:
+            raise UnsupportedError(f"an expert cache of {self.n_slots} slots for {n_experts} experts: keep the model resident")
+        layer_name = name.rsplit(".ffn_", 1)[0]
+        layer = self.layers.setdefault(layer_name, LayerCache(layer_name, self.n_slots, n_experts))
+        w = WeightSlot(ref, (self.n_slots, *shape[1:]), grouped=ref.qtype in self.weights.grouped_types)
+        per = int(np.prod(shape[1:-1], dtype=np.int64))            # rows of one expert
+        expert_bytes = per * ref.row_bytes
+        if w.grouped and expert_bytes % REPACK_GROUP_BYTES:
+            raise UnsupportedError(f"tensor {name!r}: an expert of {expert_bytes} bytes is not whole groups of the int8 "
+                                   "route's Q8_0 layout, so it cannot be streamed on that route", hint="use --arithmetic f32")
+        for unit0, units in row_parts(self.n_slots, expert_bytes, limit, 0):
+            nbytes = repack_bytes(units * per, ref.row_bytes) if w.grouped else units * expert_bytes
+            w.parts.append(Part(self.weights.allocator.buffer(nbytes, f"{name}[cache {unit0}:]"), unit0 * per, units * per))
+        layer.tensors.append(w)
+        self._originals[name] = ref
+        self.weights.slots[name] = w
+        return w
+
+    def layer_of(self, w: WeightSlot) -> LayerCache:
+        return self.layers[w.name.rsplit(".ffn_", 1)[0]]
+
+    async def resolve(self, layer: LayerCache, ids: np.ndarray) -> np.ndarray:
+        """The slot of each of the router's `ids` [tokens, used], the missed experts uploaded (and, on the
+        int8 route, queued for rearranging before the layer's matvecs read them)."""
+        slot_of, misses = layer.plan(ids)
+        distinct = len(np.unique(ids))
+        self.stats.stops += 1
+        self.stats.wanted += distinct
+        self.stats.hits += distinct - len(misses)
+        if misses:
+            uploads = [self._upload(w, expert, slot) for w in layer.tensors for expert, slot in misses]
+            t0 = time.perf_counter()
+            await self.fetch(uploads)
+            self.stats.fetch_s += time.perf_counter() - t0
+            self.stats.uploaded_bytes += sum(u.nbytes for u in uploads)
+            for w in layer.tensors:
+                if w.grouped:
+                    for _, slot in misses:
+                        self._queue_repack(w, slot)
+        return slot_of
+
+    def _place(self, w: WeightSlot, slot: int) -> tuple[Part, int]:
+        """(the part holding slot `slot` of cached tensor `w`, the slot's byte offset in it)."""
+        per = w.shape[1] if len(w.shape) == 3 else 1
+        row = slot * per
+        for part in w.parts:
+            if part.row0 <= row < part.row0 + part.rows:
+                return part, (row - part.row0) * w.ref.row_bytes
+        raise IndexError(f"{w.name}: no slot {slot}")
+
+    def _upload(self, w: WeightSlot, expert: int, slot: int) -> Upload:
+        per = w.shape[1]
+        part, offset = self._place(w, slot)
+        return Upload(w.name, w.ref.offset + expert * per * w.ref.row_bytes, per * w.ref.row_bytes, part.buffer, offset)
+
+    def _queue_repack(self, w: WeightSlot, slot: int) -> None:
+        part, offset = self._place(w, slot)
+        self.weights.queue_repack(part.buffer, w.shape[1] * w.ref.row_bytes // REPACK_GROUP_BYTES, offset // REPACK_GROUP_BYTES)
+
+    async def _read_and_write(self, uploads: list[Upload]) -> None:
+        """Natively: the bytes read from the file (memory-mapped) and queued onto the GPU."""
+        source, device = self.weights.store.source, self.weights.device
+        for u in uploads:
+            device.write(u.buffer, source.read(u.file_offset, u.nbytes), u.buffer_offset)
+
+    def reset_stats(self) -> None:
+        self.stats = CacheStats()
