@@ -175,16 +175,29 @@ def header_only_gguf(path: Path, *, n_vocab: int, n_embd: int, n_layers: int, n_
 def qwen7b_header_gguf(path: Path) -> tuple[bytes, int]:
     """(header bytes, the full file's size) of a GGUF with Qwen2.5-7B's shape in Q4_0 (4.3 GB), written
     without its data (pyshim.setup.synthetic's tensor layout)."""
+    from pyshim.setup import synthetic
+
+    s = synthetic.Shape(arch="qwen2", tokenizer_from="qwen2.5", n_layers=28, n_embd=3584, n_heads=28, n_kv_heads=4,
+                        n_ff=18944, context=32768)
+    return synthetic_header_gguf(path, s, 152064, "Qwen2.5-7B-shaped header")
+
+
+def olmoe_header_gguf(path: Path) -> tuple[bytes, int]:
+    """The same for the OLMoE-1B-7B shape of `pyshim bench --synthetic` (64 experts, 8 used; 3.9 GB)."""
+    from pyshim.setup import synthetic
+
+    return synthetic_header_gguf(path, synthetic.SHAPES["olmoe-1b-7b"], 49152, "OLMoE-1B-7B-shaped header")
+
+
+def synthetic_header_gguf(path: Path, s, n_vocab: int, name: str) -> tuple[bytes, int]:
+    """(header bytes, the full file's size) of a synthetic model of Shape `s` in Q4_0, written without its data."""
     import numpy as np
     from gguf import GGMLQuantizationType, GGUFWriter
 
     from pyshim.setup import synthetic
 
-    s = synthetic.Shape(arch="qwen2", tokenizer_from="qwen2.5", n_layers=28, n_embd=3584, n_heads=28, n_kv_heads=4,
-                        n_ff=18944, context=32768)
-    n_vocab = 152064
     writer = GGUFWriter(str(path), s.arch)
-    writer.add_name("Qwen2.5-7B-shaped header")
+    writer.add_name(name)
     writer.add_context_length(s.context)
     writer.add_embedding_length(s.n_embd)
     writer.add_block_count(s.n_layers)
@@ -193,14 +206,17 @@ def qwen7b_header_gguf(path: Path) -> tuple[bytes, int]:
     writer.add_head_count_kv(s.n_kv_heads)
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_vocab_size(n_vocab)
+    if s.n_experts:
+        writer.add_expert_count(s.n_experts)
+        writer.add_expert_used_count(s.n_experts_used)
     data = 0
-    for name, shape, kind in synthetic._tensors(s, n_vocab):
-        if kind == "norm":
-            writer.add_tensor_info(name, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
+    for tname, shape, kind in synthetic._tensors(s, n_vocab):
+        if kind in ("norm", "router"):
+            writer.add_tensor_info(tname, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
             data += int(np.prod(shape)) * 4
         else:
             byte_shape = (*shape[:-1], shape[-1] // 32 * 18)
-            writer.add_tensor_info(name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)),
+            writer.add_tensor_info(tname, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)),
                                    raw_dtype=GGMLQuantizationType.Q4_0)
             data += int(np.prod(byte_shape))
     writer.write_header_to_file()

@@ -2,9 +2,14 @@
 natively, on tiny random MoE models: the cache's replacement rule, then a streamed model against the same
 model fully resident — every logit equal bit for bit in steps of the same length, greedy tokens equal —
 with the cache's hit rate and bytes counted, on both arithmetic routes (the int8 route's Q8_0 experts are
-rearranged on the GPU after each upload)."""
+rearranged on the GPU after each upload); and the plan that streams a model 4x its budget."""
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -12,10 +17,15 @@ from gguf import GGMLQuantizationType as QT
 
 import tiny_models
 from pyshim.errors import UnsupportedError
+from pyshim.gguf.header import read_header_from_file
+from pyshim.gguf.spec import ModelSpec
 from pyshim.gpu.expert_cache import LayerCache
 from pyshim.exec.runner import Want
+from pyshim.plan import auto
+from pyshim.plan.memory import estimate
 from pyshim.plan.settings import Arithmetic
 from runners import Drive, gpu
+from site_helpers import olmoe_header_gguf
 
 F32, INT8 = Arithmetic.F32, Arithmetic.INT8
 
@@ -69,3 +79,34 @@ def test_streamed_experts_equal_the_resident_model(tmp_path_factory, loop, devic
         decode = decode or streamed.runner._programs[(1, Want.ARGMAX)]
     # one decode program served every token, whatever the cache held: expert choice stays data
     assert streamed.runner._programs[(1, Want.ARGMAX)] is decode and len(decode.stops) == streamed.runner.spec.n_layers
+
+
+@pytest.fixture(scope="module")
+def olmoe_header(tmp_path_factory):
+    """An OLMoE-1B-7B-shaped GGUF (3.9 GB of Q4_0) with its data left sparse: enough to plan it."""
+    path = tmp_path_factory.mktemp("olmoe") / "olmoe-header.gguf"
+    _, size = olmoe_header_gguf(path)
+    os.truncate(path, size)
+    return path
+
+
+def test_auto_streams_the_experts_of_a_model_4x_its_budget_and_says_why(olmoe_header):
+    header = read_header_from_file(olmoe_header)
+    spec = ModelSpec.from_header(header)
+    budget = int(header.file_size / 4)
+    choice = auto.choose(spec, header.tensors, budget_bytes=budget)
+    slots = choice.expert_slots
+    assert choice.mode == "experts streamed" and spec.n_experts_used <= slots < spec.n_experts
+    assert choice.estimate.total_bytes <= budget
+    # the cache has what the rest leaves: one more slot would not fit
+    more = estimate(spec, header.tensors, context=choice.context, kv_type=choice.kv_type, expert_slots=slots + 1)
+    assert more.total_bytes > budget
+    assert choice.kv_type in auto.RETRIEVAL_SAFE
+    assert "streams the routed experts" in choice.reason and "4.0x" in choice.reason and f"{slots} of each layer's 64" in choice.reason
+    assert auto.choose(spec, header.tensors, budget_bytes=6 * 10**9).mode == "resident"
+    assert auto.choose(spec, header.tensors, budget_bytes=300 * 10**6) is None       # not even one token's experts
+
+    out = subprocess.run([sys.executable, "-m", "pyshim.cli", "inspect", str(olmoe_header), "--json", "--budget-mb", str(budget / 1e6)],
+                         capture_output=True, text=True, check=True)
+    fit = json.loads(out.stdout)["best_fit"]
+    assert fit["mode"] == "experts streamed" and fit["expert_slots"] == slots and fit["reason"] == choice.reason

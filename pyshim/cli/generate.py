@@ -61,6 +61,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                              "or q4 (4-bit blocks, 16%%); every backend")
     parser.add_argument("--budget-mb", type=float, default=None,
                         help="GPU memory the model may use, for --kv-type auto (default 4096 MiB, as the site assumes)")
+    parser.add_argument("--expert-slots", type=int, default=None, metavar="N",
+                        help="a mixture of experts: keep N experts of each layer on the GPU and read the others from the "
+                             "store when the router picks them (default: resident if it fits --budget-mb, else as many "
+                             "as fit; gpu and browser backends)")
     parser.add_argument("--prefill-chunk", type=int, default=None,
                         help="most prompt tokens per step (default 256); smaller steps keep a slow GPU under its "
                              "watchdog and need less activation memory")
@@ -87,7 +91,8 @@ def run_settings(args: argparse.Namespace):
     return RunSettings(context=args.ctx, kv_type=args.kv_type, arithmetic=args.arithmetic,
                        prefill_chunk=PREFILL_CHUNK if args.prefill_chunk is None else args.prefill_chunk,
                        rope_scaling=args.rope_scaling, rope_scale=args.rope_scale, yarn_orig_ctx=args.yarn_orig_ctx,
-                       budget_bytes=None if args.budget_mb is None else int(args.budget_mb * 2**20))
+                       budget_bytes=None if args.budget_mb is None else int(args.budget_mb * 2**20),
+                       expert_slots=args.expert_slots)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -131,6 +136,11 @@ async def _generate(args, path, settings, sampling) -> dict:
         if args.backend == "gpu":
             report["cpu_share_pct"] = round(100 * done.cpu_ms / done.decode_ms, 2) if done.decode_ms else None
             report.update(runner.memory())
+            cache = runner.ops.expert_cache
+            if cache is not None:
+                tokens = len(prompt) + len(done.token_ids)
+                report["expert_cache"] = {"slots": cache.n_slots, **cache.stats.as_dict(),
+                                          "uploaded_bytes_per_token": cache.stats.uploaded_bytes // max(1, tokens)}
         return report
     finally:
         runner.close()
@@ -143,6 +153,11 @@ def _print(args, report: dict) -> None:
     print()
     if report.get("auto"):
         print(f"[{report['auto']['reason']}]", file=sys.stderr)
+    if report.get("expert_cache"):
+        c = report["expert_cache"]
+        print(f"[expert cache: {c['slots']} slots a layer, hit rate {100 * c['hit_rate']:.1f}%, "
+              f"{c['uploaded_bytes'] / 1e6:.1f} MB read from the store ({c['uploaded_bytes_per_token'] / 1e6:.2f} MB a token) "
+              f"in {c['fetch_s']:.2f} s]", file=sys.stderr)
     cpu = "" if report.get("cpu_share_pct") is None else f", CPU side {report['cpu_share_pct']:.1f}% of decode"
     print(f"[{len(report['prompt_ids'])} prompt tokens at {report['prefill_tok_s']:.1f} tok/s; {report['generated']} generated, "
           f"decode {report['decode_tok_s']:.1f} tok/s{cpu}; {report['finish_reason']}]", file=sys.stderr)

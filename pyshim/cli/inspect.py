@@ -130,6 +130,8 @@ def _text(report: dict, spec) -> str:
     if "best_fit" in report:
         fit = report["best_fit"]
         lines.append("best fit    " + ("nothing fits: try a smaller quantization of this model" if fit is None else
+                                      (f"experts streamed, {fit['expert_slots']} of {spec.n_experts} a layer on the GPU; "
+                                       if fit["expert_slots"] else "") +
                                       f"context {fit['context']} with a {fit['kv_type']} KV cache: {_mib(fit['total_bytes'])}\n"
                                       f"            ({fit['reason']})"))
     return "\n".join(lines)

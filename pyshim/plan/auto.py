@@ -16,12 +16,19 @@ from dataclasses import dataclass, replace
 from pyshim.errors import OutOfMemoryError
 from pyshim.gguf.header import TensorInfo
 from pyshim.gguf.spec import ModelSpec
-from pyshim.plan.memory import MIN_CONTEXT, MemoryEstimate, estimate, fits
+from pyshim.plan.memory import MIN_CONTEXT, MemoryEstimate, estimate, expert_slot_bytes, fits, streamed_read_bytes
 from pyshim.plan.settings import AUTO, DEFAULT_BUDGET_BYTES, PREFILL_CHUNK, RunSettings
 
 # Longer contexts are allowed, but asked for by name: a KV cache sized for 128k positions is memory the
 # page holds for the whole visit, and a chat rarely reaches 32k.
 AUTO_CONTEXT_CAP = 32768
+# With experts streamed, memory left after the shared weights is the expert cache, and its size is speed:
+# the context is capped lower (a longer one is asked for by name).
+STREAMED_CONTEXT_CAP = 4096
+# An expert cache holds this many slots per expert a token uses where the budget allows (at the longest
+# context that leaves room for them): two tokens' worth, so a prompt runs in steps of two and a token can
+# find the last one's experts. Where it does not, one token's worth (steps of one token).
+MIN_SLOTS_PER_USED = 2
 # KV types auto may pick, least rounding first. At 1024 tokens (SmolLM2, `pyshim bench --needle`, one seed)
 # f16 and q8 found the needle at 15/50/85% depth wherever f32 did, and agree with f32 on 94-100% of next
 # tokens; q4 missed it at 50% and 85% (a digit of the answer lost) and agreed on 31-85% of next tokens, so it
@@ -37,9 +44,15 @@ class AutoChoice:
     kv_type: str
     estimate: MemoryEstimate
     reason: str          # one sentence: what was picked, and why
+    expert_slots: int | None = None     # the routed experts streamed into a cache of this many per layer
+
+    @property
+    def mode(self) -> str:
+        return "resident" if self.expert_slots is None else "experts streamed"
 
     def as_dict(self) -> dict:
-        return {"context": self.context, "kv_type": self.kv_type, "total_bytes": self.estimate.total_bytes, "reason": self.reason}
+        return {"context": self.context, "kv_type": self.kv_type, "total_bytes": self.estimate.total_bytes,
+                "mode": self.mode, "expert_slots": self.expert_slots, "reason": self.reason}
 
 
 def _gb(nbytes: int) -> str:
@@ -48,23 +61,55 @@ def _gb(nbytes: int) -> str:
 
 def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int, context: int | None = None,
            fixed_context: bool = True, kv_type: str = AUTO, chunk: int = PREFILL_CHUNK,
-           max_binding_bytes: int | None = None) -> AutoChoice | None:
+           max_binding_bytes: int | None = None, expert_slots: int | None = None) -> AutoChoice | None:
     """The automatic context and KV type for `budget_bytes` (None when nothing fits). A named `context` is
     kept (`fixed_context`: the caller asked for it) or is where the halving starts (`pyshim inspect
-    --context N --budget-mb M`: the best fit up to N); None: the training context, capped."""
+    --context N --budget-mb M`: the best fit up to N); None: the training context, capped.
+
+    A mixture of experts that fits nowhere resident gets its routed experts streamed (or has them when
+    `expert_slots` is named): the context capped at STREAMED_CONTEXT_CAP, and every byte the shared
+    weights, KV cache and activations leave given to the expert cache (at least MIN_SLOTS_PER_USED
+    slots per expert a token uses), with the smallest retrieval-safe KV type."""
     tensors = tuple(tensors)
     ceiling = min(spec.context_length, AUTO_CONTEXT_CAP) if context is None else context
-    lengths = [context] if context is not None and fixed_context else _halvings(ceiling)
     types = RETRIEVAL_SAFE if kv_type == AUTO else (kv_type,)
-    refused: list[str] = []
-    for n in lengths:
-        for t in types:
-            est = estimate(spec, tensors, context=n, kv_type=t, chunk=chunk)
-            if fits(est, budget_bytes=budget_bytes, max_binding_bytes=max_binding_bytes).ok:
-                return AutoChoice(n, t, est, _reason(spec, est, budget_bytes, refused, lengths[0], ceiling, context, kv_type))
-            if n == lengths[0]:
-                refused.append(f"{t} would need {_gb(est.total_bytes)}")
+    limits = dict(budget_bytes=budget_bytes, max_binding_bytes=max_binding_bytes)
+    if expert_slots is None:
+        lengths = [context] if context is not None and fixed_context else _halvings(ceiling)
+        refused: list[str] = []
+        for n in lengths:
+            for t in types:
+                est = estimate(spec, tensors, context=n, kv_type=t, chunk=chunk)
+                if fits(est, **limits).ok:
+                    return AutoChoice(n, t, est, _reason(spec, est, budget_bytes, refused, lengths[0], ceiling, context, kv_type))
+                if n == lengths[0]:
+                    refused.append(f"{t} would need {_gb(est.total_bytes)}")
+        if not spec.n_experts:
+            return None
+    streamed_ceiling = min(ceiling, STREAMED_CONTEXT_CAP) if context is None else context
+    lengths = [context] if context is not None and fixed_context else _halvings(streamed_ceiling)
+    # two tokens' experts a layer where that fits at some context, else one token's (steps of one token);
+    # the retrieval-safe types smallest first: memory a cache type saves is expert slots, i.e. speed
+    types = types[::-1]
+    for per_used in (MIN_SLOTS_PER_USED, 1):
+        least = min(spec.n_experts - 1, per_used * spec.n_experts_used)
+        for n in lengths:
+            for t in types:
+                slots = expert_slots or _slots_that_fit(spec, tensors, n, t, chunk, budget_bytes)
+                if slots < least and not expert_slots:
+                    continue
+                est = estimate(spec, tensors, context=n, kv_type=t, chunk=chunk, expert_slots=slots)
+                if fits(est, **limits).ok:
+                    return AutoChoice(n, t, est, _streamed_reason(spec, tensors, est, budget_bytes, context, kv_type,
+                                                                  expert_slots is not None), slots)
     return None
+
+
+def _slots_that_fit(spec, tensors, context: int, kv_type: str, chunk: int, budget: int) -> int:
+    """The most expert slots per layer the budget leaves (fewer than the experts: else it is resident)."""
+    per_slot = expert_slot_bytes(spec, tensors)
+    base = estimate(spec, tensors, context=context, kv_type=kv_type, chunk=chunk, expert_slots=0)
+    return int(min(spec.n_experts - 1, (budget - base.total_bytes) // max(1, per_slot)))
 
 
 def resolve(settings: RunSettings, spec: ModelSpec, tensors: Iterable[TensorInfo]) -> tuple[RunSettings, AutoChoice | None]:
@@ -73,12 +118,13 @@ def resolve(settings: RunSettings, spec: ModelSpec, tensors: Iterable[TensorInfo
     if settings.kv_type != AUTO:
         return settings, None
     budget = settings.budget_bytes or DEFAULT_BUDGET_BYTES
-    choice = choose(spec, tensors, budget_bytes=budget, context=settings.context, chunk=settings.prefill_chunk)
+    choice = choose(spec, tensors, budget_bytes=budget, context=settings.context, chunk=settings.prefill_chunk,
+                    expert_slots=settings.expert_slots)
     if choice is None:
         raise OutOfMemoryError(f"no KV cache type fits this model in the {budget / 1e9:.2f} GB GPU memory budget, "
                                f"not even at {settings.context or MIN_CONTEXT} tokens",
                                hint="raise the budget if the GPU has more memory, or use a smaller quantization")
-    return replace(settings, kv_type=choice.kv_type, context=choice.context), choice
+    return replace(settings, kv_type=choice.kv_type, context=choice.context, expert_slots=choice.expert_slots), choice
 
 
 def _halvings(ceiling: int) -> list[int]:
@@ -104,3 +150,25 @@ def _reason(spec, est: MemoryEstimate, budget: int, refused: list[str], first: i
     if asked_type != AUTO:
         why_not = f"; the {asked_type} cache was asked for" + why_not
     return f"auto picked {what}, {where}: {need}{why_not}."
+
+
+def _streamed_reason(spec, tensors, est: MemoryEstimate, budget: int, asked_context, asked_type, asked_slots: bool) -> str:
+    slots, file_bytes = est.expert_slots, sum(t.nbytes for t in est.weights_by_type.values())
+    shared = est.weight_bytes - est.expert_cache_bytes
+    what = (f"{'an' if est.kv_type.startswith('f') else 'a'} {est.kv_type} KV cache "
+            f"({WHY_TYPES.get(est.kv_type, est.kv_type)}) at {est.context} tokens")
+    if asked_context is not None and est.context == asked_context:
+        where = "the context asked for"
+    elif est.context == spec.context_length:
+        where = "the model's training context"
+    else:
+        where = f"the longest up to {STREAMED_CONTEXT_CAP} that leaves the experts room"
+    type_note = f" (the {asked_type} cache was asked for)" if asked_type != AUTO else ""
+    why = ("as asked" if asked_slots else
+           f"the weights ({_gb(file_bytes)}) are {file_bytes / budget:.1f}x the {_gb(budget)} budget")
+    return (f"auto streams the routed experts, {why}: {slots} of each layer's {spec.n_experts} experts stay on the GPU "
+            f"and the rest are read from the store when the router picks them (at most "
+            f"{streamed_read_bytes(spec, tensors, slots) / 1e6:.1f} MB a token at random routing); {what}{type_note}, "
+            f"{where}: shared weights {_gb(shared)} + expert cache "
+            f"{_gb(est.expert_cache_bytes)} + cache {_gb(est.kv_bytes)} + activations {_gb(est.activation_bytes)} "
+            f"= {_gb(est.total_bytes)}.")

@@ -138,6 +138,8 @@ class MemoryEstimate:
     chunk: int                              # tokens per prefill step the activations are sized for
     activation_bytes: int
     largest_activation: int                 # the largest single activation of a step: one storage binding
+    expert_slots: int | None = None         # routed experts streamed into a cache of this many per layer
+    expert_cache_bytes: int = 0             # that cache (part of weight_bytes); the rest of the experts stay in the store
 
     @property
     def total_bytes(self) -> int:
@@ -176,10 +178,27 @@ def largest_activation_bytes(spec: ModelSpec, chunk: int) -> int:
     return 4 * max(chunk * max(ff, qkv, spec.n_embd), spec.n_vocab)
 
 
+def expert_slot_bytes(spec: ModelSpec, tensors: Iterable[TensorInfo]) -> int:
+    """GPU bytes one more slot of an expert cache takes: one expert of every expert tensor of every layer."""
+    return sum(t.nbytes // spec.n_experts for t in tensors if is_expert_tensor(t)) if spec.n_experts else 0
+
+
+def streamed_read_bytes(spec: ModelSpec, tensors: Iterable[TensorInfo], slots: int) -> int:
+    """Store bytes a decode token reads with an expert cache of `slots` per layer, if the router picked
+    experts at random (hit rate slots / experts); real routers repeat themselves, so this is a ceiling."""
+    return int(per_token_expert_bytes(spec, tensors) * (1 - slots / spec.n_experts))
+
+
+def per_token_expert_bytes(spec: ModelSpec, tensors: Iterable[TensorInfo]) -> int:
+    """Bytes of the routed experts one decode token uses (n_used of every layer's)."""
+    return expert_slot_bytes(spec, tensors) * spec.n_experts_used
+
+
 def estimate(spec: ModelSpec, tensors: Iterable[TensorInfo], *, context: int | None = None, kv_type: str = "f32",
-             chunk: int = PREFILL_CHUNK) -> MemoryEstimate:
+             chunk: int = PREFILL_CHUNK, expert_slots: int | None = None) -> MemoryEstimate:
     """Memory for running `spec` with the given tensors at `context` positions (default: the training
-    context), prefilling `chunk` tokens per step."""
+    context), prefilling `chunk` tokens per step; with `expert_slots`, the routed experts streamed into
+    a cache of that many per layer (pyshim.gpu.expert_cache; a step is then at most slots // used tokens)."""
     tensors = tuple(tensors)
     if not tensors:
         raise ValueError("a model with no tensors has nothing to estimate")
@@ -187,10 +206,16 @@ def estimate(spec: ModelSpec, tensors: Iterable[TensorInfo], *, context: int | N
     if context <= 0:
         raise ValueError(f"context must be positive, got {context}")
     by_type = weights_by_type(tensors)
+    weight_bytes = sum(t.nbytes for t in by_type.values())
+    cache_bytes = 0
+    if expert_slots is not None and spec.n_experts:
+        chunk = max(1, min(chunk, expert_slots // spec.n_experts_used))
+        cache_bytes = expert_slot_bytes(spec, tensors) * expert_slots
+        weight_bytes += cache_bytes - sum(t.nbytes for t in tensors if is_expert_tensor(t))
     step = min(chunk, context)
     return MemoryEstimate(
         weights_by_type=by_type,
-        weight_bytes=sum(t.nbytes for t in by_type.values()),
+        weight_bytes=weight_bytes,
         largest_tensor=max(tensors, key=lambda t: t.nbytes),
         widest_row=_widest_row(tensors),
         unrunnable=tuple((t.name, t.type.name) for t in tensors if "gpu" not in RUNS_ON.get(t.type, ())),
@@ -202,6 +227,8 @@ def estimate(spec: ModelSpec, tensors: Iterable[TensorInfo], *, context: int | N
         chunk=chunk,
         activation_bytes=activation_bytes(spec, step),
         largest_activation=largest_activation_bytes(spec, step),
+        expert_slots=expert_slots if spec.n_experts else None,
+        expert_cache_bytes=cache_bytes,
     )
 
 
