@@ -110,3 +110,22 @@ def test_auto_streams_the_experts_of_a_model_4x_its_budget_and_says_why(olmoe_he
                          capture_output=True, text=True, check=True)
     fit = json.loads(out.stdout)["best_fit"]
     assert fit["mode"] == "experts streamed" and fit["expert_slots"] == slots and fit["reason"] == choice.reason
+
+
+@pytest.mark.browser
+def test_streamed_experts_in_the_browser_come_from_indexeddb(tmp_path, capsys):
+    """`--backend browser`: the model stored in the page's IndexedDB, the Worker's expert cache filled from
+    there (JS reads only the missed experts' ranges), greedy tokens those of the resident CPU reference."""
+    from pyshim.cli import main
+
+    model = tiny_models.write_tiny_model(tmp_path, "qwen2moe", QT.Q4_K)
+    argv = ["generate", str(model), "--prompt", "hello", "--max-tokens", "16", "--ignore-eos", "--json", "--expert-slots", "5"]
+    assert main(argv + ["--backend", "browser"]) == 0, capsys.readouterr().err
+    browser = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(argv + ["--arithmetic", browser["arithmetic"]]) == 0      # the reference keeps every expert resident
+    cpu = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert browser["ids"] == cpu["ids"] and len(browser["ids"]) == 16
+    cache = browser["expert_cache"]
+    assert cache["slots"] == 5 and cache["experts"] == tiny_models.N_EXPERTS
+    assert 0 < cache["hits"] < cache["wanted"] and cache["uploaded_bytes"] > 0, cache
+    assert browser["auto"]["mode"] == "experts streamed"

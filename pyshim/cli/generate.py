@@ -136,11 +136,7 @@ async def _generate(args, path, settings, sampling) -> dict:
         if args.backend == "gpu":
             report["cpu_share_pct"] = round(100 * done.cpu_ms / done.decode_ms, 2) if done.decode_ms else None
             report.update(runner.memory())
-            cache = runner.ops.expert_cache
-            if cache is not None:
-                tokens = len(prompt) + len(done.token_ids)
-                report["expert_cache"] = {"slots": cache.n_slots, **cache.stats.as_dict(),
-                                          "uploaded_bytes_per_token": cache.stats.uploaded_bytes // max(1, tokens)}
+            report["expert_cache"] = _per_token(runner.expert_cache_stats(), len(prompt) + len(done.token_ids))
         return report
     finally:
         runner.close()
@@ -175,6 +171,10 @@ def _prompt_ids(args: argparse.Namespace, session) -> list[int]:
     return session.tokenizer.encode(args.prompt, add_special=True)
 
 
+def _per_token(cache: dict | None, tokens: int) -> dict | None:
+    return cache and {**cache, "uploaded_bytes_per_token": cache["uploaded_bytes"] // max(1, tokens)}
+
+
 def _run_in_browser(args: argparse.Namespace, path, settings, sampling) -> int:
     """The same request in the site's engine Worker (pyshim.cli.browser): the prompt is tokenized here,
     so both sides run the very same ids; the result prints like the native backends'."""
@@ -206,5 +206,6 @@ def _run_in_browser(args: argparse.Namespace, path, settings, sampling) -> int:
                   "load_ms": round(t["load_ms"], 1), "ttft_ms": round(t["ttft_ms"], 1),
                   "cpu_share_pct": round(100 * t["cpu_ms"] / t["decode_ms"], 2) if t["decode_ms"] else None,
                   "bytes_per_decode_step": t["bytes_per_decode_step"], "arithmetic": r["arithmetic"],
-                  "generated": len(r["token_ids"])})
+                  "generated": len(r["token_ids"]), "context": r.get("context"), "kv_type": r.get("kv_type"),
+                  "auto": r.get("auto"), "expert_cache": _per_token(r.get("expert_cache"), len(prompt_ids) + len(r["token_ids"]))})
     return 0

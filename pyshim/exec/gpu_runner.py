@@ -165,6 +165,13 @@ class GpuRunner:
         data = await self._read(physical(out.buf), out.size * 4, out.off * 4)
         return np.frombuffer(data, dtype=np.float32).reshape(out.shape)
 
+    def expert_cache_stats(self) -> dict | None:
+        """With experts streamed (pyshim.gpu.expert_cache): the cache's size and what it did since load."""
+        cache = self.ops.expert_cache
+        if cache is None:
+            return None
+        return {"slots": cache.n_slots, "experts": self.spec.n_experts, "gpu_bytes": cache.nbytes, **cache.stats.as_dict()}
+
     def memory(self) -> dict:
         """Device memory: what the executor allocated so far (buffers are made at load and as step shapes
         are first built, so after a run this is its peak) and what the plan (pyshim.plan.memory) predicts

@@ -168,6 +168,8 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     try:
         uploads = [(u.file_offset, u.nbytes, u.buffer, u.buffer_offset) for u in runner.ops.uploads]
         await store.upload(model_id, runner.device.raw, uploads)
+        if runner.ops.expert_cache is not None:
+            runner.ops.expert_cache.fetch = _streamer(store, model_id, runner.device.raw)
         session = Session(runner)
         await session.prepare()
     except BaseException:
@@ -175,6 +177,15 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
         raise
     _state.update(session=session, model_id=model_id, settings=settings)
     return 1e3 * (time.perf_counter() - t0)
+
+
+def _streamer(store, model_id: str, device):
+    """The expert cache's reads in the browser: each missed expert's byte ranges go store -> GPU buffer in JS
+    (IndexedDB, reading only those ranges), never through Python."""
+    async def fetch(uploads) -> None:
+        await store.stream(model_id, device, [(u.file_offset, u.nbytes, u.buffer, u.buffer_offset) for u in uploads])
+
+    return fetch
 
 
 class _Ranges:
@@ -263,7 +274,9 @@ async def complete(request_json: str, file_size: int, store, request_id: int, em
         prompt = session.prompt_ids(request.get("prompt"), request.get("prompt_ids"))
         done = await session.complete(prompt, sampling, stop_ids=session.stop_ids(sampling, request.get("stop_token_ids") or ()),
                                       on_text=_on_text(emit), should_stop=should_stop)
-        return {**_result(done, load_ms), "arithmetic": session.runner.arithmetic.value}
+        runner = session.runner
+        return {**_result(done, load_ms), "arithmetic": runner.arithmetic.value, "context": runner.n_ctx,
+                "kv_type": runner.settings.kv_type, "auto": runner.auto, "expert_cache": runner.expert_cache_stats()}
 
     return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
 

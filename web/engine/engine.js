@@ -9,6 +9,8 @@
 //    the executor's route — null: the adapter's default; changing either reloads the GPU)
 //   new Engine({rope}) / createEngine({rope}): {scaling: "none"|"linear"|"yarn", scale, yarnOrigCtx}, each
 //    optional, overrides the GGUF's rope scaling as llama.cpp's --rope-scaling/--rope-scale/--yarn-orig-ctx do
+//   new Engine({expertSlots}) / createEngine({expertSlots}): a mixture of experts keeps that many experts of
+//    each layer on the GPU and streams the rest from the store (null: auto decides from the GPU budget)
 //   await engine.chat.completions.create({messages, model, temperature, top_p, max_tokens, stop, seed,
 //                                         stream}, {signal})  -> chat.completion | async iterator of chunks
 //   await engine.completions.create({prompt, ...}, {signal})  -> text_completion | async iterator
@@ -87,13 +89,14 @@ export class Engine {
   // Worker, or with `shared` connects to the origin's SharedWorker (shared.js): one Python, GPU device
   // and model for every page that asks for it. `onProgress`: default listener for download and load.
   constructor({ client = null, context = null, onProgress = null, shared = false, kvType = "auto", arithmetic = null,
-    rope = null } = {}) {
+    rope = null, expertSlots = null } = {}) {
     this.client = client ?? new EngineClient(undefined, { shared });
     this.ownsClient = !client;
     this.context = context;
     this.kvType = kvType;
     this.arithmetic = arithmetic;
     this.rope = rope;
+    this.expertSlots = expertSlots;
     this.onProgress = onProgress;
     this.model = null;   // {id, storeId, name, aliases}
     this.adapter = null;
@@ -122,6 +125,7 @@ export class Engine {
       context: Number(this.context) || null, kv_type: this.kvType, arithmetic: this.arithmetic || null,
       rope_scaling: rope.scaling ?? null, rope_scale: rope.scale ?? null, yarn_orig_ctx: rope.yarnOrigCtx ?? null,
       budget_bytes: this.kvType === "auto" ? Math.round(budgetBytes()) : null,   // what "auto" plans against
+      expert_slots: this.expertSlots ?? null,
     };
   }
 
@@ -262,8 +266,8 @@ export class Engine {
 // `shared`: use the origin's shared engine (see Engine); pages sharing one should ask for the same
 // model and context, or each switch reloads the GPU.
 export async function createEngine({ model = null, context = null, onProgress = null, signal = null, shared = false,
-  kvType = "auto", arithmetic = null, rope = null } = {}) {
-  const engine = new Engine({ context, onProgress, shared, kvType, arithmetic, rope });
+  kvType = "auto", arithmetic = null, rope = null, expertSlots = null } = {}) {
+  const engine = new Engine({ context, onProgress, shared, kvType, arithmetic, rope, expertSlots });
   if (model) {
     try {
       await engine.load(model, { onProgress, context, signal });

@@ -46,6 +46,14 @@ export function storeAccess(emit) {
       }
       await device.queue.onSubmittedWorkDone();
     },
+    async stream(modelId, device, uploadsProxy) {
+      // A streamed expert's ranges (pyshim.gpu.expert_cache), between GPU steps: only those bytes are read
+      // from IndexedDB, and the writes are queued before the step that reads them (no wait here).
+      const slices = uploadsProxy.toJs({ depth: 2 }).map(([offset, size, buffer, bufferOffset]) => ({ offset, size, buffer, bufferOffset }));
+      for await (const { slice, at, bytes } of store.rangePieces(modelId, slices)) {
+        writeAligned(device, slice.buffer, slice.bufferOffset + at, bytes);
+      }
+    },
   };
 }
 

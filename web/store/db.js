@@ -1,7 +1,7 @@
 // The IndexedDB layer: two object stores and promise helpers, nothing else.
 //
 //   models  key: model id (string)   value: the manifest (see manifest.js)
-//   chunks  key: [model id, index]   value: {model, index, bytes: ArrayBuffer, sha256}
+//   chunks  key: [model id, index]   value: {model, index, bytes: Blob (ArrayBuffer in older stores), sha256}
 //
 // A chunk counts as stored only when the manifest's `chunks[index]` holds its SHA-256, and both are
 // written in ONE transaction (putChunk): a tab closed mid-write leaves neither, never half of one.
@@ -91,7 +91,8 @@ export async function putChunk(id, index, bytes, sha256) {
   models.get(id).onsuccess = (e) => {
     const manifest = e.target.result;
     if (!manifest) return;
-    tx.objectStore("chunks").put({ model: id, index, bytes, sha256 });
+    // a Blob: IndexedDB keeps it out of line, so a streamed expert reads a slice, not the chunk
+    tx.objectStore("chunks").put({ model: id, index, bytes: new Blob([bytes]), sha256 });
     manifest.chunks[index] = sha256;
     manifest.updated = Date.now();
     models.put(manifest);

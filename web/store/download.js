@@ -12,7 +12,7 @@ import { sha256Hex } from "./sha256.js";
 import { openURL, readChunk, chunkSpan } from "./sources.js";
 import { growHeader } from "./header.js";
 import { checkQuota } from "./quota.js";
-import { wholeFileSha256 } from "./read.js";
+import { chunkBytes, wholeFileSha256 } from "./read.js";
 
 export const CONCURRENCY = 3;         // chunks in flight: enough to hide latency, little memory (3 × 16 MiB)
 const MAX_TRIES = 4;                  // per chunk, for retryable failures
@@ -98,8 +98,7 @@ async function headerBytes(manifest, need, opts, progress) {
   const out = new Uint8Array(Math.min(need, manifest.size));
   for (let i = 0; i < last; i++) {
     const { start, end } = chunkSpan(manifest, i);
-    const chunk = await db.getChunk(manifest.id, i);
-    out.set(new Uint8Array(chunk.bytes, 0, Math.min(end, out.length) - start), start);
+    out.set(await chunkBytes(manifest, i, 0, Math.min(end, out.length) - start), start);
   }
   return { manifest, bytes: out };
 }

@@ -12,13 +12,21 @@ async function readyManifest(id) {
   return m;
 }
 
-async function chunkBytes(manifest, index) {
+async function chunkRecord(manifest, index) {
   const record = manifest.chunks[index] ? await db.getChunk(manifest.id, index) : null;
   if (!record) {
     throw new StoreError("IncompleteError", `${manifest.name} is missing chunk ${index} (bytes ${chunkSpan(manifest, index).start}…)`,
       "resume the download");
   }
-  return new Uint8Array(record.bytes);
+  return record;
+}
+
+// A chunk's bytes [start, end) (all of it by default). Chunks are stored as Blobs, which IndexedDB keeps
+// out of line: a slice reads only its own bytes (an ArrayBuffer, as stores before Blobs hold, is read whole).
+export async function chunkBytes(manifest, index, start = 0, end = undefined) {
+  const { bytes } = await chunkRecord(manifest, index);
+  if (bytes instanceof Blob) return new Uint8Array(await bytes.slice(start, end).arrayBuffer());
+  return new Uint8Array(bytes).subarray(start, end);
 }
 
 export async function readRange(id, offset, size) {
@@ -44,6 +52,31 @@ export async function* slicePieces(id, slices, manifest = null) {
       const chunkStart = index * manifest.chunkSize;
       const take = Math.min(end, chunkStart + cached.bytes.length) - pos;
       yield { slice, at: pos - slice.offset, bytes: cached.bytes.subarray(pos - chunkStart, pos - chunkStart + take) };
+      pos += take;
+    }
+  }
+}
+
+// Like slicePieces, for a few small slices read while the model runs (streamed experts): each piece is
+// read on its own from its chunk, never the whole 16 MiB chunk around it.
+export async function* rangePieces(id, slices, manifest = null) {
+  manifest ??= await readyManifest(id);
+  for (const slice of slices) {
+    if (slice.offset < 0 || slice.offset + slice.size > manifest.size) {
+      throw new StoreError("RangeError", `bytes ${slice.offset}+${slice.size} are outside ${manifest.name} (${manifest.size} bytes)`);
+    }
+    let pos = slice.offset;
+    const end = slice.offset + slice.size;
+    while (pos < end) {
+      const index = Math.floor(pos / manifest.chunkSize);
+      const chunkStart = index * manifest.chunkSize;
+      const take = Math.min(end, chunkStart + manifest.chunkSize) - pos;
+      const bytes = await chunkBytes(manifest, index, pos - chunkStart, pos - chunkStart + take);
+      if (bytes.length !== take) {
+        throw new StoreError("IncompleteError", `chunk ${index} of ${manifest.name} is shorter than its place in the file`,
+          "delete the model and download it again");
+      }
+      yield { slice, at: pos - slice.offset, bytes };
       pos += take;
     }
   }

@@ -9,6 +9,7 @@
 //   slicePieces(id, slices)  async iterator of {slice, at, bytes}: each slice {offset, size, ...}
 //                            arrives in pieces, chunk by chunk, each chunk read from IndexedDB once;
 //                            `bytes` is a view valid until the next piece (copy or upload it at once).
+//   rangePieces(id, slices)  the same for a few small slices (streamed experts): only their bytes read
 //   wholeFileSha256(id) -> hex                         (reads every chunk, checks its own hash too)
 //
 // A manifest: {id, name, source: {kind: "url", url} | {kind: "file", name, lastModified}, size, etag,
@@ -21,7 +22,7 @@ import { StoreError } from "./errors.js";
 
 export { download, storedBytes } from "./download.js";
 export { checkQuota, requestPersist, storageEstimate } from "./quota.js";
-export { readRange, slicePieces, wholeFileSha256 } from "./read.js";
+export { rangePieces, readRange, slicePieces, wholeFileSha256 } from "./read.js";
 
 export const CHUNK_SIZE = 16 << 20;    // 16 MiB: big enough for few requests, small enough to hold 3 in memory
 
