@@ -27,9 +27,17 @@ def smollm2_path() -> Path:
     return path
 
 
-def open_site(chromium, dev_server, *, wait_gpu: bool = True):
-    """A fresh context (its own IndexedDB) with the site open and Python booted: (context, page, watch)."""
-    context = chromium.new_context(viewport=VIEWPORT)
+def open_site(chromium, dev_server, *, wait_gpu: bool = True, profile: Path | None = None):
+    """A fresh context (its own IndexedDB) with the site open and Python booted: (context, page, watch).
+    With `profile`, an on-disk profile there (a browser of its own), as a visitor's browser keeps: the
+    storage it reports then counts the store's chunks (an incognito-like context keeps IndexedDB's Blobs
+    out of navigator.storage's usage)."""
+    if profile is None:
+        context = chromium.new_context(viewport=VIEWPORT)
+    else:
+        from types import SimpleNamespace
+
+        context = harness.launch_persistent(SimpleNamespace(chromium=chromium.browser_type), profile, viewport=VIEWPORT)
     page, watch = harness.open_page(context, dev_server.url)
     harness.wait_for_boot(page)
     if wait_gpu:

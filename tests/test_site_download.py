@@ -1,5 +1,6 @@
 """The site downloads SmolLM2 from the dev server into IndexedDB, in chunks, verified; the engine's
-slice reader returns the file's bytes; deleting the model frees the storage."""
+slice readers return the file's bytes (a streamed expert's ranges without reading their chunks whole);
+deleting the model frees the storage. An on-disk profile, as a visitor's browser has."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ THROTTLE_S = 0.4   # per chunk response, so the "downloading" state can be seen 
 
 
 @pytest.fixture(scope="module")
-def site(chromium, dev_server):
+def site(chromium, dev_server, tmp_path_factory):
     smollm2_path()
-    context, page, watch = open_site(chromium, dev_server)
+    context, page, watch = open_site(chromium, dev_server, profile=tmp_path_factory.mktemp("profile"))
     yield context, page, watch
     context.close()
 
@@ -110,6 +111,40 @@ def test_slice_pieces_stream_chunk_by_chunk(site):
         assert p["sha"] == hashlib.sha256(data[offset:offset + size]).hexdigest()
 
 
+def test_range_pieces_read_only_their_bytes(site):
+    """The streamed-expert reader: each range from its chunk's Blob slice, split at chunk boundaries, given
+    in the order asked; a range past the file is a RangeError. Timed against reading one chunk whole."""
+    _, page, _ = site
+    data = smollm2_path().read_bytes()
+    slices = [{"offset": 5 * CHUNK - 10, "size": 20}, {"offset": 100, "size": 1 << 20}]
+    out = page.evaluate(
+        """async ([id, slices, chunk]) => {
+             const store = await import('./store/store.js');
+             const read = await import('./store/read.js');
+             const pieces = [];
+             const t0 = performance.now();
+             for await (const {slice, at, bytes} of store.rangePieces(id, slices)) {
+               const d = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
+               pieces.push({offset: slice.offset, at, size: bytes.length, sha: Array.from(d, b => b.toString(16).padStart(2, '0')).join('')});
+             }
+             const t1 = performance.now();
+             const manifest = await store.getModel(id);
+             await read.chunkBytes(manifest, 2);
+             const t2 = performance.now();
+             let error = null;
+             try { for await (const _ of store.rangePieces(id, [{offset: manifest.size - 4, size: 8}])) {} }
+             catch (e) { error = e.name; }
+             return {pieces, slices_ms: t1 - t0, chunk_ms: t2 - t1, error};
+           }""",
+        [model_id(page, SMOLLM2_URL_PATH), slices, CHUNK])
+    assert [(p["offset"], p["at"], p["size"]) for p in out["pieces"]] == [
+        (5 * CHUNK - 10, 0, 10), (5 * CHUNK - 10, 10, 10), (100, 0, 1 << 20)]
+    for p, (offset, size) in zip(out["pieces"], [(5 * CHUNK - 10, 10), (5 * CHUNK, 10), (100, 1 << 20)]):
+        assert p["sha"] == hashlib.sha256(data[offset:offset + size]).hexdigest()
+    assert out["error"] == "RangeError"
+    print(f"rangePieces: 1 MiB + 2 x 10 B in {out['slices_ms']:.1f} ms; one 16 MiB chunk read whole: {out['chunk_ms']:.1f} ms")
+
+
 def test_the_worker_reads_slices_from_indexeddb(site):
     _, page, _ = site
     data = smollm2_path().read_bytes()
@@ -149,5 +184,6 @@ def test_delete_frees_storage(site):
     page.wait_for_selector("#stored-empty", state="visible")
     assert store_ok(page, "listModels") == []
     page.wait_for_function("(before) => navigator.storage.estimate().then(e => e.usage < before - 90e6)", arg=before, timeout=30_000)
-    assert page.evaluate("() => window.pyshimStorage.usage") < before - 90e6
+    # what the page shows follows (the browser removes the chunks' Blob files after the delete)
+    page.wait_for_function("(before) => window.pyshimStorage.usage < before - 90e6", arg=before, timeout=30_000)
     watch.check()

@@ -87,11 +87,17 @@ function pause(id) {
   active.get(id)?.controller.abort(new DOMException("paused by the user", "AbortError"));
 }
 
+const STORAGE_SETTLE_MS = 30_000;   // how long the storage line follows a delete
+
 async function remove(id) {
   pause(id);
   await store.deleteModel(id);
   if (selectedId === id) select(null);
   await refresh();
+  // the browser deletes the chunks' Blob files some seconds after the transaction: count the storage
+  // again each second for a while, so the line shows what the delete freed
+  const timer = setInterval(async () => showStorage(await store.listModels()), 1000);
+  setTimeout(() => clearInterval(timer), STORAGE_SETTLE_MS);
 }
 
 function select(id) {
