@@ -30,6 +30,7 @@ sys.path.insert(0, str(HERE))
 
 import bench_engines  # noqa: E402
 import bench_needle  # noqa: E402
+import bench_stream  # noqa: E402
 import bench_report  # noqa: E402
 import harness  # noqa: E402
 
@@ -361,12 +362,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=None, help=f"runs per model and engine, medians kept (default {FULL.runs}; --quick: 1)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for bench-<time>.json/.html/.md")
     parser.add_argument("--quick", action="store_true", help="one small model, few tokens, one run (what CI runs)")
+    stream = parser.add_argument_group("expert streaming (--stream: a MoE over its GPU budget against it resident)")
+    stream.add_argument("--stream", action="store_true", help="run the expert streaming benchmark instead (bench_stream.py)")
+    stream.add_argument("--budgets-mb", default=None, help="comma-separated GPU budgets in MB (default 1000,2000)")
+    stream.add_argument("--tokens", type=int, default=None, help="decode tokens per run (default 16)")
     needle = parser.add_argument_group("needle in a haystack (--needle: retrieval by KV cache type, native GPU)")
     needle.add_argument("--needle", action="store_true", help="run the needle benchmark instead (bench_needle.py)")
     needle.add_argument("--contexts", default=None, help="comma-separated context lengths (default 1024,2048,4096)")
     needle.add_argument("--depths", default=None, help="comma-separated depths of the needle, 0..1 (default 0.15,0.5,0.85)")
     needle.add_argument("--seeds", type=int, default=None, help="haystacks per depth and length (default 3)")
     needle.add_argument("--kv-types", default=None, help="comma-separated KV cache types (default f32,f16,q8,q4)")
+
+
+def stream_config(args) -> "bench_stream.StreamConfig":
+    config = bench_stream.StreamConfig(out=args.out)
+    if args.models:
+        config.models = [m for m in args.models.split(",") if m]
+    if args.budgets_mb:
+        config.budgets_mb = [float(b) for b in args.budgets_mb.split(",") if b]
+    if args.tokens:
+        config.tokens = max(2, args.tokens)
+    if args.backends != ",".join(BACKENDS):
+        config.backends = [b for b in args.backends.split(",") if b]
+    unknown = [b for b in config.backends if b not in ("gpu", "browser")]
+    if unknown:
+        raise SystemExit(f"--stream runs on the gpu and browser backends, not {unknown}")
+    return config
 
 
 def needle_config(args) -> "bench_needle.NeedleConfig":
@@ -389,6 +410,8 @@ def needle_config(args) -> "bench_needle.NeedleConfig":
 def config_from_args(args):
     if getattr(args, "needle", False):
         return needle_config(args)
+    if getattr(args, "stream", False):
+        return stream_config(args)
     backends = [b for b in args.backends.split(",") if b]
     unknown = [b for b in backends if b not in BACKENDS]
     if unknown:
@@ -400,6 +423,14 @@ def config_from_args(args):
 
 
 def run_and_report(config) -> int:
+    if isinstance(config, bench_stream.StreamConfig):
+        report = bench_stream.run(config, log=_log)
+        paths = bench_stream.write_outputs(report, config.out)
+        print()
+        print(bench_stream.markdown(report))
+        for kind, path in paths.items():
+            print(f"{kind}: {path}")
+        return 0
     if isinstance(config, bench_needle.NeedleConfig):
         report = bench_needle.run(config, log=_log)
         paths = bench_needle.write_outputs(report, config.out)

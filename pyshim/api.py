@@ -33,16 +33,20 @@ BACKENDS = ("gpu", "cpu", "browser")
 
 async def load(model: str, *, backend: str | None = None, n_ctx: int | None = None, kv_type: str = "auto",
                arithmetic: str | None = None, rope_scaling: str | None = None, rope_scale: float | None = None,
-               yarn_orig_ctx: int | None = None, on_progress=None, js_module=None) -> "Engine":
+               yarn_orig_ctx: int | None = None, budget_mb: float | None = None, expert_slots: int | None = None,
+               on_progress=None, js_module=None) -> "Engine":
     """An engine for a model path or short name (`smollm2`, `gemma3`, `qwen2.5`); backend "gpu" (native
     WebGPU through wgpu), "cpu" (the NumPy reference) or, in Pyodide, "browser" (the default there: the
     site's JavaScript engine; `on_progress(dict)` gets its download/load progress, `js_module` is
     web/pyshim.js or its URL when the PyScript config does not name it). `kv_type` (auto — the default: the
     type and, without `n_ctx`, the context that fit the GPU budget, pyshim.plan.auto —, f32, f16, q8, q4) and
     `arithmetic` (f32, int8, llama.cpp-exact; None: the backend's default) as pyshim.plan.settings says;
-    `rope_scaling` (none, linear, yarn), `rope_scale` and `yarn_orig_ctx` override the GGUF's rope scaling."""
+    `rope_scaling` (none, linear, yarn), `rope_scale` and `yarn_orig_ctx` override the GGUF's rope scaling.
+    `budget_mb`: the GPU memory auto plans against (MiB; default 4096); `expert_slots`: a mixture of experts
+    keeps that many experts a layer on the GPU and streams the rest from the store (None: auto decides)."""
     settings = RunSettings(context=n_ctx, kv_type=kv_type, arithmetic=arithmetic, rope_scaling=rope_scaling,
-                           rope_scale=rope_scale, yarn_orig_ctx=yarn_orig_ctx)
+                           rope_scale=rope_scale, yarn_orig_ctx=yarn_orig_ctx, expert_slots=expert_slots,
+                           budget_bytes=None if budget_mb is None else int(budget_mb * 2**20))
     backend = backend or ("browser" if IN_PYODIDE else "gpu")
     if backend not in BACKENDS:
         raise BadRequestError(f"unknown backend {backend!r}", hint="use 'gpu' or 'cpu' ('browser' in Pyodide)")

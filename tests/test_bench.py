@@ -184,6 +184,25 @@ def test_needle_bench_writes_its_tables(tmp_path):
     assert "| 256 | q4 |" in files[".md"].read_text() and "<table>" in files[".html"].read_text()
 
 
+def test_stream_bench_writes_its_table(tmp_path):
+    """The smallest expert streaming run (a tiny MoE, one budget that leaves 4 of its 8 experts a layer):
+    the reports' shape, the streamed tokens equal to the resident run's, the cache's figures in range."""
+    from gguf import GGMLQuantizationType as QT
+
+    import tiny_models
+
+    model = tiny_models.write_tiny_model(tmp_path, "qwen3moe", QT.Q4_K)
+    out = tmp_path / "out"
+    _, files, report = _bench_cli(out, "--stream", "--models", str(model), "--budgets-mb", "1.3", "--tokens", "8")
+    (entry,) = report["models"].values()
+    resident, streamed = entry["rows"]
+    assert resident["mode"] == "resident" and streamed["mode"] == "experts streamed"
+    assert streamed["same_tokens"] and len(streamed["ids"]) == 8
+    assert 0 < streamed["slots"] < entry["experts"] and 0 <= streamed["hit_rate"] < 1
+    assert streamed["store_mb_per_token"] > 0 and streamed["predicted_tok_s"] > 0
+    assert "| experts streamed | gpu | 1.3 |" in files[".md"].read_text() and "<table>" in files[".html"].read_text()
+
+
 def _npm_tarball(path, files: dict[str, bytes]):
     import io
     import tarfile

@@ -143,6 +143,12 @@ async def load_js_session(model: str, settings, *, on_progress=None, js_module=N
         options["context"] = settings.context
     if settings.arithmetic is not None:
         options["arithmetic"] = settings.arithmetic.value
+    if settings.expert_slots is not None:
+        options["expertSlots"] = settings.expert_slots
+    rope = {k: v for k, v in (("scaling", settings.rope_scaling), ("scale", settings.rope_scale),
+                              ("yarnOrigCtx", settings.yarn_orig_ctx)) if v is not None}
+    if rope:
+        options["rope"] = rope
     progress = create_proxy(lambda p: on_progress(_py(p))) if on_progress is not None else None
     if progress is not None:
         options["onProgress"] = progress
