@@ -35,6 +35,10 @@ class ChecksumError(SetupError):
     """A downloaded file's SHA-256 differs from the expected one."""
 
 
+class StoreReadError(PyshimError):
+    """A stored model's bytes could not be read while it runs (streamed experts): deleted, evicted, damaged."""
+
+
 class OutOfMemoryError(PyshimError):
     """The model (or its KV cache) does not fit the device or the budget."""
 

@@ -129,3 +129,26 @@ def test_streamed_experts_in_the_browser_come_from_indexeddb(tmp_path, capsys):
     assert cache["slots"] == 5 and cache["experts"] == tiny_models.N_EXPERTS
     assert 0 < cache["hits"] < cache["wanted"] and cache["uploaded_bytes"] > 0, cache
     assert browser["auto"]["mode"] == "experts streamed"
+
+
+def test_a_failed_read_is_an_error_and_leaves_the_cache_consistent(tmp_path, loop, device):
+    """The store failing under a stream (natively: the read raising) fails the step with its error; the
+    experts it was loading are not counted as held, so the next steps load them again and still equal the
+    resident model."""
+    from pyshim.errors import StoreReadError
+
+    path = tiny_models.write_tiny_model(tmp_path, "mixtral", QT.Q4_0)
+    streamed = Drive(loop.run_until_complete(gpu(path, context=tiny_models.N_CTX, device=device, expert_slots=4)), loop)
+    resident = Drive(loop.run_until_complete(gpu(path, context=tiny_models.N_CTX, device=device, chunk=2)), loop)
+    cache = streamed.runner.ops.expert_cache
+    good = cache.fetch
+
+    async def failing(uploads):
+        raise StoreReadError("the store went away")
+    cache.fetch = failing
+    with pytest.raises(StoreReadError, match="went away"):
+        streamed.logits(tiny_models.test_ids()[:4])
+    assert all(not layer.held and len(layer.free) == 4 for layer in cache.layers.values())
+    cache.fetch = good
+    ids = tiny_models.test_ids()
+    np.testing.assert_array_equal(streamed.logits(ids, all_logits=True), resident.logits(ids, all_logits=True))

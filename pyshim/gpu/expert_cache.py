@@ -91,6 +91,13 @@ class LayerCache:
         slot_of = np.array([self.held[int(e)] for e in ids.reshape(-1)], dtype=np.uint32).reshape(ids.shape)
         return slot_of, misses
 
+    def forget(self, misses: list[tuple[int, int]]) -> None:
+        """The uploads of `misses` failed: their experts are not held, their slots free again."""
+        for expert, slot in misses:
+            if self.held.get(expert) == slot:
+                del self.held[expert]
+                self.free.append(slot)
+
 
 class ExpertCache:
     """The expert caches of every MoE layer, allocated beside the weight slots."""
@@ -152,7 +159,11 @@ class ExpertCache:
         if misses:
             uploads = [self._upload(w, expert, slot) for w in layer.tensors for expert, slot in misses]
             t0 = time.perf_counter()
-            await self.fetch(uploads)
+            try:
+                await self.fetch(uploads)
+            except BaseException:
+                layer.forget(misses)        # those slots hold nothing usable now
+                raise
             self.stats.fetch_s += time.perf_counter() - t0
             self.stats.uploaded_bytes += sum(u.nbytes for u in uploads)
             for w in layer.tensors:

@@ -183,7 +183,13 @@ def _streamer(store, model_id: str, device):
     """The expert cache's reads in the browser: each missed expert's byte ranges go store -> GPU buffer in JS
     (IndexedDB, reading only those ranges), never through Python."""
     async def fetch(uploads) -> None:
-        await store.stream(model_id, device, [(u.file_offset, u.nbytes, u.buffer, u.buffer_offset) for u in uploads])
+        try:
+            await store.stream(model_id, device, [(u.file_offset, u.nbytes, u.buffer, u.buffer_offset) for u in uploads])
+        except Exception as exc:        # a JsException: the model deleted (another tab), storage cleared, a chunk lost
+            from pyshim.errors import StoreReadError
+
+            raise StoreReadError(f"the model's experts could not be read from the browser's store: {exc}",
+                                 hint="it may have been deleted or evicted (another tab?): store it again, or pick another model") from None
 
     return fetch
 
