@@ -25,13 +25,16 @@ def reference(path, *, context: int | None = None, arithmetic: Arithmetic | str 
 
 
 async def gpu(path, *, context: int | None = None, arithmetic=None, kv_type: str = "f32", chunk: int | None = None,
-              device=None, rope: dict | None = None, expert_slots: int | None = None, **options):
+              device=None, rope: dict | None = None, expert_slots: int | None = None, streamed_layers: int | None = None,
+              **options):
     """A GpuRunner (options: upload_now, max_binding, policy={...}; `rope`: RunSettings' rope overrides;
-    `expert_slots`: routed experts streamed into a cache of that many per layer)."""
+    `expert_slots`: routed experts streamed into a cache of that many per layer; `streamed_layers`: the last
+    that many layers streamed through rotating buffers)."""
     from pyshim.exec.gpu_runner import load_gpu
 
     settings = RunSettings(context=context, kv_type=kv_type, arithmetic=arithmetic,
-                           **({} if chunk is None else {"prefill_chunk": chunk}), **(rope or {}), expert_slots=expert_slots)
+                           **({} if chunk is None else {"prefill_chunk": chunk}), **(rope or {}), expert_slots=expert_slots,
+                           streamed_layers=streamed_layers)
     return await load_gpu(path, settings=settings, device=device, **options)
 
 

@@ -116,15 +116,21 @@ class GpuRunner:
         dev = self.device
         dev.write(self.ops.tokens_buf, np.asarray(tokens, dtype=np.uint32))
         dev.write(self.ops.positions_buf, np.arange(start, start + len(tokens), dtype=np.uint32))
-        at = 0
-        for stop in program.stops:          # streamed experts: the host fills each MoE layer's cache
-            dev.submit(program.ready[at:stop.at], label=f"step_n{len(tokens)}@{at}")
+        at, ops = 0, self.ops
+        for stop in program.stops:          # streamed weights: the host puts them in place
+            if stop.at > at:
+                dev.submit(program.ready[at:stop.at], label=f"step_n{len(tokens)}@{at}")
             at = stop.at
+            if stop.stream_layer is not None:
+                await ops.layer_stream.before_layer(stop.stream_layer, ops.kernels, ops.pool, dev)
+                continue
             ids = np.frombuffer(await self._read(physical(stop.ids.buf), stop.ids.size * 4, stop.ids.off * 4), dtype=np.uint32)
-            slot_ids = await self.ops.expert_cache.resolve(stop.layer, ids.reshape(stop.ids.shape))
-            await self.ops.repack()         # the int8 route's Q8_0 experts just written
+            slot_ids = await ops.expert_cache.resolve(stop.layer, ids.reshape(stop.ids.shape))
+            await ops.repack()              # the int8 route's Q8_0 experts just written
             dev.write(physical(stop.slot_ids.buf), slot_ids, stop.slot_ids.off * 4)
         dev.submit(program.ready[at:], label=f"step_n{len(tokens)}")
+        if ops.layer_stream is not None:
+            await ops.layer_stream.after_step(ops.kernels, ops.pool, dev)
         return program
 
     async def _read(self, buffer, size: int, offset: int = 0) -> bytes:
@@ -165,6 +171,14 @@ class GpuRunner:
         data = await self._read(physical(out.buf), out.size * 4, out.off * 4)
         return np.frombuffer(data, dtype=np.float32).reshape(out.shape)
 
+    def layer_stream_stats(self) -> dict | None:
+        """With layers streamed (pyshim.gpu.layer_stream): how many and what their uploads took since load."""
+        stream = self.ops.layer_stream
+        if stream is None:
+            return None
+        return {"streamed_layers": len(stream.layers), "layers": self.spec.n_layers, "gpu_bytes": stream.nbytes,
+                "layer_bytes": stream.layer_bytes, **stream.stats.as_dict()}
+
     def expert_cache_stats(self) -> dict | None:
         """With experts streamed (pyshim.gpu.expert_cache): the cache's size and what it did since load."""
         cache = self.ops.expert_cache
@@ -203,7 +217,7 @@ async def load_gpu(path: str | Path | None = None, *, header=None, source=None, 
     kernel_policy = KernelPolicy.for_device(device.caps, settings.arithmetic, **(policy or {}))
     ops = GpuOps(device, WeightStore(tensor_refs_from_header(header), source), spec, n_ctx, kernel_policy,
                  kv_type=settings.kv_type, max_chunk=settings.prefill_chunk, max_binding=max_binding, upload_now=upload_now,
-                 expert_slots=settings.expert_slots)
+                 expert_slots=settings.expert_slots, streamed_layers=settings.streamed_layers)
     model = build_model(spec, ops)
     runner = GpuRunner(spec, header, ops, model, settings, n_ctx, owns_device=owns_device)
     runner.auto = choice and choice.as_dict()

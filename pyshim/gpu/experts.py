@@ -47,10 +47,11 @@ class ExpertOps:
         # streamed experts: the step stops here; the host reads `ids`, fills the cache and writes each pair's
         # slot into a buffer of this layer's own (the grouping of pairs by expert is keyed by it)
         stops = self._program.stops
-        if len(stops) == len(self._slot_id_bufs):
-            self._slot_id_bufs.append(self.allocator.buffer(max(16, self.max_chunk * spec.n_used * 4), f"slot_ids{len(stops)}"))
-        slot_ids = Tensor(self._slot_id_bufs[len(stops)], 0, (n, spec.n_used))
-        stops.append(Stop(len(self._program.dispatches), ids, slot_ids))
+        k = sum(1 for s in stops if s.ids is not None)       # this step's MoE layers so far
+        if k == len(self._slot_id_bufs):
+            self._slot_id_bufs.append(self.allocator.buffer(max(16, self.max_chunk * spec.n_used * 4), f"slot_ids{k}"))
+        slot_ids = Tensor(self._slot_id_bufs[k], 0, (n, spec.n_used))
+        stops.append(Stop(len(self._program.dispatches), ids=ids, slot_ids=slot_ids))
         return weights, slot_ids
 
     def expert_matmul(self, x: Tensor, w: WeightSlot, ids: Tensor) -> Tensor:
@@ -101,7 +102,7 @@ class ExpertOps:
 
     def _bind_stop(self, w: WeightSlot, slot_ids: Tensor) -> None:
         """Tie the stop that writes `slot_ids` to the expert cache of `w`'s layer."""
-        stop = next((s for s in self._program.stops if s.slot_ids == slot_ids), None)
+        stop = next((s for s in self._program.stops if s.slot_ids is not None and s.slot_ids == slot_ids), None)
         if stop is None:
             raise TensorShapeError(f"expert matmul of {w.name!r}: its ids come from no router of this step")
         layer = self.expert_cache.layer_of(w)

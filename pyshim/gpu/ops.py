@@ -23,6 +23,7 @@ from pyshim.gguf.tensors import WeightStore
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.expert_cache import ExpertCache
 from pyshim.gpu.experts import ExpertOps
+from pyshim.gpu.layer_stream import LayerStream
 from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_ROWS, I8_TOKEN_TYPES, I8_TOKENS, PARAMS,
                                 TOPK, TOPK_CHUNK, UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, GROUPED_TYPES, KernelCache,
                                 argmax_keys, argmax_pass1, attention_keys, attention_prefill_grid, attention_prefill_key,
@@ -32,7 +33,7 @@ from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_ROWS, I8_TOK
 from pyshim.gpu.kv import GpuKV
 from pyshim.gpu.policy import KernelPolicy
 from pyshim.gpu.pool import Activation, ActivationPool, Allocator
-from pyshim.gpu.program import Dispatch, Program, Tensor
+from pyshim.gpu.program import Dispatch, Program, Stop, Tensor
 from pyshim.gpu.shaderc import ShaderKey
 from pyshim.gpu.slots import WeightSlot, WeightSlots
 from pyshim.models.ops import ACTIVATIONS, AttnSpec
@@ -46,12 +47,15 @@ class GpuOps(ExpertOps):
 
     def __init__(self, device: GPUDevice, store: WeightStore, spec, n_ctx: int, policy: KernelPolicy, *,
                  kv_type: str = "f32", max_chunk: int = PREFILL_CHUNK, max_binding: int | None = None,
-                 upload_now: bool = True, kernels: KernelCache | None = None, expert_slots: int | None = None):
+                 upload_now: bool = True, kernels: KernelCache | None = None, expert_slots: int | None = None,
+                 streamed_layers: int | None = None):
         """`max_chunk`: most tokens per step (sizes the sliding-window rings); `max_binding` lowers the
         device's storage binding limit (tests force tensors split by rows with it); `upload_now=False`
         leaves the quantized weights' bytes to the caller, who follows `slots.uploads` (the browser's store
         writes them from IndexedDB without passing them through Python); `expert_slots`: the routed experts
-        are streamed from the store into a cache of that many per MoE layer (pyshim.gpu.expert_cache)."""
+        are streamed from the store into a cache of that many per MoE layer (pyshim.gpu.expert_cache);
+        `streamed_layers`: the last that many layers' matrices are streamed through two rotating sets of
+        buffers (pyshim.gpu.layer_stream)."""
         self.device, self.spec, self.n_ctx, self.policy = device, spec, n_ctx, policy
         self.max_chunk = max_chunk
         self.kernels = kernels or KernelCache(device)
@@ -59,7 +63,10 @@ class GpuOps(ExpertOps):
         self.max_binding = min(int(device.caps.limits["max_storage_buffer_binding_size"]), max_binding or 1 << 62)
         self.slots = WeightSlots(device, self.allocator, store, limit=min(self.max_binding, int(device.caps.limits["max_buffer_size"])),
                                  grouped_types=GROUPED_TYPES if policy.int8 else (), upload_now=upload_now)
+        if expert_slots and streamed_layers:
+            raise UnsupportedError("experts and layers are not streamed together: choose one")
         self.expert_cache = ExpertCache(self.slots, expert_slots) if expert_slots else None
+        self.layer_stream = LayerStream(self.slots, spec.n_layers, streamed_layers) if streamed_layers else None
         self._slot_id_bufs: list = []      # one per MoE layer of a step, when experts are streamed
         self.kv = GpuKV(self.allocator, spec, n_ctx, max_chunk, kv_type)
         self.pool = ActivationPool(self.allocator, UNIFORM_X_BYTES)
@@ -116,7 +123,17 @@ class GpuOps(ExpertOps):
     def _record(self, family: str, key, bindings: list, grid: tuple[int, int, int], **params) -> None:
         if self._program is None:
             raise RuntimeError("GPU ops run only while a program is being recorded")
+        if self.layer_stream is not None:
+            self._stop_for_layer(bindings)
         self._program.dispatches.append(Dispatch(key, bindings, PARAMS[family].pack(**params), grid))
+
+    def _stop_for_layer(self, bindings: list) -> None:
+        """Before the first dispatch that reads a streamed layer's weights, a stop that puts them in place."""
+        for b in bindings:
+            layer = self.layer_stream.part_layer.get(id(b[0] if isinstance(b, tuple) else b))
+            if layer is not None and not any(s.stream_layer == layer for s in self._program.stops):
+                self._program.stops.append(Stop(len(self._program.dispatches), stream_layer=layer))
+                return
 
     @staticmethod
     def _key(family: str, **defines) -> ShaderKey:
@@ -129,6 +146,8 @@ class GpuOps(ExpertOps):
     def weight(self, name: str, shape: Sequence[int]) -> WeightSlot:
         if self.expert_cache is not None and len(shape) == 3:
             return self.expert_cache.bind(name, shape)
+        if self.layer_stream is not None and self.layer_stream.streams(name, shape):
+            return self.layer_stream.bind(name, shape)
         return self.slots.bind(name, shape)
 
     async def repack(self) -> None:

@@ -95,6 +95,7 @@ class RunSettings:
     yarn_orig_ctx: int | None = None
     budget_bytes: int | None = None
     expert_slots: int | None = None     # routed experts streamed into a GPU cache of this many per MoE layer
+    streamed_layers: int | None = None  # the last this many layers' matrices streamed through two rotating sets
 
     def __post_init__(self):
         if self.kv_type != AUTO:
@@ -120,6 +121,10 @@ class RunSettings:
                                               or self.expert_slots < 1):
             raise BadRequestError(f"expert_slots must be a positive number of experts per layer, got {self.expert_slots!r}",
                                   param="expert_slots")
+        if self.streamed_layers is not None and (isinstance(self.streamed_layers, bool) or not isinstance(self.streamed_layers, int)
+                                                 or self.streamed_layers < 1):
+            raise BadRequestError(f"streamed_layers must be a positive number of layers, got {self.streamed_layers!r}",
+                                  param="streamed_layers")
         if self.budget_bytes is not None and (isinstance(self.budget_bytes, bool) or not isinstance(self.budget_bytes, int)
                                               or self.budget_bytes < 1):
             raise BadRequestError(f"the GPU memory budget must be a positive number of bytes, got {self.budget_bytes!r}",
