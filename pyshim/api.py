@@ -34,7 +34,7 @@ BACKENDS = ("gpu", "cpu", "browser")
 async def load(model: str, *, backend: str | None = None, n_ctx: int | None = None, kv_type: str = "auto",
                arithmetic: str | None = None, rope_scaling: str | None = None, rope_scale: float | None = None,
                yarn_orig_ctx: int | None = None, budget_mb: float | None = None, expert_slots: int | None = None,
-               on_progress=None, js_module=None) -> "Engine":
+               streamed_layers: int | None = None, on_progress=None, js_module=None) -> "Engine":
     """An engine for a model path or short name (`smollm2`, `gemma3`, `qwen2.5`); backend "gpu" (native
     WebGPU through wgpu), "cpu" (the NumPy reference) or, in Pyodide, "browser" (the default there: the
     site's JavaScript engine; `on_progress(dict)` gets its download/load progress, `js_module` is
@@ -43,9 +43,10 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
     `arithmetic` (f32, int8, llama.cpp-exact; None: the backend's default) as pyshim.plan.settings says;
     `rope_scaling` (none, linear, yarn), `rope_scale` and `yarn_orig_ctx` override the GGUF's rope scaling.
     `budget_mb`: the GPU memory auto plans against (MiB; default 4096); `expert_slots`: a mixture of experts
-    keeps that many experts a layer on the GPU and streams the rest from the store (None: auto decides)."""
+    keeps that many experts a layer on the GPU and streams the rest from the store; `streamed_layers`: the
+    last that many layers are streamed from the store through rotating GPU buffers (None: auto decides)."""
     settings = RunSettings(context=n_ctx, kv_type=kv_type, arithmetic=arithmetic, rope_scaling=rope_scaling,
-                           rope_scale=rope_scale, yarn_orig_ctx=yarn_orig_ctx, expert_slots=expert_slots,
+                           rope_scale=rope_scale, yarn_orig_ctx=yarn_orig_ctx, expert_slots=expert_slots, streamed_layers=streamed_layers,
                            budget_bytes=None if budget_mb is None else int(budget_mb * 2**20))
     backend = backend or ("browser" if IN_PYODIDE else "gpu")
     if backend not in BACKENDS:

@@ -2,9 +2,15 @@
 natively, on tiny random models: every logit equal bit for bit to the same model resident, in prompt steps
 and in decode, with one, two or an odd number of layers streamed (the set the next step's first layer
 goes into is the one the last layer used), on both arithmetic routes (Q8_0 re-grouped after each upload);
-and the uploads counted: once per streamed layer per step, whatever the step's length."""
+and the uploads counted: once per streamed layer per step, whatever the step's length. The plan that
+streams a 7B-shaped model's layers in 40% of its weights; and the same in Chromium, from IndexedDB."""
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -12,8 +18,13 @@ from gguf import GGMLQuantizationType as QT
 
 import tiny_models
 from pyshim.exec.runner import Want
+from pyshim.gguf.header import read_header_from_file
+from pyshim.gguf.spec import ModelSpec
+from pyshim.plan import auto
+from pyshim.plan.memory import estimate
 from pyshim.plan.settings import Arithmetic
 from runners import Drive, gpu
+from site_helpers import qwen7b_header_gguf
 
 F32, INT8 = Arithmetic.F32, Arithmetic.INT8
 CASES = [("llama", "Q4_0", INT8, 1), ("qwen2", "Q8_0", INT8, 2), ("gemma3", "Q4_K", F32, 3), ("llama", "Q6_K", F32, 2)]
@@ -47,3 +58,43 @@ def test_streamed_layers_equal_the_resident_model(tmp_path_factory, loop, device
     # a decode token uploads the layers of every set that more than one streamed layer shares
     users = [[layer for layer in stream.layers if stream.set_of(layer) == s] for s in range(2)]
     assert (stream.stats.uploads - before) / 10 == sum(len(u) for u in users if len(u) > 1)
+
+
+def test_auto_streams_the_layers_of_a_dense_model_at_40_percent_of_its_weights(tmp_path):
+    header_path = tmp_path / "qwen7b-header.gguf"
+    _, size = qwen7b_header_gguf(header_path)
+    os.truncate(header_path, size)
+    header = read_header_from_file(header_path)
+    spec = ModelSpec.from_header(header)
+    weights = sum(t.nbytes for t in header.tensors)
+    budget = int(0.4 * weights)
+    choice = auto.choose(spec, header.tensors, budget_bytes=budget)
+    streamed = choice.streamed_layers
+    assert choice.mode == "layers streamed" and 0 < streamed < spec.n_layers
+    assert choice.estimate.total_bytes <= budget and choice.kv_type in auto.RETRIEVAL_SAFE
+    fewer = estimate(spec, header.tensors, context=choice.context, kv_type=choice.kv_type, streamed_layers=streamed - 1)
+    assert fewer.total_bytes > budget, "a layer more could have stayed resident"
+    assert f"{spec.n_layers - streamed} of {spec.n_layers} layers stay on the GPU" in choice.reason
+    assert auto.choose(spec, header.tensors, budget_bytes=6 * 10**9).mode == "resident"
+    out = subprocess.run([sys.executable, "-m", "pyshim.cli", "inspect", str(header_path), "--json", "--budget-mb", str(budget / 1e6)],
+                         capture_output=True, text=True, check=True)
+    fit = json.loads(out.stdout)["best_fit"]
+    assert fit["mode"] == "layers streamed" and fit["streamed_layers"] == streamed
+
+
+@pytest.mark.browser
+def test_streamed_layers_in_the_browser_come_from_indexeddb(tmp_path, capsys):
+    """`--backend browser`: the Worker streams the layers from the page's IndexedDB; greedy tokens those of
+    the resident CPU reference."""
+    from pyshim.cli import main
+
+    model = tiny_models.write_tiny_model(tmp_path, "gemma3", QT.Q8_0)
+    argv = ["generate", str(model), "--prompt", "hello", "--max-tokens", "12", "--ignore-eos", "--json", "--streamed-layers", "3"]
+    assert main(argv + ["--backend", "browser"]) == 0, capsys.readouterr().err
+    browser = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(argv + ["--arithmetic", browser["arithmetic"]]) == 0
+    cpu = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert browser["ids"] == cpu["ids"] and len(browser["ids"]) == 12
+    stream = browser["layer_stream"]
+    assert stream["streamed_layers"] == 3 and stream["layer_uploads"] >= 2 * 12 and stream["uploaded_bytes"] > 0, stream
+    assert browser["auto"]["mode"] == "layers streamed"

@@ -108,14 +108,16 @@ def test_an_expert_layout_pyshim_does_not_compute_is_refused_by_name_before_the_
 def test_model_over_the_memory_budget_is_refused(site):
     context, page, _ = site
     data = smollm2_path().read_bytes()
-    page.evaluate("() => localStorage.setItem('pyshim.gpuBudgetMiB', '100')")   # a 100 MiB GPU
+    # a 10 MiB GPU: less than SmolLM2's embedding table (18 MB), which stays resident even when every layer
+    # is streamed (with 100 MiB the site would now take it, its layers streamed: tests/test_layer_streaming.py)
+    page.evaluate("() => localStorage.setItem('pyshim.gpuBudgetMiB', '10')")
     try:
         context.route(f"**/{FAKE}/budget.gguf", lambda route: serve_bytes(route, data))
         start_url_download(page, fake_url(page, "budget.gguf"))
         text = refused_row(page, "budget.gguf")
     finally:
         page.evaluate("() => localStorage.removeItem('pyshim.gpuBudgetMiB')")
-    assert "more than the 100.0 MiB of GPU memory assumed available" in text, text
+    assert "more than the 10.0 MiB of GPU memory assumed available" in text, text
 
 
 def test_more_than_the_quota_is_refused_with_the_space_needed(site, tmp_path):
@@ -191,4 +193,33 @@ def test_auto_settings_fit_a_7b_model_in_6_gb_and_the_panel_says_why(site, tmp_p
     picked = manifest["probe"]["auto"]
     assert picked["kv_type"] in ("q8", "q4") and picked["context"] >= 8192 and picked["total_bytes"] <= 6e9
     assert "auto picked a q" in panel and "f32 would need" in panel and "of the 6.00 GB budget" in panel, panel
+    store_ok(page, "deleteModel", manifest["id"])
+
+
+def test_a_7b_model_in_a_2_gb_budget_gets_a_streaming_plan_not_a_refusal(site, tmp_path):
+    """Where the weights do not fit at all, "will it fit?" answers with the plan that streams the last
+    layers from the store (pyshim.plan.auto), before the download: resident layers, bytes a step reads."""
+    context, page, _ = site
+    header, total = qwen7b_header_gguf(tmp_path / "qwen7b-2g.gguf")
+    page.evaluate("() => localStorage.setItem('pyshim.gpuBudgetMiB', String(2e9 / 2 ** 20))")
+    try:
+        def answer(route):
+            if route.request.headers.get("range") == f"bytes=0-{CHUNK - 1}":
+                serve_bytes(route, header, total=total)
+            else:
+                route.abort()
+        context.route(f"**/{FAKE}/qwen7b-2g.gguf", answer)
+        start_url_download(page, fake_url(page, "qwen7b-2g.gguf"))
+        page.wait_for_function("""() => [...document.querySelectorAll('#stored li')].some(li =>
+            li.querySelector('.name').textContent === 'qwen7b-2g.gguf' && li.dataset.status !== 'new')""", timeout=WAIT_MS)
+        page.click("#stored li:has-text('qwen7b-2g.gguf') .row-main")
+        page.wait_for_selector("#fit-panel[data-verdict=fits]", timeout=WAIT_MS)
+        panel = page.eval_on_selector("#fit-panel", "el => el.textContent")
+    finally:
+        page.evaluate("() => localStorage.removeItem('pyshim.gpuBudgetMiB')")
+    manifest = store_ok(page, "getModel", model_id(page, fake_url(page, "qwen7b-2g.gguf")))
+    picked = manifest["probe"]["auto"]
+    assert picked["mode"] == "layers streamed" and 0 < picked["streamed_layers"] < 28 and picked["total_bytes"] <= 2e9
+    assert manifest["probe"]["streamed_layers"] == picked["streamed_layers"]
+    assert "auto streams layers" in panel and "of 28 layers stay on the GPU" in panel, panel
     store_ok(page, "deleteModel", manifest["id"])

@@ -65,6 +65,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a mixture of experts: keep N experts of each layer on the GPU and read the others from the "
                              "store when the router picks them (default: resident if it fits --budget-mb, else as many "
                              "as fit; gpu and browser backends)")
+    parser.add_argument("--streamed-layers", type=int, default=None, metavar="N",
+                        help="stream the last N layers' weights from the store through two rotating GPU buffers, each "
+                             "once per step (default: resident if it fits --budget-mb, else as few as fit; gpu and browser)")
     parser.add_argument("--prefill-chunk", type=int, default=None,
                         help="most prompt tokens per step (default 256); smaller steps keep a slow GPU under its "
                              "watchdog and need less activation memory")
@@ -92,7 +95,7 @@ def run_settings(args: argparse.Namespace):
                        prefill_chunk=PREFILL_CHUNK if args.prefill_chunk is None else args.prefill_chunk,
                        rope_scaling=args.rope_scaling, rope_scale=args.rope_scale, yarn_orig_ctx=args.yarn_orig_ctx,
                        budget_bytes=None if args.budget_mb is None else int(args.budget_mb * 2**20),
-                       expert_slots=args.expert_slots)
+                       expert_slots=args.expert_slots, streamed_layers=args.streamed_layers)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -137,6 +140,7 @@ async def _generate(args, path, settings, sampling) -> dict:
             report["cpu_share_pct"] = round(100 * done.cpu_ms / done.decode_ms, 2) if done.decode_ms else None
             report.update(runner.memory())
             report["expert_cache"] = _per_token(runner.expert_cache_stats(), len(prompt) + len(done.token_ids))
+            report["layer_stream"] = runner.layer_stream_stats()
         return report
     finally:
         runner.close()
@@ -149,6 +153,10 @@ def _print(args, report: dict) -> None:
     print()
     if report.get("auto"):
         print(f"[{report['auto']['reason']}]", file=sys.stderr)
+    if report.get("layer_stream"):
+        c = report["layer_stream"]
+        print(f"[layer stream: {c['streamed_layers']} of {c['layers']} layers streamed, {c['layer_uploads']} layer uploads, "
+              f"{c['uploaded_bytes'] / 1e6:.1f} MB read from the store in {c['fetch_s']:.2f} s]", file=sys.stderr)
     if report.get("expert_cache"):
         c = report["expert_cache"]
         print(f"[expert cache: {c['slots']} slots a layer, hit rate {100 * c['hit_rate']:.1f}%, "
@@ -207,5 +215,6 @@ def _run_in_browser(args: argparse.Namespace, path, settings, sampling) -> int:
                   "cpu_share_pct": round(100 * t["cpu_ms"] / t["decode_ms"], 2) if t["decode_ms"] else None,
                   "bytes_per_decode_step": t["bytes_per_decode_step"], "arithmetic": r["arithmetic"],
                   "generated": len(r["token_ids"]), "context": r.get("context"), "kv_type": r.get("kv_type"),
-                  "auto": r.get("auto"), "expert_cache": _per_token(r.get("expert_cache"), len(prompt_ids) + len(r["token_ids"]))})
+                  "auto": r.get("auto"), "expert_cache": _per_token(r.get("expert_cache"), len(prompt_ids) + len(r["token_ids"])),
+                  "layer_stream": r.get("layer_stream")})
     return 0

@@ -132,6 +132,8 @@ def _text(report: dict, spec) -> str:
         lines.append("best fit    " + ("nothing fits: try a smaller quantization of this model" if fit is None else
                                       (f"experts streamed, {fit['expert_slots']} of {spec.n_experts} a layer on the GPU; "
                                        if fit["expert_slots"] else "") +
+                                      (f"layers streamed, {spec.n_layers - fit['streamed_layers']} of {spec.n_layers} on the GPU; "
+                                       if fit["streamed_layers"] else "") +
                                       f"context {fit['context']} with a {fit['kv_type']} KV cache: {_mib(fit['total_bytes'])}\n"
                                       f"            ({fit['reason']})"))
     return "\n".join(lines)

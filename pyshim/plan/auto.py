@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from pyshim.errors import OutOfMemoryError
 from pyshim.gguf.header import TensorInfo
 from pyshim.gguf.spec import ModelSpec
-from pyshim.plan.memory import MIN_CONTEXT, MemoryEstimate, estimate, expert_slot_bytes, fits, streamed_read_bytes
+from pyshim.plan.memory import (MIN_CONTEXT, MemoryEstimate, estimate, expert_slot_bytes, fits, layer_matrix_bytes,
+                                streamed_read_bytes)
 from pyshim.plan.settings import AUTO, DEFAULT_BUDGET_BYTES, PREFILL_CHUNK, RunSettings
 
 # Longer contexts are allowed, but asked for by name: a KV cache sized for 128k positions is memory the
@@ -45,14 +46,18 @@ class AutoChoice:
     estimate: MemoryEstimate
     reason: str          # one sentence: what was picked, and why
     expert_slots: int | None = None     # the routed experts streamed into a cache of this many per layer
+    streamed_layers: int | None = None  # the last this many layers streamed through rotating buffers
 
     @property
     def mode(self) -> str:
-        return "resident" if self.expert_slots is None else "experts streamed"
+        if self.expert_slots is not None:
+            return "experts streamed"
+        return "resident" if self.streamed_layers is None else "layers streamed"
 
     def as_dict(self) -> dict:
         return {"context": self.context, "kv_type": self.kv_type, "total_bytes": self.estimate.total_bytes,
-                "mode": self.mode, "expert_slots": self.expert_slots, "reason": self.reason}
+                "mode": self.mode, "expert_slots": self.expert_slots, "streamed_layers": self.streamed_layers,
+                "reason": self.reason}
 
 
 def _gb(nbytes: int) -> str:
@@ -61,7 +66,8 @@ def _gb(nbytes: int) -> str:
 
 def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int, context: int | None = None,
            fixed_context: bool = True, kv_type: str = AUTO, chunk: int = PREFILL_CHUNK,
-           max_binding_bytes: int | None = None, expert_slots: int | None = None) -> AutoChoice | None:
+           max_binding_bytes: int | None = None, expert_slots: int | None = None,
+           streamed_layers: int | None = None) -> AutoChoice | None:
     """The automatic context and KV type for `budget_bytes` (None when nothing fits). A named `context` is
     kept (`fixed_context`: the caller asked for it) or is where the halving starts (`pyshim inspect
     --context N --budget-mb M`: the best fit up to N); None: the training context, capped.
@@ -69,12 +75,14 @@ def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int,
     A mixture of experts that fits nowhere resident gets its routed experts streamed (or has them when
     `expert_slots` is named): the context capped at STREAMED_CONTEXT_CAP, and every byte the shared
     weights, KV cache and activations leave given to the expert cache (at least MIN_SLOTS_PER_USED
-    slots per expert a token uses), with the smallest retrieval-safe KV type."""
+    slots per expert a token uses), with the smallest retrieval-safe KV type. A dense model streams its
+    last layers instead (or when `streamed_layers` is named): as many layers stay resident as the budget
+    holds beside two rotating layers' buffers, the context capped and the KV type chosen the same way."""
     tensors = tuple(tensors)
     ceiling = min(spec.context_length, AUTO_CONTEXT_CAP) if context is None else context
     types = RETRIEVAL_SAFE if kv_type == AUTO else (kv_type,)
     limits = dict(budget_bytes=budget_bytes, max_binding_bytes=max_binding_bytes)
-    if expert_slots is None:
+    if expert_slots is None and streamed_layers is None:
         lengths = [context] if context is not None and fixed_context else _halvings(ceiling)
         refused: list[str] = []
         for n in lengths:
@@ -84,8 +92,9 @@ def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int,
                     return AutoChoice(n, t, est, _reason(spec, est, budget_bytes, refused, lengths[0], ceiling, context, kv_type))
                 if n == lengths[0]:
                     refused.append(f"{t} would need {_gb(est.total_bytes)}")
-        if not spec.n_experts:
-            return None
+    if streamed_layers is not None or (expert_slots is None and not spec.n_experts):
+        return _stream_layers(spec, tensors, budget_bytes, context, fixed_context, ceiling, types, chunk, limits,
+                              kv_type, streamed_layers)
     streamed_ceiling = min(ceiling, STREAMED_CONTEXT_CAP) if context is None else context
     lengths = [context] if context is not None and fixed_context else _halvings(streamed_ceiling)
     # two tokens' experts a layer where that fits at some context, else one token's (steps of one token);
@@ -105,6 +114,31 @@ def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int,
     return None
 
 
+def _stream_layers(spec, tensors, budget, context, fixed_context, ceiling, types, chunk, limits, kv_type, named):
+    """Layer streaming's plan: the longest context up to STREAMED_CONTEXT_CAP, the smallest retrieval-safe KV
+    type, and the fewest streamed layers that fit (or the `named` count)."""
+    per_layer = layer_matrix_bytes(tensors)
+    if not per_layer:
+        return None
+    top = min(ceiling, STREAMED_CONTEXT_CAP) if context is None else context
+    lengths = [context] if context is not None and fixed_context else _halvings(top)
+    for n in lengths:
+        for t in types[::-1]:
+            if named is not None:
+                streamed = named
+            else:
+                every = estimate(spec, tensors, context=n, kv_type=t, chunk=chunk, streamed_layers=spec.n_layers)
+                room = budget - every.total_bytes
+                if room < 0:
+                    continue
+                streamed = max(1, spec.n_layers - int(room // max(per_layer.values())))
+            est = estimate(spec, tensors, context=n, kv_type=t, chunk=chunk, streamed_layers=streamed)
+            if fits(est, **limits).ok:
+                return AutoChoice(n, t, est, _layers_reason(spec, tensors, est, budget, context, kv_type, named is not None),
+                                  streamed_layers=streamed)
+    return None
+
+
 def _slots_that_fit(spec, tensors, context: int, kv_type: str, chunk: int, budget: int) -> int:
     """The most expert slots per layer the budget leaves (fewer than the experts: else it is resident)."""
     per_slot = expert_slot_bytes(spec, tensors)
@@ -119,12 +153,13 @@ def resolve(settings: RunSettings, spec: ModelSpec, tensors: Iterable[TensorInfo
         return settings, None
     budget = settings.budget_bytes or DEFAULT_BUDGET_BYTES
     choice = choose(spec, tensors, budget_bytes=budget, context=settings.context, chunk=settings.prefill_chunk,
-                    expert_slots=settings.expert_slots)
+                    expert_slots=settings.expert_slots, streamed_layers=settings.streamed_layers)
     if choice is None:
         raise OutOfMemoryError(f"no KV cache type fits this model in the {budget / 1e9:.2f} GB GPU memory budget, "
                                f"not even at {settings.context or MIN_CONTEXT} tokens",
                                hint="raise the budget if the GPU has more memory, or use a smaller quantization")
-    return replace(settings, kv_type=choice.kv_type, context=choice.context, expert_slots=choice.expert_slots), choice
+    return replace(settings, kv_type=choice.kv_type, context=choice.context, expert_slots=choice.expert_slots,
+                   streamed_layers=choice.streamed_layers), choice
 
 
 def _halvings(ceiling: int) -> list[int]:
@@ -172,3 +207,24 @@ def _streamed_reason(spec, tensors, est: MemoryEstimate, budget: int, asked_cont
             f"{where}: shared weights {_gb(shared)} + expert cache "
             f"{_gb(est.expert_cache_bytes)} + cache {_gb(est.kv_bytes)} + activations {_gb(est.activation_bytes)} "
             f"= {_gb(est.total_bytes)}.")
+
+
+def _layers_reason(spec, tensors, est: MemoryEstimate, budget: int, asked_context, asked_type, asked: bool) -> str:
+    streamed, file_bytes = est.streamed_layers, sum(t.nbytes for t in est.weights_by_type.values())
+    per_layer = layer_matrix_bytes(tensors)
+    read = sum(per_layer[i] for i in sorted(per_layer)[-streamed:])
+    what = (f"{'an' if est.kv_type.startswith('f') else 'a'} {est.kv_type} KV cache "
+            f"({WHY_TYPES.get(est.kv_type, est.kv_type)}) at {est.context} tokens")
+    if asked_context is not None and est.context == asked_context:
+        where = "the context asked for"
+    elif est.context == spec.context_length:
+        where = "the model's training context"
+    else:
+        where = f"the longest up to {STREAMED_CONTEXT_CAP} that leaves the layers room"
+    type_note = f" (the {asked_type} cache was asked for)" if asked_type != AUTO else ""
+    why = "as asked" if asked else f"the weights ({_gb(file_bytes)}) are {file_bytes / budget:.1f}x the {_gb(budget)} budget"
+    return (f"auto streams layers, {why}: {spec.n_layers - streamed} of {spec.n_layers} layers stay on the GPU and the last "
+            f"{streamed} pass through two rotating layers' buffers, read from the store once per step "
+            f"({read / 1e6:,.0f} MB a step, a decode token or a prompt chunk); {what}{type_note}, {where}: resident weights "
+            f"{_gb(est.weight_bytes - est.expert_cache_bytes)} + layer buffers {_gb(est.expert_cache_bytes)} + cache "
+            f"{_gb(est.kv_bytes)} + activations {_gb(est.activation_bytes)} = {_gb(est.total_bytes)}.")

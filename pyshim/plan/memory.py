@@ -139,7 +139,8 @@ class MemoryEstimate:
     activation_bytes: int
     largest_activation: int                 # the largest single activation of a step: one storage binding
     expert_slots: int | None = None         # routed experts streamed into a cache of this many per layer
-    expert_cache_bytes: int = 0             # that cache (part of weight_bytes); the rest of the experts stay in the store
+    expert_cache_bytes: int = 0             # that cache (part of weight_bytes), or the streamed layers' rotating buffers
+    streamed_layers: int | None = None      # the last this many layers streamed through rotating buffers
 
     @property
     def total_bytes(self) -> int:
@@ -189,16 +190,32 @@ def streamed_read_bytes(spec: ModelSpec, tensors: Iterable[TensorInfo], slots: i
     return int(per_token_expert_bytes(spec, tensors) * (1 - slots / spec.n_experts))
 
 
+def layer_matrix_bytes(tensors: Iterable[TensorInfo]) -> dict[int, int]:
+    """Bytes of each layer's matrices (what layer streaming moves; its norms and biases stay resident)."""
+    out: dict[int, int] = {}
+    for t in tensors:
+        if t.name.startswith("blk.") and len(t.shape) >= 2:
+            layer = int(t.name.split(".", 2)[1])
+            out[layer] = out.get(layer, 0) + t.nbytes
+    return out
+
+
+STREAM_SETS = 2        # rotating sets of buffers streamed layers go through (pyshim.gpu.layer_stream.SETS)
+
+
 def per_token_expert_bytes(spec: ModelSpec, tensors: Iterable[TensorInfo]) -> int:
     """Bytes of the routed experts one decode token uses (n_used of every layer's)."""
     return expert_slot_bytes(spec, tensors) * spec.n_experts_used
 
 
 def estimate(spec: ModelSpec, tensors: Iterable[TensorInfo], *, context: int | None = None, kv_type: str = "f32",
-             chunk: int = PREFILL_CHUNK, expert_slots: int | None = None) -> MemoryEstimate:
+             chunk: int = PREFILL_CHUNK, expert_slots: int | None = None,
+             streamed_layers: int | None = None) -> MemoryEstimate:
     """Memory for running `spec` with the given tensors at `context` positions (default: the training
     context), prefilling `chunk` tokens per step; with `expert_slots`, the routed experts streamed into
-    a cache of that many per layer (pyshim.gpu.expert_cache; a step is then at most slots // used tokens)."""
+    a cache of that many per layer (pyshim.gpu.expert_cache; a step is then at most slots // used tokens);
+    with `streamed_layers`, the last that many layers' matrices in STREAM_SETS rotating sets of buffers
+    instead of their own (pyshim.gpu.layer_stream)."""
     tensors = tuple(tensors)
     if not tensors:
         raise ValueError("a model with no tensors has nothing to estimate")
@@ -212,6 +229,11 @@ def estimate(spec: ModelSpec, tensors: Iterable[TensorInfo], *, context: int | N
         chunk = max(1, min(chunk, expert_slots // spec.n_experts_used))
         cache_bytes = expert_slot_bytes(spec, tensors) * expert_slots
         weight_bytes += cache_bytes - sum(t.nbytes for t in tensors if is_expert_tensor(t))
+    if streamed_layers:
+        per_layer = layer_matrix_bytes(tensors)
+        streamed = sorted(per_layer)[-streamed_layers:]
+        cache_bytes = min(STREAM_SETS, len(streamed)) * max(per_layer[i] for i in streamed)
+        weight_bytes += cache_bytes - sum(per_layer[i] for i in streamed)
     step = min(chunk, context)
     return MemoryEstimate(
         weights_by_type=by_type,
@@ -228,6 +250,7 @@ def estimate(spec: ModelSpec, tensors: Iterable[TensorInfo], *, context: int | N
         activation_bytes=activation_bytes(spec, step),
         largest_activation=largest_activation_bytes(spec, step),
         expert_slots=expert_slots if spec.n_experts else None,
+        streamed_layers=streamed_layers or None,
         expert_cache_bytes=cache_bytes,
     )
 

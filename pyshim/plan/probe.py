@@ -65,7 +65,8 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
                              max_binding_bytes=binding)
         context, kv_type = (choice.context, choice.kv_type) if choice else (named, auto.RETRIEVAL_SAFE[-1])
     context = spec.context_length if context is None else min(context, spec.context_length)
-    est = estimate(spec, header.tensors, context=context, kv_type=kv_type, expert_slots=choice and choice.expert_slots)
+    est = estimate(spec, header.tensors, context=context, kv_type=kv_type, expert_slots=choice and choice.expert_slots,
+                   streamed_layers=choice and choice.streamed_layers)
     unrunnable = unrunnable_reason(est.unrunnable)
     token = per_token(spec, header.tensors)
     out = {
@@ -84,6 +85,7 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
         "total_bytes": est.total_bytes,
         "context": est.context,
         "expert_slots": est.expert_slots,         # experts streamed from the store, this many a layer on the GPU
+        "streamed_layers": est.streamed_layers,   # the last this many layers streamed from the store
         "largest_tensor": {"name": est.largest_tensor.name, "bytes": est.largest_tensor.nbytes},
         "widest_row": {"name": est.widest_row[0], "bytes": est.widest_row[1]},
         **({"auto": choice.as_dict() if choice else None} if asked_auto else {}),

@@ -145,6 +145,8 @@ async def load_js_session(model: str, settings, *, on_progress=None, js_module=N
         options["arithmetic"] = settings.arithmetic.value
     if settings.expert_slots is not None:
         options["expertSlots"] = settings.expert_slots
+    if settings.streamed_layers is not None:
+        options["streamedLayers"] = settings.streamed_layers
     rope = {k: v for k, v in (("scaling", settings.rope_scaling), ("scale", settings.rope_scale),
                               ("yarnOrigCtx", settings.yarn_orig_ctx)) if v is not None}
     if rope:

@@ -85,7 +85,7 @@ TOKEN_IDS = {"type": "array", "minItems": 1, "items": {"type": "integer", "minim
              "description": "a non-empty list of token ids"}
 KV_CHOICES = [AUTO, *KV_TYPES]
 SETTINGS = {"type": "object", "description": "load settings {context, kv_type, arithmetic, prefill_chunk, rope_scaling, "
-            "rope_scale, yarn_orig_ctx, budget_bytes, expert_slots}", "properties": {
+            "rope_scale, yarn_orig_ctx, budget_bytes, expert_slots, streamed_layers}", "properties": {
     "context": {"type": ["integer", "null"], "minimum": 1, "default": None, "description": "a positive number of tokens"},
     "kv_type": {"enum": KV_CHOICES, "default": AUTO, "description": f"one of {', '.join(KV_CHOICES)}"},
     "arithmetic": {"enum": [a.value for a in Arithmetic] + [None], "default": None,
@@ -98,6 +98,8 @@ SETTINGS = {"type": "object", "description": "load settings {context, kv_type, a
     "budget_bytes": {"type": ["integer", "null"], "minimum": 1, "default": None, "description": "a byte count, or null"},
     "expert_slots": {"type": ["integer", "null"], "minimum": 1, "default": None,
                      "description": "experts per MoE layer kept on the GPU, the rest streamed from the store; or null (auto)"},
+    "streamed_layers": {"type": ["integer", "null"], "minimum": 1, "default": None,
+                        "description": "the last layers streamed from the store through rotating GPU buffers; or null (auto)"},
 }}
 MODEL_ID = {"type": "string", "minLength": 1, "description": "a stored model's id"}
 # raw-prompt kinds may name the model by URL instead: the Worker stores it first, then names it by id

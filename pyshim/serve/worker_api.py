@@ -168,8 +168,9 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     try:
         uploads = [(u.file_offset, u.nbytes, u.buffer, u.buffer_offset) for u in runner.ops.uploads]
         await store.upload(model_id, runner.device.raw, uploads)
-        if runner.ops.expert_cache is not None:
-            runner.ops.expert_cache.fetch = _streamer(store, model_id, runner.device.raw)
+        for streamed in (runner.ops.expert_cache, runner.ops.layer_stream):
+            if streamed is not None:
+                streamed.fetch = _streamer(store, model_id, runner.device.raw)
         session = Session(runner)
         await session.prepare()
     except BaseException:
@@ -180,15 +181,15 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
 
 
 def _streamer(store, model_id: str, device):
-    """The expert cache's reads in the browser: each missed expert's byte ranges go store -> GPU buffer in JS
-    (IndexedDB, reading only those ranges), never through Python."""
+    """Streamed weights' reads in the browser (a missed expert's byte ranges, a streamed layer's tensors):
+    store -> GPU buffer in JS (IndexedDB, reading only those ranges), never through Python."""
     async def fetch(uploads) -> None:
         try:
             await store.stream(model_id, device, [(u.file_offset, u.nbytes, u.buffer, u.buffer_offset) for u in uploads])
         except Exception as exc:        # a JsException: the model deleted (another tab), storage cleared, a chunk lost
             from pyshim.errors import StoreReadError
 
-            raise StoreReadError(f"the model's experts could not be read from the browser's store: {exc}",
+            raise StoreReadError(f"the model's streamed weights could not be read from the browser's store: {exc}",
                                  hint="it may have been deleted or evicted (another tab?): store it again, or pick another model") from None
 
     return fetch
@@ -282,7 +283,8 @@ async def complete(request_json: str, file_size: int, store, request_id: int, em
                                       on_text=_on_text(emit), should_stop=should_stop)
         runner = session.runner
         return {**_result(done, load_ms), "arithmetic": runner.arithmetic.value, "context": runner.n_ctx,
-                "kv_type": runner.settings.kv_type, "auto": runner.auto, "expert_cache": runner.expert_cache_stats()}
+                "kv_type": runner.settings.kv_type, "auto": runner.auto, "expert_cache": runner.expert_cache_stats(),
+                "layer_stream": runner.layer_stream_stats()}
 
     return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
 

@@ -10,7 +10,8 @@
 //   new Engine({rope}) / createEngine({rope}): {scaling: "none"|"linear"|"yarn", scale, yarnOrigCtx}, each
 //    optional, overrides the GGUF's rope scaling as llama.cpp's --rope-scaling/--rope-scale/--yarn-orig-ctx do
 //   new Engine({expertSlots}) / createEngine({expertSlots}): a mixture of experts keeps that many experts of
-//    each layer on the GPU and streams the rest from the store (null: auto decides from the GPU budget)
+//    each layer on the GPU and streams the rest from the store (null: auto decides from the GPU budget);
+//    {streamedLayers}: the last that many layers stream from the store through two rotating GPU buffers
 //   await engine.chat.completions.create({messages, model, temperature, top_p, max_tokens, stop, seed,
 //                                         stream}, {signal})  -> chat.completion | async iterator of chunks
 //   await engine.completions.create({prompt, ...}, {signal})  -> text_completion | async iterator
@@ -89,7 +90,7 @@ export class Engine {
   // Worker, or with `shared` connects to the origin's SharedWorker (shared.js): one Python, GPU device
   // and model for every page that asks for it. `onProgress`: default listener for download and load.
   constructor({ client = null, context = null, onProgress = null, shared = false, kvType = "auto", arithmetic = null,
-    rope = null, expertSlots = null } = {}) {
+    rope = null, expertSlots = null, streamedLayers = null } = {}) {
     this.client = client ?? new EngineClient(undefined, { shared });
     this.ownsClient = !client;
     this.context = context;
@@ -97,6 +98,7 @@ export class Engine {
     this.arithmetic = arithmetic;
     this.rope = rope;
     this.expertSlots = expertSlots;
+    this.streamedLayers = streamedLayers;
     this.onProgress = onProgress;
     this.model = null;   // {id, storeId, name, aliases}
     this.adapter = null;
@@ -126,6 +128,7 @@ export class Engine {
       rope_scaling: rope.scaling ?? null, rope_scale: rope.scale ?? null, yarn_orig_ctx: rope.yarnOrigCtx ?? null,
       budget_bytes: this.kvType === "auto" ? Math.round(budgetBytes()) : null,   // what "auto" plans against
       expert_slots: this.expertSlots ?? null,
+      streamed_layers: this.streamedLayers ?? null,
     };
   }
 
@@ -266,8 +269,8 @@ export class Engine {
 // `shared`: use the origin's shared engine (see Engine); pages sharing one should ask for the same
 // model and context, or each switch reloads the GPU.
 export async function createEngine({ model = null, context = null, onProgress = null, signal = null, shared = false,
-  kvType = "auto", arithmetic = null, rope = null, expertSlots = null } = {}) {
-  const engine = new Engine({ context, onProgress, shared, kvType, arithmetic, rope, expertSlots });
+  kvType = "auto", arithmetic = null, rope = null, expertSlots = null, streamedLayers = null } = {}) {
+  const engine = new Engine({ context, onProgress, shared, kvType, arithmetic, rope, expertSlots, streamedLayers });
   if (model) {
     try {
       await engine.load(model, { onProgress, context, signal });
