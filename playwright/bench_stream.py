@@ -1,13 +1,14 @@
-"""`pyshim bench --stream`: a mixture of experts bigger than its GPU budget, its routed experts streamed
-from the store into an expert cache (pyshim.gpu.expert_cache), against the same model fully resident.
+"""`pyshim bench --stream`: a model bigger than its GPU budget, streamed from the store, against the same
+model fully resident: a mixture of experts with its routed experts in an expert cache
+(pyshim.gpu.expert_cache), a dense model with its last layers through rotating buffers
+(pyshim.gpu.layer_stream) — whichever pyshim.plan.auto plans for the budget.
 
 For each model: a resident run (the reference tokens and decode speed), then one run per budget with the
-expert cache auto plans for it (pyshim.plan.auto: the slots the shared weights, KV cache and activations
-leave). Each run prefills the same prompt and decodes greedily; a row reports decode tok/s, the cache's
-hit rate and store bytes per decode token (prefill excluded), the seconds of a token spent reading the
-store, GPU MB against the budget, whether the tokens equal the resident run's, and the tok/s predicted
-before the run: the resident token time plus the store bytes a token would read at random routing over
-the store → GPU speed measured first (read and upload of 64 MiB of the file).
+plan auto makes for it. Each run prefills the same prompt and decodes greedily; a row reports decode
+tok/s, the cache's hit rate, store bytes and seconds per decode token (prefill excluded), GPU MB against
+the budget, whether the tokens equal the resident run's, and the tok/s predicted before the run: the
+resident token time plus the store bytes a token reads (experts: at random routing) over the store → GPU
+speed measured first (read and upload of 64 MiB of the file).
 
 Native GPU (wgpu) by default; `--backends browser,gpu` adds a row per budget in headless Chromium (the
 model stored in an on-disk profile's IndexedDB, missed experts read from there).
@@ -86,9 +87,10 @@ async def _run_native(path: Path, prompt: list[int], tokens: int, budget_bytes: 
     try:
         await runner.prepare()
         load_s = time.perf_counter() - t0
-        cache = runner.ops.expert_cache
+        cache, stream = runner.ops.expert_cache, runner.ops.layer_stream
         marks = {}
-        decoder = _FirstToken(lambda: marks.update(prefill=None if cache is None else cache.stats.as_dict()))
+        decoder = _FirstToken(lambda: marks.update(prefill=None if cache is None else cache.stats.as_dict(),
+                                                   layers=None if stream is None else stream.stats.as_dict()))
         done = await generate(runner, prompt, SamplingParams(), tokens, decoder=decoder, on_text=lambda piece, token: None)
         row = {"load_s": round(load_s, 2), "ids": done.token_ids, "decode_tok_s": round(done.decode_tok_per_s, 3),
                "prefill_tok_s": round(done.prefill_tok_per_s, 3), "decode_tokens": done.decode_steps,
@@ -101,6 +103,13 @@ async def _run_native(path: Path, prompt: list[int], tokens: int, budget_bytes: 
                        store_mb_per_token=round((end["uploaded_bytes"] - start["uploaded_bytes"]) / steps / 1e6, 2),
                        store_s_per_token=round((end["fetch_s"] - start["fetch_s"]) / steps, 4),
                        prefill_hit_rate=start["hit_rate"])
+        if stream is not None:
+            end, start = stream.stats.as_dict(), marks["layers"]
+            steps = max(1, done.decode_steps)
+            row.update(streamed_layers=len(stream.layers),
+                       store_mb_per_token=round((end["uploaded_bytes"] - start["uploaded_bytes"]) / steps / 1e6, 2),
+                       store_s_per_token=round((end["fetch_s"] - start["fetch_s"]) / steps, 4),
+                       prefill_store_mb=round(start["uploaded_bytes"] / 1e6, 1))
         return row
     finally:
         runner.close()
@@ -114,10 +123,11 @@ def _run_browser(path: Path, prompt: list[int], tokens: int, budget_bytes: int, 
     r = browser.run(path, "complete", {"settings": {"kv_type": "auto", "budget_bytes": budget_bytes, "context": context},
                                        "prompt_ids": prompt, "sampling": wire})
     t = r["timings"]
-    cache = r.get("expert_cache") or {}
+    cache, stream = r.get("expert_cache") or {}, r.get("layer_stream") or {}
     return {"wall_s": round(time.perf_counter() - t0, 1), "ids": r["token_ids"], "decode_tok_s": round(t["decode_tok_per_s"], 3),
             "load_s": round(t["load_ms"] / 1e3, 2), "slots": cache.get("slots"), "hit_rate": cache.get("hit_rate"),
-            "store_mb_total": round(cache.get("uploaded_bytes", 0) / 1e6, 1), "auto": r.get("auto")}
+            "streamed_layers": stream.get("streamed_layers"),
+            "store_mb_total": round((cache or stream).get("uploaded_bytes", 0) / 1e6, 1), "auto": r.get("auto")}
 
 
 def run(config: StreamConfig, log=print) -> dict:
@@ -125,7 +135,7 @@ def run(config: StreamConfig, log=print) -> dict:
     from pyshim.gguf.spec import ModelSpec
     from pyshim.gpu import open_device
     from pyshim.plan import auto
-    from pyshim.plan.memory import streamed_read_bytes
+    from pyshim.plan.memory import layer_matrix_bytes, streamed_read_bytes
     from pyshim.setup.catalog import resolve_model
     from pyshim.text.tokenizer import Tokenizer
 
@@ -149,18 +159,23 @@ def run(config: StreamConfig, log=print) -> dict:
         for mb in config.budgets_mb:
             budget = int(mb * 1e6)
             choice = auto.choose(spec, header.tensors, budget_bytes=budget, context=context)
-            if choice is None or choice.expert_slots is None:
+            if choice is None or choice.mode == "resident":
                 rows.append({"mode": "none fits" if choice is None else "resident", "budget_mb": mb})
                 continue
-            predicted = 1 / (t_token + streamed_read_bytes(spec, header.tensors, choice.expert_slots) / speed)
+            if choice.expert_slots is not None:
+                what, per_token = f"{choice.expert_slots} slots", streamed_read_bytes(spec, header.tensors, choice.expert_slots)
+            else:
+                layers = layer_matrix_bytes(header.tensors)
+                what, per_token = f"{choice.streamed_layers} layers streamed", sum(layers[i] for i in sorted(layers)[-choice.streamed_layers:])
+            predicted = 1 / (t_token + per_token / speed)
             for backend in config.backends:
-                log(f"[stream] {name}: {mb:.0f} MB budget, {choice.expert_slots} slots, {backend}")
+                log(f"[stream] {name}: {mb:.0f} MB budget, {what}, {backend}")
                 row = (asyncio.run(_run_native(path, prompt, config.tokens, budget, context)) if backend == "gpu"
                        else _run_browser(path, prompt, config.tokens, budget, context))
-                rows.append({"mode": "experts streamed", "backend": backend, "budget_mb": mb, **row,
+                rows.append({"mode": choice.mode, "backend": backend, "budget_mb": mb, **row,
                              "predicted_tok_s": round(predicted, 3), "same_tokens": row["ids"] == resident["ids"]})
         report["models"][name] = {"file_mb": round(header.file_size / 1e6, 1), "experts": spec.n_experts,
-                                  "used": spec.n_experts_used, "rows": rows}
+                                  "used": spec.n_experts_used, "layers": spec.n_layers, "rows": rows}
     return report
 
 
@@ -168,12 +183,14 @@ def markdown(report: dict) -> str:
     lines = [f"Expert streaming, {report['tokens']} decode tokens; store -> GPU {report['store_mb_s']} MB/s "
              f"({report['adapter']})", ""]
     for name, m in report["models"].items():
-        lines += [f"**{name}** ({m['file_mb']:,.0f} MB, {m['experts']} experts, {m['used']} per token)", "",
-                  "| mode | backend | budget MB | slots | GPU MB | decode tok/s | predicted | hit rate | store MB/token | "
-                  "store s/token | same tokens |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        what = f"{m['experts']} experts, {m['used']} per token" if m["experts"] else f"{m['layers']} layers"
+        lines += [f"**{name}** ({m['file_mb']:,.0f} MB, {what})", "",
+                  "| mode | backend | budget MB | slots / streamed layers | GPU MB | decode tok/s | predicted | hit rate | "
+                  "store MB/token | store s/token | same tokens |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in m["rows"]:
             cell = lambda k: "" if r.get(k) is None else str(r[k])  # noqa: E731
-            lines.append(f"| {r['mode']} | {cell('backend')} | {cell('budget_mb')} | {cell('slots')} | {cell('gpu_mb')} | "
+            held = cell("slots") or cell("streamed_layers")
+            lines.append(f"| {r['mode']} | {cell('backend')} | {cell('budget_mb')} | {held} | {cell('gpu_mb')} | "
                          f"{cell('decode_tok_s')} | {cell('predicted_tok_s')} | {cell('hit_rate')} | "
                          f"{cell('store_mb_per_token')} | {cell('store_s_per_token')} | {cell('same_tokens')} |")
         lines.append("")

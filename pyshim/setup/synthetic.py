@@ -56,6 +56,10 @@ SHAPES: dict[str, Shape] = {
     # 50k; SmolLM2's 49k GPT-2-style one stands in for it)
     "olmoe-1b-7b": Shape(arch="olmoe", tokenizer_from="smollm2", n_layers=16, n_embd=2048, n_heads=16, n_kv_heads=16,
                          n_ff=1024, context=4096, n_experts=64, n_experts_used=8, qk_norm="full"),
+    # Qwen2.5-7B's dense shape (4.3 GB at Q4_0; without its q/k/v biases), the real Qwen2.5 tokenizer: the
+    # model layer streaming is measured on (`pyshim bench --stream --models qwen2.5-7b`)
+    "qwen2.5-7b": Shape(arch="qwen2", tokenizer_from="qwen2.5", n_layers=28, n_embd=3584, n_heads=28, n_kv_heads=4,
+                        n_ff=18944, context=32768, rope_base=1e6, eps=1e-6),
 }
 
 
