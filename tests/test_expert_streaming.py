@@ -152,3 +152,48 @@ def test_a_failed_read_is_an_error_and_leaves_the_cache_consistent(tmp_path, loo
     cache.fetch = good
     ids = tiny_models.test_ids()
     np.testing.assert_array_equal(streamed.logits(ids, all_logits=True), resident.logits(ids, all_logits=True))
+
+
+@pytest.mark.browser
+def test_a_model_deleted_under_a_stream_is_a_clear_error_and_the_engine_goes_on(chromium, dev_server, tmp_path):
+    """The page's Worker streams a tiny MoE's experts from IndexedDB; the model is deleted from the store
+    (as another tab would) in the middle of a reply: the reply fails with a StoreReadError that says what
+    happened, the next request on it is refused before any work (the model is gone), and the engine then
+    runs the model stored again."""
+    import harness
+    from site_helpers import open_site, serve_bytes
+
+    model = tiny_models.write_tiny_model(tmp_path, "qwen2moe", QT.Q4_K)
+    data = model.read_bytes()
+    context, page, _ = open_site(chromium, dev_server)
+    try:
+        for name in ("moe-a.gguf", "moe-b.gguf"):
+            context.route(f"**/streamed/{name}", lambda route: serve_bytes(route, data))
+        ids = tiny_models.test_ids()
+
+        def complete(model_id, prompt, tokens=6, delete_at_token=False):
+            # (every expert of a token takes a slot: with 4 slots for 4 experts a token, each new one is a miss)
+            return page.evaluate("""async ([id, prompt, tokens, deleteAtToken]) => {
+                const store = await import('./store/store.js');
+                let deleted = null;
+                const onEvent = (event) => { if (event === 'token' && deleteAtToken && !deleted) deleted = store.deleteModel(id); };
+                try { return {ok: true, r: await window.pyshimEngine.request('complete', {model_id: id, prompt_ids: prompt,
+                        settings: {expert_slots: 4, kv_type: 'auto'}, sampling: {temperature: 0, max_tokens: tokens, ignore_eos: true}},
+                        {onEvent})}; }
+                catch (e) { return {ok: false, name: e.name, message: e.message, hint: e.hint}; }
+                finally { await deleted; } }""", [model_id, prompt, tokens, delete_at_token])
+
+        first = page.evaluate(harness.STORE_JS, [dev_server.url + "streamed/moe-a.gguf", None])
+        assert first["status"] == "ready", first
+        done = complete(first["id"], ids[:5])
+        assert done["ok"] and done["r"]["expert_cache"]["uploaded_bytes"] > 0, done
+        failed = complete(first["id"], ids[5:20], tokens=40, delete_at_token=True)
+        assert not failed["ok"] and failed["name"] == "StoreReadError", failed
+        assert "could not be read from the browser's store" in failed["message"] and "store it again" in failed["hint"]
+        gone = complete(first["id"], ids[5:20])
+        assert not gone["ok"] and gone["name"] == "ModelNotFoundError" and "no longer in the store" in gone["message"], gone
+        second = page.evaluate(harness.STORE_JS, [dev_server.url + "streamed/moe-b.gguf", None])
+        again = complete(second["id"], ids[5:20])
+        assert again["ok"] and len(again["r"]["token_ids"]) == 6, again
+    finally:
+        context.close()

@@ -81,7 +81,11 @@ export async function storedFromURL(url, checkFit, emit) {
 // The stored model's manifest, refusing one that is not fully stored.
 export async function readyModel(modelId) {
   const manifest = await store.getModel(modelId);
-  if (!manifest || manifest.status !== "ready") {
+  if (!manifest) {
+    throw Object.assign(new Error("this model is no longer in the store (deleted, perhaps in another tab)"),
+      { name: "ModelNotFoundError", hint: "store it again, or pick another model" });
+  }
+  if (manifest.status !== "ready") {
     throw Object.assign(new Error("this model is not fully stored yet"), { name: "ModelNotReadyError", hint: "finish its download first" });
   }
   return manifest;
