@@ -374,12 +374,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     needle.add_argument("--kv-types", default=None, help="comma-separated KV cache types (default f32,f16,q8,q4)")
 
 
+def _csv(value: str | None, cast=str) -> list | None:
+    """A comma-separated flag's values (None when the flag was not given)."""
+    return None if not value else [cast(v) for v in value.split(",") if v]
+
+
 def stream_config(args) -> "bench_stream.StreamConfig":
     config = bench_stream.StreamConfig(out=args.out)
-    if args.models:
-        config.models = [m for m in args.models.split(",") if m]
-    if args.budgets_mb:
-        config.budgets_mb = [float(b) for b in args.budgets_mb.split(",") if b]
+    config.models = _csv(args.models) or config.models
+    config.budgets_mb = _csv(args.budgets_mb, float) or config.budgets_mb
     if args.tokens:
         config.tokens = max(2, args.tokens)
     if args.backends != ",".join(BACKENDS):
@@ -392,16 +395,12 @@ def stream_config(args) -> "bench_stream.StreamConfig":
 
 def needle_config(args) -> "bench_needle.NeedleConfig":
     config = bench_needle.NeedleConfig(out=args.out)
-    if args.models:
-        config.models = [m for m in args.models.split(",") if m]
-    if args.contexts:
-        config.contexts = [int(c) for c in args.contexts.split(",") if c]
-    if args.depths:
-        config.depths = tuple(float(d) for d in args.depths.split(",") if d)
+    config.models = _csv(args.models) or config.models
+    config.contexts = _csv(args.contexts, int) or config.contexts
+    config.depths = tuple(_csv(args.depths, float) or config.depths)
     if args.seeds:
         config.seeds = max(1, args.seeds)
-    if args.kv_types:
-        config.kv_types = [t for t in args.kv_types.split(",") if t]
+    config.kv_types = _csv(args.kv_types) or config.kv_types
     if config.kv_types[0] != "f32":
         raise SystemExit("--kv-types: the first must be f32 (the others' answers are compared with its)")
     return config
@@ -423,22 +422,15 @@ def config_from_args(args):
 
 
 def run_and_report(config) -> int:
-    if isinstance(config, bench_stream.StreamConfig):
-        report = bench_stream.run(config, log=_log)
-        paths = bench_stream.write_outputs(report, config.out)
-        print()
-        print(bench_stream.markdown(report))
-        for kind, path in paths.items():
-            print(f"{kind}: {path}")
-        return 0
-    if isinstance(config, bench_needle.NeedleConfig):
-        report = bench_needle.run(config, log=_log)
-        paths = bench_needle.write_outputs(report, config.out)
-        print()
-        print(bench_needle.markdown(report))
-        for kind, path in paths.items():
-            print(f"{kind}: {path}")
-        return 0
+    for module, kind in ((bench_stream, bench_stream.StreamConfig), (bench_needle, bench_needle.NeedleConfig)):
+        if isinstance(config, kind):        # the benchmarks of their own: run, write, print the tables
+            report = module.run(config, log=_log)
+            paths = module.write_outputs(report, config.out)
+            print()
+            print(module.markdown(report))
+            for name, path in paths.items():
+                print(f"{name}: {path}")
+            return 0
     report = run_bench(config)
     paths = write_outputs(report, config.out)
     print()

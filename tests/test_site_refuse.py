@@ -167,59 +167,47 @@ def test_file_changed_during_download_is_detected(site):
     watch.check(allow_console_errors=("Failed to load resource",))
 
 
-def test_auto_settings_fit_a_7b_model_in_6_gb_and_the_panel_says_why(site, tmp_path):
-    """kv_type "auto" (the site's default): a 4.3 GB Qwen2.5-7B-shaped file and a 6 GB budget get a small
-    cache at a context that fits, and the fit panel says what was picked and why. (The body is refused by
-    the fake server: the panel is the header's verdict.)"""
+def fit_panel_of_header(site, tmp_path, name: str, budget_bytes: float) -> tuple[str, dict]:
+    """A Qwen2.5-7B-shaped header (4.3 GB claimed; the body refused by the fake server) downloaded with a GPU
+    budget of `budget_bytes`: (the fit panel's text, the stored manifest), the model deleted again."""
     context, page, _ = site
-    header, total = qwen7b_header_gguf(tmp_path / "qwen7b.gguf")
-    page.evaluate("() => localStorage.setItem('pyshim.gpuBudgetMiB', String(6e9 / 2 ** 20))")
+    header, total = qwen7b_header_gguf(tmp_path / name)
+    page.evaluate("(mib) => localStorage.setItem('pyshim.gpuBudgetMiB', String(mib))", budget_bytes / 2 ** 20)
     try:
         def answer(route):
             if route.request.headers.get("range") == f"bytes=0-{CHUNK - 1}":
                 serve_bytes(route, header, total=total)
             else:
                 route.abort()
-        context.route(f"**/{FAKE}/qwen7b.gguf", answer)
-        start_url_download(page, fake_url(page, "qwen7b.gguf"))
-        page.wait_for_function("""() => [...document.querySelectorAll('#stored li')].some(li =>
-            li.querySelector('.name').textContent === 'qwen7b.gguf' && li.dataset.status !== 'new')""", timeout=WAIT_MS)
-        page.click("#stored li:has-text('qwen7b.gguf') .row-main")
+        context.route(f"**/{FAKE}/{name}", answer)
+        start_url_download(page, fake_url(page, name))
+        page.wait_for_function("""(name) => [...document.querySelectorAll('#stored li')].some(li =>
+            li.querySelector('.name').textContent === name && li.dataset.status !== 'new')""", arg=name, timeout=WAIT_MS)
+        page.click(f"#stored li:has-text('{name}') .row-main")
         page.wait_for_selector("#fit-panel[data-verdict=fits]", timeout=WAIT_MS)
         panel = page.eval_on_selector("#fit-panel", "el => el.textContent")
     finally:
         page.evaluate("() => localStorage.removeItem('pyshim.gpuBudgetMiB')")
-    manifest = store_ok(page, "getModel", model_id(page, fake_url(page, "qwen7b.gguf")))
+    manifest = store_ok(page, "getModel", model_id(page, fake_url(page, name)))
+    store_ok(page, "deleteModel", manifest["id"])
+    return panel, manifest
+
+
+def test_auto_settings_fit_a_7b_model_in_6_gb_and_the_panel_says_why(site, tmp_path):
+    """kv_type "auto" (the site's default): a 4.3 GB Qwen2.5-7B-shaped file and a 6 GB budget get a small
+    cache at a context that fits, and the fit panel says what was picked and why. (The body is refused by
+    the fake server: the panel is the header's verdict.)"""
+    panel, manifest = fit_panel_of_header(site, tmp_path, "qwen7b.gguf", 6e9)
     picked = manifest["probe"]["auto"]
     assert picked["kv_type"] in ("q8", "q4") and picked["context"] >= 8192 and picked["total_bytes"] <= 6e9
     assert "auto picked a q" in panel and "f32 would need" in panel and "of the 6.00 GB budget" in panel, panel
-    store_ok(page, "deleteModel", manifest["id"])
 
 
 def test_a_7b_model_in_a_2_gb_budget_gets_a_streaming_plan_not_a_refusal(site, tmp_path):
     """Where the weights do not fit at all, "will it fit?" answers with the plan that streams the last
     layers from the store (pyshim.plan.auto), before the download: resident layers, bytes a step reads."""
-    context, page, _ = site
-    header, total = qwen7b_header_gguf(tmp_path / "qwen7b-2g.gguf")
-    page.evaluate("() => localStorage.setItem('pyshim.gpuBudgetMiB', String(2e9 / 2 ** 20))")
-    try:
-        def answer(route):
-            if route.request.headers.get("range") == f"bytes=0-{CHUNK - 1}":
-                serve_bytes(route, header, total=total)
-            else:
-                route.abort()
-        context.route(f"**/{FAKE}/qwen7b-2g.gguf", answer)
-        start_url_download(page, fake_url(page, "qwen7b-2g.gguf"))
-        page.wait_for_function("""() => [...document.querySelectorAll('#stored li')].some(li =>
-            li.querySelector('.name').textContent === 'qwen7b-2g.gguf' && li.dataset.status !== 'new')""", timeout=WAIT_MS)
-        page.click("#stored li:has-text('qwen7b-2g.gguf') .row-main")
-        page.wait_for_selector("#fit-panel[data-verdict=fits]", timeout=WAIT_MS)
-        panel = page.eval_on_selector("#fit-panel", "el => el.textContent")
-    finally:
-        page.evaluate("() => localStorage.removeItem('pyshim.gpuBudgetMiB')")
-    manifest = store_ok(page, "getModel", model_id(page, fake_url(page, "qwen7b-2g.gguf")))
+    panel, manifest = fit_panel_of_header(site, tmp_path, "qwen7b-2g.gguf", 2e9)
     picked = manifest["probe"]["auto"]
     assert picked["mode"] == "layers streamed" and 0 < picked["streamed_layers"] < 28 and picked["total_bytes"] <= 2e9
     assert manifest["probe"]["streamed_layers"] == picked["streamed_layers"]
     assert "auto streams layers" in panel and "of 28 layers stay on the GPU" in panel, panel
-    store_ok(page, "deleteModel", manifest["id"])

@@ -129,7 +129,8 @@ def run(model: Path, kind: str, params: dict, *, on_text: Callable[[str], None] 
                     url = server.url + ROUTED_PREFIX + model.name
                     context.route(url, _serve_file(model))      # registered last: matched before the network guard
                 page.set_default_timeout(STORE_TIMEOUT_MS)
-                stored = page.evaluate(harness.STORE_JS, [url, (params.get("settings") or {}).get("context")])
+                settings = params.get("settings") or {}
+                stored = page.evaluate(harness.STORE_JS, [url, settings.get("context"), settings.get("kv_type") or "auto"])
                 if stored["status"] != "ready":
                     raise _engine_error(stored.get("error") or {"message": f"the model could not be stored ({stored['status']})"})
                 if on_text is not None:

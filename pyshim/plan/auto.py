@@ -187,44 +187,43 @@ def _reason(spec, est: MemoryEstimate, budget: int, refused: list[str], first: i
     return f"auto picked {what}, {where}: {need}{why_not}."
 
 
-def _streamed_reason(spec, tensors, est: MemoryEstimate, budget: int, asked_context, asked_type, asked_slots: bool) -> str:
-    slots, file_bytes = est.expert_slots, sum(t.nbytes for t in est.weights_by_type.values())
-    shared = est.weight_bytes - est.expert_cache_bytes
+def _streamed_plan(spec, est: MemoryEstimate, budget: int, asked_context, asked_type, asked: bool, room_for: str):
+    """The parts the streamed plans' sentences share: (why it streams, the cache type and context, where the
+    context comes from)."""
+    file_bytes = sum(t.nbytes for t in est.weights_by_type.values())
+    why = "as asked" if asked else f"the weights ({_gb(file_bytes)}) are {file_bytes / budget:.1f}x the {_gb(budget)} budget"
     what = (f"{'an' if est.kv_type.startswith('f') else 'a'} {est.kv_type} KV cache "
             f"({WHY_TYPES.get(est.kv_type, est.kv_type)}) at {est.context} tokens")
+    if asked_type != AUTO:
+        what += f" (the {asked_type} cache was asked for)"
     if asked_context is not None and est.context == asked_context:
         where = "the context asked for"
     elif est.context == spec.context_length:
         where = "the model's training context"
     else:
-        where = f"the longest up to {STREAMED_CONTEXT_CAP} that leaves the experts room"
-    type_note = f" (the {asked_type} cache was asked for)" if asked_type != AUTO else ""
-    why = ("as asked" if asked_slots else
-           f"the weights ({_gb(file_bytes)}) are {file_bytes / budget:.1f}x the {_gb(budget)} budget")
+        where = f"the longest up to {STREAMED_CONTEXT_CAP} that leaves the {room_for} room"
+    return why, what, where
+
+
+def _memory_sum(est: MemoryEstimate, resident: str, streamed: str) -> str:
+    return (f"{resident} {_gb(est.weight_bytes - est.expert_cache_bytes)} + {streamed} {_gb(est.expert_cache_bytes)} + "
+            f"cache {_gb(est.kv_bytes)} + activations {_gb(est.activation_bytes)} = {_gb(est.total_bytes)}")
+
+
+def _streamed_reason(spec, tensors, est: MemoryEstimate, budget: int, asked_context, asked_type, asked_slots: bool) -> str:
+    why, what, where = _streamed_plan(spec, est, budget, asked_context, asked_type, asked_slots, "experts")
+    slots = est.expert_slots
     return (f"auto streams the routed experts, {why}: {slots} of each layer's {spec.n_experts} experts stay on the GPU "
             f"and the rest are read from the store when the router picks them (at most "
-            f"{streamed_read_bytes(spec, tensors, slots) / 1e6:.1f} MB a token at random routing); {what}{type_note}, "
-            f"{where}: shared weights {_gb(shared)} + expert cache "
-            f"{_gb(est.expert_cache_bytes)} + cache {_gb(est.kv_bytes)} + activations {_gb(est.activation_bytes)} "
-            f"= {_gb(est.total_bytes)}.")
+            f"{streamed_read_bytes(spec, tensors, slots) / 1e6:.1f} MB a token at random routing); {what}, {where}: "
+            f"{_memory_sum(est, 'shared weights', 'expert cache')}.")
 
 
 def _layers_reason(spec, tensors, est: MemoryEstimate, budget: int, asked_context, asked_type, asked: bool) -> str:
-    streamed, file_bytes = est.streamed_layers, sum(t.nbytes for t in est.weights_by_type.values())
-    per_layer = layer_matrix_bytes(tensors)
+    why, what, where = _streamed_plan(spec, est, budget, asked_context, asked_type, asked, "layers")
+    streamed, per_layer = est.streamed_layers, layer_matrix_bytes(tensors)
     read = sum(per_layer[i] for i in sorted(per_layer)[-streamed:])
-    what = (f"{'an' if est.kv_type.startswith('f') else 'a'} {est.kv_type} KV cache "
-            f"({WHY_TYPES.get(est.kv_type, est.kv_type)}) at {est.context} tokens")
-    if asked_context is not None and est.context == asked_context:
-        where = "the context asked for"
-    elif est.context == spec.context_length:
-        where = "the model's training context"
-    else:
-        where = f"the longest up to {STREAMED_CONTEXT_CAP} that leaves the layers room"
-    type_note = f" (the {asked_type} cache was asked for)" if asked_type != AUTO else ""
-    why = "as asked" if asked else f"the weights ({_gb(file_bytes)}) are {file_bytes / budget:.1f}x the {_gb(budget)} budget"
     return (f"auto streams layers, {why}: {spec.n_layers - streamed} of {spec.n_layers} layers stay on the GPU and the last "
             f"{streamed} pass through two rotating layers' buffers, read from the store once per step "
-            f"({read / 1e6:,.0f} MB a step, a decode token or a prompt chunk); {what}{type_note}, {where}: resident weights "
-            f"{_gb(est.weight_bytes - est.expert_cache_bytes)} + layer buffers {_gb(est.expert_cache_bytes)} + cache "
-            f"{_gb(est.kv_bytes)} + activations {_gb(est.activation_bytes)} = {_gb(est.total_bytes)}.")
+            f"({read / 1e6:,.0f} MB a step, a decode token or a prompt chunk); {what}, {where}: "
+            f"{_memory_sum(est, 'resident weights', 'layer buffers')}.")

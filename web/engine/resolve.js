@@ -54,8 +54,9 @@ export async function locate(spec) {
 // limits and the memory budget. Answers {need} while the header runs past the bytes given, else {ok,
 // reasons, needBytes, budgetBytes, limits, summary}; a file that is not a usable GGUF throws an error
 // marked `refusal`. `adapter`: gpu-selftest's adapter dict (null without WebGPU); `kvType`: the KV cache
-// type it will run with (f32, f16, q8, q4).
-export async function checkFit(client, adapter, context, prefix, size, kvType = "f32") {
+// type it will run with (auto — the default, as the engine's: the plan pyshim.plan.auto makes, streaming
+// included —, f32, f16, q8, q4).
+export async function checkFit(client, adapter, context, prefix, size, kvType = "auto") {
   const budget = budgetBytes();
   const summary = await client.request("probe-bytes", {
     bytes: prefix, file_size: size, context, kv_type: kvType, budget_bytes: budget, limits: adapter?.limits ?? null, judge: true,
@@ -77,7 +78,7 @@ export function progressOf(phase, loaded, total, extra = {}) {
 }
 
 // The model `where` (locate's answer) stored and verified, downloading what is missing -> its manifest.
-export async function ensureStored(where, { client, adapter, context, kvType = "f32", onProgress = null, signal = null }) {
+export async function ensureStored(where, { client, adapter, context, kvType = "auto", onProgress = null, signal = null }) {
   const manifest = where.id ? await store.getModel(where.id)
     : await store.createFromURL(where.url, { name: where.name, expectedSha256: expectedSha256(fileName(where.url)) });
   if (manifest.status === "ready") return manifest;

@@ -77,7 +77,8 @@ async function withModel(fn, params, id, extra = null) {
     if (!model_url) throw Object.assign(new Error("name the model by model_id (a store id) or model_url"), { name: "BadRequestError", param: "model_id" });
     const context = rest.settings?.context ?? null;
     ({ id: model_id, store_ms } = await storedFromURL(new URL(model_url, SITE_ROOT).href,
-      checkFit({ context, kv_type: rest.settings?.kv_type ?? "f32", limits: await adapterLimits(), budget_bytes: null }), events));
+      checkFit({ context, kv_type: rest.settings?.kv_type ?? "auto", limits: await adapterLimits(),
+        budget_bytes: rest.settings?.budget_bytes ?? null }), events));
   }
   const manifest = await readyModel(model_id);
   const result = await call(fn, JSON.stringify({ ...rest, model_id }), manifest.size, storeAccess(events), id, events);
