@@ -136,7 +136,7 @@ def run(config: StreamConfig, log=print) -> dict:
     from pyshim.gguf.spec import ModelSpec
     from pyshim.gpu import open_device
     from pyshim.plan import auto
-    from pyshim.plan.memory import layer_matrix_bytes, streamed_read_bytes
+    from pyshim.plan.memory import streamed_bytes_per_token
     from pyshim.setup.catalog import resolve_model
     from pyshim.text.tokenizer import Tokenizer
 
@@ -163,11 +163,9 @@ def run(config: StreamConfig, log=print) -> dict:
             if choice is None or choice.mode == "resident":
                 rows.append({"mode": "none fits" if choice is None else "resident", "budget_mb": mb})
                 continue
-            if choice.expert_slots is not None:
-                what, per_token = f"{choice.expert_slots} slots", streamed_read_bytes(spec, header.tensors, choice.expert_slots)
-            else:
-                layers = layer_matrix_bytes(header.tensors)
-                what, per_token = f"{choice.streamed_layers} layers streamed", sum(layers[i] for i in sorted(layers)[-choice.streamed_layers:])
+            what = f"{choice.expert_slots} slots" if choice.expert_slots else f"{choice.streamed_layers} layers streamed"
+            per_token = streamed_bytes_per_token(spec, header.tensors, expert_slots=choice.expert_slots,
+                                                 streamed_layers=choice.streamed_layers)
             predicted = 1 / (t_token + per_token / speed)
             for backend in config.backends:
                 log(f"[stream] {name}: {mb:.0f} MB budget, {what}, {backend}")

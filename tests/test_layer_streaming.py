@@ -80,6 +80,10 @@ def test_auto_streams_the_layers_of_a_dense_model_at_40_percent_of_its_weights(t
                          capture_output=True, text=True, check=True)
     fit = json.loads(out.stdout)["best_fit"]
     assert fit["mode"] == "layers streamed" and fit["streamed_layers"] == streamed
+    # what a token reads from the store under the plan, and the rate this file's read speed alone allows
+    per_layer = sum(t.nbytes for t in header.tensors if t.name.startswith("blk.27.") and len(t.shape) >= 2)
+    assert fit["store"]["bytes_per_token"] == streamed * per_layer
+    assert fit["store"]["max_tok_s"] == pytest.approx(fit["store"]["read_bytes_per_s"] / (streamed * per_layer), rel=0.01)
 
 
 @pytest.mark.browser

@@ -64,11 +64,35 @@ def run(args) -> int:
         # what kv_type "auto" would pick, starting from --context (default: the training context, capped)
         fit = auto.choose(spec, header.tensors, budget_bytes=int(args.budget_mb * 1e6), context=args.context, fixed_context=False)
         report["best_fit"] = None if fit is None else fit.as_dict()
+        if fit is not None and fit.mode != "resident":
+            report["best_fit"]["store"] = _store_figures(path, spec, header.tensors, fit)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print(_text(report, spec))
     return 0
+
+
+def _store_figures(path, spec, tensors, fit) -> dict:
+    """A streamed plan's reads: bytes a decode token takes from the store, this file's read speed here
+    (64 MiB read twice, the second pass timed: warm, as a running model's file is) and the decode rate
+    that speed alone allows (the GPU's own work comes on top)."""
+    import time
+
+    import numpy as np
+
+    from pyshim.gguf.tensors import FileSource
+    from pyshim.plan.memory import streamed_bytes_per_token
+
+    per_token = streamed_bytes_per_token(spec, tensors, expert_slots=fit.expert_slots, streamed_layers=fit.streamed_layers)
+    source = FileSource(path)
+    n = min(64 << 20, source.size // 2)
+    for _ in range(2):
+        t0 = time.perf_counter()
+        np.array(source.read(source.size - n, n))
+        seconds = max(time.perf_counter() - t0, 1e-9)
+    speed = n / seconds
+    return {"bytes_per_token": per_token, "read_bytes_per_s": round(speed), "max_tok_s": round(speed / per_token, 2) if per_token else None}
 
 
 def _runnable(type_name: str) -> bool:
@@ -136,4 +160,8 @@ def _text(report: dict, spec) -> str:
                                        if fit["streamed_layers"] else "") +
                                       f"context {fit['context']} with a {fit['kv_type']} KV cache: {_mib(fit['total_bytes'])}\n"
                                       f"            ({fit['reason']})"))
+        if fit and fit.get("store"):
+            st = fit["store"]
+            lines.append(f"store       a decode token reads {st['bytes_per_token'] / 1e6:,.0f} MB of it; this file reads at "
+                         f"{st['read_bytes_per_s'] / 1e9:.1f} GB/s here (warm), which alone allows {st['max_tok_s']} tok/s")
     return "\n".join(lines)

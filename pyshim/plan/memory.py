@@ -203,6 +203,18 @@ def layer_matrix_bytes(tensors: Iterable[TensorInfo]) -> dict[int, int]:
 STREAM_SETS = 2        # rotating sets of buffers streamed layers go through (pyshim.gpu.layer_stream.SETS)
 
 
+def streamed_bytes_per_token(spec: ModelSpec, tensors: Iterable[TensorInfo], *, expert_slots: int | None = None,
+                             streamed_layers: int | None = None) -> int:
+    """Store bytes a decode token reads under a streamed plan (experts: at random routing, a ceiling)."""
+    tensors = tuple(tensors)
+    if expert_slots:
+        return streamed_read_bytes(spec, tensors, expert_slots)
+    if streamed_layers:
+        per_layer = layer_matrix_bytes(tensors)
+        return sum(per_layer[i] for i in sorted(per_layer)[-streamed_layers:])
+    return 0
+
+
 def per_token_expert_bytes(spec: ModelSpec, tensors: Iterable[TensorInfo]) -> int:
     """Bytes of the routed experts one decode token uses (n_used of every layer's)."""
     return expert_slot_bytes(spec, tensors) * spec.n_experts_used
