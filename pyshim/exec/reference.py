@@ -129,10 +129,6 @@ class ReferenceOps:
                 if len(w.shape) >= 2:
                     w.dense()
 
-    @property
-    def bound_bytes(self) -> int:
-        return sum(w.ref.nbytes for w in self._bound.values())
-
     # --- weights ---
     def has_weight(self, name: str) -> bool:
         return name in self.store

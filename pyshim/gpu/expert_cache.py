@@ -27,7 +27,6 @@ from typing import Awaitable, Callable, Sequence
 import numpy as np
 
 from pyshim.errors import UnsupportedError
-from pyshim.gguf.tensors import TensorRef
 from pyshim.gguf.types import check_runnable
 from pyshim.gpu.kernels import REPACK_GROUP_BYTES, repack_bytes
 from pyshim.gpu.slots import Part, Upload, WeightSlot, WeightSlots
@@ -108,7 +107,6 @@ class ExpertCache:
         self.fetch = fetch or self._read_and_write
         self.layers: dict[str, LayerCache] = {}
         self.stats = CacheStats()
-        self._originals: dict[str, TensorRef] = {}    # cached tensor name -> its file tensor
 
     @property
     def nbytes(self) -> int:
@@ -141,7 +139,6 @@ class ExpertCache:
             nbytes = repack_bytes(units * per, ref.row_bytes) if w.grouped else units * expert_bytes
             w.parts.append(Part(self.weights.allocator.buffer(nbytes, f"{name}[cache {unit0}:]"), unit0 * per, units * per))
         layer.tensors.append(w)
-        self._originals[name] = ref
         self.weights.slots[name] = w
         return w
 

@@ -85,10 +85,6 @@ class GpuOps(ExpertOps):
     def uploads(self):
         return self.slots.uploads
 
-    @property
-    def bound_bytes(self) -> int:
-        return self.slots.bound_bytes
-
     def memory(self) -> dict[str, int]:
         """Device bytes by kind (buffer sizes as allocated, rounded up to 16)."""
         weights, kv, total = self.slots.nbytes, self.kv.nbytes, self.allocator.allocated

@@ -90,11 +90,6 @@ class WeightSlots:
         return name in self.store
 
     @property
-    def bound_bytes(self) -> int:
-        """File bytes of every bound tensor (what a decode step reads once each)."""
-        return sum(w.ref.nbytes for w in self.slots.values())
-
-    @property
     def nbytes(self) -> int:
         """Device bytes the slots' buffers take."""
         parts = sum(int(p.buffer.size) for w in self.slots.values() for p in w.parts)
