@@ -6,7 +6,9 @@
 - `policy`: which kernel variants run, from the adapter's features and limits; `kernels` and `shaderc`:
   the WGSL catalog, params layouts and preprocessor; `program`: recorded dispatches built and replayed;
   `pool`: the allocator and activation buffers; `slots`: weights by name; `kv`: the KV cache per
-  sequence; `ops`: the ops interface recorded into programs; `selftest`: a first dispatch.
+  sequence; `ops`: the ops interface recorded into programs (`experts`: its mixture-of-experts part);
+  weights streamed from the store: `expert_cache` (routed experts in slots) and `layer_stream` (dense
+  layers through rotating buffers); `selftest`: a first dispatch.
 May import: pyshim.errors, pyshim.gguf, pyshim.plan, pyshim.models (the ops interface, rope's tables).
 """
 
