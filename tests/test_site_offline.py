@@ -67,7 +67,7 @@ def test_generate_protocol_refuses_a_model_that_is_not_stored(site):
     err = page.evaluate("""async () => { try { await window.pyshimEngine.request('generate', {model_id: 'url:nowhere',
                                                     messages: [{role: 'user', content: 'hi'}]}); }
                                          catch (e) { return {name: e.name, hint: e.hint}; } }""")
-    assert err["name"] == "ModelNotReadyError" and err["hint"]
+    assert err["name"] == "ModelNotFoundError" and err["hint"]      # (ModelNotReadyError: stored in part)
     # a request of the wrong shape never reaches the Worker: refused by the shared schema, the field named
     bad = page.evaluate("""async () => { try { await window.pyshimEngine.request('generate', {model_id: 'url:nowhere', messages: []}); }
                                          catch (e) { return {name: e.name, param: e.param, message: e.message}; } }""")

@@ -82,7 +82,7 @@ export async function storedFromURL(url, checkFit, emit) {
 export async function readyModel(modelId) {
   const manifest = await store.getModel(modelId);
   if (!manifest) {
-    throw Object.assign(new Error("this model is no longer in the store (deleted, perhaps in another tab)"),
+    throw Object.assign(new Error("this model is not in the store (never stored, or deleted: perhaps in another tab)"),
       { name: "ModelNotFoundError", hint: "store it again, or pick another model" });
   }
   if (manifest.status !== "ready") {
