@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 # Matrix-vector products are memory-bound: one BLAS thread streams nearly as fast as several, and
 # OpenBLAS threads spin-waiting on a busy machine made decode 12x slower in measurement. Applies only
@@ -41,6 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chat", action="store_true", help="apply the model's chat template to the prompt")
     parser.add_argument("--ignore-eos", action="store_true",
                         help="do not stop at end-of-generation tokens: always --max-tokens (fixed-length benchmark runs)")
+    shape = parser.add_argument_group("constrained output (response_format)").add_mutually_exclusive_group()
+    shape.add_argument("--json-schema", type=Path, default=None, metavar="FILE",
+                       help="the reply must be JSON matching this JSON Schema (strict: objects take only the properties listed)")
+    shape.add_argument("--json-object", action="store_true", help="the reply must be a JSON object")
+    shape.add_argument("--grammar", type=Path, default=None, metavar="FILE", help="the reply must follow this GBNF grammar (rule root)")
     add_run_arguments(parser)
     parser.add_argument("--json", action="store_true",
                         help='print one JSON object {"text", "ids", "prompt_ids", "prefill_tok_s", "decode_tok_s", ...}')
@@ -110,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
         "repetition_penalty": args.repeat_penalty, "presence_penalty": args.presence_penalty,
         "frequency_penalty": args.frequency_penalty, "seed": args.seed, "max_tokens": args.max_tokens,
-        "stop": args.stop or None, "ignore_eos": args.ignore_eos})
+        "stop": args.stop or None, "ignore_eos": args.ignore_eos, "response_format": response_format_arg(args)})
     path = resolve_model(args.model)
     if args.backend == "browser":
         return _run_in_browser(args, path, settings, sampling)
@@ -183,6 +189,29 @@ def _per_token(cache: dict | None, tokens: int) -> dict | None:
     return cache and {**cache, "uploaded_bytes_per_token": cache["uploaded_bytes"] // max(1, tokens)}
 
 
+def response_format_arg(args: argparse.Namespace) -> dict | None:
+    """--json-schema FILE, --json-object or --grammar FILE as a request's response_format."""
+    from pyshim.errors import BadRequestError
+
+    def read(path: Path) -> str:
+        try:
+            return path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise BadRequestError(f"cannot read {path}: {exc.strerror}", param="response_format") from None
+
+    if args.json_object:
+        return {"type": "json_object"}
+    if args.grammar is not None:
+        return {"type": "grammar", "grammar": read(args.grammar)}
+    if args.json_schema is None:
+        return None
+    try:
+        schema = json.loads(read(args.json_schema))
+    except json.JSONDecodeError as exc:
+        raise BadRequestError(f"{args.json_schema} is not JSON: {exc}", param="response_format") from None
+    return {"type": "json_schema", "json_schema": {"name": args.json_schema.stem, "schema": schema, "strict": True}}
+
+
 def _run_in_browser(args: argparse.Namespace, path, settings, sampling) -> int:
     """The same request in the site's engine Worker (pyshim.cli.browser): the prompt is tokenized here,
     so both sides run the very same ids; the result prints like the native backends'."""
@@ -203,7 +232,7 @@ def _run_in_browser(args: argparse.Namespace, path, settings, sampling) -> int:
     wire = {"temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p, "min_p": params.min_p,
             "repetition_penalty": params.repetition_penalty, "presence_penalty": params.presence_penalty,
             "frequency_penalty": params.frequency_penalty, "seed": params.seed, "max_tokens": sampling.max_tokens,
-            "stop": list(sampling.stop) or None, "ignore_eos": sampling.ignore_eos}
+            "stop": list(sampling.stop) or None, "ignore_eos": sampling.ignore_eos, "response_format": response_format_arg(args)}
     r = browser.run(path, "complete", {"settings": settings.as_dict(), "prompt_ids": prompt_ids,
                                        "stop_token_ids": sorted(stop_ids), "sampling": wire},
                     on_text=None if args.json else _show)

@@ -31,6 +31,7 @@ def run(args) -> int:
         (f"@pyscript/core {vendoring.PYSCRIPT_VERSION} (npm)", vendoring.vendor_pyscript),
         (f"@wllama/wllama {vendoring.WLLAMA_VERSION} (npm; the benchmark's peer)", vendoring.vendor_wllama),
         (f"openai {vendoring.OPENAI_VERSION} (npm, integrity checked; the OpenAI example's client)", vendoring.vendor_openai),
+        (f"@mlc-ai/web-xgrammar {vendoring.XGRAMMAR_VERSION} (npm, integrity checked; the page's grammar engine)", vendoring.vendor_xgrammar),
         ("web/vendor/manifest.json", vendoring.write_manifest),
         ("web/vendor/definitions.js (request schemas and known models, from Python)", vendoring.write_definitions),
     ]

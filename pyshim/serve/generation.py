@@ -8,6 +8,12 @@ for top-k sampling without penalties, the vocabulary's logits otherwise. Text st
 with stop strings held back until they are ruled out; stop ids end the reply and are not part of it;
 `should_stop()` is polled between tokens (the Stop button, an abort).
 
+A constrained reply (`constraint`: a pyshim.text.grammar Matcher for a JSON Schema or a grammar) asks
+the grammar engine for the tokens allowed next and the runner for its top-k candidates (k = the most the
+executor picks itself): greedy takes the first allowed one, top-k sampling draws among the allowed ones
+when at least top_k are; only when the candidates do not suffice is the same step run again for the
+whole vocabulary's logits (it writes the same keys), which the mask then filters before sampling.
+
 Timings (what the benchmarks and the APIs report): prefill_ms = the prompt up to the first new token
 (time to first token); decode_ms = from the first new token to the last (every later step, the streaming
 of its text included); cpu_ms = the part of decode_ms not spent awaiting the device — Python, FFI and the
@@ -26,6 +32,7 @@ import numpy as np
 from pyshim.errors import BadRequestError, ContextOverflowError
 from pyshim.exec.runner import Runner, Step, Want, top_k_rows
 from pyshim.serve.sampling import SamplingParams, can_sample_top_k, make_rng, sample, sample_top_k
+from pyshim.text.grammar import Matcher, allowed, mask_logits
 from pyshim.text.stops import StopStrings
 
 MAX_SCORE_TOP_K = 100         # a score row holds k ids and k floats per position
@@ -39,6 +46,7 @@ class Completion:
     token_ids: list[int] = field(default_factory=list)
     text: str = ""
     finish_reason: str = "length"       # "stop" (an end-of-generation id or a stop string) | "length" | "abort"
+    fallbacks: int = 0                  # constrained steps whose top-k held too few allowed tokens (re-run for all logits)
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
     cpu_ms: float = 0.0
@@ -84,11 +92,12 @@ def decode_want(runner: Runner, params: SamplingParams) -> Want:
 async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams, max_tokens: int, *,
                    stop_ids: Sequence[int] = (), stop_strings: Sequence[str] = (), decoder=None,
                    on_text: OnText | None = None, should_stop: Callable[[], bool] = lambda: False,
-                   seq: int = 0) -> Completion:
+                   seq: int = 0, constraint: Matcher | None = None) -> Completion:
     """Continue `prompt` (token ids) in sequence `seq`, whose cache is reset first. `decoder` turns ids
     into text incrementally (`add(id) -> str`, `finish() -> str`: the tokenizer's StreamingDecoder, which
     holds back incomplete UTF-8); without one only ids come out. `on_text(piece, token)` sees the text as
-    it streams (stop strings held back; the last piece has token -1)."""
+    it streams (stop strings held back; the last piece has token -1). `constraint` keeps the reply inside
+    a grammar (see the module docstring)."""
     prompt = [int(t) for t in prompt]
     if not prompt:
         raise BadRequestError("the prompt is empty")
@@ -105,12 +114,33 @@ async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams
     pieces: list[str] = []
 
     async def next_token(tokens: list[int], start: int) -> int:
+        if constraint is not None:
+            return await constrained_token(tokens, start)
         (o,) = await runner.step(Step.of(tokens, start, seq=seq, want=want, k=params.top_k if want is Want.TOP_K else 0))
         if want is Want.ARGMAX:
             return o.token
         if want is Want.TOP_K:
             return sample_top_k(o.values, o.ids, params, rng)
         return sample(o.logits, params, rng, history)
+
+    async def constrained_token(tokens: list[int], start: int) -> int:
+        mask = await constraint.mask()
+        k = runner.capacity.top_k
+        if want is not Want.LOGITS and k:
+            (o,) = await runner.step(Step.of(tokens, start, seq=seq, want=Want.TOP_K, k=k))
+            ok = allowed(mask, o.ids)                    # o.ids: largest logit first
+            if params.greedy and ok.any():
+                return int(o.ids[int(np.argmax(ok))])
+            keep = np.flatnonzero(ok)[:params.top_k]
+            if not params.greedy and len(keep) == params.top_k:
+                return sample_top_k(o.values[keep], o.ids[keep], params, rng)
+            out.fallbacks += 1
+        (o,) = await runner.step(Step.of(tokens, start, seq=seq, want=Want.LOGITS))
+        logits = mask_logits(o.logits, mask)
+        if not np.isfinite(logits).any():
+            raise BadRequestError("the grammar allows no token here (it cannot be completed with this vocabulary)",
+                                  param="response_format")
+        return sample(logits, params, rng, history)
 
     async def emit(piece: str, token: int) -> None:
         if piece:
@@ -137,6 +167,8 @@ async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams
             break
         out.token_ids.append(token)
         history.append(token)
+        if constraint is not None:
+            constraint.accept(token)
         if decoder is not None:
             await emit(watcher.feed(decoder.add(token)), token)
             if watcher.stopped:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pyshim.errors import BadRequestError
 from pyshim.plan.settings import AUTO, DEFAULT_CONTEXT, KV_TYPES, PREFILL_CHUNK, ROPE_SCALINGS, Arithmetic
 from pyshim.serve.sampling import SamplingParams
+from pyshim.text.grammar import Format, response_format
 
 ROLES = ("system", "user", "assistant")
 MAX_STOP_STRINGS = 4
@@ -51,6 +52,21 @@ STOP = {"anyOf": [{"type": "string", "minLength": 1},
                   {"type": "null"}],
         "description": f"a non-empty string or a list of up to {MAX_STOP_STRINGS} of them", "default": None}
 
+# OpenAI's response_format, plus a grammar form (GBNF, as llama.cpp's server takes it); pyshim.text.grammar
+# turns it into what the grammar engines take.
+RESPONSE_FORMAT = {"anyOf": [
+    {"type": "object", "required": ["type"], "properties": {"type": {"enum": ["text", "json_object"]}}},
+    {"type": "object", "required": ["type", "json_schema"], "properties": {
+        "type": {"const": "json_schema"},
+        "json_schema": {"type": "object", "required": ["schema"], "properties": {
+            "name": {"type": "string"}, "schema": {"type": "object"}, "strict": {"type": ["boolean", "null"]}}}}},
+    {"type": "object", "required": ["type", "grammar"], "properties": {
+        "type": {"const": "grammar"}, "grammar": {"type": "string", "minLength": 1}}},
+    {"type": "null"}],
+    "default": None,
+    "description": '{type: "text" | "json_object"}, {type: "json_schema", json_schema: {schema, name, strict}} '
+                   'or {type: "grammar", grammar: a GBNF grammar}'}
+
 # What shapes a reply, shared by chat and text completions; top_k, min_p, the penalties and ignore_eos are
 # pyshim's (llama.cpp's) extensions, off by default.
 SAMPLING: dict[str, dict] = {
@@ -67,6 +83,7 @@ SAMPLING: dict[str, dict] = {
     "seed": {"type": ["integer", "null"], "default": None, "description": "an integer"},
     "stop": STOP,
     "ignore_eos": {"type": "boolean", "default": False, "description": "true or false"},
+    "response_format": RESPONSE_FORMAT,
 }
 MODEL = {"type": ["string", "null"], "default": None, "description": "a model's name"}
 OPENAI_EXTRAS = {
@@ -293,6 +310,7 @@ class Sampling:
     max_tokens: int
     stop: tuple[str, ...]
     ignore_eos: bool
+    response_format: Format | None = None      # a JSON Schema or grammar the reply must match
 
     @classmethod
     def of(cls, fields: dict) -> "Sampling":
@@ -304,7 +322,10 @@ class Sampling:
                                 seed=None if seed is None else int(seed))
         stop = fields.get("stop") or ()
         max_tokens = fields.get("max_completion_tokens") or fields["max_tokens"]
-        return cls(params, int(max_tokens), (stop,) if isinstance(stop, str) else tuple(stop), bool(fields["ignore_eos"]))
+        fmt = response_format(fields.get("response_format"))
+        if fmt is not None and fields["ignore_eos"]:
+            raise BadRequestError("response_format needs the reply to end: it cannot be combined with ignore_eos", param="ignore_eos")
+        return cls(params, int(max_tokens), (stop,) if isinstance(stop, str) else tuple(stop), bool(fields["ignore_eos"]), fmt)
 
     @classmethod
     def parse(cls, fields: dict | None) -> "Sampling":

@@ -14,17 +14,38 @@ from pyshim.serve.protocol import Sampling
 from pyshim.serve.sampling import SamplingParams
 from pyshim.text.chat import ChatTemplate
 from pyshim.text.compaction import compact
+from pyshim.text.grammar import Grammars
 from pyshim.text.tokenizer import Tokenizer
+
+GrammarsFactory = Callable[[Tokenizer, list[int]], Grammars]
 
 REPLY_SHARE = 4     # a compacted conversation leaves up to 1/REPLY_SHARE of the context for the reply
 
 
 class Session:
-    def __init__(self, runner: Runner, tokenizer: Tokenizer | None = None, template: ChatTemplate | None = None):
+    def __init__(self, runner: Runner, tokenizer: Tokenizer | None = None, template: ChatTemplate | None = None,
+                 grammars: GrammarsFactory | None = None):
         self.runner = runner
         metadata = runner.header.metadata
         self.tokenizer = tokenizer or Tokenizer.from_metadata(metadata)
         self.template = template or ChatTemplate.from_metadata(metadata, self.tokenizer)
+        self._make_grammars = grammars   # (tokenizer, end ids) -> the grammar engine; default llguidance (native)
+        self._grammars: Grammars | None = None
+
+    @property
+    def end_ids(self) -> list[int]:
+        """Every id that may end a reply: end of generation and the template's end of turn (what a grammar
+        engine allows once its grammar may end)."""
+        return sorted(set(self.tokenizer.eog_ids) | set(self.template.stop_ids))
+
+    def grammars(self) -> Grammars:
+        """The grammar engine, made on the first constrained request (it converts the vocabulary)."""
+        if self._grammars is None:
+            make = self._make_grammars
+            if make is None:
+                from pyshim.text.grammar import LLGuidance as make
+            self._grammars = make(self.tokenizer, self.end_ids)
+        return self._grammars
 
     @property
     def n_ctx(self) -> int:
@@ -82,11 +103,21 @@ class Session:
 
     async def complete(self, prompt: Sequence[int], sampling: Sampling, *, stop_ids: Sequence[int] | None = None,
                        on_text: OnText | None = None, should_stop: Callable[[], bool] = lambda: False) -> Completion:
-        """A continuation of `prompt` (token ids); stop ids default to the vocabulary's end of generation."""
-        return await generate(self.runner, prompt, sampling.params, sampling.max_tokens,
-                              stop_ids=self.stop_ids(sampling) if stop_ids is None else stop_ids,
-                              stop_strings=sampling.stop, decoder=self.tokenizer.stream(), on_text=on_text,
-                              should_stop=should_stop)
+        """A continuation of `prompt` (token ids); stop ids default to the vocabulary's end of generation.
+        With a response_format the reply is constrained to it, and any id the grammar engine takes for an
+        end also ends the reply."""
+        stop_ids = self.stop_ids(sampling) if stop_ids is None else list(stop_ids)
+        constraint = None
+        if sampling.response_format is not None:
+            constraint = await self.grammars().matcher(sampling.response_format)
+            stop_ids = sorted(set(stop_ids) | set(self.end_ids))
+        try:
+            return await generate(self.runner, prompt, sampling.params, sampling.max_tokens, stop_ids=stop_ids,
+                                  stop_strings=sampling.stop, decoder=self.tokenizer.stream(), on_text=on_text,
+                                  should_stop=should_stop, constraint=constraint)
+        finally:
+            if constraint is not None:
+                constraint.close()
 
     async def score(self, ids: Sequence[int], top_k: int) -> Scores:
         return await score(self.runner, ids, top_k)

@@ -33,7 +33,7 @@ HEADER_FIRST_READ = 1 << 20      # most headers fit; a 262k-token vocabulary nee
 HEADER_MAX_ROUNDS = 8
 KERNEL_REPS = 2                  # per-kernel profile in bench: submissions per group (a decode step costs 0.3-2 s on SwiftShader)
 
-_state: dict = {"session": None, "model_id": None, "settings": None}
+_state: dict = {"session": None, "model_id": None, "settings": None, "grammar": None}
 _scheduler = Scheduler()
 
 
@@ -67,6 +67,21 @@ def _boundary(fn):
             except PyshimError as exc:
                 return envelope(exc)
     return call
+
+
+def use_grammar(access) -> None:
+    """The page's grammar engine (web/engine/grammar.js: XGrammar in wasm), handed over once at boot; see
+    pyshim.text.grammar.XGrammar. Without it (CPython) constrained requests use llguidance."""
+    _state["grammar"] = access
+
+
+def _grammars(model_id: str):
+    access = _state["grammar"]
+    if access is None:
+        return None
+    from pyshim.text.grammar import XGrammar
+
+    return lambda tokenizer, end_ids: XGrammar(access, model_id, tokenizer, end_ids)
 
 
 # --- no model needed ---------------------------------------------------------------------------------
@@ -171,7 +186,7 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
         for streamed in (runner.ops.expert_cache, runner.ops.layer_stream):
             if streamed is not None:
                 streamed.fetch = _streamer(store, model_id, runner.device.raw)
-        session = Session(runner)
+        session = Session(runner, grammars=_grammars(model_id))
         await session.prepare()
     except BaseException:
         runner.close()
@@ -347,4 +362,4 @@ def _result(done, load_ms: float) -> dict:
     return out
 
 
-__all__ = ["abort", "bench", "complete", "generate", "load", "loaded", "probe", "score", "selftest", "stats", "unload"]
+__all__ = ["abort", "bench", "complete", "generate", "load", "loaded", "probe", "score", "selftest", "stats", "unload", "use_grammar"]

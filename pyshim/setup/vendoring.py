@@ -8,6 +8,7 @@ Layout written here:
     web/vendor/pyscript/           @pyscript/core's dist/
     web/vendor/wllama/             @wllama/wllama's ES module and wasm (the benchmark's peer)
     web/vendor/openai/             the official `openai` client's ES build (web/examples/openai.html)
+    web/vendor/xgrammar/           @mlc-ai/web-xgrammar's bundle (wasm inside): the page's grammar engine
     web/vendor/manifest.json       versions, wheel URLs and SHA-256s
 """
 
@@ -232,24 +233,33 @@ WLLAMA_FILES = {"package/esm/index.js": "index.js", "package/esm/wasm/wllama.was
 
 
 def vendor_wllama(dest: Path = VENDOR_DIR / "wllama") -> str:
+    return _vendor_npm_files(dest, "@wllama/wllama", WLLAMA_VERSION, WLLAMA_FILES)
+
+
+def _vendor_npm_files(dest: Path, package: str, version: str, files: dict[str, str], integrity: str | None = None) -> str:
+    """Members `files` (tarball path -> name in dest) of an npm package; with `integrity`, the tarball
+    must match the registry's."""
     stamp = dest / ".version"
-    if stamp.is_file() and stamp.read_text().strip() == WLLAMA_VERSION:
+    if stamp.is_file() and stamp.read_text().strip() == version:
         return "already there"
-    tarball = npm(f"@wllama/wllama@{WLLAMA_VERSION}")
+    tarball = npm(f"{package}@{version}")
+    if integrity is not None and (actual := npm_integrity(tarball)) != integrity:
+        raise ChecksumError(f"{tarball.name} has integrity {actual[:24]}…, the npm registry published {integrity[:24]}…; nothing was installed",
+                            hint=f"delete {tarball} and run `pyshim setup` again")
     staged = _stage(dest.parent)
     try:
         with tarfile.open(tarball) as tar:
-            for member, target in WLLAMA_FILES.items():
+            for member, target in files.items():
                 try:
                     data = tar.extractfile(member).read()
                 except (KeyError, AttributeError):
                     raise SetupError(f"{tarball.name} has no {member}") from None
                 (staged / target).write_bytes(data)
-        (staged / ".version").write_text(WLLAMA_VERSION)
+        (staged / ".version").write_text(version)
         _replace_dir(staged, dest)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
-    return f"from {tarball.name}"
+    return f"from {tarball.name}" + (" (integrity matches the registry's)" if integrity else "")
 
 
 # --- openai (the official OpenAI client, pointed by web/examples/openai.html at the site's /v1) ------
@@ -321,6 +331,19 @@ def vendor_openai(dest: Path = VENDOR_DIR / "openai", *, version: str = OPENAI_V
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     return f"{len(keep)} files from {tarball.name} (integrity matches the registry's)"
+
+
+# --- XGrammar (constrained decoding in the page: web/engine/grammar.js) -------------------------------------
+
+XGRAMMAR_VERSION = "0.1.27"
+XGRAMMAR_INTEGRITY = "sha512-0WJvW3mjotHA2NeAfaWFE2pQkOgXH9xC2U4IQOJNcioLac0k6VjSbj14jBRprt89frnPzxLo280riaEb+ZQqbg=="
+# One UMD bundle with the wasm inlined (it sets globalThis.xgrammar when imported as a module); the package
+# ships no licence file, its package.json names Apache-2.0.
+XGRAMMAR_FILES = {"package/lib/index.js": "index.js", "package/package.json": "package.json"}
+
+
+def vendor_xgrammar(dest: Path = VENDOR_DIR / "xgrammar") -> str:
+    return _vendor_npm_files(dest, "@mlc-ai/web-xgrammar", XGRAMMAR_VERSION, XGRAMMAR_FILES, XGRAMMAR_INTEGRITY)
 
 
 # --- the manifest the Worker reads ------------------------------------------------------------------

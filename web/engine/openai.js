@@ -68,7 +68,8 @@ function sampling(request) {
   const { temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, seed, stream } = request;
   const stop = absent(request.stop) ? [] : typeof request.stop === "string" ? [request.stop] : request.stop;
   const max_tokens = request.max_completion_tokens ?? request.max_tokens;   // newer OpenAI clients send the first
-  return { temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, max_tokens, stop, seed, stream };
+  const response_format = absent(request.response_format) ? null : request.response_format;
+  return { temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, max_tokens, stop, seed, stream, response_format };
 }
 
 // -> {model, messages: [{role, content}], temperature, top_p, top_k, ..., max_tokens, stop: [..], seed, stream}
@@ -86,9 +87,9 @@ export function validateCompletionRequest(body, { models = [] } = {}) {
 
 // The Worker's `sampling` object for a normalized request (its shape: the Worker kinds' in protocol.js).
 export function workerSampling(request) {
-  const { temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, max_tokens, seed, stop } = request;
+  const { temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, max_tokens, seed, stop, response_format } = request;
   return { temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, max_tokens, seed,
-    ...(stop.length ? { stop } : {}) };
+    ...(stop.length ? { stop } : {}), ...(response_format ? { response_format } : {}) };
 }
 
 // ---- builders -----------------------------------------------------------------------------------

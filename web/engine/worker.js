@@ -18,6 +18,7 @@
 import { bootPython } from "./python.js";
 import { readyModel, storeAccess, storedFromURL } from "./loader.js";
 import { growHeader } from "../store/header.js";
+import { grammarAccess } from "./grammar.js";
 
 const SITE_ROOT = new URL("../", import.meta.url);  // relative URLs in requests are relative to the site
 
@@ -37,6 +38,7 @@ async function boot() {
   });
   pyodide = booted.pyodide;
   api = pyodide.pyimport("pyshim.serve.worker_api");
+  api.use_grammar(grammarAccess);      // constrained decoding (response_format) through XGrammar's wasm
   return booted.report;
 }
 
