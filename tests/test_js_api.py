@@ -117,6 +117,9 @@ BAD_REQUESTS = [
     ({"messages": user("hi"), "seed": "7"}, "seed"),
     ({"messages": user("hi"), "stream": "yes"}, "stream"),
     ({"messages": user("hi"), "n": 2}, "n"),
+    ({"messages": user("hi"), "response_format": {"type": "json_schema"}}, "response_format"),
+    ({"messages": user("hi"), "response_format": {"type": "xml"}}, "response_format"),
+    ({"messages": user("hi"), "response_format": {"type": "grammar", "grammar": ""}}, "response_format"),
 ]
 
 
@@ -260,4 +263,26 @@ def test_unload_then_load_from_the_store(api):
     assert out["refused"] == [400, "model_not_found", "no model is loaded"]
     assert out["stats"]["model"] == "smollm2" and out["models"]["data"][0]["id"] == "smollm2"
     assert out["stats"]["load"]["store_ms"] < 5_000   # already stored: nothing downloaded again
+    watch.check()
+
+
+PERSON = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}, "big": {"type": "boolean"}},
+          "required": ["city", "big"]}
+
+
+def test_response_format_gives_json_that_validates_streamed_or_not(api):
+    """The JS API hands response_format to the Worker's XGrammar: the reply is JSON of the schema, the
+    stream carries the same text, and a grammar the engine cannot use is a 400 naming the field."""
+    import jsonschema
+
+    page, watch, _, _ = api
+    fmt = {"type": "json_schema", "json_schema": {"name": "place", "schema": PERSON, "strict": True}}
+    body = greedy("Name a city as JSON.", 40, response_format=fmt)
+    whole = request(page, body)["choices"][0]
+    chunks = request(page, {**body, "stream": True})
+    assert whole["finish_reason"] == "stop", whole
+    jsonschema.validate(json.loads(whole["message"]["content"]), PERSON)
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == whole["message"]["content"]
+    bad = page.evaluate(CREATE_REQUEST_JS, greedy("hi", 4, response_format={"type": "grammar", "grammar": "root ::= nowhere"}))
+    assert not bad["ok"] and bad["error"]["status"] == 400 and bad["error"]["body"]["error"]["param"] == "response_format", bad
     watch.check()

@@ -201,3 +201,23 @@ def test_no_page_serving_a_model_is_a_503(chromium, dev_server):
         watch.check(allow_console_errors=HTTP_ERROR_NOISE)
     finally:
         context.close()
+
+
+PLACE = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}, "country": {"type": "string", "maxLength": 12}},
+         "required": ["city", "country"]}
+CLIENT_JSON_JS = """async (schema) => {
+  const out = await window.pyshimExample.client.chat.completions.create({model: 'smollm2', temperature: 0, max_tokens: 40,
+    messages: [{role: 'user', content: 'Name a city and its country as JSON.'}],
+    response_format: {type: 'json_schema', json_schema: {name: 'place', schema, strict: true}}});
+  return out.choices[0];
+}"""
+
+
+def test_the_official_client_gets_json_of_its_schema(host):
+    import jsonschema
+
+    _, page, watch = host
+    choice = page.evaluate(CLIENT_JSON_JS, PLACE)
+    assert choice["finish_reason"] == "stop", choice
+    jsonschema.validate(json.loads(choice["message"]["content"]), PLACE)
+    watch.check(allow_console_errors=HTTP_ERROR_NOISE)

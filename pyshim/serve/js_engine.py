@@ -105,6 +105,8 @@ class JsSession:
                 "max_tokens": sampling.max_tokens, "seed": params.seed, "stream": on_text is not None}
         if sampling.stop:
             body["stop"] = list(sampling.stop)
+        if sampling.response_format is not None:
+            body["response_format"] = sampling.response_format.as_request()
         try:
             result = await self._engine.chat.completions.create(_js(body))
             if on_text is None:

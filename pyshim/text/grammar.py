@@ -48,6 +48,14 @@ class Format:
     def key(self) -> tuple:
         return (self.kind, self.text, self.strict)
 
+    def as_request(self) -> dict:
+        """Back to a response_format (what another engine's API takes)."""
+        if self.kind == "grammar":
+            return {"type": "grammar", "grammar": self.text}
+        if self.kind == "json_object":
+            return {"type": "json_object"}
+        return {"type": "json_schema", "json_schema": {"name": "reply", "schema": json.loads(self.text), "strict": self.strict}}
+
 
 def response_format(value) -> Format | None:
     """OpenAI's `response_format` ({type: "text" | "json_object" | "json_schema" | "grammar"}; the request

@@ -11,6 +11,26 @@ const NO_INDENT = -1;                 // web-xgrammar's spelling of "no indentat
 const KEEP_TOKENIZERS = 2;            // models whose vocabularies stay compiled
 const KEEP_GRAMMARS = 32;             // compiled grammars kept per model (a schema compiles in ~0.1-0.3 s)
 
+// XGrammar reports a bad schema or grammar by printing "[FATAL] file:line: why" through console.error
+// and aborting the call (a RuntimeError "Aborted()"; the module stays usable). Its printer is bound to
+// console.error when the module starts, so the wrapper goes in first: while `quietly` runs, the lines are
+// kept for the error it throws instead of reaching the console.
+let captured = null;
+const consoleError = console.error;
+console.error = (...args) => (captured ? captured.push(args.join(" ")) : consoleError.apply(console, args));
+
+async function quietly(what, fn) {
+  captured = [];
+  try {
+    return await fn();
+  } catch (err) {
+    const why = captured.filter((line) => !line.startsWith("Aborted(")).map((line) => line.replace(/^\[FATAL\] \S+:\d+: /, ""));
+    throw Object.assign(new Error(`${what}: ${why.join("; ") || err?.message || err}`), { name: "BadRequestError" });
+  } finally {
+    captured = null;
+  }
+}
+
 let loading = null;
 function xgrammar() {
   // The bundle is UMD: imported as a module it defines globalThis.xgrammar.
@@ -54,8 +74,9 @@ export const grammarAccess = {
     const id = `${kind}\u0000${strict}\u0000${text}`;
     let compiled = model.grammars.get(id);
     if (!compiled) {
-      compiled = kind === "grammar" ? await model.compiler.compileGrammar(text, "root")
-        : await model.compiler.compileJSONSchema(text, false, NO_INDENT, SEPARATORS, Boolean(strict));
+      compiled = await quietly(kind === "grammar" ? "the grammar" : "the schema", () => (kind === "grammar"
+        ? model.compiler.compileGrammar(text, "root")
+        : model.compiler.compileJSONSchema(text, false, NO_INDENT, SEPARATORS, Boolean(strict))));
       model.grammars.set(id, compiled);
       forgetOldest(model.grammars, KEEP_GRAMMARS, (g) => g.dispose());
     } else {                           // most recently used last
