@@ -29,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bench_engines  # noqa: E402
+import bench_grammar  # noqa: E402
 import bench_needle  # noqa: E402
 import bench_stream  # noqa: E402
 import bench_report  # noqa: E402
@@ -372,6 +373,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     needle.add_argument("--depths", default=None, help="comma-separated depths of the needle, 0..1 (default 0.15,0.5,0.85)")
     needle.add_argument("--seeds", type=int, default=None, help="haystacks per depth and length (default 3)")
     needle.add_argument("--kv-types", default=None, help="comma-separated KV cache types (default f32,f16,q8,q4)")
+    grammar = parser.add_argument_group("constrained decoding (--grammar: response_format's cost per token)")
+    grammar.add_argument("--grammar", action="store_true", help="run the constrained decoding benchmark instead (bench_grammar.py)")
+    grammar.add_argument("--schemas", type=int, default=None, help="JSON Schemas per model and backend (default 4)")
 
 
 def _csv(value: str | None, cast=str) -> list | None:
@@ -393,6 +397,21 @@ def stream_config(args) -> "bench_stream.StreamConfig":
     return config
 
 
+def grammar_config(args) -> "bench_grammar.GrammarConfig":
+    config = bench_grammar.GrammarConfig(out=args.out)
+    config.models = _csv(args.models) or config.models
+    if args.backends != ",".join(BACKENDS):
+        config.backends = [b for b in args.backends.split(",") if b]
+    unknown = [b for b in config.backends if b not in ("gpu", "browser")]
+    if unknown:
+        raise SystemExit(f"--grammar runs on the gpu and browser backends, not {unknown}")
+    if args.schemas:
+        config.schemas = max(1, args.schemas)
+    if args.tokens:
+        config.tokens = max(2, args.tokens)
+    return config
+
+
 def needle_config(args) -> "bench_needle.NeedleConfig":
     config = bench_needle.NeedleConfig(out=args.out)
     config.models = _csv(args.models) or config.models
@@ -411,6 +430,8 @@ def config_from_args(args):
         return needle_config(args)
     if getattr(args, "stream", False):
         return stream_config(args)
+    if getattr(args, "grammar", False):
+        return grammar_config(args)
     backends = [b for b in args.backends.split(",") if b]
     unknown = [b for b in backends if b not in BACKENDS]
     if unknown:
@@ -422,7 +443,8 @@ def config_from_args(args):
 
 
 def run_and_report(config) -> int:
-    for module, kind in ((bench_stream, bench_stream.StreamConfig), (bench_needle, bench_needle.NeedleConfig)):
+    for module, kind in ((bench_stream, bench_stream.StreamConfig), (bench_needle, bench_needle.NeedleConfig),
+                         (bench_grammar, bench_grammar.GrammarConfig)):
         if isinstance(config, kind):        # the benchmarks of their own: run, write, print the tables
             report = module.run(config, log=_log)
             paths = module.write_outputs(report, config.out)

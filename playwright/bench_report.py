@@ -240,3 +240,28 @@ if __name__ == "__main__":
     source.with_suffix(".html").write_text(html_report(saved))
     source.with_suffix(".md").write_text(markdown(saved) + "\n")
     print(markdown(saved))
+
+
+def markdown_page(md: str, title: str) -> str:
+    """A report's Markdown (paragraphs and tables) as one offline HTML page."""
+    out, in_table = [], False
+    for line in md.splitlines():
+        if line.startswith("|---"):
+            continue
+        if line.startswith("|"):
+            tag = "td" if in_table else "th"
+            if not in_table:
+                out.append("<table>")
+                in_table = True
+            cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
+            out.append("<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in cells) + "</tr>")
+            continue
+        if in_table:
+            out.append("</table>")
+            in_table = False
+        if line:
+            out.append(f"<p>{html.escape(line)}</p>")
+    if in_table:
+        out.append("</table>")
+    return (f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title>"
+            "<style>td,th{border:1px solid #ccc;padding:2px 6px}table{border-collapse:collapse}</style>\n" + "\n".join(out) + "\n")

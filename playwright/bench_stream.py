@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import html
 import json
 import time
 from dataclasses import dataclass, field
@@ -199,37 +198,14 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-def html_page(report: dict) -> str:
-    """The markdown's paragraphs and tables as one offline HTML page."""
-    out, in_table = [], False
-    for line in markdown(report).splitlines():
-        if line.startswith("|---"):
-            continue
-        if line.startswith("|"):
-            tag = "td" if in_table else "th"
-            if not in_table:
-                out.append("<table>")
-                in_table = True
-            cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
-            out.append("<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in cells) + "</tr>")
-            continue
-        if in_table:
-            out.append("</table>")
-            in_table = False
-        if line:
-            out.append(f"<p>{html.escape(line)}</p>")
-    if in_table:
-        out.append("</table>")
-    return (f"<!doctype html><meta charset=utf-8><title>pyshim streaming from the store {report['stamp']}</title>"
-            "<style>td,th{border:1px solid #ccc;padding:2px 6px}table{border-collapse:collapse}</style>\n" + "\n".join(out) + "\n")
-
-
 def write_outputs(report: dict, out: Path) -> dict[str, Path]:
+    from bench_report import markdown_page
+
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     stem = folder / f"stream-{report['stamp']}"
     paths = {"json": stem.with_suffix(".json"), "md": stem.with_suffix(".md"), "html": stem.with_suffix(".html")}
     paths["json"].write_text(json.dumps(report, indent=2))
     paths["md"].write_text(markdown(report))
-    paths["html"].write_text(html_page(report))
+    paths["html"].write_text(markdown_page(markdown(report), f"pyshim streaming from the store {report['stamp']}"))
     return paths

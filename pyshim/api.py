@@ -79,6 +79,13 @@ class Engine:
         self.session.close()
 
 
+def _message(reply) -> dict:
+    """The assistant's message: its text, or (content null) the calls it made."""
+    if reply.tool_calls:
+        return {"role": "assistant", "content": None, "tool_calls": reply.tool_calls}
+    return {"role": "assistant", "content": reply.text}
+
+
 class _Chat:
     def __init__(self, engine: Engine):
         self.completions = _Completions(engine)
@@ -97,14 +104,14 @@ class _Completions:
         if request["model"] is not None and request["model"] != engine.model_id:
             raise BadRequestError(f"unknown model {request['model']!r}: this engine serves {engine.model_id!r}",
                                   hint="omit `model` or load that model", param="model")
-        messages = [{"role": m["role"], "content": m["content"]} for m in request["messages"]]
+        messages = [{k: m[k] for k in ("role", "content", "tool_calls", "tool_call_id") if k in m} for m in request["messages"]]
         sampling = Sampling.of(request)
         base = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": engine.model_id}
         if stream:
             return self._stream(base, messages, sampling)
         reply = await engine.scheduler.run(lambda should_stop: engine.session.chat(messages, sampling, should_stop=should_stop))
         return {**base, "object": "chat.completion",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text}, "finish_reason": reply.finish_reason}],
+                "choices": [{"index": 0, "message": _message(reply), "finish_reason": reply.finish_reason}],
                 "usage": reply.usage()}
 
     async def _stream(self, base, messages, sampling) -> AsyncIterator[dict[str, Any]]:
@@ -132,6 +139,8 @@ class _Completions:
                     if isinstance(item[1], BaseException):
                         raise item[1]
                     reply = item[1]
+                    if reply.tool_calls:
+                        yield chunk({"tool_calls": [{"index": i, **call} for i, call in enumerate(reply.tool_calls)]})
                     yield chunk({}, reply.finish_reason, usage=reply.usage())
                     return
                 yield chunk({"content": item})

@@ -203,6 +203,31 @@ def test_stream_bench_writes_its_table(tmp_path):
     assert "| experts streamed | gpu | 1.3 |" in files[".md"].read_text() and "<table>" in files[".html"].read_text()
 
 
+@pytest.mark.models
+@pytest.mark.slow
+def test_grammar_bench_writes_its_table(tmp_path):
+    """The smallest constrained-decoding run (SmolLM2 natively, one schema): the reports' shape, a reply
+    that validates, per-token times of both runs and the grammar engine's share of them."""
+    if not model_path("smollm2").is_file():
+        pytest.fail("smollm2 is missing: run `pyshim setup`")
+    _, files, report = _bench_cli(tmp_path, "--grammar", "--models", "smollm2", "--backends", "gpu", "--schemas", "1", "--tokens", "8")
+    (row,) = report["rows"]
+    assert row["valid"] == row["replies"] == 1 and row["constrained_tokens"] > 0
+    assert row["plain_ms_per_token"] > 0 and row["constrained_ms_per_token"] > row["grammar_ms_per_token"] > 0
+    assert "| smollm2 | gpu |" in files[".md"].read_text() and "<table>" in files[".html"].read_text()
+
+
+def test_xgrammar_vendoring_checks_the_registry_integrity(tmp_path, monkeypatch):
+    from pyshim.errors import ChecksumError
+    from pyshim.setup import vendoring
+
+    tarball = _npm_tarball(tmp_path / "xgrammar.tgz", {"package/lib/index.js": b"x", "package/package.json": b"{}"})
+    monkeypatch.setattr(vendoring, "npm", lambda spec: tarball)
+    with pytest.raises(ChecksumError, match="integrity"):
+        vendoring.vendor_xgrammar(tmp_path / "vendor" / "xgrammar")
+    assert not (tmp_path / "vendor" / "xgrammar").exists()
+
+
 def _npm_tarball(path, files: dict[str, bytes]):
     import io
     import tarfile

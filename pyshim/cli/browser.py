@@ -11,6 +11,7 @@ the page from disk by a Playwright route.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import tempfile
@@ -94,6 +95,15 @@ def _serve_file(path: Path):
 def run(model: Path, kind: str, params: dict, *, on_text: Callable[[str], None] | None = None) -> dict:
     """Runs one Worker request (`complete` or `score`) on `model` in headless Chromium; its result.
     `params` without the model: it is stored in the page and named by its store id here."""
+    with session(model, (params.get("settings") or {})) as request:
+        return request(kind, params, on_text=on_text)
+
+
+@contextlib.contextmanager
+def session(model: Path, settings: dict | None = None):
+    """Headless Chromium with `model` stored in its page (for `settings`' context and KV type): yields
+    request(kind, params, on_text=None) -> result, for as many requests as the caller makes (the
+    benchmarks: one boot and one store for all their runs)."""
     harness = _harness()
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
@@ -101,6 +111,7 @@ def run(model: Path, kind: str, params: dict, *, on_text: Callable[[str], None] 
     from pyshim.setup import vendoring
 
     model = Path(model).resolve()
+    settings = settings or {}
     if not Path(harness.CHROMIUM).exists():      # before the dev server and the wheel build: fail fast
         raise SetupError(f"--backend browser needs Chromium, and {harness.CHROMIUM} is missing",
                          hint="apt-get install -y chromium (or set PYSHIM_CHROMIUM to a Chromium binary); "
@@ -129,20 +140,24 @@ def run(model: Path, kind: str, params: dict, *, on_text: Callable[[str], None] 
                     url = server.url + ROUTED_PREFIX + model.name
                     context.route(url, _serve_file(model))      # registered last: matched before the network guard
                 page.set_default_timeout(STORE_TIMEOUT_MS)
-                settings = params.get("settings") or {}
                 stored = page.evaluate(harness.STORE_JS, [url, settings.get("context"), settings.get("kv_type") or "auto"])
                 if stored["status"] != "ready":
                     raise _engine_error(stored.get("error") or {"message": f"the model could not be stored ({stored['status']})"})
-                if on_text is not None:
-                    page.expose_function("pyshimCliToken", on_text)
-                page.set_default_timeout(REQUEST_TIMEOUT_MS)
-                outcome = page.evaluate(REQUEST_JS, [kind, {**params, "model_id": stored["id"]}, on_text is not None])
+                sink: list = [None]
+                page.expose_function("pyshimCliToken", lambda text: sink[0] and sink[0](text))
+
+                def request(kind: str, params: dict, *, on_text: Callable[[str], None] | None = None) -> dict:
+                    sink[0] = on_text
+                    page.set_default_timeout(REQUEST_TIMEOUT_MS)
+                    outcome = page.evaluate(REQUEST_JS, [kind, {**params, "model_id": stored["id"]}, on_text is not None])
+                    if not outcome["ok"]:
+                        raise _engine_error(outcome["error"])
+                    return outcome["result"]
+
+                yield request
             finally:
                 context.close()
     except harness.HarnessError as exc:      # the dev server or the Worker's boot
         raise PyshimError(str(exc)) from None
     except PlaywrightError as exc:
         raise PyshimError(f"headless Chromium failed: {str(exc).splitlines()[0]}") from None
-    if not outcome["ok"]:
-        raise _engine_error(outcome["error"])
-    return outcome["result"]

@@ -12,7 +12,9 @@ A constrained reply (`constraint`: a pyshim.text.grammar Matcher for a JSON Sche
 the grammar engine for the tokens allowed next and the runner for its top-k candidates (k = the most the
 executor picks itself): greedy takes the first allowed one, top-k sampling draws among the allowed ones
 when at least top_k are; only when the candidates do not suffice is the same step run again for the
-whole vocabulary's logits (it writes the same keys), which the mask then filters before sampling.
+whole vocabulary's logits (it writes the same keys), which the mask then filters before sampling. When
+the grammar allows one token only (text it forces: a tool call's tags, a schema's keys), the step just
+writes its keys and that token follows, with nothing read back.
 
 Timings (what the benchmarks and the APIs report): prefill_ms = the prompt up to the first new token
 (time to first token); decode_ms = from the first new token to the last (every later step, the streaming
@@ -46,13 +48,17 @@ class Completion:
     token_ids: list[int] = field(default_factory=list)
     text: str = ""
     finish_reason: str = "length"       # "stop" (an end-of-generation id or a stop string) | "length" | "abort"
+    constrained: bool = False           # a grammar kept the reply in shape (response_format)
+    grammar_ms: float = 0.0             # of decode_ms: the grammar engine's masks and advances
     fallbacks: int = 0                  # constrained steps whose top-k held too few allowed tokens (re-run for all logits)
+    forced: int = 0                     # constrained steps with one token allowed (taken without reading the logits)
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
     cpu_ms: float = 0.0
     decode_steps: int = 0
     decode_bytes_read: int = 0
     compacted: bool = False             # older turns of a conversation were compacted to fit the context
+    tool_calls: list[dict] | None = None    # the calls the reply made (OpenAI's shape); finish_reason "tool_calls"
 
     @property
     def decode_tok_per_s(self) -> float:
@@ -71,13 +77,19 @@ class Completion:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": n, "total_tokens": self.prompt_tokens + n}
 
     def timings(self) -> dict:
-        return {"prefill_ms": self.prefill_ms, "ttft_ms": self.prefill_ms, "decode_ms": self.decode_ms,
-                "decode_tok_per_s": self.decode_tok_per_s, "cpu_ms": self.cpu_ms,
-                "bytes_per_decode_step": self.bytes_per_decode_step}
+        out = {"prefill_ms": self.prefill_ms, "ttft_ms": self.prefill_ms, "decode_ms": self.decode_ms,
+               "decode_tok_per_s": self.decode_tok_per_s, "decode_steps": self.decode_steps, "cpu_ms": self.cpu_ms,
+               "bytes_per_decode_step": self.bytes_per_decode_step}
+        if self.constrained:
+            out.update(grammar_ms=self.grammar_ms, grammar_fallbacks=self.fallbacks, grammar_forced=self.forced)
+        return out
 
     def as_dict(self) -> dict:
-        return {"text": self.text, "token_ids": self.token_ids, "finish_reason": self.finish_reason,
-                "usage": self.usage(), "timings": self.timings(), "compacted": self.compacted}
+        out = {"text": self.text, "token_ids": self.token_ids, "finish_reason": self.finish_reason,
+               "usage": self.usage(), "timings": self.timings(), "compacted": self.compacted}
+        if self.tool_calls:
+            out["tool_calls"] = self.tool_calls
+        return out
 
 
 def decode_want(runner: Runner, params: SamplingParams) -> Want:
@@ -107,7 +119,8 @@ async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams
     if len(prompt) >= n_ctx:
         raise ContextOverflowError(f"the prompt has {len(prompt)} tokens; the context holds {n_ctx} with the reply",
                                    hint="shorten the prompt or load the model with a larger context")
-    out = Completion(prompt_tokens=len(prompt))
+    out = Completion(prompt_tokens=len(prompt), constrained=constraint is not None)
+    grammar_s = [0.0]       # the grammar engine's time; the prompt's first mask is not decode, kept apart below
     want = decode_want(runner, params)
     rng, history, stop = make_rng(params.seed), list(prompt), set(int(t) for t in stop_ids)
     watcher, stats = StopStrings(stop_strings), runner.stats
@@ -124,7 +137,14 @@ async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams
         return sample(o.logits, params, rng, history)
 
     async def constrained_token(tokens: list[int], start: int) -> int:
+        t = time.perf_counter()
         mask = await constraint.mask()
+        grammar_s[0] += time.perf_counter() - t
+        words = np.flatnonzero(mask)
+        if len(words) == 1 and not int(mask[words[0]]) & (int(mask[words[0]]) - 1):    # one token allowed: forced
+            out.forced += 1
+            await runner.step(Step.of(tokens, start, seq=seq, want=Want.NONE))       # its keys only, nothing read back
+            return 32 * int(words[0]) + int(mask[words[0]]).bit_length() - 1
         k = runner.capacity.top_k
         if want is not Want.LOGITS and k:
             (o,) = await runner.step(Step.of(tokens, start, seq=seq, want=Want.TOP_K, k=k))
@@ -159,6 +179,7 @@ async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams
     token = await next_token(prompt[last:], last)
     t_first = time.perf_counter()
     out.prefill_ms = 1e3 * (t_first - t0)
+    grammar_s[0] = 0.0
     waited, read = stats.wait_s, stats.bytes_read
     pos = len(prompt)
     while True:
@@ -168,7 +189,9 @@ async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams
         out.token_ids.append(token)
         history.append(token)
         if constraint is not None:
+            t = time.perf_counter()
             constraint.accept(token)
+            grammar_s[0] += time.perf_counter() - t
         if decoder is not None:
             await emit(watcher.feed(decoder.add(token)), token)
             if watcher.stopped:
@@ -186,6 +209,7 @@ async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams
     out.decode_ms = 1e3 * (time.perf_counter() - t_first)
     out.cpu_ms = max(0.0, out.decode_ms - 1e3 * (stats.wait_s - waited))
     out.decode_bytes_read = stats.bytes_read - read
+    out.grammar_ms = 1e3 * grammar_s[0]
     if decoder is not None and not watcher.stopped:
         await emit(watcher.feed(decoder.finish()) + watcher.flush(), -1)
     out.text = "".join(pieces)

@@ -107,6 +107,11 @@ class JsSession:
             body["stop"] = list(sampling.stop)
         if sampling.response_format is not None:
             body["response_format"] = sampling.response_format.as_request()
+        if sampling.tools is not None:
+            from pyshim.errors import UnsupportedError
+
+            raise UnsupportedError("tools through the Python API in a PyScript page are not supported yet",
+                                   hint="call the JS API (createEngine) or the /v1 endpoint from the page for tool calls")
         try:
             result = await self._engine.chat.completions.create(_js(body))
             if on_text is None:

@@ -19,8 +19,9 @@ from pyshim.errors import BadRequestError
 from pyshim.plan.settings import AUTO, DEFAULT_CONTEXT, KV_TYPES, PREFILL_CHUNK, ROPE_SCALINGS, Arithmetic
 from pyshim.serve.sampling import SamplingParams
 from pyshim.text.grammar import Format, response_format
+from pyshim.text.tools import ToolSpec, tool_spec
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
 MAX_STOP_STRINGS = 4
 DEFAULT_MAX_TOKENS = 256
 DEFAULT_TEMPERATURE = 1.0      # OpenAI's default; 0 is greedy
@@ -67,6 +68,19 @@ RESPONSE_FORMAT = {"anyOf": [
     "description": '{type: "text" | "json_object"}, {type: "json_schema", json_schema: {schema, name, strict}} '
                    'or {type: "grammar", grammar: a GBNF grammar}'}
 
+TOOL = {"type": "object", "required": ["type", "function"], "properties": {
+    "type": {"const": "function"},
+    "function": {"type": "object", "required": ["name"], "properties": {
+        "name": {"type": "string", "minLength": 1}, "description": {"type": "string"}, "parameters": {"type": "object"}}}},
+    "description": '{type: "function", function: {name, description, parameters}}'}
+TOOLS = {"type": ["array", "null"], "items": TOOL, "default": None, "description": "a list of tools"}
+TOOL_CHOICE = {"anyOf": [{"enum": ["none", "auto", "required"]},
+                         {"type": "object", "required": ["type", "function"], "properties": {
+                             "type": {"const": "function"},
+                             "function": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "minLength": 1}}}}},
+                         {"type": "null"}],
+               "default": None, "description": '"none", "auto", "required" or {type: "function", function: {name}}'}
+
 # What shapes a reply, shared by chat and text completions; top_k, min_p, the penalties and ignore_eos are
 # pyshim's (llama.cpp's) extensions, off by default.
 SAMPLING: dict[str, dict] = {
@@ -84,6 +98,10 @@ SAMPLING: dict[str, dict] = {
     "stop": STOP,
     "ignore_eos": {"type": "boolean", "default": False, "description": "true or false"},
     "response_format": RESPONSE_FORMAT,
+    # chat only (a text completion with tools is refused)
+    "tools": TOOLS,
+    "tool_choice": TOOL_CHOICE,
+    "parallel_tool_calls": {"type": ["boolean", "null"], "default": None, "description": "true or false"},
 }
 MODEL = {"type": ["string", "null"], "default": None, "description": "a model's name"}
 OPENAI_EXTRAS = {
@@ -91,9 +109,13 @@ OPENAI_EXTRAS = {
     "stream": {"type": "boolean", "default": False, "description": "true or false"},
     "n": {"type": ["integer", "null"], "const": 1, "default": 1, "description": "1 (one choice per request)"},
 }
+TOOL_CALL = {"type": "object", "required": ["id", "function"], "properties": {
+    "id": {"type": "string"}, "type": {"const": "function"},
+    "function": {"type": "object", "required": ["name", "arguments"], "properties": {"name": {"type": "string"}, "arguments": {"type": "string"}}}}}
 MESSAGE = {"type": "object", "required": ["role", "content"],
-           "properties": {"role": {"enum": list(ROLES)}, "content": {"type": "string"}},
-           "description": f"{{role: one of {', '.join(ROLES)}; content: a string}}"}
+           "properties": {"role": {"enum": list(ROLES)}, "content": {"type": ["string", "null"]},
+                          "tool_calls": {"type": "array", "items": TOOL_CALL}, "tool_call_id": {"type": "string"}},
+           "description": f"{{role: one of {', '.join(ROLES)}; content: a string (null beside an assistant's tool_calls)}}"}
 MESSAGES = {"type": "array", "minItems": 1, "items": MESSAGE, "description": "a non-empty list of {role, content}"}
 PROMPT = {"anyOf": [{"type": "string", "minLength": 1},
                     {"type": "array", "minItems": 1, "maxItems": 1, "items": {"type": "string", "minLength": 1}}],
@@ -311,6 +333,7 @@ class Sampling:
     stop: tuple[str, ...]
     ignore_eos: bool
     response_format: Format | None = None      # a JSON Schema or grammar the reply must match
+    tools: ToolSpec | None = None              # functions the reply may (or must) call
 
     @classmethod
     def of(cls, fields: dict) -> "Sampling":
@@ -325,7 +348,12 @@ class Sampling:
         fmt = response_format(fields.get("response_format"))
         if fmt is not None and fields["ignore_eos"]:
             raise BadRequestError("response_format needs the reply to end: it cannot be combined with ignore_eos", param="ignore_eos")
-        return cls(params, int(max_tokens), (stop,) if isinstance(stop, str) else tuple(stop), bool(fields["ignore_eos"]), fmt)
+        tools = tool_spec(fields.get("tools"), fields.get("tool_choice"), fields.get("parallel_tool_calls"))
+        if tools is not None and fmt is not None:
+            raise BadRequestError("tools and response_format cannot be combined: a reply is either calls or JSON of the schema", param="response_format")
+        if tools is not None and fields["ignore_eos"]:
+            raise BadRequestError("tools need the reply to end: they cannot be combined with ignore_eos", param="ignore_eos")
+        return cls(params, int(max_tokens), (stop,) if isinstance(stop, str) else tuple(stop), bool(fields["ignore_eos"]), fmt, tools)
 
     @classmethod
     def parse(cls, fields: dict | None) -> "Sampling":

@@ -63,8 +63,8 @@ class Session:
         room = min(max_tokens, self.n_ctx // REPLY_SHARE)
         return compact(messages, lambda msgs: len(self.template.encode(self.tokenizer, msgs)), self.n_ctx - room)
 
-    def chat_ids(self, messages: list[dict]) -> list[int]:
-        ids = self.template.encode(self.tokenizer, messages)
+    def chat_ids(self, messages: list[dict], **extra) -> list[int]:
+        ids = self.template.encode(self.tokenizer, messages, **extra)
         if len(ids) >= self.n_ctx:
             raise ContextOverflowError(f"the conversation is {len(ids)} tokens, the context holds {self.n_ctx}",
                                        hint="start a new chat, shorten the messages, or raise the context setting")
@@ -94,11 +94,46 @@ class Session:
     # --- requests ---
     async def chat(self, messages: list[dict], sampling: Sampling, *, on_text: OnText | None = None,
                    should_stop: Callable[[], bool] = lambda: False) -> Completion:
-        """A reply to `messages`, the conversation compacted first when it would not leave room for one."""
+        """A reply to `messages`, the conversation compacted first when it would not leave room for one;
+        with tools, the reply may be calls (pyshim.text.tools), whose text is then not streamed."""
+        messages = [{**m, "content": m.get("content") or ""} for m in messages]
+        spec, extra = sampling.tools, {}
+        if spec is not None:
+            from pyshim.text.tools import with_tools
+
+            messages, extra = with_tools(messages, spec, self.template.source)
         messages, compacted = self.fit_messages(messages, sampling.max_tokens)
-        done = await self.complete(self.chat_ids(messages), sampling, stop_ids=self.stop_ids(sampling, chat=True),
-                                   on_text=on_text, should_stop=should_stop)
+        if spec is None:
+            done = await self.complete(self.chat_ids(messages), sampling, stop_ids=self.stop_ids(sampling, chat=True),
+                                       on_text=on_text, should_stop=should_stop)
+        else:
+            done = await self._call_tools(self.chat_ids(messages, **extra), sampling, on_text, should_stop)
         done.compacted = compacted
+        return done
+
+    async def _call_tools(self, prompt: list[int], sampling: Sampling, on_text, should_stop) -> Completion:
+        from pyshim.text.tools import CallMatcher
+
+        matcher = CallMatcher(sampling.tools, self.grammars(), self.tokenizer, self.runner.spec.n_vocab, self.end_ids)
+
+        async def text(piece: str, token: int):     # (the first token's verdict comes before its text)
+            if matcher.calling or on_text is None:
+                return
+            maybe = on_text(piece, token)
+            if maybe is not None:
+                await maybe
+
+        try:
+            done = await generate(self.runner, prompt, sampling.params, sampling.max_tokens, stop_ids=self.stop_ids(sampling, chat=True),
+                                  stop_strings=sampling.stop, decoder=self.tokenizer.stream(), on_text=text,
+                                  should_stop=should_stop, constraint=matcher)
+        finally:
+            matcher.close()
+        if matcher.calling:
+            done.tool_calls = matcher.calls
+            done.text = ""
+            if done.tool_calls and done.finish_reason == "stop":
+                done.finish_reason = "tool_calls"
         return done
 
     async def complete(self, prompt: Sequence[int], sampling: Sampling, *, stop_ids: Sequence[int] | None = None,

@@ -228,12 +228,17 @@ export class Engine {
     const extra = (r) => ({ timings: r.timings ?? {}, compacted: Boolean(r.compacted) });
     const job = (onText) => this.#generate(kind, params, controller, onText).finally(() => this.#pending.delete(controller));
     if (!stream) {
-      return job(() => {}).then((r) => whole(base, { text: r.text, finish_reason: r.finish_reason, usage: r.usage, extra: extra(r) }));
+      return job(() => {}).then((r) => whole(base, { text: r.text, finish_reason: r.finish_reason, usage: r.usage,
+        tool_calls: r.tool_calls ?? null, extra: extra(r) }));
     }
     const channel = new Channel();
     if (first) channel.push(first);
     job((text) => channel.push(piece(base, text))).then(
-      (r) => { channel.push(piece(base, null, { finish_reason: r.finish_reason, usage: r.usage, extra: extra(r) })); channel.close(); },
+      (r) => {
+        if (r.tool_calls?.length) channel.push(openai.chatChunk(base, openai.toolCallsDelta(r.tool_calls)));
+        channel.push(piece(base, null, { finish_reason: r.finish_reason, usage: r.usage, extra: extra(r) }));
+        channel.close();
+      },
       (err) => channel.close(err));
     return new Stream(channel, controller);
   }

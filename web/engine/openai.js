@@ -69,13 +69,17 @@ function sampling(request) {
   const stop = absent(request.stop) ? [] : typeof request.stop === "string" ? [request.stop] : request.stop;
   const max_tokens = request.max_completion_tokens ?? request.max_tokens;   // newer OpenAI clients send the first
   const response_format = absent(request.response_format) ? null : request.response_format;
-  return { temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, max_tokens, stop, seed, stream, response_format };
+  const { tools = null, tool_choice = null, parallel_tool_calls = null } = request;
+  return { temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, max_tokens, stop, seed, stream,
+    response_format, tools, tool_choice, parallel_tool_calls };
 }
 
 // -> {model, messages: [{role, content}], temperature, top_p, top_k, ..., max_tokens, stop: [..], seed, stream}
 export function validateChatRequest(body, { models = [] } = {}) {
   const request = checked("chat.completions", body);
-  return { model: checkModel(request.model, models), messages: request.messages.map(({ role, content }) => ({ role, content })), ...sampling(request) };
+  const message = ({ role, content, tool_calls, tool_call_id }) => ({ role, content, ...(tool_calls ? { tool_calls } : {}),
+    ...(tool_call_id ? { tool_call_id } : {}) });
+  return { model: checkModel(request.model, models), messages: request.messages.map(message), ...sampling(request) };
 }
 
 // -> {model, prompt, temperature, top_p, top_k, ..., max_tokens, stop, seed, stream}
@@ -87,9 +91,11 @@ export function validateCompletionRequest(body, { models = [] } = {}) {
 
 // The Worker's `sampling` object for a normalized request (its shape: the Worker kinds' in protocol.js).
 export function workerSampling(request) {
-  const { temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, max_tokens, seed, stop, response_format } = request;
+  const { temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, max_tokens, seed, stop, response_format,
+    tools, tool_choice, parallel_tool_calls } = request;
+  const present = (fields) => Object.fromEntries(Object.entries(fields).filter(([, v]) => !absent(v)));
   return { temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, frequency_penalty, max_tokens, seed,
-    ...(stop.length ? { stop } : {}), ...(response_format ? { response_format } : {}) };
+    ...(stop.length ? { stop } : {}), ...present({ response_format, tools, tool_choice, parallel_tool_calls }) };
 }
 
 // ---- builders -----------------------------------------------------------------------------------
@@ -109,16 +115,19 @@ export function usageOf(usage = {}) {
 }
 
 // `extra`: pyshim's own fields ({timings, compacted}), under `pyshim` where OpenAI clients ignore them.
-export function chatCompletion(base, { text, finish_reason, usage, extra = null }) {
+// A reply that called tools has content null and the calls in `tool_calls` (finish_reason "tool_calls").
+export function chatCompletion(base, { text, finish_reason, usage, tool_calls = null, extra = null }) {
+  const message = tool_calls?.length ? { role: "assistant", content: null, tool_calls } : { role: "assistant", content: text };
   return {
     ...base, object: "chat.completion",
-    choices: [{ index: 0, message: { role: "assistant", content: text }, logprobs: null, finish_reason }],
+    choices: [{ index: 0, message, logprobs: null, finish_reason }],
     usage: usageOf(usage), ...(extra ? { pyshim: extra } : {}),
   };
 }
 
 // A stream's chunks: the first has delta {role: "assistant", content: ""}, then {content}, and the
-// last an empty delta with finish_reason and usage.
+// last an empty delta with finish_reason and usage; calls come whole in one delta {tool_calls: [{index, …}]}
+// before it (toolCallsDelta).
 export function chatChunk(base, delta, { finish_reason = null, usage = null, extra = null } = {}) {
   return {
     ...base, object: "chat.completion.chunk",
@@ -126,6 +135,8 @@ export function chatChunk(base, delta, { finish_reason = null, usage = null, ext
     ...(usage ? { usage: usageOf(usage) } : {}), ...(extra ? { pyshim: extra } : {}),
   };
 }
+
+export const toolCallsDelta = (calls) => ({ tool_calls: calls.map((call, index) => ({ index, ...call })) });
 
 export function textCompletion(base, { text, finish_reason, usage, extra = null }) {
   return {

@@ -1,0 +1,157 @@
+"""`pyshim bench --grammar`: what constrained decoding (response_format) costs per token, against the same
+prompts decoded without a constraint, natively (llguidance) and in headless Chromium (XGrammar's wasm).
+
+For each model and backend, one load: each of the first --schemas test schemas (tests/json_schemas.py's
+generator, prompts asking for that JSON) is answered greedily twice — plain (a fixed number of tokens,
+end of generation ignored) and constrained by its schema (until the JSON ends). A row gives decode ms
+per token both ways (decode time over decode steps: prefill excluded), the extra share, the grammar
+engine's own ms per token (its masks and advances), the steps whose top-k held too few allowed tokens
+(re-run for all logits), and whether every constrained reply validated against its schema.
+
+Writes grammar-<stamp>.json, .md and .html. Usage:
+  pyshim bench --grammar [--models qwen2.5,smollm2] [--backends gpu,browser] [--schemas 4] [--tokens 32]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TESTS_DIR = Path(__file__).resolve().parent.parent / "tests"
+CONTEXT = 1024
+
+
+@dataclass
+class GrammarConfig:
+    models: list[str] = field(default_factory=lambda: ["qwen2.5", "smollm2"])
+    backends: list[str] = field(default_factory=lambda: ["gpu", "browser"])
+    schemas: int = 4
+    tokens: int = 32            # the plain runs' length (the constrained ones end with their JSON)
+    out: Path | None = None
+
+
+def _schemas():
+    if str(TESTS_DIR) not in sys.path:
+        sys.path.insert(0, str(TESTS_DIR))
+    import json_schemas
+
+    return json_schemas
+
+
+def _valid(text: str, schema: dict) -> bool:
+    import jsonschema
+
+    try:
+        jsonschema.validate(json.loads(text), schema)
+        return True
+    except (ValueError, jsonschema.ValidationError):
+        return False
+
+
+def _wire(tokens: int, fmt: dict | None) -> dict:
+    if fmt is None:
+        return {"temperature": 0, "max_tokens": tokens, "ignore_eos": True}
+    return {"temperature": 0, "max_tokens": 4 * tokens, "response_format": fmt}
+
+
+async def _native(path: Path, jobs: list[dict], tokens: int) -> list[dict]:
+    from pyshim.exec.gpu_runner import load_gpu
+    from pyshim.plan.settings import RunSettings
+    from pyshim.serve.protocol import Sampling
+    from pyshim.serve.session import Session
+
+    runner = await load_gpu(path, settings=RunSettings(context=CONTEXT))
+    session = Session(runner)
+    try:
+        await session.prepare()
+        out = []
+        for job in jobs:
+            ids = session.template.encode(session.tokenizer, [{"role": "user", "content": job["prompt"]}])
+            done = await session.complete(ids, Sampling.parse(_wire(tokens, job["format"])), stop_ids=session.stop_ids(
+                Sampling.parse({}), chat=True))
+            out.append({"text": done.text, **done.timings()})
+        return out
+    finally:
+        session.close()
+
+
+def _browser(path: Path, jobs: list[dict], tokens: int) -> list[dict]:
+    from pyshim.cli import browser
+    from pyshim.text.chat import ChatTemplate
+    from pyshim.text.tokenizer import Tokenizer
+
+    header = browser.open_header(path)
+    tokenizer = Tokenizer.from_metadata(header.metadata)
+    template = ChatTemplate.from_metadata(header.metadata, tokenizer)
+    stops = sorted(set(tokenizer.eog_ids) | set(template.stop_ids))
+    out = []
+    with browser.session(path, {"context": CONTEXT}) as request:
+        for job in jobs:
+            ids = template.encode(tokenizer, [{"role": "user", "content": job["prompt"]}])
+            r = request("complete", {"settings": {"context": CONTEXT}, "prompt_ids": ids, "stop_token_ids": stops,
+                                     "sampling": _wire(tokens, job["format"])})
+            out.append({"text": r["text"], **r["timings"]})
+    return out
+
+
+def _per_token(r: dict, key: str = "decode_ms") -> float | None:
+    return r[key] / r["decode_steps"] if r["decode_steps"] else None
+
+
+def run(config: GrammarConfig, log=print) -> dict:
+    from pyshim.setup.catalog import resolve_model
+
+    json_schemas = _schemas()
+    cases = json_schemas.cases(config.schemas)
+    jobs = []
+    for case in cases:          # plain, then constrained, per schema: the same prompt, the same load
+        jobs.append({"prompt": case["prompt"], "format": None})
+        jobs.append({"prompt": case["prompt"], "format": json_schemas.response_format(case)})
+    report = {"stamp": datetime.datetime.now().strftime("%Y%m%d-%H%M%S"), "schemas": config.schemas, "tokens": config.tokens, "rows": []}
+    for name in config.models:
+        path = resolve_model(name)
+        for backend in config.backends:
+            log(f"[grammar] {name} on {backend}: {len(cases)} schemas, plain and constrained")
+            results = asyncio.run(_native(path, jobs, config.tokens)) if backend == "gpu" else _browser(path, jobs, config.tokens)
+            plain, constrained = results[0::2], results[1::2]
+            plain_ms = statistics.mean(filter(None, map(_per_token, plain)))
+            kept_ms = statistics.mean(filter(None, map(_per_token, constrained)))
+            grammar_ms = statistics.mean(filter(None, (_per_token(r, "grammar_ms") for r in constrained)))
+            report["rows"].append({
+                "model": name, "backend": backend, "plain_ms_per_token": round(plain_ms, 2), "constrained_ms_per_token": round(kept_ms, 2),
+                "extra_pct": round(100 * (kept_ms / plain_ms - 1), 1), "grammar_ms_per_token": round(grammar_ms, 2),
+                "constrained_tokens": sum(r["decode_steps"] for r in constrained),
+                "fallbacks": sum(r.get("grammar_fallbacks", 0) for r in constrained),
+                "valid": sum(_valid(r["text"], c["schema"]) for r, c in zip(constrained, cases)), "replies": len(cases),
+                "texts": [r["text"] for r in constrained]})
+    return report
+
+
+def markdown(report: dict) -> str:
+    lines = [f"Constrained decoding (response_format json_schema), greedy, {report['schemas']} schemas; "
+             f"plain runs {report['tokens']} tokens", "",
+             "| model | backend | plain ms/token | constrained ms/token | extra | grammar engine ms/token | "
+             "all-logits re-runs | valid replies |", "|---|---|---|---|---|---|---|---|"]
+    for r in report["rows"]:
+        lines.append(f"| {r['model']} | {r['backend']} | {r['plain_ms_per_token']} | {r['constrained_ms_per_token']} | "
+                     f"{r['extra_pct']:+.1f}% | {r['grammar_ms_per_token']} | {r['fallbacks']} of {r['constrained_tokens']} | "
+                     f"{r['valid']}/{r['replies']} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(report: dict, out: Path) -> dict[str, Path]:
+    from bench_report import markdown_page
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = folder / f"grammar-{report['stamp']}"
+    paths = {"json": stem.with_suffix(".json"), "md": stem.with_suffix(".md"), "html": stem.with_suffix(".html")}
+    paths["json"].write_text(json.dumps(report, indent=2))
+    paths["md"].write_text(markdown(report))
+    paths["html"].write_text(markdown_page(markdown(report), f"pyshim constrained decoding {report['stamp']}"))
+    return paths
