@@ -80,6 +80,7 @@ class JsReply:
     text: str
     finish_reason: str
     usage_: dict
+    tool_calls: list[dict] | None = None
 
     def usage(self) -> dict:
         return self.usage_
@@ -108,17 +109,15 @@ class JsSession:
         if sampling.response_format is not None:
             body["response_format"] = sampling.response_format.as_request()
         if sampling.tools is not None:
-            from pyshim.errors import UnsupportedError
-
-            raise UnsupportedError("tools through the Python API in a PyScript page are not supported yet",
-                                   hint="call the JS API (createEngine) or the /v1 endpoint from the page for tool calls")
+            body.update(sampling.tools.as_request())
         try:
             result = await self._engine.chat.completions.create(_js(body))
             if on_text is None:
                 reply = _py(result)
                 choice = reply["choices"][0]
-                return JsReply(choice["message"]["content"], choice["finish_reason"], reply["usage"])
-            pieces, finish, usage = [], None, {}
+                message = choice["message"]
+                return JsReply(message["content"] or "", choice["finish_reason"], reply["usage"], message.get("tool_calls"))
+            pieces, finish, usage, calls = [], None, {}, None
             async for chunk_proxy in result:
                 chunk = _py(chunk_proxy)
                 choice = chunk["choices"][0]
@@ -126,9 +125,11 @@ class JsSession:
                 if piece:
                     pieces.append(piece)
                     on_text(piece, None)   # the JS engine streams text, not token ids
+                if choice["delta"].get("tool_calls"):   # one delta with every call whole (web/engine/engine.js)
+                    calls = [{k: v for k, v in call.items() if k != "index"} for call in choice["delta"]["tool_calls"]]
                 if choice["finish_reason"]:
                     finish, usage = choice["finish_reason"], chunk.get("usage", {})
-            return JsReply("".join(pieces), finish, usage)
+            return JsReply("".join(pieces), finish, usage, calls)
         except JsException as exc:
             raise _error(exc) from None
 

@@ -51,6 +51,14 @@ class ToolSpec:
         options = [call(t) for t in self.tools if t["function"]["name"] in self.names]
         return options[0] if len(options) == 1 else {"anyOf": options}
 
+    def as_request(self) -> dict:
+        """The request fields that give this spec again (for an engine that takes requests: the JS one)."""
+        if set(self.names) == {t["function"]["name"] for t in self.tools}:
+            choice = "required" if self.required else "auto"
+        else:
+            choice = {"type": "function", "function": {"name": self.names[0]}}
+        return {"tools": list(self.tools), "tool_choice": choice, "parallel_tool_calls": self.parallel}
+
 
 def tool_spec(tools: list[dict] | None, tool_choice, parallel: bool | None = None) -> ToolSpec | None:
     """The validated request's `tools` and `tool_choice` (OpenAI's defaults: "auto" with tools), or None
