@@ -1,7 +1,7 @@
 """Tool calls: `tools` / `tool_choice` rendered by the model's own template (Qwen2.5's) or pyshim's system
 message (a template without tools: SmolLM2's), the call's JSON constrained to the function's schema, and
 the round trip call -> tool result -> answer on Qwen2.5 through the Python API natively, and on SmolLM2
-through the JS API and the /v1 endpoint (the page's `openai` client) in Chromium.
+(Qwen2.5 with --full) through the JS API and the /v1 endpoint (the page's `openai` client) in Chromium.
 """
 
 from __future__ import annotations
@@ -163,17 +163,18 @@ ROUND_TRIP_JS = """async ([model, tools, question, result, maxTokens, answerToke
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_round_trip_through_the_js_api_and_the_endpoint(chromium, dev_server):
-    # SmolLM2 (pyshim's tools message; Qwen2.5's own template is covered natively above): its prompt and
-    # steps are a quarter of Qwen2.5's on SwiftShader, and the answer need only be some text.
-    vocabulary("smollm2")
+@pytest.mark.parametrize("model", ["smollm2", pytest.param("qwen2.5", marks=pytest.mark.full)])
+def test_round_trip_through_the_js_api_and_the_endpoint(chromium, dev_server, model):
+    # SmolLM2 by default (pyshim's tools message): its prompt and steps are a quarter of Qwen2.5's on
+    # SwiftShader (Qwen2.5, its own template's tools, ~8 minutes on CI's machine, with --full).
+    vocabulary(model)
     context = chromium.new_context()
     try:
-        page, watch = harness.open_page(context, dev_server.url + "examples/openai.html?model=smollm2")
+        page, watch = harness.open_page(context, dev_server.url + f"examples/openai.html?model={model}")
         page.wait_for_function("() => ['ready', 'error'].includes(document.body.dataset.state)", timeout=REPLY_TIMEOUT_MS)
         assert page.evaluate("() => document.body.dataset.state") == "ready", page.inner_text("#status")
         page.set_default_timeout(REPLY_TIMEOUT_MS)
-        out = page.evaluate(ROUND_TRIP_JS, ["smollm2", TOOLS, QUESTION, RESULT, MAX_TOKENS, 8])
+        out = page.evaluate(ROUND_TRIP_JS, [model, TOOLS, QUESTION, RESULT, MAX_TOKENS, 8])
         params = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
         for face, r in out.items():
             assert r["first"]["finish_reason"] == "tool_calls" and r["first"]["message"]["content"] is None, (face, r)
