@@ -154,13 +154,6 @@ def markdown(report: dict) -> str:
 
 
 def write_outputs(report: dict, out: Path) -> dict[str, Path]:
-    from bench_report import markdown_page
+    from bench_report import write_markdown_report
 
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = folder / f"grammar-{report['stamp']}"
-    paths = {"json": stem.with_suffix(".json"), "md": stem.with_suffix(".md"), "html": stem.with_suffix(".html")}
-    paths["json"].write_text(json.dumps(report, indent=2))
-    paths["md"].write_text(markdown(report))
-    paths["html"].write_text(markdown_page(markdown(report), f"pyshim constrained decoding {report['stamp']}"))
-    return paths
+    return write_markdown_report(report, markdown(report), out, "grammar", "pyshim constrained decoding")

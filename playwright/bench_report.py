@@ -265,3 +265,15 @@ def markdown_page(md: str, title: str) -> str:
         out.append("</table>")
     return (f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title>"
             "<style>td,th{border:1px solid #ccc;padding:2px 6px}table{border-collapse:collapse}</style>\n" + "\n".join(out) + "\n")
+
+
+def write_markdown_report(report: dict, md: str, out: Path, kind: str, title: str) -> dict[str, Path]:
+    """A report whose HTML is its Markdown (markdown_page): <kind>-<stamp>.json, .md and .html in `out`."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = folder / f"{kind}-{report['stamp']}"
+    paths = {"json": stem.with_suffix(".json"), "md": stem.with_suffix(".md"), "html": stem.with_suffix(".html")}
+    paths["json"].write_text(json.dumps(report, indent=2))
+    paths["md"].write_text(md)
+    paths["html"].write_text(markdown_page(md, f"{title} {report['stamp']}"))
+    return paths
