@@ -217,17 +217,6 @@ def test_grammar_bench_writes_its_table(tmp_path):
     assert "| smollm2 | gpu |" in files[".md"].read_text() and "<table>" in files[".html"].read_text()
 
 
-def test_xgrammar_vendoring_checks_the_registry_integrity(tmp_path, monkeypatch):
-    from pyshim.errors import ChecksumError
-    from pyshim.setup import vendoring
-
-    tarball = _npm_tarball(tmp_path / "xgrammar.tgz", {"package/lib/index.js": b"x", "package/package.json": b"{}"})
-    monkeypatch.setattr(vendoring, "npm", lambda spec: tarball)
-    with pytest.raises(ChecksumError, match="integrity"):
-        vendoring.vendor_xgrammar(tmp_path / "vendor" / "xgrammar")
-    assert not (tmp_path / "vendor" / "xgrammar").exists()
-
-
 def _npm_tarball(path, files: dict[str, bytes]):
     import io
     import tarfile
@@ -255,12 +244,16 @@ def test_wllama_vendoring_takes_only_what_the_peer_page_needs(tmp_path, monkeypa
     assert vendoring.vendor_wllama(dest) == "already there" and calls == [f"@wllama/wllama@{vendoring.WLLAMA_VERSION}"]
 
 
-def test_wllama_vendoring_refuses_a_package_without_its_wasm(tmp_path, monkeypatch):
+@pytest.mark.parametrize("package, files, error, match", [
+    ("xgrammar", {"package/lib/index.js": b"x", "package/package.json": b"{}"}, "ChecksumError", "integrity"),
+    ("wllama", {"package/esm/index.js": b"x", "package/LICENCE": b"MIT"}, "SetupError", "wllama.wasm"),
+], ids=["xgrammar-integrity", "wllama-without-wasm"])
+def test_vendoring_refuses_a_bad_package_and_leaves_nothing(tmp_path, monkeypatch, package, files, error, match):
+    from pyshim import errors
     from pyshim.setup import vendoring
-    from pyshim.errors import SetupError
 
-    tarball = _npm_tarball(tmp_path / "wllama.tgz", {"package/esm/index.js": b"x", "package/LICENCE": b"MIT"})
+    tarball = _npm_tarball(tmp_path / f"{package}.tgz", files)
     monkeypatch.setattr(vendoring, "npm", lambda spec: tarball)
-    with pytest.raises(SetupError, match="wllama.wasm"):
-        vendoring.vendor_wllama(tmp_path / "vendor" / "wllama")
-    assert not (tmp_path / "vendor" / "wllama").exists()
+    with pytest.raises(getattr(errors, error), match=match):
+        getattr(vendoring, f"vendor_{package}")(tmp_path / "vendor" / package)
+    assert not (tmp_path / "vendor" / package).exists()
