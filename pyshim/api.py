@@ -22,7 +22,7 @@ import time
 import uuid
 from typing import Any, AsyncIterator
 
-from pyshim.errors import BadRequestError
+from pyshim.errors import BadRequestError, UnsupportedError
 from pyshim.plan.settings import RunSettings
 from pyshim.serve.protocol import Sampling, validate
 from pyshim.serve.scheduler import Scheduler
@@ -34,7 +34,8 @@ BACKENDS = ("gpu", "cpu", "browser")
 async def load(model: str, *, backend: str | None = None, n_ctx: int | None = None, kv_type: str = "auto",
                arithmetic: str | None = None, rope_scaling: str | None = None, rope_scale: float | None = None,
                yarn_orig_ctx: int | None = None, budget_mb: float | None = None, expert_slots: int | None = None,
-               streamed_layers: int | None = None, on_progress=None, js_module=None) -> "Engine":
+               streamed_layers: int | None = None, on_progress=None, js_module=None,
+               base_url: str | None = None, api_key: str | None = None) -> "Engine":
     """An engine for a model path or short name (`smollm2`, `gemma3`, `qwen2.5`); backend "gpu" (native
     WebGPU through wgpu), "cpu" (the NumPy reference) or, in Pyodide, "browser" (the default there: the
     site's JavaScript engine; `on_progress(dict)` gets its download/load progress, `js_module` is
@@ -44,7 +45,18 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
     `rope_scaling` (none, linear, yarn), `rope_scale` and `yarn_orig_ctx` override the GGUF's rope scaling.
     `budget_mb`: the GPU memory auto plans against (MiB; default 4096); `expert_slots`: a mixture of experts
     keeps that many experts a layer on the GPU and streams the rest from the store; `streamed_layers`: the
-    last that many layers are streamed from the store through rotating GPU buffers (None: auto decides)."""
+    last that many layers are streamed from the store through rotating GPU buffers (None: auto decides).
+    `base_url` (with an optional `api_key`): `model` is served by that OpenAI-compatible server (vLLM,
+    llama.cpp's server, Ollama's /v1) instead, through the same API (pyshim.serve.remote)."""
+    if base_url is not None:
+        if IN_PYODIDE:
+            raise UnsupportedError("a remote model from the Python API in a page is not supported yet",
+                                   hint="call it from CPython, or from the page's JavaScript with fetch")
+        from pyshim.serve.remote import RemoteSession
+
+        session = RemoteSession(base_url, str(model), api_key)
+        await session.prepare()
+        return Engine(session, model_id=str(model))
     settings = RunSettings(context=n_ctx, kv_type=kv_type, arithmetic=arithmetic, rope_scaling=rope_scaling,
                            rope_scale=rope_scale, yarn_orig_ctx=yarn_orig_ctx, expert_slots=expert_slots, streamed_layers=streamed_layers,
                            budget_bytes=None if budget_mb is None else int(budget_mb * 2**20))

@@ -51,6 +51,10 @@ class DeviceLostError(PyshimError):
     """The GPU device went away (driver reset, tab backgrounded, watchdog)."""
 
 
+class RemoteError(PyshimError):
+    """A remote OpenAI-compatible server (load(base_url=...)) did not answer, refused the key, or failed."""
+
+
 class BadRequestError(PyshimError):
     """An API request with missing or wrong fields; `param` names the field (OpenAI's error `param`)."""
 

@@ -19,13 +19,12 @@ or the caller passes `js_module` (the imported module object, or its URL).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-
 import js  # type: ignore[import-not-found]
 from pyodide.code import run_js  # type: ignore[import-not-found]
 from pyodide.ffi import JsException, create_proxy, to_js  # type: ignore[import-not-found]
 
 from pyshim.errors import BadRequestError, PyshimError, SetupError
+from pyshim.serve.wire import Chunks, Reply, reply_of, request_body
 
 JS_MODULE_NAME = "pyshim_js"   # the name under PyScript's js_modules.main
 HTTP_BAD_REQUEST = 400
@@ -73,19 +72,6 @@ async def _module(js_module):
     return js_module
 
 
-@dataclass
-class JsReply:
-    """What pyshim.api reads from a reply (as pyshim.serve.generation.Completion)."""
-
-    text: str
-    finish_reason: str
-    usage_: dict
-    tool_calls: list[dict] | None = None
-
-    def usage(self) -> dict:
-        return self.usage_
-
-
 class JsSession:
     """pyshim.serve.session.Session's `chat` over a JS engine (web/engine/engine.js): the backend pyshim.api
     drives in a PyScript page."""
@@ -97,39 +83,17 @@ class JsSession:
     async def prepare(self) -> None:
         """createEngine has already stored and loaded the model."""
 
-    async def chat(self, messages, sampling, *, on_text=None, should_stop=None) -> JsReply:
+    async def chat(self, messages, sampling, *, on_text=None, should_stop=None) -> Reply:
         """`should_stop` is not polled here: the JS engine's own abort() stops its requests."""
-        params = sampling.params
-        body = {"messages": messages, "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
-                "min_p": params.min_p, "repetition_penalty": params.repetition_penalty,
-                "presence_penalty": params.presence_penalty, "frequency_penalty": params.frequency_penalty,
-                "max_tokens": sampling.max_tokens, "seed": params.seed, "stream": on_text is not None}
-        if sampling.stop:
-            body["stop"] = list(sampling.stop)
-        if sampling.response_format is not None:
-            body["response_format"] = sampling.response_format.as_request()
-        if sampling.tools is not None:
-            body.update(sampling.tools.as_request())
+        body = request_body(messages, sampling, stream=on_text is not None)
         try:
             result = await self._engine.chat.completions.create(_js(body))
             if on_text is None:
-                reply = _py(result)
-                choice = reply["choices"][0]
-                message = choice["message"]
-                return JsReply(message["content"] or "", choice["finish_reason"], reply["usage"], message.get("tool_calls"))
-            pieces, finish, usage, calls = [], None, {}, None
+                return reply_of(_py(result))
+            chunks = Chunks(on_text)
             async for chunk_proxy in result:
-                chunk = _py(chunk_proxy)
-                choice = chunk["choices"][0]
-                piece = choice["delta"].get("content")
-                if piece:
-                    pieces.append(piece)
-                    on_text(piece, None)   # the JS engine streams text, not token ids
-                if choice["delta"].get("tool_calls"):   # one delta with every call whole (web/engine/engine.js)
-                    calls = [{k: v for k, v in call.items() if k != "index"} for call in choice["delta"]["tool_calls"]]
-                if choice["finish_reason"]:
-                    finish, usage = choice["finish_reason"], chunk.get("usage", {})
-            return JsReply("".join(pieces), finish, usage, calls)
+                chunks.add(_py(chunk_proxy))
+            return chunks.reply()
         except JsException as exc:
             raise _error(exc) from None
 
