@@ -22,7 +22,7 @@ import time
 import uuid
 from typing import Any, AsyncIterator
 
-from pyshim.errors import BadRequestError, UnsupportedError
+from pyshim.errors import BadRequestError
 from pyshim.plan.settings import RunSettings
 from pyshim.serve.protocol import Sampling, validate
 from pyshim.serve.scheduler import Scheduler
@@ -48,18 +48,20 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
     last that many layers are streamed from the store through rotating GPU buffers (None: auto decides).
     `base_url` (with an optional `api_key`): `model` is served by that OpenAI-compatible server (vLLM,
     llama.cpp's server, Ollama's /v1) instead, through the same API (pyshim.serve.remote)."""
+    settings = RunSettings(context=n_ctx, kv_type=kv_type, arithmetic=arithmetic, rope_scaling=rope_scaling,
+                           rope_scale=rope_scale, yarn_orig_ctx=yarn_orig_ctx, expert_slots=expert_slots, streamed_layers=streamed_layers,
+                           budget_bytes=None if budget_mb is None else int(budget_mb * 2**20))
     if base_url is not None:
-        if IN_PYODIDE:
-            raise UnsupportedError("a remote model from the Python API in a page is not supported yet",
-                                   hint="call it from CPython, or from the page's JavaScript with fetch")
+        if IN_PYODIDE:   # the page's fetch, through the JS API's remote engine (web/engine/remote.js)
+            from pyshim.serve.js_engine import load_js_session
+
+            session = await load_js_session(model, settings, js_module=js_module, base_url=base_url, api_key=api_key)
+            return Engine(session, model_id=str(model))
         from pyshim.serve.remote import RemoteSession
 
         session = RemoteSession(base_url, str(model), api_key)
         await session.prepare()
         return Engine(session, model_id=str(model))
-    settings = RunSettings(context=n_ctx, kv_type=kv_type, arithmetic=arithmetic, rope_scaling=rope_scaling,
-                           rope_scale=rope_scale, yarn_orig_ctx=yarn_orig_ctx, expert_slots=expert_slots, streamed_layers=streamed_layers,
-                           budget_bytes=None if budget_mb is None else int(budget_mb * 2**20))
     backend = backend or ("browser" if IN_PYODIDE else "gpu")
     if backend not in BACKENDS:
         raise BadRequestError(f"unknown backend {backend!r}", hint="use 'gpu' or 'cpu' ('browser' in Pyodide)")

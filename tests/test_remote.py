@@ -1,98 +1,28 @@
-"""A remote model (pyshim.api.load(base_url=...)) against a small OpenAI-shaped stub server: a real HTTP
-server on 127.0.0.1, started here. The same API validates before sending, sends OpenAI's fields (pyshim's
-extensions only when set), streams, joins a server's tool-call fragments, and explains a server that does
-not answer, refuses the key, has no such path or model, or refuses the request."""
+"""A remote model (pyshim.api.load(base_url=...) and the JS API's createEngine({baseURL}) in Chromium)
+against a small OpenAI-shaped stub server (tests/openai_stub.py: a real HTTP server on 127.0.0.1, another
+origin than the site's). The same API validates before sending, sends OpenAI's fields (pyshim's extensions
+only when set), streams, joins a server's tool-call fragments, and explains a server that does not answer,
+one that does not allow the page's origin (CORS), a refused key, no such path or model, a refused request."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+import harness
+from openai_stub import KEY, MODEL, Stub, free_port_url, serve
 from pyshim.api import load
 from pyshim.errors import BadRequestError, ModelNotFoundError, RemoteError
 
-MODEL, KEY = "stub-model", "sk-test"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 
 
-class Stub(BaseHTTPRequestHandler):
-    bodies: list[dict] = []
-
-    def log_message(self, *args):   # quiet
-        pass
-
-    def _json(self, code: int, obj: dict) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _authorized(self) -> bool:
-        if self.headers.get("Authorization") != f"Bearer {KEY}":
-            self._json(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})
-            return False
-        return True
-
-    def do_GET(self):
-        if self.path != "/v1/models":
-            return self._json(404, {"error": "not found"})
-        if self._authorized():
-            self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
-
-    def do_POST(self):
-        if self.path != "/v1/chat/completions":
-            return self._json(404, {"error": "not found"})
-        if not self._authorized():
-            return
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        Stub.bodies.append(body)
-        if body.get("temperature", 0) > 1.5:
-            return self._json(400, {"error": {"message": "temperature too high for this server"}})
-        words = ("echo: " + body["messages"][-1]["content"]).split(" ")
-        calls = body.get("tool_choice") == "required"
-        usage = {"prompt_tokens": 5, "completion_tokens": len(words), "total_tokens": 5 + len(words)}
-        if not body.get("stream"):
-            message = ({"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
-                "name": "get_weather", "arguments": '{"city": "Paris"}'}}]} if calls else {"role": "assistant", "content": " ".join(words)})
-            return self._json(200, {"id": "x", "object": "chat.completion", "model": MODEL, "usage": usage, "choices": [
-                {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}]})
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-
-        def send(delta: dict, finish=None, **extra):
-            chunk = {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            self.wfile.flush()
-
-        self.wfile.write(b": keep-alive\n\n")
-        send({"role": "assistant", "content": ""})
-        if calls:   # OpenAI's pieces: the name first, the arguments in fragments
-            send({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]})
-            for part in ('{"city": ', '"Paris"}'):
-                send({"tool_calls": [{"index": 0, "function": {"arguments": part}}]})
-        else:
-            for i, word in enumerate(words):
-                send({"content": word if i == 0 else " " + word})
-        send({}, "tool_calls" if calls else "stop", usage=usage)
-        self.wfile.write(b"data: [DONE]\n\n")
-
-
 @pytest.fixture(scope="module")
 def stub():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Stub)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
+    with serve() as url:
+        yield url
 
 
 def run(coro):
@@ -155,11 +85,8 @@ def test_a_bad_request_is_refused_before_it_is_sent(stub):
 
 
 def test_failures_say_what_to_do(stub):
-    with socket.socket() as s:         # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
     with pytest.raises(RemoteError, match="could not reach .*is the server running"):
-        run(load(MODEL, base_url=dead))
+        run(load(MODEL, base_url=free_port_url()))
     with pytest.raises(RemoteError, match="HTTP 401.*Incorrect API key.*check the API key"):
         run(load(MODEL, base_url=stub + "/v1", api_key="wrong"))
     with pytest.raises(ModelNotFoundError, match=f"does not serve 'nope'; it serves {MODEL}"):
@@ -173,3 +100,73 @@ def test_failures_say_what_to_do(stub):
 
     with pytest.raises(RemoteError, match="HTTP 404.*ends in /v1"):
         run(without_v1())
+
+
+REMOTE_JS = """async ([base, dead, noCors, model, key, tools]) => {
+  const { createEngine } = await import('/pyshim.js');
+  const failure = async (f) => { try { await f(); return null; } catch (e) { return {name: e.name, status: e.status, code: e.code, message: e.message, hint: e.hint}; } };
+  const engine = await createEngine({ baseURL: base + '/v1', apiKey: key, model });
+  const question = [{role: 'user', content: 'hello there'}];
+  const whole = await engine.chat.completions.create({ messages: question });
+  let text = '', last = null;
+  for await (const chunk of await engine.chat.completions.create({ messages: question, stream: true })) {
+    text += chunk.choices[0]?.delta?.content ?? '';
+    last = chunk;
+  }
+  const calls = [];
+  for await (const chunk of await engine.chat.completions.create({ messages: question, tools, tool_choice: 'required', stream: true })) {
+    calls.push(...(chunk.choices[0]?.delta?.tool_calls ?? []));
+  }
+  return {
+    whole: whole.choices[0].message.content, text, finish: last.choices[0].finish_reason, calls,
+    stats: engine.stats(), models: await engine.models.list(),
+    bad: await failure(() => engine.chat.completions.create({ messages: question, max_tokens: -1 })),
+    refused: await failure(() => engine.chat.completions.create({ messages: question, temperature: 1.9 })),
+    dead: await failure(() => createEngine({ baseURL: dead, model })),
+    cors: await failure(() => createEngine({ baseURL: noCors + '/v1', apiKey: key, model })),
+    key: await failure(() => createEngine({ baseURL: base + '/v1', apiKey: 'wrong', model })),
+    missing: await failure(() => createEngine({ baseURL: base + '/v1', apiKey: key, model: 'nope' })),
+  };
+}"""
+
+
+@pytest.mark.browser
+def test_the_js_api_chats_through_a_remote_server(chromium, dev_server, stub):
+    Stub.bodies.clear()
+    with serve(cors=False) as no_cors:
+        context = chromium.new_context()
+        try:
+            page, watch = harness.open_page(context, dev_server.url + "manifest.webmanifest")
+            out = page.evaluate(REMOTE_JS, [stub, free_port_url(), no_cors, MODEL, KEY, [WEATHER]])
+        finally:
+            context.close()
+    assert out["whole"] == out["text"] == "echo: hello there" and out["finish"] == "stop"
+    assert [c["function"].get("arguments", "") for c in out["calls"]] == ["", '{"city": ', '"Paris"}']   # the server's own fragments
+    assert out["stats"]["remote"] == stub + "/v1" and out["models"]["data"][0]["id"] == MODEL
+    assert out["bad"]["status"] == 400 and "max_tokens" in out["bad"]["message"]
+    assert out["refused"]["status"] == 400 and "temperature too high for this server" in out["refused"]["message"]
+    assert out["dead"]["code"] == "RemoteError" and "could not reach" in out["dead"]["message"]
+    assert out["cors"]["code"] == "CORSError" and "CORS" in out["cors"]["message"] and "OLLAMA_ORIGINS" in out["cors"]["hint"]
+    assert out["key"]["status"] == 401 and "API key" in out["key"]["hint"]
+    assert out["missing"]["code"] == "model_not_found" and MODEL in out["missing"]["message"]
+    assert all(b["model"] == MODEL for b in Stub.bodies) and len(Stub.bodies) == 4     # the bad request never left the page
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_the_python_api_in_a_page_chats_through_a_remote_server(chromium, dev_server, stub):
+    """web/examples/pyscript.html?base_url=...: pyshim.api.load(base_url=) in Pyodide goes through the
+    page's remote engine; streamed and whole replies are the server's."""
+    context = chromium.new_context()
+    try:
+        page, watch = harness.open_page(context, dev_server.url + f"examples/pyscript.html?base_url={stub}/v1&model={MODEL}&api_key={KEY}")
+        page.wait_for_function("() => ['ready', 'error'].includes(document.body.dataset.state)", timeout=300_000)
+        assert page.evaluate("() => document.body.dataset.state") == "ready", page.inner_text("#status")
+        page.fill("#question", "hi from python")
+        page.click("#send")
+        page.wait_for_function("() => document.getElementById('same').textContent"
+                               " || document.getElementById('status').textContent.includes('Error')", timeout=60_000)
+        assert page.inner_text("#streamed") == page.inner_text("#whole") == "echo: hi from python", page.inner_text("#status")
+        assert page.inner_text("#status").startswith("done: 4 tokens, finish_reason stop")
+    finally:
+        context.close()

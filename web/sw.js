@@ -14,7 +14,7 @@
 
 import { handleEndpoint, handleMessage } from "./engine/endpoint.js";
 
-const CACHE_VERSION = "v6";
+const CACHE_VERSION = "v7";
 const CACHE = `pyshim-shell-${CACHE_VERSION}`;
 const CACHE_PREFIX = "pyshim-shell-";
 const SCOPE = new URL(self.registration.scope);
@@ -29,7 +29,7 @@ const SHELL = [
   "pyshim.js", "pyshim-chat.js", "engine/engine.js", "engine/openai.js", "engine/resolve.js", "engine/shared.js",
   "examples/element.html", "examples/api.html",
   "engine/endpoint.js", "engine/host.js", "examples/openai.html", "examples/pyscript.html",
-  "engine/grammar.js", "vendor/xgrammar/index.js",
+  "engine/grammar.js", "engine/remote.js", "vendor/xgrammar/index.js",
   "vendor/manifest.json", "vendor/definitions.js",
 ];
 const PYODIDE_CORE = ["pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json"];

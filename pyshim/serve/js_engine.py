@@ -23,7 +23,7 @@ import js  # type: ignore[import-not-found]
 from pyodide.code import run_js  # type: ignore[import-not-found]
 from pyodide.ffi import JsException, create_proxy, to_js  # type: ignore[import-not-found]
 
-from pyshim.errors import BadRequestError, PyshimError, SetupError
+from pyshim.errors import BadRequestError, ModelNotFoundError, PyshimError, RemoteError, SetupError
 from pyshim.serve.wire import Chunks, Reply, reply_of, request_body
 
 JS_MODULE_NAME = "pyshim_js"   # the name under PyScript's js_modules.main
@@ -43,13 +43,18 @@ def _error(exc: JsException) -> PyshimError:
     """A JS error as a PyshimError: the engine's APIError (status, OpenAI's body, hint) keeps its message."""
     status = getattr(exc, "status", None)
     body = getattr(exc, "body", None)
-    message = str(getattr(exc, "message", exc))
+    message, code = str(getattr(exc, "message", exc)), None
     if body is not None:
-        message = _py(body).get("error", {}).get("message", message)
+        error = _py(body).get("error", {})
+        message, code = error.get("message", message), error.get("code")
     hint = getattr(exc, "hint", None) or None
     hint = str(hint) if hint is not None else None
     if status == HTTP_BAD_REQUEST:
         return BadRequestError(message, hint=hint)
+    if code in ("RemoteError", "CORSError"):       # a remote engine's server (web/engine/remote.js)
+        return RemoteError(message, hint=hint)
+    if code == "model_not_found":
+        return ModelNotFoundError(message, hint=hint)
     return PyshimError(f"{getattr(exc, 'name', 'Error')}: {message}", hint=hint)
 
 
@@ -104,12 +109,18 @@ class JsSession:
         self._proxies = ()
 
 
-async def load_js_session(model: str, settings, *, on_progress=None, js_module=None) -> JsSession:
+async def load_js_session(model: str, settings, *, on_progress=None, js_module=None, base_url=None, api_key=None) -> JsSession:
     """createEngine({model, context, kvType, arithmetic, onProgress}) from web/pyshim.js: the model is
     downloaded into the site's store once (resumable) and loaded onto the GPU in the engine's Worker.
     `settings`: pyshim.plan.settings.RunSettings; `on_progress(dict)` receives the engine's progress
-    events ({phase, fraction, …})."""
+    events ({phase, fraction, …}). `base_url` (and `api_key`): the model is an OpenAI-compatible server's,
+    reached by the page's fetch (createEngine({baseURL}): web/engine/remote.js); no download, no GPU."""
     module = await _module(js_module)
+    if base_url is not None:
+        try:
+            return JsSession(await module.createEngine(_js({"model": model, "baseURL": base_url, "apiKey": api_key})))
+        except JsException as exc:
+            raise _error(exc) from None
     options = {"model": model, "kvType": settings.kv_type}
     if settings.context is not None:
         options["context"] = settings.context

@@ -30,6 +30,7 @@ import * as openai from "./openai.js";
 import { DEFINITIONS } from "./protocol.js";
 import { ensureStored, locate, progressOf } from "./resolve.js";
 import { budgetBytes } from "./fit.js";
+import { createRemoteEngine } from "./remote.js";
 
 // A queue of values one side pushes and the other iterates; `close(err)` ends it (with err, throws).
 class Channel {
@@ -272,9 +273,11 @@ export class Engine {
 // The public entry (re-exported by web/pyshim.js): an engine with its own Worker, with `model`
 // stored (downloaded through the store when missing, with progress) and loaded onto the GPU.
 // `shared`: use the origin's shared engine (see Engine); pages sharing one should ask for the same
-// model and context, or each switch reloads the GPU.
+// model and context, or each switch reloads the GPU. `baseURL` (with `apiKey`): `model` is served by
+// that OpenAI-compatible server instead (remote.js): no Worker, no download, the same calls.
 export async function createEngine({ model = null, context = null, onProgress = null, signal = null, shared = false,
-  kvType = "auto", arithmetic = null, rope = null, expertSlots = null, streamedLayers = null } = {}) {
+  kvType = "auto", arithmetic = null, rope = null, expertSlots = null, streamedLayers = null, baseURL = null, apiKey = null } = {}) {
+  if (baseURL) return createRemoteEngine({ baseURL, apiKey, model });
   const engine = new Engine({ context, onProgress, shared, kvType, arithmetic, rope, expertSlots, streamedLayers });
   if (model) {
     try {
