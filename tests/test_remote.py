@@ -170,3 +170,32 @@ def test_the_python_api_in_a_page_chats_through_a_remote_server(chromium, dev_se
         assert page.inner_text("#status").startswith("done: 4 tokens, finish_reason stop")
     finally:
         context.close()
+
+
+@pytest.mark.browser
+def test_the_site_chats_with_a_model_on_a_server(chromium, dev_server, stub):
+    """The site's "Server" tab: a base URL, a model name and a key; the chat then goes to that server (no
+    download, no GPU needed), and a server that refuses the page's origin is explained in the tab."""
+    with serve(cors=False) as no_cors:
+        context = chromium.new_context()
+        try:
+            page, watch = harness.open_page(context, dev_server.url)
+            page.click("[aria-controls=tab-remote]")
+            page.fill("#remote-url", no_cors + "/v1")
+            page.fill("#remote-model", MODEL)
+            page.click("#remote-form button[type=submit]")
+            page.wait_for_function("() => document.getElementById('remote-note').textContent.includes('CORS')", timeout=30_000)
+            page.fill("#remote-url", stub + "/v1")
+            page.fill("#remote-key", KEY)
+            page.click("#remote-form button[type=submit]")
+            page.wait_for_function("() => document.getElementById('remote-note').textContent.startsWith('Connected')", timeout=30_000)
+            assert MODEL in page.inner_text("#chat-model") and "On the server" in page.inner_text("#chat-sub")
+            page.fill("#prompt", "hello from the site")
+            page.click("#send")
+            page.wait_for_function("() => [...document.querySelectorAll('#messages .bubble')].at(-1)?.textContent.includes('echo')"
+                                   " && document.getElementById('stop').hidden", timeout=30_000)
+            replies = page.locator("#messages .bubble")
+            assert replies.nth(replies.count() - 1).inner_text().strip() == "echo: hello from the site"
+            assert Stub.bodies[-1]["messages"][-1] == {"role": "user", "content": "hello from the site"}
+        finally:
+            context.close()

@@ -4,7 +4,8 @@
 //   <pyshim-chat model="smollm2" system="You are a helpful assistant."></pyshim-chat>
 //
 // Attributes: model (required: a short name, .gguf URL or store id), system, context (KV positions),
-// max-tokens, temperature, placeholder, shared (the origin's shared engine: pages share the weights).
+// max-tokens, temperature, placeholder, shared (the origin's shared engine: pages share the weights),
+// base-url and api-key (the model is that OpenAI-compatible server's: web/engine/remote.js).
 // Download and load progress, errors and the reply stream show inside the element; Stop ends the
 // reply. Elements naming the same model and context share one engine (one copy of the weights; their
 // requests queue).
@@ -78,7 +79,7 @@ export class PyshimChat extends HTMLElement {
   #running = null;      // the reply's Stream while one streams
   #dom = null;
 
-  static get observedAttributes() { return ["model", "context"]; }
+  static get observedAttributes() { return ["model", "context", "base-url", "api-key"]; }
 
   constructor() {
     super();
@@ -147,12 +148,13 @@ export class PyshimChat extends HTMLElement {
     }
     this.#setState("loading", PHASE_TEXT.boot);
     const shared = this.hasAttribute("shared");
-    const key = `${model}@${this.#context}${shared ? "@shared" : ""}`;
+    const baseURL = this.getAttribute("base-url"), apiKey = this.getAttribute("api-key");
+    const key = baseURL ? `${model}@${baseURL}@${apiKey ?? ""}` : `${model}@${this.#context}${shared ? "@shared" : ""}`;
     try {
       // Elements sharing an engine each want its progress; the first one's callback starts it.
       if (!engines.has(key)) {
         const listeners = new Set();
-        const promise = createEngine({ model, context: this.#context, shared, onProgress: (p) => listeners.forEach((f) => f(p)) });
+        const promise = createEngine({ model, context: this.#context, shared, baseURL, apiKey, onProgress: (p) => listeners.forEach((f) => f(p)) });
         engines.set(key, Object.assign(promise, { listeners }));
         promise.catch(() => engines.delete(key));   // a failed load may be retried by another element
       }
@@ -204,14 +206,15 @@ export class PyshimChat extends HTMLElement {
         temperature: this.hasAttribute("temperature") ? Number(this.getAttribute("temperature")) : DEFAULT_TEMPERATURE,
       });
       for await (const chunk of this.#running) {
-        const piece = chunk.choices[0].delta.content;
+        const choice = chunk.choices?.[0];      // a remote server may send a usage-only chunk
+        const piece = choice?.delta?.content;
         if (piece) {
           ttft ??= performance.now() - t0;
           content += piece;
           reply.textContent = content;
           this.#dom.log.scrollTop = this.#dom.log.scrollHeight;
         }
-        if (chunk.choices[0].finish_reason) last = chunk;
+        if (choice?.finish_reason) last = chunk;
       }
       this.#messages.push({ role: "assistant", content });
       const finish = last?.choices[0].finish_reason ?? "stop";

@@ -148,17 +148,21 @@ export class RemoteEngine {
       const response = await this.#fetch("/chat/completions", { method: "POST", body: JSON.stringify(request) }, controller.signal);
       if (!request.stream) return await response.json().finally(done);
       const chunks = events(response);
+      let stopped = false;
       return {
         controller,
         [Symbol.asyncIterator]: () => ({
           next: async () => {
+            if (stopped) return { value: undefined, done: true };
             try {
               const item = await chunks.next();
               if (item.done) done();
               return item;
             } catch (err) {
               done();
-              throw controller.signal.aborted ? abortError() : err;
+              if (!controller.signal.aborted) throw err;
+              stopped = true;       // stopped by the caller: a last chunk says so, as a local engine's does
+              return { value: { object: "chat.completion.chunk", model: this.model.id, choices: [{ index: 0, delta: {}, finish_reason: "abort" }] }, done: false };
             }
           },
           return: async () => {

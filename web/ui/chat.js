@@ -49,7 +49,7 @@ function renderNotice() {
   const notice = $("notice");
   notice.replaceChildren();
   let title = null, detail = null;
-  if (!state.canGenerate) {
+  if (!state.canGenerate && !state.model?.remote) {   // a remote model needs no GPU here
     title = "Chat is not available";
     detail = "The engine could not start in this browser (see the status line above); models can still be downloaded, stored and checked.";
   } else if (!state.model) {
@@ -61,7 +61,7 @@ function renderNotice() {
   }
   notice.hidden = !title;
   if (title) notice.append(h("strong", { text: title }), h("p", { text: detail }));
-  const usable = state.canGenerate && state.model?.status === "ready";
+  const usable = (state.canGenerate || Boolean(state.model?.remote)) && state.model?.status === "ready";
   $("prompt").disabled = !usable;
   $("send").disabled = !usable || Boolean(state.running);
   $("prompt").placeholder = usable ? `Message ${state.model.name}…` : "Chat turns on when a model is ready and the engine is available";
@@ -90,23 +90,25 @@ async function send() {
   $("stop").hidden = false;
   renderNotice();
   try {
-    // The same engine interface pages use (engine/engine.js): the Worker loads the model on first use.
-    state.engine.select(state.model, setupOf(s));
-    const stream = await state.engine.chat.completions.create({
+    // The same engine interface pages use (engine/engine.js): the Worker loads the model on first use;
+    // a remote model's engine (engine/remote.js) sends the request to its server.
+    const engine = state.model.remote ?? state.engine;
+    if (!state.model.remote) engine.select(state.model, setupOf(s));
+    const stream = await engine.chat.completions.create({
       messages: history, stream: true, temperature: s.temperature, top_p: s.top_p, top_k: s.top_k, max_tokens: s.max_tokens,
       seed: s.seed === "" ? null : s.seed,
     });
     state.running.stream = stream;
     let last = null;
     for await (const chunk of stream) {
-      const { delta, finish_reason } = chunk.choices[0];
+      const { delta = {}, finish_reason = null } = chunk.choices?.[0] ?? {};   // a server may send a usage-only chunk
       if (delta.content) {
         reply.content += delta.content;
         renderMarkdown(bubble, reply.content);
       }
       if (finish_reason) last = chunk;
     }
-    const finish = last?.choices[0].finish_reason;
+    const finish = last?.choices?.[0]?.finish_reason;
     const t = last?.pyshim?.timings ?? {};
     reply.stats = [t.ttft_ms != null && `first token ${(t.ttft_ms / 1000).toFixed(2)} s`, t.decode_tok_per_s && `${t.decode_tok_per_s.toFixed(1)} tok/s`,
       finish === "abort" && "stopped", finish === "length" && "hit max tokens",
@@ -140,9 +142,9 @@ function setupOf(s) {
 export function setModel(manifest) {
   state.model = manifest;
   // A stored model is also what this page serves to same-origin OpenAI clients at /v1 (engine/host.js).
-  if (manifest?.status === "ready" && state.engine) state.engine.select(manifest, setupOf(settings()));
+  if (manifest?.status === "ready" && !manifest.remote && state.engine) state.engine.select(manifest, setupOf(settings()));
   $("chat-model").textContent = manifest ? manifest.name : "No model selected";
-  const sub = { ready: "Stored on this computer", refused: "Won't run on this GPU", error: "Download stopped", paused: "Download paused" };
+  const sub = { ready: manifest?.remote ? `On the server ${manifest.remote.baseURL}` : "Stored on this computer", refused: "Won't run on this GPU", error: "Download stopped", paused: "Download paused" };
   $("chat-sub").textContent = manifest ? (sub[manifest.status] ?? "Downloading…") : "Choose a model on the left";
   renderNotice();
 }
@@ -154,7 +156,7 @@ export function setEngine(client, canGenerate) {
     state.engine = new Engine({ client });
     // Same-origin pages can reach this page's model through the service worker's /v1 endpoint.
     state.unserve = "serviceWorker" in navigator ? serveOpenAI(state.engine) : null;
-    if (state.model?.status === "ready") state.engine.select(state.model, setupOf(settings()));
+    if (state.model?.status === "ready" && !state.model.remote) state.engine.select(state.model, setupOf(settings()));
   }
   state.canGenerate = canGenerate;
   renderNotice();

@@ -1,10 +1,11 @@
-// Models: the picker (dev server, catalog, URL, local file), the stored list with progress, the
+// Models: the picker (dev server, catalog, URL, local file, a remote server), the stored list with progress, the
 // storage meter, and the download controller that drives web/store with the "will it fit?" gate.
 
 import * as store from "../store/store.js";
 import { formatBytes, RETRYABLE } from "../store/errors.js";
 import { budgetBytes, setBudgetMiB, DEFAULT_CONTEXT } from "../engine/fit.js";
 import { checkFit as fitVerdict } from "../engine/resolve.js";
+import { createRemoteEngine } from "../engine/remote.js";
 import { h, $, formatDuration, formatRate, toast } from "./dom.js";
 import { CATALOG, expectedSha256 } from "./catalog.js";
 import { renderFit } from "./fitpanel.js";
@@ -230,6 +231,10 @@ function wirePicker() {
     const url = $("url-input").value.trim();
     if (url) addURL(url);
   });
+  $("remote-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    connectRemote($("remote-url").value.trim(), $("remote-model").value.trim(), $("remote-key").value || null);
+  });
   $("file-input").addEventListener("change", (e) => {
     for (const file of e.target.files) addFile(file);
     e.target.value = "";
@@ -242,6 +247,24 @@ function wirePicker() {
     zone.classList.remove("over");
     for (const file of e.dataTransfer.files) addFile(file);
   });
+}
+
+// A model on an OpenAI-compatible server: checked (it answers, allows this origin, serves the model),
+// then chosen for the chat like a stored one. The key stays in this page's memory only.
+export async function connectRemote(baseURL, model, apiKey = null) {
+  $("remote-note").textContent = `Connecting to ${baseURL}…`;
+  try {
+    const engine = await createRemoteEngine({ baseURL, apiKey, model });
+    const host = new URL(baseURL).host;
+    $("remote-note").textContent = `Connected: ${model} on ${host}.`;
+    for (const li of $("stored").children) li.classList.remove("selected");
+    ctx.onSelect({ id: `remote:${engine.baseURL}#${model}`, name: `${model} · ${host}`, status: "ready", remote: engine });
+    return engine;
+  } catch (err) {
+    $("remote-note").textContent = err.message;
+    toast("error", err.message, err.hint);
+    return null;
+  }
 }
 
 // Downloads a reload or a closed tab interrupted carry on by themselves (URL sources only: a local
