@@ -175,7 +175,8 @@ def test_the_python_api_in_a_page_chats_through_a_remote_server(chromium, dev_se
 @pytest.mark.browser
 def test_the_site_chats_with_a_model_on_a_server(chromium, dev_server, stub):
     """The site's "Server" tab: a base URL, a model name and a key; the chat then goes to that server (no
-    download, no GPU needed), and a server that refuses the page's origin is explained in the tab."""
+    download, no GPU needed), and a server that refuses the page's origin is explained in the tab. And
+    <pyshim-chat base-url api-key> in the same page."""
     with serve(cors=False) as no_cors:
         context = chromium.new_context()
         try:
@@ -197,5 +198,16 @@ def test_the_site_chats_with_a_model_on_a_server(chromium, dev_server, stub):
             replies = page.locator("#messages .bubble")
             assert replies.nth(replies.count() - 1).inner_text().strip() == "echo: hello from the site"
             assert Stub.bodies[-1]["messages"][-1] == {"role": "user", "content": "hello from the site"}
+            # <pyshim-chat base-url api-key>: the element chats with the same server.
+            reply = page.evaluate("""async ([base, model, key]) => {
+              await import('/pyshim-chat.js');
+              const box = document.createElement("pyshim-chat");
+              for (const [k, v] of [['model', model], ['base-url', base], ['api-key', key]]) box.setAttribute(k, v);
+              const ready = new Promise((resolve, reject) => { box.addEventListener('pyshim-ready', resolve); box.addEventListener('pyshim-error', (e) => reject(new Error(e.detail.message))); });
+              document.body.append(box);
+              await ready;
+              return (await box.send('hi element')).text;
+            }""", [stub + "/v1", MODEL, KEY])
+            assert reply == "echo: hi element"
         finally:
             context.close()
