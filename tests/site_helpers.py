@@ -3,7 +3,9 @@ from Python, byte-range serving for crafted files through context.route, request
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from pathlib import Path
 
 import harness
@@ -11,6 +13,7 @@ from pyshim.setup.catalog import MODELS, model_path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
+README_SHOTS = ROOT / "docs" / "screenshots"
 CHUNK = 16 << 20                       # the store's default chunk size (web/store/store.js CHUNK_SIZE)
 SMOLLM2 = MODELS["smollm2"]
 SMOLLM2_URL_PATH = f"models/{SMOLLM2.file_name}"
@@ -46,10 +49,15 @@ def open_site(chromium, dev_server, *, wait_gpu: bool = True, profile: Path | No
     return context, page, watch
 
 
-def shot(page, name: str) -> Path:
+def shot(page, name: str, *, readme: bool = False) -> Path:
+    """A screenshot into artifacts/screenshots; a `readme` one also into docs/screenshots (the README's
+    pictures) when PYSHIM_README_SHOTS is set, so a plain test run leaves the tracked files alone."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path))
+    if readme and os.environ.get("PYSHIM_README_SHOTS"):
+        README_SHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, README_SHOTS / path.name)
     return path
 
 
@@ -233,3 +241,35 @@ def synthetic_header_gguf(path: Path, s, n_vocab: int, name: str) -> tuple[bytes
     writer.close()
     header = path.read_bytes()
     return header, len(header) + data + 64      # (alignment padding: generous)
+
+
+# A stand-in for the engine's generate: streams tokens as the worker protocol will, with text that
+# would run script if it were ever parsed as HTML, and honours abort.
+FAKE_ENGINE_JS = """() => {
+  const engine = window.pyshimEngine;
+  const real = engine.request.bind(engine);
+  const aborted = new Set();
+  engine.request = async (kind, params, opts = {}) => {
+    if (kind === 'abort') { aborted.add(params.request_id); return {aborted: true}; }
+    if (kind !== 'generate') return real(kind, params, opts);
+    const id = 'fake-' + Math.random();
+    opts.onId?.(id);
+    window.lastGenerate = params;
+    const last = params.messages[params.messages.length - 1].content;
+    window.fakeReplies = (window.fakeReplies ?? Date.now() % 100000) + 1;   // (a page reloaded goes on counting elsewhere)
+    const tokens = last.startsWith('echo') ? ['reply ', `${window.fakeReplies} `, 'to: ', last]
+      : last.includes('forever')
+      ? Array.from({length: 400}, (_, i) => `word${i} `)
+      : ['Here is **bold**, ', '<script>window.pwned = 1</script>', ' and <img src=x onerror="window.pwned = 2">', '\\n\\n```python\\nprint(\"hi\")\\n```'];
+    let text = '';
+    for (const [i, t] of tokens.entries()) {
+      if (aborted.has(id)) return {text, finish_reason: 'abort', usage: {}, timings: {ttft_ms: 120}};
+      await new Promise(r => setTimeout(r, 30));
+      text += t;
+      opts.onEvent?.('token', {text: t, token: i, index: i});
+    }
+    return {text, finish_reason: 'stop', usage: {prompt_tokens: 12, completion_tokens: tokens.length},
+            timings: {ttft_ms: 250, decode_tok_per_s: 31.5}};
+  };
+  window.pyshimApp.setEngine(engine, true);
+}"""

@@ -8,7 +8,7 @@ import re
 import pytest
 
 import harness
-from site_helpers import OFFLINE_CONSOLE_NOISE, SMOLLM2, open_site, row_text, shot, smollm2_path, store_ok, wait_status
+from site_helpers import FAKE_ENGINE_JS, OFFLINE_CONSOLE_NOISE, SMOLLM2, open_site, row_text, shot, smollm2_path, store_ok, wait_status
 
 pytestmark = [pytest.mark.browser, pytest.mark.models, pytest.mark.slow]
 FILE_NAME = SMOLLM2.file_name
@@ -74,36 +74,6 @@ def test_generate_protocol_refuses_a_model_that_is_not_stored(site):
     assert bad == {"name": "BadRequestError", "param": "messages",
                    "message": "`messages` must be a non-empty list of {role, content}, got []"}
     assert harness.engine_request(page, "abort", {"request_id": 12345}) == {"aborted": False}
-
-# A stand-in for the engine's generate: streams tokens as the worker protocol will, with text that
-# would run script if it were ever parsed as HTML, and honours abort.
-FAKE_ENGINE_JS = """() => {
-  const engine = window.pyshimEngine;
-  const real = engine.request.bind(engine);
-  const aborted = new Set();
-  engine.request = async (kind, params, opts = {}) => {
-    if (kind === 'abort') { aborted.add(params.request_id); return {aborted: true}; }
-    if (kind !== 'generate') return real(kind, params, opts);
-    const id = 'fake-' + Math.random();
-    opts.onId?.(id);
-    window.lastGenerate = params;
-    const last = params.messages[params.messages.length - 1].content;
-    const tokens = last.includes('forever')
-      ? Array.from({length: 400}, (_, i) => `word${i} `)
-      : ['Here is **bold**, ', '<script>window.pwned = 1</script>', ' and <img src=x onerror="window.pwned = 2">', '\\n\\n```python\\nprint(\"hi\")\\n```'];
-    let text = '';
-    for (const [i, t] of tokens.entries()) {
-      if (aborted.has(id)) return {text, finish_reason: 'abort', usage: {}, timings: {ttft_ms: 120}};
-      await new Promise(r => setTimeout(r, 30));
-      text += t;
-      opts.onEvent?.('token', {text: t, token: i, index: i});
-    }
-    return {text, finish_reason: 'stop', usage: {prompt_tokens: 12, completion_tokens: tokens.length},
-            timings: {ttft_ms: 250, decode_tok_per_s: 31.5}};
-  };
-  window.pyshimApp.setEngine(engine, true);
-}"""
-
 
 def test_chat_ui_streams_text_safely_with_a_stand_in_engine(site):
     _, page, _ = site

@@ -4,7 +4,9 @@
 import { EngineClient } from "./engine/client.js";
 import { h, $ } from "./ui/dom.js";
 import { initModels } from "./ui/models.js";
-import { initChat, setEngine, setModel, settings } from "./ui/chat.js";
+import { initChat, setEngine, setModel, settings, showDownload } from "./ui/chat.js";
+import { initConversations, refreshList } from "./ui/conversations.js";
+import { selectModel } from "./ui/models.js";
 
 const STEP_NAMES = {
   manifest: "Site manifest", pyodide: "Python runtime (Pyodide)", numpy: "numpy", wheels: "pyshim and its wheels", import: "import pyshim",
@@ -89,9 +91,11 @@ async function bootEngine() {
 
 function main() {
   $("engine-pill").addEventListener("click", () => { $("engine-details").hidden = !$("engine-details").hidden; });
-  initChat();
+  initChat({ onSaved: refreshList, selectModel });
   setEngine(engine, false);
-  initModels({ engine, adapter, settings, onSelect: setModel });
+  // The models first (they select the last stored one), then the chat that was open, with its own model.
+  initModels({ engine, adapter, settings, onSelect: setModel, onDownloadProgress: showDownload })
+    .then(initConversations, (err) => console.error(err));
   bootEngine();
   registerServiceWorker();
 }

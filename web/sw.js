@@ -14,7 +14,7 @@
 
 import { handleEndpoint, handleMessage } from "./engine/endpoint.js";
 
-const CACHE_VERSION = "v7";
+const CACHE_VERSION = "v8";
 const CACHE = `pyshim-shell-${CACHE_VERSION}`;
 const CACHE_PREFIX = "pyshim-shell-";
 const SCOPE = new URL(self.registration.scope);
@@ -23,9 +23,9 @@ const SHELL = [
   "./", "index.html", "app.js", "style.css", "manifest.webmanifest",
   "icons/icon.svg", "icons/icon-192.png", "icons/icon-512.png",
   "engine/client.js", "engine/worker.js", "engine/python.js", "engine/loader.js", "engine/fit.js", "engine/protocol.js",
-  "store/store.js", "store/db.js", "store/download.js", "store/sources.js", "store/errors.js", "store/sha256.js",
+  "store/store.js", "store/conversations.js", "store/db.js", "store/download.js", "store/sources.js", "store/errors.js", "store/sha256.js",
   "store/header.js", "store/quota.js", "store/read.js",
-  "ui/dom.js", "ui/models.js", "ui/chat.js", "ui/catalog.js", "ui/fitpanel.js", "ui/markdown.js",
+  "ui/dom.js", "ui/models.js", "ui/chat.js", "ui/catalog.js", "ui/fitpanel.js", "ui/markdown.js", "ui/phases.js", "ui/conversations.js",
   "pyshim.js", "pyshim-chat.js", "engine/engine.js", "engine/openai.js", "engine/resolve.js", "engine/shared.js",
   "examples/element.html", "examples/api.html",
   "engine/endpoint.js", "engine/host.js", "examples/openai.html", "examples/pyscript.html",

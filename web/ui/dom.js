@@ -45,3 +45,23 @@ export function toast(kind, message, hint = null) {
   setTimeout(() => item.remove(), kind === "error" ? ERROR_TOAST_MS : TOAST_MS);
   return item;
 }
+
+// Copies `text` to the clipboard (a textarea and execCommand where the Clipboard API is refused) and says so.
+export async function copyText(text) {
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch {
+    const area = h("textarea", { class: "offscreen", "aria-hidden": "true" });
+    area.value = text;
+    document.body.append(area);
+    area.select();
+    const ok = document.execCommand("copy");
+    area.remove();
+    if (!ok) {
+      toast("error", "The browser refused to copy", "select the text and copy it with the keyboard");
+      return false;
+    }
+  }
+  toast("ok", "Copied");
+  return true;
+}

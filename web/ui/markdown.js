@@ -1,7 +1,8 @@
 // A markdown subset for model replies, built from text nodes only: ``` fenced code blocks, `inline
 // code`, **bold**, and paragraphs/line breaks. Anything else stays literal text. No innerHTML, ever.
+// A code block has a copy button whose word is drawn by CSS, so the reply's text stays the model's.
 
-import { h } from "./dom.js";
+import { h, copyText } from "./dom.js";
 
 const INLINE = /(`[^`\n]+`|\*\*[^*\n]+\*\*)/g;
 
@@ -18,7 +19,9 @@ export function renderMarkdown(el, text) {
   // Odd pieces are inside ``` fences (an unclosed fence while streaming still renders as code).
   text.split(/```[^\n]*\n?/).forEach((piece, i) => {
     if (i % 2 === 1) {
-      nodes.push(h("pre", {}, h("code", { text: piece.replace(/\n$/, "") })));
+      const code = piece.replace(/\n$/, "");
+      nodes.push(h("pre", {}, h("button", { type: "button", class: "copy-code", "aria-label": "Copy code", title: "Copy code", onclick: () => copyText(code) }),
+        h("code", { text: code })));
       return;
     }
     for (const para of piece.split(/\n{2,}/)) {

@@ -104,7 +104,14 @@ async function remove(id) {
 function select(id) {
   selectedId = id;
   for (const li of $("stored").children) li.classList.toggle("selected", li.dataset.id === id);
-  store.getModel(id ?? "").then((m) => { renderFit(m); ctx.onSelect(m ?? null); }, () => {});
+  return store.getModel(id ?? "").then((m) => { renderFit(m); ctx.onSelect(m ?? null); return m ?? null; }, () => null);
+}
+
+// A stored model chosen from elsewhere (a conversation reopened): its manifest, or null (not stored
+// now; nothing is selected then, so the chat says which model the conversation wants).
+export async function selectModel(id) {
+  const m = id ? await store.getModel(id).catch(() => null) : null;
+  return select(m ? m.id : null);
 }
 
 // ---- rendering ---------------------------------------------------------------------------------
@@ -130,6 +137,7 @@ function updateProgress(id) {
   li.querySelector(".bar > span").style.width = `${(100 * fraction).toFixed(1)}%`;
   li.querySelector(".progress-text").textContent = progressLine({ chunks: [], status: "downloading" }, p);
   li.dataset.phase = p.phase;
+  if (id === selectedId) ctx.onDownloadProgress?.(id, p);
 }
 
 function storedRow(m) {
@@ -284,7 +292,7 @@ export async function initModels(context) {
   listServerModels();
   const models = await refresh();
   const ready = models.filter((m) => m.status === "ready");
-  if (ready.length) select(ready[ready.length - 1].id);
+  if (ready.length) await select(ready[ready.length - 1].id);
   resumeInterrupted(models);
 }
 
