@@ -247,7 +247,8 @@ def test_wllama_vendoring_takes_only_what_the_peer_page_needs(tmp_path, monkeypa
 @pytest.mark.parametrize("package, files, error, match", [
     ("xgrammar", {"package/lib/index.js": b"x", "package/package.json": b"{}"}, "ChecksumError", "integrity"),
     ("wllama", {"package/esm/index.js": b"x", "package/LICENCE": b"MIT"}, "SetupError", "wllama.wasm"),
-], ids=["xgrammar-integrity", "wllama-without-wasm"])
+    ("axe", {"package/axe.min.js": b"x", "package/LICENSE": b"MPL", "package/LICENSE-3RD-PARTY.txt": b""}, "ChecksumError", "integrity"),
+], ids=["xgrammar-integrity", "wllama-without-wasm", "axe-integrity"])
 def test_vendoring_refuses_a_bad_package_and_leaves_nothing(tmp_path, monkeypatch, package, files, error, match):
     from pyshim import errors
     from pyshim.setup import vendoring

@@ -54,6 +54,11 @@ def test_download_from_dev_server_is_chunked_and_verified(site):
         ).json_value()
         shot(page, "02-downloading")
         assert "of 98.4 MB" in text and "left" in text, text
+        # the chat says what is happening and how far it is, not that the visitor did something wrong
+        notice = page.wait_for_function(
+            "() => { const n = document.getElementById('notice'); return n.dataset.kind === 'info' && n.innerText.includes('MB/s') ? n.innerText : null; }"
+        ).json_value()
+        assert f"{NAME} is downloading" in notice and "of 98.4 MB stored" in notice and "s left" in notice, notice
         wait_status(page, NAME, "ready")
     finally:
         context.unroute("**/models/*.gguf", throttle)

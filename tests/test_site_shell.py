@@ -30,10 +30,28 @@ def test_every_site_file_is_in_the_shell():
     assert {s for s in shell - on_disk - vendored if s not in ("./", *generated)} == set(), "SHELL names files that do not exist"
 
 
+def png_size(path: Path) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk, which the format puts first."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", f"{path} is not a PNG"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
 def test_manifest_is_installable():
+    """What Chromium requires to offer installing the site (the browser half, a service worker that
+    controls the page, is tests/test_site_audit.py's; the offline reload, tests/test_site_offline.py's)."""
     manifest = json.loads((WEB / "manifest.webmanifest").read_text())
-    assert manifest["display"] == "standalone" and manifest["start_url"]
-    sizes = {icon["sizes"] for icon in manifest["icons"]}
-    assert {"192x192", "512x512"} <= sizes
+    assert manifest.get("name") or manifest.get("short_name")
+    assert manifest["display"] in ("standalone", "fullscreen", "minimal-ui") and manifest["start_url"]
+    pngs = [icon for icon in manifest["icons"] if icon.get("type") == "image/png"]
+    assert {"192x192", "512x512"} <= {icon["sizes"] for icon in pngs}
     for icon in manifest["icons"]:
         assert (WEB / icon["src"]).is_file(), icon["src"]
+    for icon in pngs:
+        width, height = png_size(WEB / icon["src"])
+        assert icon["sizes"] == f"{width}x{height}", f"{icon['src']} is {width}x{height}, the manifest says {icon['sizes']}"
+    assert any("maskable" in icon.get("purpose", "").split() for icon in manifest["icons"]), "no maskable icon"
+    index = (WEB / "index.html").read_text()
+    assert re.search(r'<link rel="manifest" href="manifest\.webmanifest">', index)
+    assert re.search(r'<meta name="theme-color" content="#[0-9a-fA-F]{3,8}">', index)
+    assert 'addEventListener("fetch"' in (WEB / "sw.js").read_text(), "an installable site's service worker has a fetch handler"

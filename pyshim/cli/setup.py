@@ -32,6 +32,7 @@ def run(args) -> int:
         (f"@wllama/wllama {vendoring.WLLAMA_VERSION} (npm; the benchmark's peer)", vendoring.vendor_wllama),
         (f"openai {vendoring.OPENAI_VERSION} (npm, integrity checked; the OpenAI example's client)", vendoring.vendor_openai),
         (f"@mlc-ai/web-xgrammar {vendoring.XGRAMMAR_VERSION} (npm, integrity checked; the page's grammar engine)", vendoring.vendor_xgrammar),
+        (f"axe-core {vendoring.AXE_VERSION} (npm, integrity checked; the tests' accessibility audit)", vendoring.vendor_axe),
         ("web/vendor/manifest.json", vendoring.write_manifest),
         ("web/vendor/definitions.js (request schemas and known models, from Python)", vendoring.write_definitions),
     ]

@@ -9,6 +9,7 @@ Layout written here:
     web/vendor/wllama/             @wllama/wllama's ES module and wasm (the benchmark's peer)
     web/vendor/openai/             the official `openai` client's ES build (web/examples/openai.html)
     web/vendor/xgrammar/           @mlc-ai/web-xgrammar's bundle (wasm inside): the page's grammar engine
+    web/vendor/axe/                axe-core's axe.min.js: the tests' accessibility audit (not part of the app)
     web/vendor/manifest.json       versions, wheel URLs and SHA-256s
 """
 
@@ -344,6 +345,18 @@ XGRAMMAR_FILES = {"package/lib/index.js": "index.js", "package/package.json": "p
 
 def vendor_xgrammar(dest: Path = VENDOR_DIR / "xgrammar") -> str:
     return _vendor_npm_files(dest, "@mlc-ai/web-xgrammar", XGRAMMAR_VERSION, XGRAMMAR_FILES, XGRAMMAR_INTEGRITY)
+
+
+# --- axe-core (the accessibility rules tests/test_site_audit.py runs in the pages; not part of the app) ------
+
+AXE_VERSION = "4.14.1"
+AXE_INTEGRITY = "sha512-FHfa+lmNjQZfJz1q8wKqIDwC6DExcHt/pkjNQb09a3NPjCKg2rhu5qb2S4r76ASyFNNtuFooJpZe37OgudVGtQ=="
+# The minified script (it defines window.axe when injected into a page) and its licences.
+AXE_FILES = {"package/axe.min.js": "axe.min.js", "package/LICENSE": "LICENSE", "package/LICENSE-3RD-PARTY.txt": "LICENSE-3RD-PARTY.txt"}
+
+
+def vendor_axe(dest: Path = VENDOR_DIR / "axe") -> str:
+    return _vendor_npm_files(dest, "axe-core", AXE_VERSION, AXE_FILES, AXE_INTEGRITY)
 
 
 # --- the manifest the Worker reads ------------------------------------------------------------------
