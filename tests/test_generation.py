@@ -20,9 +20,11 @@ from pyshim.serve.sampling import SamplingParams
 from pyshim.serve.session import Session
 from pyshim.text.tokenizer import Tokenizer
 import tiny_models
+from runners import reference
 from tiny_models import N_VOCAB, write_tiny_model
 
 MAX_TOKENS = 10
+PREFILL_CHUNK = 7         # a 40-token prompt runs in 6 chunks
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +101,31 @@ def test_long_prompts_run_in_chunks_and_give_the_same_tokens(model, gpu, tmp_pat
         assert small.stats.bytes_read - read == 4 * 4          # one argmax per generated token, none per chunk
     finally:
         small.close()
+
+
+def test_prefill_reports_the_prompt_tokens_read_chunk_by_chunk(model):
+    """on_prefill(done, total) sees (0, n) before the first chunk, then each chunk's end, then (n, n) with
+    the first token; an awaitable it returns (a JS callback's promise) is awaited."""
+    prompt = (tiny_models.test_ids() * 3)[:40]
+    seen = []
+
+    async def on_prefill(done, total):
+        seen.append((done, total))
+
+    asyncio.run(generate(reference(model, context=64, chunk=PREFILL_CHUNK), prompt, SamplingParams(), 2, on_prefill=on_prefill))
+    n = len(prompt)
+    assert seen == [(done, n) for done in (0, *range(PREFILL_CHUNK, n, PREFILL_CHUNK), n)]
+
+
+def test_session_passes_on_prefill_to_chat_and_complete(model):
+    session = Session(reference(model, context=64))
+    sampling = Sampling.parse({"temperature": 0, "max_tokens": 2})
+    for ask in (lambda on_prefill: session.chat([{"role": "user", "content": "hi"}], sampling, on_prefill=on_prefill),
+                lambda on_prefill: session.complete(tiny_models.test_ids()[:6], sampling, on_prefill=on_prefill)):
+        seen = []
+        done = asyncio.run(ask(lambda d, t: seen.append((d, t))))
+        n = done.prompt_tokens
+        assert seen == [(0, n), (n, n)]          # one chunk: the prompt fits the largest step
 
 
 def test_text_streams_and_stop_strings_cut_it(gpu):

@@ -185,6 +185,28 @@ def test_load_backend_gpu_generates_like_cpu(tmp_path_factory):
     assert on_gpu == on_cpu and len(on_cpu) == 20
 
 
+def test_prepare_reports_each_pipeline_it_compiles(tmp_path_factory):
+    """prepare(progress) counts the decode programs' distinct pipelines as they compile: (0, total), one more
+    per call, (total, total); prepared again, it has none left to compile."""
+    path = tiny(tmp_path_factory, "llama", "Q8_0")
+
+    async def run():
+        runner = await gpu(path, context=tiny_models.N_CTX)      # its own device: no pipeline compiled yet
+        try:
+            first, again = [], []
+            await runner.prepare(lambda done, total: first.append((done, total)))
+            keys = {d.key for program in runner._programs.values() for d in program.dispatches}
+            await runner.prepare(lambda done, total: again.append((done, total)))
+            return first, again, keys
+        finally:
+            runner.close()
+
+    first, again, keys = asyncio.run(run())
+    total = first[0][1]
+    assert 0 < total <= len(keys) and first == [(done, total) for done in range(total + 1)]
+    assert again == [(0, 0)]
+
+
 @pytest.mark.models
 @pytest.mark.slow
 def test_smollm2_scores_match_llama_cpp_on_f32_copy():

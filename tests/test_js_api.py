@@ -28,7 +28,7 @@ CREATE_JS = """async ([context]) => {
   const { createEngine } = await import('/pyshim.js');
   window.progress = [];
   const t0 = performance.now();
-  window.engine = await createEngine({model: 'smollm2', context, onProgress: (p) => window.progress.push(p.phase)});
+  window.engine = await createEngine({model: 'smollm2', context, onProgress: (p) => window.progress.push(p)});
   return {ms: performance.now() - t0, stats: window.engine.stats(), models: await window.engine.models.list()};
 }"""
 
@@ -84,7 +84,7 @@ def solo_answer(api) -> dict:
 
 def test_create_engine_downloads_through_the_store_and_loads(api):
     page, watch, created, _ = api
-    phases = page.evaluate("() => window.progress")
+    phases = [p["phase"] for p in page.evaluate("() => window.progress")]
     assert {"boot", "header", "download", "load"} <= set(phases) and phases[-1] == "ready"
     (manifest,) = page.evaluate("async () => (await import('/store/store.js')).listModels()")
     assert manifest["status"] == "ready" and manifest["sha256"] == SMOLLM2.sha256   # verified, as the site stores it
@@ -92,6 +92,56 @@ def test_create_engine_downloads_through_the_store_and_loads(api):
     assert created["models"] == {"object": "list", "data": [{"id": "smollm2", "object": "model", "created": 0, "owned_by": "pyshim"}]}
     print(f"createEngine from a clean profile: {created['ms'] / 1000:.1f} s (store {created['stats']['load']['store_ms'] / 1000:.1f} s, "
           f"GPU load {created['stats']['load']['gpu_ms'] / 1000:.1f} s)")
+    watch.check()
+
+
+def test_loading_and_the_first_request_report_their_phases_in_order(api):
+    """After the store: the weights' upload ("load", bytes, with a rate), the GPU pipelines ("compile", up to
+    all of them), "ready", then the first request's prompt ("prefill", tokens, up to all of them)."""
+    page, _, _, _ = api
+    solo_answer(api)                      # a request has run (onProgress is also the engine's default)
+    progress = page.evaluate("() => window.progress")
+    phases = [p["phase"] for p in progress]
+    after_store = phases[phases.index("load"):]
+    runs = [phase for i, phase in enumerate(after_store) if i == 0 or after_store[i - 1] != phase]
+    assert runs[:4] == ["load", "compile", "ready", "prefill"], runs
+    for phase in ("load", "compile", "prefill"):
+        events = [p for p in progress if p["phase"] == phase]
+        end = next((i for i, p in enumerate(events) if p["loaded"] == p["total"]), None)
+        assert end is not None, (phase, events)           # it reached its total
+        events = events[:end + 1]                         # its first run (each later request has its own prefill)
+        done = [p["loaded"] for p in events]
+        assert done == sorted(done) and all(p["total"] > 0 for p in events), (phase, events)
+    assert any(p["bytesPerSec"] > 0 for p in progress if p["phase"] == "load")
+
+
+# A second engine (its own Worker) on the stored model, as the site's chat makes one: select() only, so the
+# GPU load happens in the first request, and every phase reaches the engine's own onProgress.
+SELECTED_FIRST_REQUEST_JS = """async (body) => {
+  const { Engine } = await import('/pyshim.js');
+  const [stored] = await (await import('/store/store.js')).listModels();
+  const progress = [];
+  const engine = new Engine({onProgress: (p) => progress.push(p)});
+  engine.select(stored, {context: body.context, id: body.model});
+  try {
+    await engine.chat.completions.create(body.request);
+  } finally {
+    engine.terminate();
+  }
+  return progress;
+}"""
+
+
+def test_a_selected_model_reports_load_compile_and_prefill_in_its_first_request(api):
+    page, watch, _, _ = api
+    progress = page.evaluate(SELECTED_FIRST_REQUEST_JS, {"context": CONTEXT, "model": "smollm2", "request": greedy(QUESTION, 1)})
+    phases = [p["phase"] for p in progress]
+    runs = [phase for i, phase in enumerate(phases) if i == 0 or phases[i - 1] != phase]
+    assert runs == ["load", "compile", "prefill"], runs
+    for phase in runs:
+        events = [p for p in progress if p["phase"] == phase]
+        done = [p["loaded"] for p in events]
+        assert done == sorted(done) and events[-1]["loaded"] == events[-1]["total"] > 0, (phase, events)
     watch.check()
 
 

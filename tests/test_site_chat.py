@@ -57,6 +57,20 @@ def ask(page, settings: dict) -> str:
     return replies.nth(replies.count() - 1).inner_text().strip()
 
 
+# Records each phase the pending reply shows (name, words, bar) until its first token, as a visitor sees them.
+WATCH_PHASES_JS = """() => {
+  window.seenPhases = [];
+  new MutationObserver(() => {
+    const p = document.querySelector('#messages .phase');
+    if (!p) return;
+    const seen = {phase: p.dataset.phase, label: p.querySelector('.phase-label').textContent,
+                  detail: p.querySelector('.phase-detail').textContent, bar: p.querySelector('.bar > span').style.width};
+    const last = window.seenPhases.at(-1);
+    if (!last || last.phase !== seen.phase || last.detail !== seen.detail) window.seenPhases.push(seen);
+  }).observe(document.getElementById('messages'), {subtree: true, childList: true, characterData: true});
+}"""
+
+
 EXACT = {"temperature": "0", "max_tokens": str(MAX_TOKENS), "context": "512", "system": "", "arithmetic": "f32"}
 
 
@@ -65,8 +79,18 @@ def test_greedy_chat_reply_equals_the_cpu_reference(site):
     page.click(f"#models li:has-text('{MODEL}') button")
     wait_status(page, MODEL, "ready")
     assert page.evaluate("() => window.pyshimEngine.request('capabilities')")["generate"] is True
+    page.evaluate(WATCH_PHASES_JS)
     text = ask(page, {**EXACT, "kv_type": "f32"})
-    shot(page, "12-chatting")
+    # the model's first reply loaded it: the bubble named each phase, with its progress, before the text
+    seen = page.evaluate("() => window.seenPhases")
+    order = list(dict.fromkeys(p["phase"] for p in seen))
+    assert [p for p in order if p in ("load", "compile", "prefill")] == ["load", "compile", "prefill"], seen
+    for phase, unit in (("load", "MB"), ("compile", "pipelines"), ("prefill", "tokens")):
+        details = [p["detail"] for p in seen if p["phase"] == phase]
+        assert any(unit in d and " of " in d for d in details), (phase, details)
+    assert any("MB/s" in p["detail"] for p in seen if p["phase"] == "load"), seen
+    print("phases seen:", [(p["phase"], p["detail"]) for p in seen])
+    shot(page, "12-chatting", readme=True)
     assert text == cpu_reference_reply().strip()
     assert "Paris" in text
     assert "tok/s" in page.inner_text("#messages")

@@ -52,7 +52,7 @@ def test_download_from_dev_server_is_chunked_and_verified(site):
         text = page.wait_for_function(
             "() => { const t = document.querySelector('#stored li .progress-text')?.textContent; return t && t.includes('MB/s') ? t : null; }"
         ).json_value()
-        shot(page, "02-downloading")
+        shot(page, "02-downloading", readme=True)
         assert "of 98.4 MB" in text and "left" in text, text
         # the chat says what is happening and how far it is, not that the visitor did something wrong
         notice = page.wait_for_function(

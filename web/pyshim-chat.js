@@ -71,7 +71,7 @@ function percent(fraction) {
 
 const PHASE_TEXT = {
   boot: "Starting Python and the GPU…", header: "Checking the model…", download: "Downloading", verify: "Verifying",
-  repair: "Re-checking", load: "Loading onto the GPU", ready: "Ready",
+  repair: "Re-checking", load: "Loading onto the GPU", compile: "Preparing the GPU programs", ready: "Ready",
 };
 
 export class PyshimChat extends HTMLElement {

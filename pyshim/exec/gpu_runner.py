@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyshim.exec.runner import Capacity, Output, RunnerStats, Slice, Step, Want, check_step
+from pyshim.exec.runner import Capacity, Output, Progress, RunnerStats, Slice, Step, Want, check_step, report
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.kernels import TOPK
 from pyshim.gpu.ops import GpuOps
@@ -26,6 +26,7 @@ from pyshim.plan.memory import per_token
 from pyshim.plan.settings import RunSettings
 
 KEEP_PROGRAMS = 8       # step shapes (other than one token) kept built; more are rebuilt on use
+DECODE_WANTS = (Want.LOGITS, Want.ARGMAX)   # the one-token programs prepare() builds
 
 
 class GpuRunner:
@@ -60,12 +61,22 @@ class GpuRunner:
     def policy(self) -> KernelPolicy:
         return self.ops.policy
 
-    async def prepare(self) -> None:
+    async def prepare(self, progress: Progress | None = None) -> None:
         """One-time work before anything is timed: rearrange the grouped weights (their bytes must be
-        uploaded by now), record and build the one-token (decode) programs."""
+        uploaded by now), record and build the one-token (decode) programs. `progress(done, total)` counts
+        their distinct pipelines not compiled yet as they compile, from (0, total) to (total, total)."""
         await self.ops.repack()
-        for want in (Want.LOGITS, Want.ARGMAX):
-            await self.program(1, want)
+        # Recorded first, so the pipelines of every program are known (and counted) before any is compiled.
+        recorded = {(1, want): self._record(1, want) for want in DECODE_WANTS if (1, want) not in self._programs}
+        kernels = self.ops.kernels
+        keys = dict.fromkeys(d.key for program in recorded.values() for d in program.dispatches)
+        missing = [key for key in keys if key not in kernels]
+        await report(progress, 0, len(missing))
+        for done, key in enumerate(missing, 1):
+            await kernels.get(key)
+            await report(progress, done, len(missing))
+        for key, program in recorded.items():
+            await self._build(key, program)
 
     def reset(self, seq: int = 0) -> None:
         """Nothing to clear: a step's attention reads only positions up to its own, all written before."""
@@ -81,20 +92,28 @@ class GpuRunner:
         want = Want.LOGITS if want is Want.NONE else want
         key = (n, want)
         if key not in self._programs:
-            ops = self.ops
-            program = ops.begin(n)
-            logits = self.model.forward(ops, ops.tokens(n), ops.positions(n), want is Want.ALL_LOGITS)
-            program.output = logits
-            if want is Want.ARGMAX:
-                program.argmax = ops.record_argmax(logits)
-            elif want is Want.TOP_K:
-                program.topk = ops.record_topk(logits)
-            ops.end()
-            await program.build(ops.device, ops.kernels, ops.pool)
-            self._programs[key] = program
-            self._evict()
+            await self._build(key, self._record(n, want))
         self._programs.move_to_end(key)
         return self._programs[key]
+
+    def _record(self, n: int, want: Want) -> Program:
+        """The forward pass for steps of `n` tokens answering `want`, recorded (not built yet)."""
+        ops = self.ops
+        program = ops.begin(n)
+        logits = self.model.forward(ops, ops.tokens(n), ops.positions(n), want is Want.ALL_LOGITS)
+        program.output = logits
+        if want is Want.ARGMAX:
+            program.argmax = ops.record_argmax(logits)
+        elif want is Want.TOP_K:
+            program.topk = ops.record_topk(logits)
+        ops.end()
+        return program
+
+    async def _build(self, key: tuple[int, Want], program: Program) -> None:
+        ops = self.ops
+        await program.build(ops.device, ops.kernels, ops.pool)
+        self._programs[key] = program
+        self._evict()
 
     def _evict(self) -> None:
         """Keep the one-token programs and the KEEP_PROGRAMS most recently used others: every prompt length

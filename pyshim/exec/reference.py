@@ -21,7 +21,7 @@ from gguf import GGMLQuantizationType as QT
 
 from pyshim.errors import UnsupportedError
 from pyshim.exec.kvcache import KVCache
-from pyshim.exec.runner import Capacity, Output, RunnerStats, Step, Want, answer, check_step
+from pyshim.exec.runner import Capacity, Output, Progress, RunnerStats, Step, Want, answer, check_step
 from pyshim.gguf.tensors import TensorRef, WeightStore, dequantize_rows
 from pyshim.gguf.types import check_runnable
 from pyshim.models.ops import ACTIVATIONS, GATINGS, AttnSpec, RouterSpec
@@ -305,7 +305,8 @@ class ReferenceRunner:
         of a mixture of experts only the experts a token is routed to)."""
         return per_token(self.spec, self.header.tensors).read_bytes
 
-    async def prepare(self) -> None:
+    async def prepare(self, progress: Progress | None = None) -> None:
+        """Dequantize the weights; nothing is compiled, so `progress` is never called."""
         self.ops.prepare()
 
     async def step(self, step: Step) -> list[Output]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Awaitable, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -92,6 +92,17 @@ class Capacity:
     top_k: int = 0               # largest k the executor picks itself (0: Want.TOP_K is not offered)
 
 
+Progress = Callable[[int, int], "Awaitable[None] | None"]   # (done, total); a JS callback may return a promise
+
+
+async def report(progress: Progress | None, done: int, total: int) -> None:
+    """`progress(done, total)` when there is a listener, awaiting what it returns."""
+    if progress is not None:
+        maybe = progress(done, total)
+        if maybe is not None:
+            await maybe
+
+
 class Runner(Protocol):
     spec: ModelSpec
     header: GGUFHeader
@@ -104,8 +115,9 @@ class Runner(Protocol):
     @property
     def n_ctx(self) -> int: ...
 
-    async def prepare(self) -> None:
-        """One-time work before anything is timed (dequantizing, compiling, rearranging weights)."""
+    async def prepare(self, progress: Progress | None = None) -> None:
+        """One-time work before anything is timed (dequantizing, compiling, rearranging weights);
+        `progress(done, total)` counts the pipelines compiled, where an executor compiles any."""
 
     async def step(self, step: Step) -> list[Output]:
         """Run every slice (writing its keys into its sequence's cache) and answer `step.want` for each."""

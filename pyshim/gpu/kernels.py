@@ -365,6 +365,10 @@ class KernelCache:
     def __len__(self) -> int:
         return len(self._pipelines)
 
+    def __contains__(self, key: ShaderKey) -> bool:
+        """Whether `key`'s pipeline is compiled already (get() then costs nothing)."""
+        return key in self._pipelines
+
 
 def rope_theta(spec, freq_factors: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """Per rotated pair, the angle per position (f32 [dims/2], computed in f64 then rounded) and mscale:

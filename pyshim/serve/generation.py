@@ -32,7 +32,7 @@ from typing import Awaitable, Callable, Sequence
 import numpy as np
 
 from pyshim.errors import BadRequestError, ContextOverflowError
-from pyshim.exec.runner import Runner, Step, Want, top_k_rows
+from pyshim.exec.runner import Progress, Runner, Step, Want, report, top_k_rows
 from pyshim.serve.sampling import SamplingParams, can_sample_top_k, make_rng, sample, sample_top_k
 from pyshim.text.grammar import Matcher, allowed, mask_logits
 from pyshim.text.stops import StopStrings
@@ -104,12 +104,14 @@ def decode_want(runner: Runner, params: SamplingParams) -> Want:
 async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams, max_tokens: int, *,
                    stop_ids: Sequence[int] = (), stop_strings: Sequence[str] = (), decoder=None,
                    on_text: OnText | None = None, should_stop: Callable[[], bool] = lambda: False,
-                   seq: int = 0, constraint: Matcher | None = None) -> Completion:
+                   seq: int = 0, constraint: Matcher | None = None, on_prefill: Progress | None = None) -> Completion:
     """Continue `prompt` (token ids) in sequence `seq`, whose cache is reset first. `decoder` turns ids
     into text incrementally (`add(id) -> str`, `finish() -> str`: the tokenizer's StreamingDecoder, which
     holds back incomplete UTF-8); without one only ids come out. `on_text(piece, token)` sees the text as
     it streams (stop strings held back; the last piece has token -1). `constraint` keeps the reply inside
-    a grammar (see the module docstring)."""
+    a grammar (see the module docstring). `on_prefill(done, total)` follows the prompt, in tokens: (0, total)
+    before its first chunk, then after each (the last with the first new token computed); like `on_text`,
+    it may return an awaitable."""
     prompt = [int(t) for t in prompt]
     if not prompt:
         raise BadRequestError("the prompt is empty")
@@ -171,12 +173,15 @@ async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams
                     await maybe
 
     runner.reset(seq)     # a new conversation: no key of the previous one may be attended to
+    await report(on_prefill, 0, len(prompt))
     t0 = time.perf_counter()
     chunk = runner.capacity.max_step_tokens
     last = (len(prompt) - 1) // chunk * chunk
     for at in range(0, last, chunk):                              # keys only, nothing read back
         await runner.step(Step.of(prompt[at:at + chunk], at, seq=seq, want=Want.NONE))
+        await report(on_prefill, at + chunk, len(prompt))
     token = await next_token(prompt[last:], last)
+    await report(on_prefill, len(prompt), len(prompt))    # before t_first: counted in prefill_ms, not decode_ms
     t_first = time.perf_counter()
     out.prefill_ms = 1e3 * (t_first - t0)
     grammar_s[0] = 0.0

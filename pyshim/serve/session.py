@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from pyshim.errors import BadRequestError, ContextOverflowError
-from pyshim.exec.runner import Runner
+from pyshim.exec.runner import Progress, Runner
 from pyshim.serve.generation import Completion, OnText, Scores, generate, score
 from pyshim.serve.protocol import Sampling
 from pyshim.serve.sampling import SamplingParams
@@ -51,8 +51,9 @@ class Session:
     def n_ctx(self) -> int:
         return self.runner.capacity.n_ctx
 
-    async def prepare(self) -> None:
-        await self.runner.prepare()
+    async def prepare(self, progress: Progress | None = None) -> None:
+        """The runner's one-time work; `progress(done, total)`: its pipelines compiled (Runner.prepare)."""
+        await self.runner.prepare(progress)
 
     def close(self) -> None:
         self.runner.close()
@@ -93,9 +94,10 @@ class Session:
 
     # --- requests ---
     async def chat(self, messages: list[dict], sampling: Sampling, *, on_text: OnText | None = None,
-                   should_stop: Callable[[], bool] = lambda: False) -> Completion:
+                   should_stop: Callable[[], bool] = lambda: False, on_prefill: Progress | None = None) -> Completion:
         """A reply to `messages`, the conversation compacted first when it would not leave room for one;
-        with tools, the reply may be calls (pyshim.text.tools), whose text is then not streamed."""
+        with tools, the reply may be calls (pyshim.text.tools), whose text is then not streamed.
+        `on_prefill(done, total)`: the prompt's tokens read so far (pyshim.serve.generation.generate)."""
         messages = [{**m, "content": m.get("content") or ""} for m in messages]
         spec, extra = sampling.tools, {}
         if spec is not None:
@@ -105,13 +107,14 @@ class Session:
         messages, compacted = self.fit_messages(messages, sampling.max_tokens)
         if spec is None:
             done = await self.complete(self.chat_ids(messages), sampling, stop_ids=self.stop_ids(sampling, chat=True),
-                                       on_text=on_text, should_stop=should_stop)
+                                       on_text=on_text, should_stop=should_stop, on_prefill=on_prefill)
         else:
-            done = await self._call_tools(self.chat_ids(messages, **extra), sampling, on_text, should_stop)
+            done = await self._call_tools(self.chat_ids(messages, **extra), sampling, on_text, should_stop, on_prefill=on_prefill)
         done.compacted = compacted
         return done
 
-    async def _call_tools(self, prompt: list[int], sampling: Sampling, on_text, should_stop) -> Completion:
+    async def _call_tools(self, prompt: list[int], sampling: Sampling, on_text, should_stop, *,
+                          on_prefill: Progress | None = None) -> Completion:
         from pyshim.text.tools import CallMatcher
 
         matcher = CallMatcher(sampling.tools, self.grammars(), self.tokenizer, self.runner.spec.n_vocab, self.end_ids)
@@ -126,7 +129,7 @@ class Session:
         try:
             done = await generate(self.runner, prompt, sampling.params, sampling.max_tokens, stop_ids=self.stop_ids(sampling, chat=True),
                                   stop_strings=sampling.stop, decoder=self.tokenizer.stream(), on_text=text,
-                                  should_stop=should_stop, constraint=matcher)
+                                  should_stop=should_stop, constraint=matcher, on_prefill=on_prefill)
         finally:
             matcher.close()
         if matcher.calling:
@@ -137,10 +140,11 @@ class Session:
         return done
 
     async def complete(self, prompt: Sequence[int], sampling: Sampling, *, stop_ids: Sequence[int] | None = None,
-                       on_text: OnText | None = None, should_stop: Callable[[], bool] = lambda: False) -> Completion:
+                       on_text: OnText | None = None, should_stop: Callable[[], bool] = lambda: False,
+                       on_prefill: Progress | None = None) -> Completion:
         """A continuation of `prompt` (token ids); stop ids default to the vocabulary's end of generation.
         With a response_format the reply is constrained to it, and any id the grammar engine takes for an
-        end also ends the reply."""
+        end also ends the reply. `on_prefill` as in chat."""
         stop_ids = self.stop_ids(sampling) if stop_ids is None else list(stop_ids)
         constraint = None
         if sampling.response_format is not None:
@@ -149,7 +153,7 @@ class Session:
         try:
             return await generate(self.runner, prompt, sampling.params, sampling.max_tokens, stop_ids=stop_ids,
                                   stop_strings=sampling.stop, decoder=self.tokenizer.stream(), on_text=on_text,
-                                  should_stop=should_stop, constraint=constraint)
+                                  should_stop=should_stop, constraint=constraint, on_prefill=on_prefill)
         finally:
             if constraint is not None:
                 constraint.close()

@@ -10,7 +10,11 @@ with three async methods the loader calls:
     upload(model_id, device, uploads)                every weight, store -> GPU buffer, chunk by chunk
 so weights go from IndexedDB into GPU buffers without passing through Python (or Pyodide's heap). The
 one model loaded and its settings live here; requests queue in one Scheduler; `emit(event, data_json)`
-streams events to the request's caller: "started" (it left the queue), "token", "load-progress".
+streams events to the request's caller: "started" (it left the queue), "token" {text, token, index},
+"load-progress" {done_bytes, total_bytes, elapsed_ms} (the weights' upload, emitted by the store's
+upload in web/engine/loader.js), and "progress" {phase, done, total}: phase "compile" (the GPU
+pipelines of a load, pyshim.exec.gpu_runner.GpuRunner.prepare) or "prefill" (the prompt's tokens read
+before the first new one, in generate and complete).
 
 Arguments from JS arrive as Pyodide proxies (Uint8Array, functions); they are used by duck typing
 (`to_bytes`), so this module also imports and tests in CPython.
@@ -187,7 +191,7 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
             if streamed is not None:
                 streamed.fetch = _streamer(store, model_id, runner.device.raw)
         session = Session(runner, grammars=_grammars(model_id))
-        await session.prepare()
+        await session.prepare(_progress(emit, "compile"))
     except BaseException:
         runner.close()
         raise
@@ -262,6 +266,11 @@ async def unload(request_id: int) -> str:
 
 # --- requests on the loaded model ---------------------------------------------------------------------
 
+def _progress(emit, phase: str):
+    """A Progress (pyshim.exec.runner) that emits "progress" {phase, done, total} to the caller."""
+    return lambda done, total: emit("progress", _dump({"phase": phase, "done": int(done), "total": int(total)}))
+
+
 def _on_text(emit):
     index = iter(range(1 << 62))
     return lambda piece, token: emit("token", _dump({"text": piece, "token": int(token), "index": next(index)}))
@@ -271,13 +280,14 @@ def _on_text(emit):
 async def generate(request_json: str, file_size: int, store, request_id: int, emit) -> str:
     """A chat reply: {model_id, messages, settings, sampling} -> {text, token_ids, finish_reason, usage,
     timings: {load_ms, prefill_ms, ttft_ms, decode_ms, decode_tok_per_s, cpu_ms, bytes_per_decode_step},
-    compacted}; "token" events stream the text."""
+    compacted}; "token" events stream the text, "progress" events the loading and the prompt's prefill."""
     request = validate("generate", json.loads(request_json))
     sampling = Sampling.of(request["sampling"])
 
     async def job(should_stop):
         load_ms = await _ensure_loaded(request.get("model_id"), _settings(request), file_size, store, emit)
-        done = await _state["session"].chat(request["messages"], sampling, on_text=_on_text(emit), should_stop=should_stop)
+        done = await _state["session"].chat(request["messages"], sampling, on_text=_on_text(emit), should_stop=should_stop,
+                                            on_prefill=_progress(emit, "prefill"))
         return _result(done, load_ms)
 
     return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
@@ -295,7 +305,7 @@ async def complete(request_json: str, file_size: int, store, request_id: int, em
         session = _state["session"]
         prompt = session.prompt_ids(request.get("prompt"), request.get("prompt_ids"))
         done = await session.complete(prompt, sampling, stop_ids=session.stop_ids(sampling, request.get("stop_token_ids") or ()),
-                                      on_text=_on_text(emit), should_stop=should_stop)
+                                      on_text=_on_text(emit), should_stop=should_stop, on_prefill=_progress(emit, "prefill"))
         runner = session.runner
         return {**_result(done, load_ms), "arithmetic": runner.arithmetic.value, "context": runner.n_ctx,
                 "kv_type": runner.settings.kv_type, "auto": runner.auto, "expert_cache": runner.expert_cache_stats(),

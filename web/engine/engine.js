@@ -20,6 +20,14 @@
 //   await engine.models.list()   OpenAI's model list
 //   await engine.unload()        frees the GPU;  engine.terminate()  ends a Worker this engine started
 //
+// onProgress (load's, or the constructor's for everything) sees {phase, loaded, total, fraction,
+// bytesPerSec, etaSec} (resolve.js progressOf), phases in this order: "boot" (Python and the GPU check);
+// storing the model (../store/download.js, bytes): "header", "download", "verify" (and "repair" when the
+// whole file's SHA-256 is wrong); "load" (its weights store -> GPU: bytes, bytesPerSec, etaSec), "compile"
+// (the GPU programs' pipelines), "ready" (load() done); then on each request "prefill" (the prompt's
+// tokens read before the first new one). A model only select()ed gets "load" and "compile" in its first
+// request, before "prefill".
+//
 // Requests run one at a time, in the order they were made, so two callers never share a KV cache
 // mid-reply: the queue is the engine Worker's (pyshim/serve/scheduler.py), the one every page of a shared
 // engine goes through. A request is validated before it is posted: bad ones reject at once with an
@@ -31,6 +39,17 @@ import { DEFINITIONS } from "./protocol.js";
 import { ensureStored, locate, progressOf } from "./resolve.js";
 import { budgetBytes } from "./fit.js";
 import { createRemoteEngine } from "./remote.js";
+
+// The Worker's loading and prompt events ("load-progress", "progress") in onProgress's shape; null for others.
+function workerProgress(event, data) {
+  if (event === "load-progress") {
+    const bytesPerSec = data.elapsed_ms > 0 ? (1000 * data.done_bytes) / data.elapsed_ms : null;
+    const etaSec = bytesPerSec ? (data.total_bytes - data.done_bytes) / bytesPerSec : null;
+    return progressOf("load", data.done_bytes, data.total_bytes, { bytesPerSec, etaSec });
+  }
+  if (event === "progress") return progressOf(data.phase, data.done, data.total);
+  return null;
+}
 
 // A queue of values one side pushes and the other iterates; `close(err)` ends it (with err, throws).
 class Channel {
@@ -144,7 +163,8 @@ export class Engine {
     if (signal?.aborted) throw abortError();
     await this.client.request("load", { model_id: manifest.id, settings: this.#settings() }, {
       onEvent: (event, data) => {
-        if (event === "load-progress") onProgress?.(progressOf("load", data.done_bytes, data.total_bytes));
+        const progress = workerProgress(event, data);
+        if (progress) onProgress?.(progress);
       },
     });
     this.#loadInfo = { store_ms: stored - t0, gpu_ms: performance.now() - stored };
@@ -205,7 +225,10 @@ export class Engine {
         onEvent: (event, data) => {
           if (event === "started") this.#started.add(controller);
           else if (event === "token" && data.text) onText(data.text);
-          else if (event === "load-progress") this.onProgress?.(progressOf("load", data.done_bytes, data.total_bytes));
+          else {
+            const progress = workerProgress(event, data);
+            if (progress) this.onProgress?.(progress);
+          }
         },
       });
       this.#requests++;

@@ -20,7 +20,8 @@ function writeAligned(device, buffer, offset, bytes) {
 }
 
 // The `store` Python's loader calls (worker_api's docstring has the contract). `emit(event, data)`
-// reports "load-progress" {done_bytes, total_bytes} while the weights go to the GPU.
+// reports "load-progress" {done_bytes, total_bytes, elapsed_ms} while the weights go to the GPU
+// (elapsed_ms since the upload began: the page's MB/s).
 export function storeAccess(emit) {
   return {
     readPrefix: (modelId, length) => store.readRange(modelId, 0, length),
@@ -34,14 +35,16 @@ export function storeAccess(emit) {
       // Pyodide lends the list for this call only (it destroys the proxy itself): read it before any await.
       const slices = uploadsProxy.toJs({ depth: 2 }).map(([offset, size, buffer, bufferOffset]) => ({ offset, size, buffer, bufferOffset }));
       const total = slices.reduce((n, s) => n + s.size, 0);
+      const t0 = performance.now();
       let done = 0;
       let lastReport = 0;
       for await (const { slice, at, bytes } of store.slicePieces(modelId, slices)) {
         writeAligned(device, slice.buffer, slice.bufferOffset + at, bytes);
         done += bytes.length;
-        if (performance.now() - lastReport > PROGRESS_EVERY_MS || done === total) {
-          lastReport = performance.now();
-          emit("load-progress", { done_bytes: done, total_bytes: total });
+        const now = performance.now();
+        if (now - lastReport > PROGRESS_EVERY_MS || done === total) {
+          lastReport = now;
+          emit("load-progress", { done_bytes: done, total_bytes: total, elapsed_ms: now - t0 });
         }
       }
       await device.queue.onSubmittedWorkDone();

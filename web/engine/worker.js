@@ -2,10 +2,12 @@
 //
 // Protocol (see client.js): the page posts {id, kind, params}; the worker answers {id, ok: true, result}
 // or {id, ok: false, error: {name, message, hint, param}}, and sends events as {id, event, data} (a
-// request's own: "token", "load-progress", "store-progress") or {event, data} (broadcast: boot steps,
-// stdout). Params are plain JSON objects whose shapes pyshim/serve/protocol.py defines; Python's side of
-// every kind is one module, pyshim.serve.worker_api, called here with JSON text — no Python source lives
-// in this file. Everything is loaded from this site's vendor/ folder: no request leaves it.
+// request's own: "started", "token", "load-progress" {done_bytes, total_bytes, elapsed_ms}, "progress"
+// {phase: "compile" | "prefill", done, total} (pipelines built while loading; the prompt's tokens read
+// before the first new one), "store-progress") or {event, data} (broadcast: boot steps, stdout).
+// Params are plain JSON objects whose shapes pyshim/serve/protocol.py defines; Python's side of every
+// kind is one module, pyshim.serve.worker_api, called here with JSON text — no Python source lives in
+// this file. Everything is loaded from this site's vendor/ folder: no request leaves it.
 //
 // Kinds: boot, gpu-selftest, read-header {url}, probe-bytes {bytes, file_size, context, kv_type,
 // budget_bytes, limits, judge}, store-digest {model_id, offset, size}, capabilities, load {model_id,
