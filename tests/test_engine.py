@@ -80,10 +80,15 @@ def test_browser_style_load_answers_like_the_cpu_reference(store):
     assert reply["text"] == expected.text and "".join(d["text"] for e, d in events if e == "token") == reply["text"]
     assert reply["token_ids"] == expected.token_ids and reply["finish_reason"] == expected.finish_reason
     assert "Paris" in reply["text"] and reply["timings"]["bytes_per_decode_step"] == 4
-    # "progress": the load's pipelines one by one, then the prompt (one chunk) before the first token
+    # "progress": the load's pipelines one by one, then the prompt (one chunk) before the first token, the
+    # pipelines its program adds (the tiled prefill kernels, compiled on first use) reported in between
     progress = [(d["phase"], d["done"], d["total"]) for e, d in events if e == "progress"]
     pipelines, n = progress[0][2], reply["usage"]["prompt_tokens"]
-    assert pipelines > 0 and progress == [("compile", i, pipelines) for i in range(pipelines + 1)] + [("prefill", 0, n), ("prefill", n, n)]
+    load = [("compile", i, pipelines) for i in range(pipelines + 1)]
+    assert pipelines > 0 and progress[:len(load)] == load, progress
+    assert progress[len(load)] == ("prefill", 0, n) and progress[-1] == ("prefill", n, n), progress
+    first_use = progress[len(load) + 1:-1]
+    assert first_use == [("compile", i, len(first_use) - 1) for i in range(len(first_use))], progress
     # the same model and settings again: nothing is loaded twice
     again = _call(worker_api.generate, {"model_id": "smollm2", "messages": MESSAGES, "settings": SETTINGS, "sampling": GREEDY}, store)
     assert again["timings"]["load_ms"] == 0 and again["text"] == reply["text"]

@@ -136,12 +136,19 @@ def test_a_selected_model_reports_load_compile_and_prefill_in_its_first_request(
     page, watch, _, _ = api
     progress = page.evaluate(SELECTED_FIRST_REQUEST_JS, {"context": CONTEXT, "model": "smollm2", "request": greedy(QUESTION, 1)})
     phases = [p["phase"] for p in progress]
-    runs = [phase for i, phase in enumerate(phases) if i == 0 or phases[i - 1] != phase]
-    assert runs == ["load", "compile", "prefill"], runs
-    for phase in runs:
-        events = [p for p in progress if p["phase"] == phase]
-        done = [p["loaded"] for p in events]
-        assert done == sorted(done) and events[-1]["loaded"] == events[-1]["total"] > 0, (phase, events)
+    runs = []                 # consecutive events of one phase
+    for p in progress:
+        if runs and runs[-1][0]["phase"] == p["phase"]:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    names = [run[0]["phase"] for run in runs]
+    # the prompt's own program may compile pipelines (the tiled prefill kernels) on its first use
+    assert names in (["load", "compile", "prefill"], ["load", "compile", "prefill", "compile", "prefill"]), names
+    for run in runs:
+        done = [p["loaded"] for p in run]
+        assert done == sorted(done) and run[-1]["loaded"] == run[-1]["total"] or run[0]["phase"] == "prefill" and run is not runs[-1], run
+    assert runs[-1][-1]["loaded"] == runs[-1][-1]["total"] > 0
     watch.check()
 
 

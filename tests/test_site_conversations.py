@@ -151,6 +151,47 @@ def test_edit_and_resend_truncates_after_the_edited_message(site):
     assert any(c["title"] == "echo edited first" for c in stored(page))
 
 
+def set_temperature(page, value: str) -> None:
+    page.click("#settings-toggle")
+    page.fill("#set-temperature", value)
+    page.dispatch_event("#set-temperature", "change")
+    page.click("#settings-toggle")
+
+
+def test_each_conversation_keeps_its_settings(site):
+    _, page, _ = site
+    stand_in(page)
+    open_chat(page, "echo edited first")
+    set_temperature(page, "0.1")
+    say(page, "echo cool")
+    assert page.evaluate("() => window.lastGenerate.sampling.temperature") == 0.1
+    open_chat(page, "echo hello from B")
+    set_temperature(page, "1.3")
+    open_chat(page, "echo edited first")
+    assert page.input_value("#set-temperature") == "0.1"
+    say(page, "echo still cool")
+    assert page.evaluate("() => window.lastGenerate.sampling.temperature") == 0.1
+    open_chat(page, "echo hello from B")
+    assert page.input_value("#set-temperature") == "1.3"
+    temperatures = {c["title"]: c["settings"]["temperature"] for c in stored(page)}
+    assert temperatures["echo edited first"] == 0.1 and temperatures["echo hello from B"] == 1.3, temperatures
+
+
+def test_copy_a_reply_and_a_code_block(site):
+    context, page, _ = site
+    stand_in(page)
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=page.evaluate("() => location.origin"))
+    page.click("#new-chat")
+    say(page, "show me code")                # the stand-in's reply ends in a python block
+    page.click(".msg.assistant:last-child [data-action=copy]")
+    page.wait_for_selector(".toast:has-text('Copied')")
+    reply = page.evaluate("() => navigator.clipboard.readText()")
+    assert reply.startswith("Here is **bold**") and reply.endswith('print("hi")\n```')     # the markdown as the model wrote it
+    page.click(".msg.assistant:last-child .copy-code")
+    assert page.evaluate("() => navigator.clipboard.readText()") == 'print("hi")'
+    assert "Copy" not in page.locator(".msg.assistant .bubble").last.inner_text()    # the button's word is CSS, not reply text
+
+
 def test_export_then_import_gives_the_same_messages(site, tmp_path):
     _, page, _ = site
     stand_in(page)
@@ -165,25 +206,26 @@ def test_export_then_import_gives_the_same_messages(site, tmp_path):
     markdown = md.value.path().read_text()
     assert "# echo hello from B" in markdown and "**You:**" in markdown and "reply" in markdown
 
+    count = len(before)
     page.click("#chats-delete-all")          # armed: a second click deletes
-    assert page.locator("#chats li").count() == 2
+    assert page.locator("#chats li").count() == count
     page.click("#chats-delete-all")
     page.wait_for_selector("#chats li", state="detached")
     assert stored(page) == [] and messages_on_screen(page) == []
     assert page.is_visible("#chats-empty")
 
     page.set_input_files("#chats-import-file", str(exported))
-    page.wait_for_selector("#chats li >> nth=1")
+    page.wait_for_function("(n) => document.querySelectorAll('#chats li').length === n", arg=count)
     assert sorted((c["title"], json.dumps(c["messages"])) for c in stored(page)) == before
     # the same file again comes in as copies: nothing is overwritten
     page.set_input_files("#chats-import-file", str(exported))
-    page.wait_for_function("() => document.querySelectorAll('#chats li').length === 4")
+    page.wait_for_function("(n) => document.querySelectorAll('#chats li').length === 2 * n", arg=count)
 
     bad = tmp_path / "not-chats.json"
     bad.write_text(json.dumps({"format": "something-else", "conversations": []}))
     page.set_input_files("#chats-import-file", str(bad))
     page.wait_for_selector(".toast.error:has-text('not a pyshim chat export')")
-    assert len(stored(page)) == 4
+    assert len(stored(page)) == 2 * count
 
 
 def test_rename_and_delete_stick(site):

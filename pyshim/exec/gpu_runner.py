@@ -42,6 +42,9 @@ class GpuRunner:
         self.capacity = Capacity(n_ctx=n_ctx, max_seqs=1, max_step_tokens=max_step, top_k=TOPK)
         self.stats = RunnerStats()
         self._programs: OrderedDict[tuple[int, Want], Program] = OrderedDict()   # least recently used first
+        # Told of the pipelines a program's first use compiles (a prompt's first prefill compiles the
+        # tiled kernels: many seconds on a CPU adapter), so a page can say why the first reply waits.
+        self.on_compile: Progress | None = None
 
     @property
     def n_ctx(self) -> int:
@@ -68,15 +71,22 @@ class GpuRunner:
         await self.ops.repack()
         # Recorded first, so the pipelines of every program are known (and counted) before any is compiled.
         recorded = {(1, want): self._record(1, want) for want in DECODE_WANTS if (1, want) not in self._programs}
+        await self._compile(recorded.values(), progress, always=True)
+        for key, program in recorded.items():
+            await self._build(key, program)
+
+    async def _compile(self, programs, progress: Progress | None, *, always: bool = False) -> None:
+        """Compile the pipelines `programs` use that are not compiled yet, reporting (0, total) .. (total,
+        total); with nothing to compile, silent unless `always`."""
         kernels = self.ops.kernels
-        keys = dict.fromkeys(d.key for program in recorded.values() for d in program.dispatches)
+        keys = dict.fromkeys(d.key for program in programs for d in program.dispatches)
         missing = [key for key in keys if key not in kernels]
+        if not missing and not always:
+            return
         await report(progress, 0, len(missing))
         for done, key in enumerate(missing, 1):
             await kernels.get(key)
             await report(progress, done, len(missing))
-        for key, program in recorded.items():
-            await self._build(key, program)
 
     def reset(self, seq: int = 0) -> None:
         """Nothing to clear: a step's attention reads only positions up to its own, all written before."""
@@ -92,7 +102,9 @@ class GpuRunner:
         want = Want.LOGITS if want is Want.NONE else want
         key = (n, want)
         if key not in self._programs:
-            await self._build(key, self._record(n, want))
+            program = self._record(n, want)
+            await self._compile([program], self.on_compile)
+            await self._build(key, program)
         self._programs.move_to_end(key)
         return self._programs[key]
 

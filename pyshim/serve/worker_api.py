@@ -23,6 +23,7 @@ Arguments from JS arrive as Pyodide proxies (Uint8Array, functions); they are us
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import json
@@ -192,6 +193,7 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
                 streamed.fetch = _streamer(store, model_id, runner.device.raw)
         session = Session(runner, grammars=_grammars(model_id))
         await session.prepare(_progress(emit, "compile"))
+        runner.on_compile = None        # each request names its own listener (_compiles_reported)
     except BaseException:
         runner.close()
         raise
@@ -271,6 +273,21 @@ def _progress(emit, phase: str):
     return lambda done, total: emit("progress", _dump({"phase": phase, "done": int(done), "total": int(total)}))
 
 
+@contextlib.contextmanager
+def _compiles_reported(emit):
+    """Pipelines this request compiles on a program's first use (a first prompt of its length: the tiled
+    prefill kernels) reported as "progress" {phase: "compile"}, as the load's are."""
+    runner = _state["session"].runner
+    if not hasattr(runner, "on_compile"):
+        yield
+        return
+    runner.on_compile = _progress(emit, "compile")
+    try:
+        yield
+    finally:
+        runner.on_compile = None
+
+
 def _on_text(emit):
     index = iter(range(1 << 62))
     return lambda piece, token: emit("token", _dump({"text": piece, "token": int(token), "index": next(index)}))
@@ -286,8 +303,9 @@ async def generate(request_json: str, file_size: int, store, request_id: int, em
 
     async def job(should_stop):
         load_ms = await _ensure_loaded(request.get("model_id"), _settings(request), file_size, store, emit)
-        done = await _state["session"].chat(request["messages"], sampling, on_text=_on_text(emit), should_stop=should_stop,
-                                            on_prefill=_progress(emit, "prefill"))
+        with _compiles_reported(emit):
+            done = await _state["session"].chat(request["messages"], sampling, on_text=_on_text(emit), should_stop=should_stop,
+                                                on_prefill=_progress(emit, "prefill"))
         return _result(done, load_ms)
 
     return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
@@ -304,8 +322,9 @@ async def complete(request_json: str, file_size: int, store, request_id: int, em
         load_ms = await _ensure_loaded(request.get("model_id"), _settings(request), file_size, store, emit)
         session = _state["session"]
         prompt = session.prompt_ids(request.get("prompt"), request.get("prompt_ids"))
-        done = await session.complete(prompt, sampling, stop_ids=session.stop_ids(sampling, request.get("stop_token_ids") or ()),
-                                      on_text=_on_text(emit), should_stop=should_stop, on_prefill=_progress(emit, "prefill"))
+        with _compiles_reported(emit):
+            done = await session.complete(prompt, sampling, stop_ids=session.stop_ids(sampling, request.get("stop_token_ids") or ()),
+                                          on_text=_on_text(emit), should_stop=should_stop, on_prefill=_progress(emit, "prefill"))
         runner = session.runner
         return {**_result(done, load_ms), "arithmetic": runner.arithmetic.value, "context": runner.n_ctx,
                 "kv_type": runner.settings.kv_type, "auto": runner.auto, "expert_cache": runner.expert_cache_stats(),

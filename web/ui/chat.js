@@ -148,7 +148,9 @@ function renderNotice() {
     detail = "The engine could not start in this browser (see the status line above); models can still be downloaded, stored and checked.";
   } else if (!state.model && wanted) {
     title = `This chat was with ${wanted.name}`;
-    detail = "That model is not stored in this browser now: pick another on the left to carry on.";
+    detail = wanted.id.startsWith("remote:")
+      ? "That model is on a server: connect to it again in the Server tab (keys are never saved), or pick a stored model."
+      : "That model is not stored in this browser now: pick another on the left to carry on.";
     kind = "info";
   } else if (!state.model) {
     title = "Pick a model";

@@ -20,9 +20,9 @@ function detailOf(p) {
     case "load":
       return [p.total && `${formatBytes(p.loaded)} of ${formatBytes(p.total)}`, formatRate(p.bytesPerSec)].filter(Boolean).join(" · ");
     case "compile":
-      return p.total ? `${p.loaded}${of} pipelines` : "";
+      return p.total ? `${p.loaded}${of} pipeline${p.total === 1 ? "" : "s"}` : "";
     case "prefill":
-      return p.total ? `${p.loaded}${of} tokens` : "";
+      return p.total ? `${p.loaded}${of} token${p.total === 1 ? "" : "s"}` : "";
     case "queued":
       return "the first reply of a model loads it onto the GPU";
     default:
