@@ -20,7 +20,7 @@ from pyshim.setup.catalog import model_path
 from pyshim.text.chat import ChatTemplate
 from pyshim.text.grammar import LLGuidance, accepted_prefix
 from pyshim.text.tokenizer import Tokenizer
-from pyshim.text.tools import CallMatcher, tool_spec, with_tools
+from pyshim.text.tools import BARE_JSON, TAGGED, CallMatcher, call_format, tool_spec, with_tools
 
 pytestmark = [pytest.mark.models]
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The current weather in a city",
@@ -106,6 +106,103 @@ def test_a_call_is_constrained_to_its_function():
     assert n < total
     matcher, n, total = _walk("qwen2.5", "auto", "It is sunny.")                                              # auto: text is fine
     assert n == total and not matcher.calling and matcher.calls == []
+
+
+# --- a template in the Llama 3.x style: tools rendered by it, a call as a bare {"name", "parameters"} object ---
+
+# Written for these tests (Qwen's turn markers, so Qwen2.5's vocabulary renders it), teaching the call
+# format Llama 3.1-3.3's templates teach: a bare JSON object with "parameters", a result in an ipython turn.
+BARE_TEMPLATE = """{%- for m in messages -%}
+{%- if loop.first and tools -%}
+<|im_start|>user
+Given these functions, answer the next message with a function call.
+Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.
+{% for t in tools %}{{ t | tojson }}
+{% endfor %}<|im_end|>
+{% endif -%}
+{%- if m.role == 'tool' -%}
+<|im_start|>ipython
+{{ m.content }}<|im_end|>
+{% elif m.tool_calls -%}
+<|im_start|>assistant
+{%- for c in m.tool_calls %}
+{"name": "{{ c.function.name }}", "parameters": {{ c.function.arguments | tojson }}}{% endfor %}<|im_end|>
+{% else -%}
+<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif -%}"""
+
+
+def bare_template():
+    header, tokenizer, _, end_ids = vocabulary("qwen2.5")
+    return header, tokenizer, ChatTemplate.from_metadata(header.metadata, tokenizer, override=BARE_TEMPLATE), end_ids
+
+
+def test_a_bare_json_template_renders_the_tools_and_a_call():
+    _, _, template, _ = bare_template()
+    assert call_format(template.source) is BARE_JSON and call_format(vocabulary("qwen2.5")[2].source) is TAGGED
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    turns = QUESTION + [{"role": "assistant", "content": None, "tool_calls": [call]},
+                        {"role": "tool", "tool_call_id": "call_1", "content": RESULT}]
+    messages, extra = with_tools(turns, tool_spec(TOOLS, "auto"), template.source)
+    text = template.render(messages, **extra)
+    assert extra["tools"] == TOOLS and '"parameters"' in text and '"name": "get_weather"' in text
+    assert '{"name": "get_weather", "parameters": {"city": "Paris"}}' in text and f"ipython\n{RESULT}" in text
+
+
+def _walk_bare(choice, text: str):
+    _, tokenizer, _, end_ids = bare_template()
+    matcher = CallMatcher(tool_spec(TOOLS, choice), LLGuidance(tokenizer, end_ids), tokenizer, tokenizer.vocab_size, end_ids, BARE_JSON)
+    ids = tokenizer.encode(text, add_special=False)
+    return matcher, asyncio.run(accepted_prefix(matcher, ids)), len(ids)
+
+
+def test_a_bare_json_call_is_constrained_to_its_function():
+    call = '{"name": "add", "parameters": {"a": 2, "b": 3}}'
+    for choice in ("required", "auto"):          # auto: the object's first token makes it a call
+        matcher, n, total = _walk_bare(choice, call)
+        assert n == total and matcher.calling, choice
+        assert matcher.calls[0]["function"] == {"name": "add", "arguments": '{"a": 2, "b": 3}'}
+    _, n, total = _walk_bare("required", '{"name": "add", "arguments": {"a": 2, "b": 3}}')     # the tagged format's key
+    assert n < total
+    _, n, total = _walk_bare("required", '{"name": "add", "parameters": {"a": 2, "b": 3}}{"name"')   # one call a reply
+    assert n < total
+    matcher, n, total = _walk_bare("auto", "It is sunny.")
+    assert n == total and not matcher.calling and matcher.calls == []
+
+
+def test_round_trip_with_a_bare_json_template():
+    """Qwen2.5 natively, its template replaced by BARE_TEMPLATE: the required call comes out as a bare
+    object whose arguments fit the function, and the tool's result goes back through the template."""
+    from pyshim.serve.session import Session
+    from runners import gpu
+
+    header, tokenizer, template, _ = bare_template()
+
+    async def run():
+        session = Session(await gpu(model_path("qwen2.5"), context=1024))
+        session.template = template
+        try:
+            first = await session.chat(QUESTION, Sampling.parse({"tools": TOOLS, "tool_choice": "required", "temperature": 0,
+                                                                 "max_tokens": MAX_TOKENS}))
+            assert first.tool_calls, (first.finish_reason, tokenizer.decode(first.token_ids))
+            call = first.tool_calls[0]
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            final = await session.chat(QUESTION + [message, {"role": "tool", "tool_call_id": call["id"], "content": RESULT}],
+                                       Sampling.parse({"tools": TOOLS, "tool_choice": "none", "temperature": 0, "max_tokens": 12}))
+            return first, final
+        finally:
+            session.close()
+
+    first, final = asyncio.run(run())
+    assert first.finish_reason == "tool_calls" and len(first.tool_calls) == 1 and first.text == ""
+    fn = first.tool_calls[0]["function"]
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}[fn["name"]]
+    jsonschema.validate(json.loads(fn["arguments"]), params)
+    assert final.text.strip() and not final.tool_calls
 
 
 # --- the round trip on Qwen2.5 --------------------------------------------------------------------------

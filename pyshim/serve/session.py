@@ -115,9 +115,10 @@ class Session:
 
     async def _call_tools(self, prompt: list[int], sampling: Sampling, on_text, should_stop, *,
                           on_prefill: Progress | None = None) -> Completion:
-        from pyshim.text.tools import CallMatcher
+        from pyshim.text.tools import CallMatcher, call_format
 
-        matcher = CallMatcher(sampling.tools, self.grammars(), self.tokenizer, self.runner.spec.n_vocab, self.end_ids)
+        matcher = CallMatcher(sampling.tools, self.grammars(), self.tokenizer, self.runner.spec.n_vocab, self.end_ids,
+                              call_format(self.template.source))
 
         async def text(piece: str, token: int):     # (the first token's verdict comes before its text)
             if matcher.calling or on_text is None:
