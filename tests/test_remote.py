@@ -186,8 +186,14 @@ def test_the_site_chats_with_a_model_on_a_server(chromium, dev_server, stub):
             page.fill("#remote-model", MODEL)
             page.click("#remote-form button[type=submit]")
             page.wait_for_function("() => document.getElementById('remote-note').textContent.includes('CORS')", timeout=30_000)
+            # the server's own list of models is offered as soon as its address and key are typed
             page.fill("#remote-url", stub + "/v1")
             page.fill("#remote-key", KEY)
+            page.fill("#remote-model", "")
+            page.dispatch_event("#remote-key", "change")
+            page.wait_for_function("() => document.getElementById('remote-note').textContent.includes('serves')", timeout=30_000)
+            assert page.input_value("#remote-model") == MODEL
+            assert page.eval_on_selector_all("#remote-models option", "os => os.map(o => o.value)") == [MODEL]
             page.click("#remote-form button[type=submit]")
             page.wait_for_function("() => document.getElementById('remote-note').textContent.startsWith('Connected')", timeout=30_000)
             assert MODEL in page.inner_text("#chat-model") and "On the server" in page.inner_text("#chat-sub")

@@ -79,6 +79,35 @@ async function* events(response) {
   }
 }
 
+// `baseURL + path` with the key, as JSON; a dead server, CORS and refusals become errors that say which.
+async function remoteFetch(baseURL, apiKey, path, init = {}, signal = null) {
+  const url = baseURL + path;
+  const headers = { Accept: "application/json", ...(init.body ? { "Content-Type": "application/json" } : {}),
+    ...(apiKey ? { Authorization: `Bearer ${apiKey}` } : {}) };
+  let response;
+  try {
+    response = await fetch(url, { ...init, headers, signal, cache: "no-store" });
+  } catch (err) {
+    if (signal?.aborted) throw abortError();
+    throw await unreachable(url, err);
+  }
+  if (!response.ok) throw await refused(response);
+  return response;
+}
+
+// The model names an OpenAI-compatible server lists at /models ([] when it has no listing: the first
+// request will tell); throws as any request would for a dead server, CORS or a refused key.
+export async function listRemoteModels({ baseURL, apiKey = null }) {
+  let listing;
+  try {
+    listing = await (await remoteFetch(String(baseURL).replace(/\/+$/, ""), apiKey, "/models")).json();
+  } catch (err) {
+    if (err?.status === 404) return [];
+    throw err;
+  }
+  return (listing?.data ?? []).map((m) => m?.id).filter(Boolean);
+}
+
 export class RemoteEngine {
   #pending = new Set();
 
@@ -94,31 +123,13 @@ export class RemoteEngine {
     this.models = { list: async () => openai.modelList([model]) };
   }
 
-  async #fetch(path, init = {}, signal = null) {
-    const url = this.baseURL + path;
-    const headers = { Accept: "application/json", ...(init.body ? { "Content-Type": "application/json" } : {}),
-      ...(this.apiKey ? { Authorization: `Bearer ${this.apiKey}` } : {}) };
-    let response;
-    try {
-      response = await fetch(url, { ...init, headers, signal, cache: "no-store" });
-    } catch (err) {
-      if (signal?.aborted) throw abortError();
-      throw await unreachable(url, err);
-    }
-    if (!response.ok) throw await refused(response);
-    return response;
+  #fetch(path, init = {}, signal = null) {
+    return remoteFetch(this.baseURL, this.apiKey, path, init, signal);
   }
 
   // The server answers and (when it lists its models) serves this one.
   async check() {
-    let listing;
-    try {
-      listing = await (await this.#fetch("/models")).json();
-    } catch (err) {
-      if (err?.status === 404) return;          // no listing there: the first request will tell
-      throw err;
-    }
-    const ids = (listing?.data ?? []).map((m) => m?.id).filter(Boolean);
+    const ids = await listRemoteModels({ baseURL: this.baseURL, apiKey: this.apiKey });
     if (ids.length && !ids.includes(this.model.id)) {
       throw new openai.APIError(404, `${this.baseURL} does not serve ${JSON.stringify(this.model.id)}; it serves ${ids.join(", ")}`, { code: "model_not_found", param: "model", hint: "use one of those names" });
     }

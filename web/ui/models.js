@@ -5,7 +5,7 @@ import * as store from "../store/store.js";
 import { formatBytes, RETRYABLE } from "../store/errors.js";
 import { budgetBytes, setBudgetMiB, DEFAULT_CONTEXT } from "../engine/fit.js";
 import { checkFit as fitVerdict } from "../engine/resolve.js";
-import { createRemoteEngine } from "../engine/remote.js";
+import { createRemoteEngine, listRemoteModels } from "../engine/remote.js";
 import { h, $, formatDuration, formatRate, toast } from "./dom.js";
 import { CATALOG, expectedSha256 } from "./catalog.js";
 import { renderFit } from "./fitpanel.js";
@@ -239,6 +239,7 @@ function wirePicker() {
     const url = $("url-input").value.trim();
     if (url) addURL(url);
   });
+  for (const id of ["remote-url", "remote-key"]) $(id).addEventListener("change", offerRemoteModels);
   $("remote-form").addEventListener("submit", (e) => {
     e.preventDefault();
     connectRemote($("remote-url").value.trim(), $("remote-model").value.trim(), $("remote-key").value || null);
@@ -257,9 +258,29 @@ function wirePicker() {
   });
 }
 
+// The server's own list of models, offered in the model field as soon as its address is typed (the
+// first one filled in when the field is empty); a server that cannot be reached says so already here.
+let remoteAsk = 0;     // the latest listing or connection: an older answer never overwrites its note
+
+async function offerRemoteModels() {
+  const baseURL = $("remote-url").value.trim();
+  if (!/^https?:\/\/./.test(baseURL)) return;
+  const ask = ++remoteAsk;
+  try {
+    const ids = await listRemoteModels({ baseURL, apiKey: $("remote-key").value || null });
+    if (ask !== remoteAsk) return;
+    $("remote-models").replaceChildren(...ids.map((id) => h("option", { value: id })));
+    if (ids.length && !$("remote-model").value) $("remote-model").value = ids[0];
+    $("remote-note").textContent = ids.length ? `${new URL(baseURL).host} serves ${ids.join(", ")}.` : `${new URL(baseURL).host} lists no models: type the model's name.`;
+  } catch (err) {
+    if (ask === remoteAsk) $("remote-note").textContent = err.message;
+  }
+}
+
 // A model on an OpenAI-compatible server: checked (it answers, allows this origin, serves the model),
 // then chosen for the chat like a stored one. The key stays in this page's memory only.
 export async function connectRemote(baseURL, model, apiKey = null) {
+  ++remoteAsk;
   $("remote-note").textContent = `Connecting to ${baseURL}…`;
   try {
     const engine = await createRemoteEngine({ baseURL, apiKey, model });
