@@ -130,6 +130,29 @@ REMOTE_JS = """async ([base, dead, noCors, model, key, tools]) => {
 }"""
 
 
+def test_the_command_line_chats_through_a_remote_server(stub, capsys, monkeypatch):
+    """`pyshim generate --base-url`: the reply streamed to stdout (and in --json), a missing --chat and a
+    model the server does not serve refused with what to do."""
+    import json
+
+    from pyshim.cli import main
+
+    base = ["--base-url", stub + "/v1", "--chat", "--prompt"]
+    assert main(["generate", MODEL, "--api-key", KEY, *base, "hello from the shell"]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == "echo: hello from the shell" and f"{MODEL} on {stub}/v1" in out.err
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)                 # the key from the environment, as OpenAI's tools read it
+    assert main(["generate", MODEL, *base, "hi", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["text"] == "echo: hi" and report["finish_reason"] == "stop" and report["remote"] == stub + "/v1"
+    assert Stub.bodies[-1]["model"] == MODEL and Stub.bodies[-1]["messages"] == [{"role": "user", "content": "hi"}]
+    assert main(["generate", MODEL, "--base-url", stub + "/v1", "--prompt", "hi"]) == 2
+    assert "add --chat" in capsys.readouterr().err
+    assert main(["generate", "no-such-model", *base, "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "does not serve 'no-such-model'" in err and MODEL in err
+
+
 @pytest.mark.browser
 def test_the_js_api_chats_through_a_remote_server(chromium, dev_server, stub):
     Stub.bodies.clear()

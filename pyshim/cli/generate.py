@@ -1,5 +1,6 @@
 """`pyshim generate MODEL --prompt P`: stream a continuation (or a chat reply with --chat), through the one
-generation loop on the backend asked for (cpu, gpu, or the site's Worker in headless Chromium)."""
+generation loop on the backend asked for (cpu, gpu, or the site's Worker in headless Chromium); with
+--base-url, a chat reply from that OpenAI-compatible server instead (MODEL: the name it serves)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shape.add_argument("--json-object", action="store_true", help="the reply must be a JSON object")
     shape.add_argument("--grammar", type=Path, default=None, metavar="FILE", help="the reply must follow this GBNF grammar (rule root)")
     add_run_arguments(parser)
+    remote = parser.add_argument_group("a model on a server (pyshim.serve.remote)")
+    remote.add_argument("--base-url", default=None, metavar="URL",
+                        help="an OpenAI-compatible server (llama.cpp's server, Ollama's /v1, vLLM), e.g. http://127.0.0.1:8080/v1: "
+                             "MODEL is the name it serves, --chat is needed, the run flags do not apply")
+    remote.add_argument("--api-key", default=None, metavar="KEY", help="its key (default: $OPENAI_API_KEY, if set)")
     parser.add_argument("--json", action="store_true",
                         help='print one JSON object {"text", "ids", "prompt_ids", "prefill_tok_s", "decode_tok_s", ...}')
 
@@ -117,6 +123,10 @@ def run(args: argparse.Namespace) -> int:
         "repetition_penalty": args.repeat_penalty, "presence_penalty": args.presence_penalty,
         "frequency_penalty": args.frequency_penalty, "seed": args.seed, "max_tokens": args.max_tokens,
         "stop": args.stop or None, "ignore_eos": args.ignore_eos, "response_format": response_format_arg(args)})
+    if args.base_url:
+        report = asyncio.run(_generate_remote(args, sampling))
+        _print(args, report)
+        return 0
     path = resolve_model(args.model)
     if args.backend == "browser":
         return _run_in_browser(args, path, settings, sampling)
@@ -152,11 +162,34 @@ async def _generate(args, path, settings, sampling) -> dict:
         runner.close()
 
 
+async def _generate_remote(args, sampling) -> dict:
+    """A chat reply from the server at --base-url, streamed as it comes; the report its usage allows."""
+    from pyshim.errors import BadRequestError
+    from pyshim.serve.remote import RemoteSession
+
+    if not args.chat:
+        raise BadRequestError("--base-url sends chat requests: add --chat", param="chat")
+    session = RemoteSession(args.base_url, args.model, args.api_key or os.environ.get("OPENAI_API_KEY"))
+    try:
+        await session.prepare()
+        reply = await session.chat([{"role": "user", "content": args.prompt}], sampling,
+                                   on_text=None if args.json else lambda piece, token: _show(piece))
+    finally:
+        session.close()
+    usage = reply.usage() or {}
+    return {"text": reply.text, "finish_reason": reply.finish_reason, "usage": usage, "remote": session.base_url,
+            "model": args.model, "generated": usage.get("completion_tokens")}
+
+
 def _print(args, report: dict) -> None:
     if args.json:
         print(json.dumps({k: v for k, v in report.items() if k != "generated"}))
         return
     print()
+    if report.get("remote"):
+        tokens = "" if report["generated"] is None else f"{report['generated']} tokens, "
+        print(f"[{report['model']} on {report['remote']}: {tokens}{report['finish_reason']}]", file=sys.stderr)
+        return
     if report.get("auto"):
         print(f"[{report['auto']['reason']}]", file=sys.stderr)
     if report.get("layer_stream"):
