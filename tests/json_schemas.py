@@ -4,8 +4,9 @@ prompt that asks for it, one valid instance and one invalid one (for the grammar
 Deterministic: schema i comes from random.Random(i).
 
 Strings carry maxLength and integers/numbers a range, arrays maxItems: a constrained small model then
-always reaches the end of its reply within a test's token budget (a bare integer lets a 135M model write
-"1111…" until max_tokens, which is the model's choice, not the grammar's).
+always reaches the end of its reply within a token budget (a bare integer lets a 135M model write "1111…"
+until max_tokens, which is the model's choice, not the grammar's). `token_budget` is that budget: the
+length of the longest instance, each token writing at least one character.
 """
 
 from __future__ import annotations
@@ -118,3 +119,39 @@ def compact(value) -> str:
 
 def response_format(case: dict) -> dict:
     return {"type": "json_schema", "json_schema": {"name": "reply", "schema": case["schema"], "strict": True}}
+
+
+# A number's digits are not bounded by its range (0.1234567…): the budget allows this many characters.
+NUMBER_CHARS = 24
+BUDGET_SLACK = 8       # the end-of-reply token and a little room
+
+
+def _longest(schema: dict, defs: dict) -> object:
+    """A valid instance at least as long, written compactly, as any the schema takes (strings twice their
+    maxLength: each character may come escaped)."""
+    if "$ref" in schema:
+        return _longest(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+    if "anyOf" in schema:
+        return max((_longest(s, defs) for s in schema["anyOf"]), key=lambda v: len(compact(v)))
+    if "enum" in schema:
+        return max(schema["enum"], key=lambda v: len(compact(v)))
+    kind = schema.get("type")
+    if kind == "object":
+        return {k: _longest(v, defs) for k, v in schema["properties"].items()}
+    if kind == "array":
+        return [_longest(schema["items"], defs)] * schema["maxItems"]
+    if kind == "string":
+        return "x" * (2 * schema["maxLength"])
+    if kind == "integer":
+        return -schema["maximum"]
+    if kind == "number":
+        return "9" * NUMBER_CHARS          # (as wide as such a number may be written)
+    if kind == "boolean":
+        return False
+    return None
+
+
+def token_budget(case: dict) -> int:
+    """max_tokens that a reply to `case` always fits in (see the module docstring)."""
+    schema = case["schema"]
+    return len(compact(_longest(schema, schema.get("$defs", {})))) + BUDGET_SLACK

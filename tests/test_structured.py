@@ -149,7 +149,7 @@ def engines(loop):
 
 
 def reply(loop, engine, case, **sampling) -> str:
-    body = {"messages": [{"role": "user", "content": case["prompt"]}], "max_tokens": MAX_TOKENS,
+    body = {"messages": [{"role": "user", "content": case["prompt"]}], "max_tokens": max(MAX_TOKENS, json_schemas.token_budget(case)),
             "response_format": json_schemas.response_format(case), **({"temperature": 0} | sampling)}
     out = loop.run_until_complete(engine.chat.completions.create(**body))
     choice = out["choices"][0]
@@ -230,10 +230,10 @@ def test_xgrammar_in_the_worker_takes_valid_and_refuses_invalid_instances(site_p
     check_walks(harness.engine_request(page, "exec", {"code": code}, timeout_ms=GENERATION_TIMEOUT_MS))
 
 
-def browser_reply(page, case_format, prompt_ids, stop_ids, model: str = "smollm2", **sampling) -> dict:
+def browser_reply(page, case_format, prompt_ids, stop_ids, model: str = "smollm2", max_tokens: int = MAX_TOKENS, **sampling) -> dict:
     name = smollm2_path().name if model == "smollm2" else model_file(model).name
     params = {"model_url": "models/" + name, "settings": {"context": 1024}, "prompt_ids": prompt_ids,
-              "stop_token_ids": stop_ids, "sampling": {"temperature": 0, "max_tokens": MAX_TOKENS, "response_format": case_format, **sampling}}
+              "stop_token_ids": stop_ids, "sampling": {"temperature": 0, "max_tokens": max_tokens, "response_format": case_format, **sampling}}
     return harness.engine_request(page, "complete", params, timeout_ms=GENERATION_TIMEOUT_MS)
 
 
@@ -246,7 +246,7 @@ def test_replies_validate_in_the_worker(site_page):
     _, tokenizer, template, end_ids = vocabulary("smollm2")
     for case in CASES[:BROWSER_REPLIES]:
         ids = template.encode(tokenizer, [{"role": "user", "content": case["prompt"]}])
-        got = browser_reply(page, json_schemas.response_format(case), ids, end_ids)
+        got = browser_reply(page, json_schemas.response_format(case), ids, end_ids, max_tokens=max(MAX_TOKENS, json_schemas.token_budget(case)))
         assert got["finish_reason"] == "stop", got
         jsonschema.validate(json.loads(got["text"]), case["schema"])
     sampled = browser_reply(page, json_schemas.response_format(CASES[0]), template.encode(
@@ -266,7 +266,8 @@ def test_all_replies_validate_in_the_worker(site_page, name, sampled):
     _, tokenizer, template, end_ids = vocabulary(name)
     for case in CASES:
         ids = template.encode(tokenizer, [{"role": "user", "content": case["prompt"]}])
-        got = browser_reply(page, json_schemas.response_format(case), ids, end_ids, model=name, **(SAMPLED if sampled else {}))
+        got = browser_reply(page, json_schemas.response_format(case), ids, end_ids, model=name,
+                            max_tokens=max(MAX_TOKENS, json_schemas.token_budget(case)), **(SAMPLED if sampled else {}))
         assert got["finish_reason"] == "stop", (case["prompt"], got)
         jsonschema.validate(json.loads(got["text"]), case["schema"])
 
