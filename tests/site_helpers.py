@@ -13,7 +13,7 @@ from pyshim.setup.catalog import MODELS, model_path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
-README_SHOTS = ROOT / "docs" / "screenshots"
+README_SHOTS = ROOT / "playwright" / "screenshots"
 CHUNK = 16 << 20                       # the store's default chunk size (web/store/store.js CHUNK_SIZE)
 SMOLLM2 = MODELS["smollm2"]
 SMOLLM2_URL_PATH = f"models/{SMOLLM2.file_name}"
@@ -50,7 +50,7 @@ def open_site(chromium, dev_server, *, wait_gpu: bool = True, profile: Path | No
 
 
 def shot(page, name: str, *, readme: bool = False) -> Path:
-    """A screenshot into artifacts/screenshots; a `readme` one also into docs/screenshots (the README's
+    """A screenshot into artifacts/screenshots; a `readme` one also into playwright/screenshots (the README's
     pictures) when PYSHIM_README_SHOTS is set, so a plain test run leaves the tracked files alone."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
