@@ -139,6 +139,13 @@ def test_keyboard_alone_sends_and_stops(chatting):
     else:
         pytest.fail(f"{MAX_TABS} presses of Tab never reached the message box")
     print(f"Tab presses to the message box: {presses}")
+    # ...or one: the page's first Tab stop skips straight there
+    first = page.evaluate("() => [...document.querySelectorAll('a[href], button, input, textarea, select, [tabindex]')]"
+                          ".find(el => !el.disabled && el.tabIndex >= 0)?.textContent")
+    assert first == "Skip to the message box"
+    page.focus(".skip-link")
+    page.keyboard.press("Enter")
+    page.wait_for_function("() => document.activeElement?.id === 'prompt'")
     before = replies(page)
     page.keyboard.type("echo typed, not clicked")
     page.keyboard.press("Enter")
