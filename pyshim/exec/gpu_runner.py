@@ -67,21 +67,22 @@ class GpuRunner:
     async def prepare(self, progress: Progress | None = None) -> None:
         """One-time work before anything is timed: rearrange the grouped weights (their bytes must be
         uploaded by now), record and build the one-token (decode) programs. `progress(done, total)` counts
-        their distinct pipelines not compiled yet as they compile, from (0, total) to (total, total)."""
+        their distinct pipelines not compiled yet as they compile, from (0, total) to (total, total); it is
+        not called when none is left to compile."""
         await self.ops.repack()
         # Recorded first, so the pipelines of every program are known (and counted) before any is compiled.
         recorded = {(1, want): self._record(1, want) for want in DECODE_WANTS if (1, want) not in self._programs}
-        await self._compile(recorded.values(), progress, always=True)
+        await self._compile(recorded.values(), progress)
         for key, program in recorded.items():
             await self._build(key, program)
 
-    async def _compile(self, programs, progress: Progress | None, *, always: bool = False) -> None:
+    async def _compile(self, programs, progress: Progress | None) -> None:
         """Compile the pipelines `programs` use that are not compiled yet, reporting (0, total) .. (total,
-        total); with nothing to compile, silent unless `always`."""
+        total); nothing when all are."""
         kernels = self.ops.kernels
         keys = dict.fromkeys(d.key for program in programs for d in program.dispatches)
         missing = [key for key in keys if key not in kernels]
-        if not missing and not always:
+        if not missing:
             return
         await report(progress, 0, len(missing))
         for done, key in enumerate(missing, 1):

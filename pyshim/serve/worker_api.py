@@ -193,7 +193,6 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
                 streamed.fetch = _streamer(store, model_id, runner.device.raw)
         session = Session(runner, grammars=_grammars(model_id))
         await session.prepare(_progress(emit, "compile"))
-        runner.on_compile = None        # each request names its own listener (_compiles_reported)
     except BaseException:
         runner.close()
         raise

@@ -84,8 +84,9 @@ async function persist(conversation) {
 
 // ---- rendering ----------------------------------------------------------------------------------------
 
-function actionButton(action, label, onclick) {
-  return h("button", { type: "button", class: "ghost small", dataset: { action }, "aria-label": label, title: label, onclick }, label.split(" ")[0]);
+// A small button under a message: its word, and what it does in full for screen readers and the tooltip.
+function actionButton(action, word, label, onclick) {
+  return h("button", { type: "button", class: "ghost small", dataset: { action }, "aria-label": label, title: label, onclick }, word);
 }
 
 function messageItem(m, i) {
@@ -95,9 +96,9 @@ function messageItem(m, i) {
   if (state.editing === i) return editItem(m, i);
   const body = h("div", { class: "bubble" });
   renderMarkdown(body, m.content);
-  const actions = h("div", { class: "msg-actions" }, actionButton("copy", m.role === "user" ? "Copy message" : "Copy reply", () => copyText(m.content)));
-  if (m.role === "user" && idle && state.canSend) actions.append(actionButton("edit", "Edit and resend", () => startEdit(i)));
-  if (m.role === "assistant" && last && idle && state.canSend) actions.append(actionButton("regenerate", "Regenerate reply", regenerate));
+  const actions = h("div", { class: "msg-actions" }, actionButton("copy", "Copy", m.role === "user" ? "Copy message" : "Copy reply", () => copyText(m.content)));
+  if (m.role === "user" && idle && state.canSend) actions.append(actionButton("edit", "Edit", "Edit and resend", () => startEdit(i)));
+  if (m.role === "assistant" && last && idle && state.canSend) actions.append(actionButton("regenerate", "Regenerate", "Regenerate reply", regenerate));
   return h("li", { class: `msg ${m.role}`, dataset: { index: String(i) } },
     h("div", { class: "who", text: m.role === "user" ? "You" : "Model" }), body,
     m.stats ? h("div", { class: "stats", text: m.stats }) : null,
