@@ -1,5 +1,7 @@
 """`pyshim bench`: the engine measured the way users meet it — in headless Chromium, against the real
-dev server — next to wllama (llama.cpp in wasm) running the same GGUF in the same browser.
+dev server — next to wllama (llama.cpp in wasm) running the same GGUF in the same browser, on the CPU
+(1 and 2 threads) and on llama.cpp's WebGPU backend where the adapter has shader-f16 (`wllama-webgpu`; a
+row that says why it was refused elsewhere).
 
 For each model and engine it takes N runs, each in a fresh page or process, and keeps the medians
 (bench_engines.py says what each figure is). Derived per engine: bytes read per decode token (from
@@ -38,6 +40,7 @@ import harness  # noqa: E402
 BACKENDS = ("browser", "gpu", "cpu")
 PEERS = ("wllama",)
 PEER_THREADS = (1, 2)
+WEBGPU_PEER = "wllama-webgpu"      # the peer on llama.cpp's WebGPU backend (shader-f16 only; bench_report.refusals)
 DEFAULT_OUT = harness.ROOT / "artifacts" / "bench"
 
 
@@ -213,6 +216,9 @@ def _measure(label: str, runs: int, one) -> dict:
             _log(f"{label}: run {i + 1}/{runs} done in {time.perf_counter() - t0:.1f} s")
         except bench_engines.EngineUnavailable as exc:
             return {"status": f"n/a ({exc})", "samples": [], "median": {}}
+        except bench_engines.EngineRefused as exc:   # the adapter said no: the same answer every run, so ask once
+            _log(f"{label}: refused: {exc}")
+            return {"status": f"refused: {exc}", "refused": str(exc), "refusal": exc.detail, "samples": [], "median": {}}
         except Exception as exc:  # noqa: BLE001 — one engine failing must not lose the others' numbers
             _log(f"{label}: run {i + 1}/{runs} failed: {exc}")
             return {"status": f"error: {str(exc)[:300]}", "samples": samples, "median": medians(samples) if samples else {}}
@@ -238,7 +244,7 @@ def run_bench(config: BenchConfig) -> dict:
     config.out.mkdir(parents=True, exist_ok=True)
     _run_native(report, config, facts, cli)
     _run_in_browser(report, config, facts)
-    order = list(BACKENDS) + [f"{peer}-{t}t" for peer in ("wllama", "llamacpp") for t in PEER_THREADS]
+    order = list(BACKENDS) + [f"{peer}-{t}t" for peer in ("wllama", "llamacpp") for t in PEER_THREADS] + [WEBGPU_PEER]
     report["results"].sort(key=lambda r: (config.models.index(r["model"]), order.index(r["engine"])))
     report["rooflines"]["host"] = report["rooflines"].get("cpu") or _host_roofline()
     _peer_ratios(report)
@@ -298,6 +304,10 @@ def _run_in_browser(report: dict, config: BenchConfig, facts: dict) -> None:
                     res = _measure(f"{name} wllama {threads}t", settings.runs, lambda: bench_engines.peer_run(
                         browser, server.url, f["url"], f["workload"], threads=threads))
                     _add(report, name, f"wllama-{threads}t", res, f, None, peer=True)
+                # llama.cpp's WebGPU backend: the page checks shader-f16 first, so a refusal costs a second
+                res = _measure(f"{name} {WEBGPU_PEER}", settings.runs, lambda: bench_engines.peer_run(
+                    browser, server.url, f["url"], f["workload"], threads=bench_engines.WEBGPU_PEER_THREADS, webgpu=True))
+                _add(report, name, WEBGPU_PEER, res, f, None, peer=True)
         browser.close()
 
 
@@ -318,18 +328,23 @@ def _host_roofline() -> dict:
 def _add(report: dict, model: str, engine: str, res: dict, facts: dict, roofline: dict | None, peer: bool = False) -> None:
     if res["median"]:
         derive(res["median"], facts, roofline)
+    if not peer:     # every pyshim row says it: None where not measured (the cpu backend; a failed run)
+        res["median"].setdefault("cpu_ms_per_step", None)
     report["results"].append({"model": model, "engine": engine, "peer": peer, **res})
 
 
 def _peer_ratios(report: dict) -> None:
     """pyshim ÷ peer for decode and prefill, per pyshim engine and peer variant; the peer's % of the host
-    memory bandwidth (its ceiling: it runs on the CPU)."""
+    memory bandwidth (its ceiling: it runs on the CPU); wllama-webgpu's % of the browser adapter's
+    roofline measured in the browser row of the same model (it runs on that adapter)."""
     host = report["rooflines"]["host"]
+    adapter_roof = {r["model"]: r["median"].get("roofline_GBps") for r in report["results"] if r["engine"] == "browser"}
     for r in report["results"]:
         m = r["median"]
-        if r["peer"] and m.get("achieved_GBps") and host.get("GBps"):
-            m["roofline_GBps"] = host["GBps"]
-            m["roofline_pct"] = 100 * m["achieved_GBps"] / host["GBps"]
+        roof = adapter_roof.get(r["model"]) if r["engine"] == WEBGPU_PEER else host.get("GBps")
+        if r["peer"] and m.get("achieved_GBps") and roof:
+            m["roofline_GBps"] = roof
+            m["roofline_pct"] = 100 * m["achieved_GBps"] / roof
     for r in report["results"]:
         if r["peer"]:
             continue

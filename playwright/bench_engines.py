@@ -10,6 +10,8 @@ Figure names shared by all engines (absent = not measured by that engine yet):
     prefill_<N>_tok_s   prompt tokens per second for the N-token prompt
     decode_tok_s        generated tokens per second after the first (greedy)
     cpu_share_pct       share of a decode step spent on the CPU side outside GPU waits
+    cpu_ms_per_step     CPU time of one decode step (cpu_ms ÷ decode steps; a step = a token after the first)
+    dispatches_per_token  compute dispatches one decode step encodes (the GPU executor's program)
     peak_gpu_bytes, planned_gpu_bytes
     roofline_GBps, roofline_Gelem_s   the device's streaming ceiling measured in the same run
 
@@ -19,7 +21,12 @@ the Worker's `bench` request (pyshim/serve/worker_api.py) runs each prompt: para
 ignore_eos: true}; result {prompt_tokens, load_ms, ttft_ms, prefill_ms, decode_tokens, decode_ms, text,
 cpu_ms, cpu_share, peak_gpu_bytes, planned_gpu_bytes} — raw prompts, exact token counts, greedy, the model
 loaded IndexedDB → GPU as the site does; cpu_ms = decode time outside awaiting the GPU readback, so
-cpu_share_pct = 100 × cpu_ms / decode_ms.
+cpu_share_pct = 100 × cpu_ms / decode_ms and cpu_ms_per_step = cpu_ms / (decode_tokens - 1): decode_ms
+spans the steps after the first token (pyshim/serve/generation.py), as decode_tok_s does.
+
+The peer wllama runs twice on the CPU (1 and 2 threads) and once with llama.cpp's WebGPU backend
+(`wllama-webgpu`). That backend needs `shader-f16`; where the page's adapter lacks it, or wllama still
+put no layer on the GPU, the run raises EngineRefused and the row carries the reason instead of numbers.
 """
 
 from __future__ import annotations
@@ -43,11 +50,28 @@ PAGE_READY_TIMEOUT_MS = 60_000
 RUN_TIMEOUT_MS = 900_000          # one engine run on a loaded 2-core machine (Gemma 3, 512-token prompt)
 CLI_TIMEOUT_S = 900
 # Fields of `pyshim generate --json` (and of the Worker's `bench` result) copied into a sample when present.
-OPTIONAL_FIGURES = ("load_ms", "ttft_ms", "cpu_share_pct", "peak_gpu_bytes", "planned_gpu_bytes")
+# dispatches_per_token: not in the CLI's JSON yet; taken as soon as `pyshim generate --json` reports it.
+OPTIONAL_FIGURES = ("load_ms", "ttft_ms", "cpu_share_pct", "peak_gpu_bytes", "planned_gpu_bytes", "dispatches_per_token")
+WEBGPU_PEER_THREADS = 2          # wllama-webgpu: with every layer on the GPU the CPU keeps the embedding lookup and sampling
 
 
 class EngineUnavailable(Exception):
     """The engine cannot run this yet (not built); the reason is shown instead of numbers."""
+
+
+class EngineRefused(Exception):
+    """The engine declined this adapter (wllama's WebGPU backend without shader-f16): a result in itself,
+    shown with its reason. `detail` holds what the page saw (the adapter, llama.cpp's log lines)."""
+
+    def __init__(self, reason: str, detail: dict | None = None):
+        super().__init__(reason)
+        self.detail = detail or {}
+
+
+def cpu_ms_per_step(cpu_ms: float | None, decode_tokens: int | None) -> float | None:
+    """CPU time of one decode step: cpu_ms covers the steps after the first token (decode_tokens - 1)."""
+    steps = (decode_tokens or 0) - 1
+    return cpu_ms / steps if cpu_ms is not None and steps > 0 else None
 
 
 def _adapter_brief(adapter: dict) -> dict:
@@ -126,7 +150,23 @@ def cli_run(backend: str, model_path: Path, workload: list[dict], support: dict,
             for key in OPTIONAL_FIGURES:
                 if isinstance(out.get(key), (int, float)):
                     sample[key] = out[key]
+            per_step = _native_cpu_ms_per_step(out, sample["decode_tokens"])
+            if per_step is not None:
+                sample["cpu_ms_per_step"] = per_step
     return sample
+
+
+def _native_cpu_ms_per_step(out: dict, decode_tokens: int) -> float | None:
+    """A native run's CPU ms per decode step. `generate --json` gives no cpu_ms (only on the gpu backend,
+    cpu_share_pct = 100 × cpu_ms / decode_ms), but decode_tok_s = steps / decode_ms, so cpu_ms / steps =
+    cpu_share_pct / 100 × 1000 / decode_tok_s: the browser rows' figure, to the CLI's rounding (2 decimals
+    of each). The cpu backend has no GPU waits to leave out, hence no share: None there."""
+    if isinstance(out.get("cpu_ms"), (int, float)):
+        return cpu_ms_per_step(out["cpu_ms"], decode_tokens)
+    share, tok_s = out.get("cpu_share_pct"), out.get("decode_tok_s")
+    if isinstance(share, (int, float)) and isinstance(tok_s, (int, float)) and tok_s > 0:
+        return share / 100 * 1e3 / tok_s
+    return None
 
 
 def native_roofline(mib: int, python: str = sys.executable) -> dict:
@@ -229,6 +269,10 @@ def _worker_generation(page, model_url: str, workload: list[dict]) -> dict:
                 sample["decode_tok_s"] = steps / (r["decode_ms"] / 1e3)
             if r.get("cpu_ms") is not None and r["decode_ms"] > 0:
                 sample["cpu_share_pct"] = 100 * r["cpu_ms"] / r["decode_ms"]
+            if r.get("cpu_ms") is not None:
+                sample["cpu_ms"] = r["cpu_ms"]
+                if (per_step := cpu_ms_per_step(r["cpu_ms"], r["decode_tokens"])) is not None:
+                    sample["cpu_ms_per_step"] = per_step
             for key in ("peak_gpu_bytes", "planned_gpu_bytes", "kernel_step_ms", "bytes_per_decode_step", "dispatches_per_token"):
                 if r.get(key) is not None:
                     sample[key] = r[key]
@@ -240,18 +284,26 @@ def _worker_generation(page, model_url: str, workload: list[dict]) -> dict:
 
 # --- the peer: wllama in the same browser ---------------------------------------------------------
 
-def peer_run(browser, base_url: str, model_url: str, workload: list[dict], *, threads: int) -> dict:
+def peer_run(browser, base_url: str, model_url: str, workload: list[dict], *, threads: int, webgpu: bool = False,
+             check_f16: bool = True) -> dict:
+    """One wllama run in a fresh context: on the CPU, or with `webgpu` every layer offloaded to llama.cpp's
+    WebGPU backend (raises EngineRefused when the adapter or wllama declines; `check_f16=False` skips the
+    page's shader-f16 check so that wllama's own behaviour can be seen)."""
     context = browser.new_context(service_workers="block")
     try:
         page, watch = harness.open_page(context, base_url + PEER_PAGE)
         page.wait_for_function("() => window.wllamaBench !== undefined", timeout=PAGE_READY_TIMEOUT_MS)
         page.set_default_timeout(RUN_TIMEOUT_MS)
-        params = {"model_url": "/" + model_url, "n_threads": threads, "n_gpu_layers": 0,
+        params = {"model_url": "/" + model_url, "n_threads": threads, "webgpu": webgpu, "check_f16": check_f16,
                   "prompts": [{"name": p["name"], "text": p["text"], "max_tokens": p["max_tokens"]} for p in workload]}
         r = page.evaluate("(p) => window.wllamaBench.run(p)", params)
+        if r.get("refused"):
+            raise EngineRefused(r["refused"], {"adapter": r.get("adapter"), "log_tail": r.get("log_tail", [])})
         if threads > 1 and not r["multithread"]:
             raise RuntimeError("wllama fell back to one thread: the page is not cross-origin isolated (serve with --isolated)")
         sample: dict = {"load_ms": r["load_ms"], "threads": r["threads"], "cross_origin_isolated": r["cross_origin_isolated"]}
+        if webgpu:
+            sample.update({"gpu_layers": r.get("gpu_layers"), "n_layers": r.get("n_layers"), "gpu_device": r.get("gpu_device")})
         for prompt, out in zip(workload, r["prompts"]):
             _prefill_figures(sample, prompt, out["prompt_tokens"], out["prefill_ms"] / 1e3)
             if prompt.get("decode"):

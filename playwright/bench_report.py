@@ -11,7 +11,7 @@ from bench_engines import KERNEL_PREFIX
 
 ENGINE_COLOURS = {
     "browser": "#2f6fd6", "gpu": "#1f9e89", "cpu": "#8c6bb1",
-    "wllama-1t": "#e0892b", "wllama-2t": "#c2452d", "llamacpp-1t": "#9a9a9a", "llamacpp-2t": "#5a5a5a",
+    "wllama-1t": "#e0892b", "wllama-2t": "#c2452d", "wllama-webgpu": "#d4a017", "llamacpp-1t": "#9a9a9a", "llamacpp-2t": "#5a5a5a",
 }
 FALLBACK_COLOUR = "#777777"
 TEXT_PREFIX = 32           # characters of greedy text compared across engines
@@ -32,6 +32,20 @@ def _fmt(value, digits: int = 1, scale: float = 1.0) -> str:
 def _status_cell(r: dict) -> str:
     s = r["status"]
     return "ok" if s == "ok" else s
+
+
+def refusals(report: dict) -> list[str]:
+    """One sentence per engine that declined the adapter (wllama-webgpu without shader-f16), with the note
+    on what that means; empty when nothing was refused."""
+    refused = {}
+    for r in report["results"]:
+        if r.get("refused"):
+            refused.setdefault((r["engine"], r["refused"]), []).append(r["model"])
+    lines = [f"{engine} refused ({', '.join(models)}): {reason}." for (engine, reason), models in refused.items()]
+    if any(engine == "wllama-webgpu" for engine, _ in refused):
+        lines.append("On an adapter without shader-f16 llama.cpp's WebGPU backend does not run: there pyshim is the only "
+                     "GGUF engine in the browser that runs on the GPU.")
+    return lines
 
 
 def _load_cell(m: dict) -> str:
@@ -69,24 +83,28 @@ def text_agreement(report: dict) -> dict[tuple[str, str], str]:
 def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     """The summary table as (header, rows) of strings: one row per model and engine."""
     prompts = report["config"]["settings"]["prompt_tokens"]
-    peers = [r["engine"] for r in report["results"] if r["peer"]]
-    peer_names = sorted(set(peers))
+    # a × column per peer that measured something (a refused peer has no speed to divide by)
+    peer_names = sorted({r["engine"] for r in report["results"] if r["peer"] and r["median"].get("decode_tok_s")})
     header = (["model", "engine", "status", "ready s", "header ms", "store MB/s", "load s", "TTFT ms"]
               + [f"prefill {n} tok/s" for n in prompts]
-              + ["decode tok/s", "GB/s", "roofline GB/s", "% roofline", "CPU side %", "GPU MB (plan)", "same text"]
+              + ["decode tok/s", "GB/s", "roofline GB/s", "% roofline", "CPU side %", "CPU ms/step", "dispatches/token",
+                 "GPU MB (plan)", "same text"]
               + [f"decode ×{p}" for p in peer_names])
     agree = text_agreement(report)
     rows = []
     for r in report["results"]:
         m = r["median"]
         decode = _fmt(m.get("decode_tok_s"), 1)
-        if decode == "–" and not r["status"].startswith("error"):
+        if decode == "–" and r.get("refused"):
+            decode = "refused"
+        elif decode == "–" and not r["status"].startswith("error"):
             decode = "n/a (not built yet)" if r["engine"] in ("browser", "gpu", "cpu") else "–"
         row = [r["model"], r["engine"], _status_cell(r), _fmt(m.get("ready_ms"), 1, 1e-3), _fmt(m.get("header_ms"), 0),
                _fmt(m.get("store_MBps"), 0), _load_cell(m), _fmt(m.get("ttft_ms"), 0)]
         row += [_fmt(m.get(f"prefill_{n}_tok_s"), 1) for n in prompts]
         row += [decode, _fmt(m.get("achieved_GBps"), 2), _fmt(m.get("roofline_GBps"), 2), _fmt(m.get("roofline_pct"), 1),
-                _fmt(m.get("cpu_share_pct"), 1), _memory_cell(m), agree.get((r["model"], r["engine"]), "–")]
+                _fmt(m.get("cpu_share_pct"), 1), _fmt(m.get("cpu_ms_per_step"), 2), _fmt(m.get("dispatches_per_token"), 0),
+                _memory_cell(m), agree.get((r["model"], r["engine"]), "–")]
         row += [_fmt(r.get("vs_peer", {}).get(f"decode_tok_s_vs_{p}"), 2) if not r["peer"] else "" for p in peer_names]
         rows.append(row)
     return header, rows
@@ -99,6 +117,7 @@ def markdown(report: dict) -> str:
     m = report["machine"]
     adapter = (report.get("adapter") or {}).get("summary") or "–"
     lines.append("")
+    lines += refusals(report)
     lines.append(f"Machine: {m['cpu_count']} CPUs, {_fmt((m.get('memory_bytes') or 0) / 2**30, 0)} GiB, load average "
                  f"{m['load_average_start'][0]:.1f} → {m.get('load_average_end', [0])[0]:.1f}; "
                  f"Chromium {report.get('browser', {}).get('version', '?')}; WebGPU adapter: {adapter}.")
@@ -111,7 +130,9 @@ def markdown(report: dict) -> str:
     lines.append(f"Medians of {report['config']['settings']['runs']} run(s), each in a fresh page or process; "
                  f"decode = {report['config']['settings']['decode_tokens']} tokens greedy; × = pyshim ÷ peer; "
                  "load s* = process start + load (wall clock beyond prefill and decode); "
-                 "CPU side = share of a decode step outside GPU waits (Python, FFI, encoding; browser engine); "
+                 "CPU side = share of a decode step outside GPU waits (Python, FFI, encoding), CPU ms/step = that "
+                 "time per decode step (– where not measured: the cpu engine, peers); dispatches/token = compute "
+                 "dispatches a decode step encodes; "
                  f"same text = the greedy continuation's first {TEXT_PREFIX} characters match most engines'.")
     return "\n".join(lines)
 
@@ -141,11 +162,19 @@ def bar_chart(title: str, bars: list[tuple[str, str, float | None, str]], unit: 
     return "".join(parts)
 
 
+BAR_NOTE_CHARS = 70        # a missing bar's note fits beside the label; the full reason is under the table
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= BAR_NOTE_CHARS else text[:BAR_NOTE_CHARS - 1] + "…"
+
+
 def _bars(report: dict, key: str) -> list[tuple[str, str, float | None, str]]:
     bars = []
     for r in report["results"]:
         value = r["median"].get(key)
-        note = "n/a (not built yet)" if r["status"].startswith(("n/a", "partial")) else ("error" if r["status"].startswith("error") else "not measured")
+        note = ("n/a (not built yet)" if r["status"].startswith(("n/a", "partial")) else "error" if r["status"].startswith("error")
+                else _short("refused: " + r["refused"]) if r.get("refused") else "not measured")
         bars.append((f"{r['model']} · {r['engine']}", r["engine"], value if isinstance(value, (int, float)) else None, note))
     return bars
 
@@ -175,6 +204,7 @@ def html_report(report: dict) -> str:
         bar_chart("Python ready in the Worker (Pyodide + packages), seconds", [
             (label, engine, v / 1e3 if v else None, note) for label, engine, v, note in _bars(report, "ready_ms") if engine == "browser"], "s"),
     ] + kernel_charts(report)
+    refused = "".join(f"<p><strong>{html.escape(line)}</strong></p>" for line in refusals(report))
     m = report["machine"]
     adapter = report.get("adapter") or {}
     table = ["<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead><tbody>"]
@@ -213,8 +243,10 @@ medians of {report['config']['settings']['runs']} run(s) each in a fresh page or
 <ul>{''.join(f'<li>{f}</li>' for f in facts)}</ul>
 <h2>Models</h2><ul>{models}</ul>
 <h2>Summary</h2>{''.join(table)}
+{refused}
 <p>× = pyshim ÷ peer (decode tok/s). wllama-Nt: the peer, llama.cpp compiled to wasm, in the same browser on N threads
-(CPU only, no WebGPU offload). llamacpp-Nt, when present: native llama.cpp (llama-cpp-python) on this machine, for context.
+(CPU only, no WebGPU offload). wllama-webgpu: the same peer with every layer on llama.cpp's WebGPU backend (needs
+shader-f16; its % roofline is of the browser adapter's). CPU ms/step: a decode step's time outside GPU waits. llamacpp-Nt, when present: native llama.cpp (llama-cpp-python) on this machine, for context.
 Peers run on the CPU: their % roofline is of the host's single-core memory read bandwidth.</p>
 <div class="charts">{''.join(charts)}</div>
 <h2>Everything measured</h2>

@@ -25,10 +25,14 @@ def _fake_report() -> dict:
     results = [
         {"model": "smollm2", "engine": "browser", "peer": False, "status": "ok", "samples": [],
          "median": {"ready_ms": 9000.0, "header_ms": 250.0, "decode_tok_s": 20.0, "prefill_32_tok_s": 80.0, "roofline_GBps": 2.0,
-                    "peak_gpu_bytes": 194.9e6, "planned_gpu_bytes": 198.0e6}},
+                    "peak_gpu_bytes": 194.9e6, "planned_gpu_bytes": 198.0e6,
+                    "cpu_ms_per_step": 12.34, "dispatches_per_token": 412}},
         {"model": "smollm2", "engine": "gpu", "peer": False, "status": "n/a (not built yet)", "samples": [], "median": {}},
         {"model": "smollm2", "engine": "wllama-1t", "peer": True, "status": "ok", "samples": [],
          "median": {"decode_tok_s": 8.0, "prefill_32_tok_s": 40.0, "load_ms": 3000.0}},
+        {"model": "smollm2", "engine": "wllama-webgpu", "peer": True, "samples": [], "median": {},
+         "status": "refused: the adapter (google swiftshader) has no shader-f16, which llama.cpp's WebGPU backend requires",
+         "refused": "the adapter (google swiftshader) has no shader-f16, which llama.cpp's WebGPU backend requires"},
     ]
     for r in results:
         if r["median"]:
@@ -44,7 +48,7 @@ def _fake_report() -> dict:
 
 def test_derived_figures_follow_from_decode_speed_and_the_roofline():
     report = _fake_report()
-    browser, gpu, peer = report["results"]
+    browser, gpu, peer, _ = report["results"]
     assert browser["median"]["achieved_GBps"] == pytest.approx(20.0 * 1e8 / 1e9)
     # the higher of bytes (2 GB/s of 2 GB/s = 100%) and elements (none measured) wins
     assert browser["median"]["roofline_pct"] == pytest.approx(100.0)
@@ -61,7 +65,7 @@ def test_medians_take_numbers_per_figure_and_keep_other_values():
 
 def test_text_agreement_marks_the_engine_whose_greedy_text_differs():
     report = _fake_report()
-    for r, text in zip(report["results"], [" Paris is the capital of France and", None, " Paris is the capital of France and"]):
+    for r, text in zip(report["results"], [" Paris is the capital of France and", None, " Paris is the capital of France and", None]):
         if text:
             r["median"]["text"] = text
     report["results"].append({"model": "smollm2", "engine": "cpu", "peer": False, "status": "ok", "samples": [],
@@ -78,8 +82,15 @@ def test_markdown_and_html_reports_have_every_engine_and_open_offline():
     assert all(line.count("|") == table[0].count("|") for line in table)
     assert "n/a (not built yet)" in md and "| 2.50 |" in md    # gpu not built; browser = 2.5× the peer
     assert "| 194.9 (198.0, -1.6%) |" in md                     # the GPU's peak, the plan's and how far apart
+    assert "| 12.34 | 412 |" in md                               # CPU ms per decode step, dispatches per token
+    # the refused peer says why, in its row and under the table, with what the refusal means
+    assert "| wllama-webgpu | refused: the adapter (google swiftshader) has no shader-f16" in md
+    assert "wllama-webgpu refused (smollm2): the adapter (google swiftshader) has no shader-f16" in md
+    assert "pyshim is the only GGUF engine in the browser that runs on the GPU" in md
     page = bench_report.html_report(report)
     assert "<script" not in page and "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "<strong>wllama-webgpu refused (smollm2): the adapter (google swiftshader) has no shader-f16" in page
+    assert "<th>CPU ms/step</th>" in page and "<td>12.34</td>" in page
     assert page.count("<svg") == 4
     report["results"][0]["median"].update({"kernel_ms:matvec_i8 q4_1": 30.0, "kernel_ms:attention": 2.0, "kernel_step_ms": 33.0})
     page = bench_report.html_report(report)
@@ -124,7 +135,7 @@ def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
     done, files, report = _bench_cli(tmp_path, "--quick")
     assert report["machine"]["cpu_count"] >= 1 and report["browser"]["version"]
     engines = {r["engine"]: r for r in report["results"]}
-    assert set(engines) == {"browser", "gpu", "cpu", "wllama-1t", "wllama-2t"}
+    assert set(engines) == {"browser", "gpu", "cpu", "wllama-1t", "wllama-2t", "wllama-webgpu"}
     # What exists today must have measured: Python ready in the Worker, the header, the adapter's roofline
     # in a cross-origin-isolated page (WebGPU still works there), and the peer's speeds on both thread counts.
     browser = engines["browser"]["median"]
@@ -134,6 +145,10 @@ def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
     assert engines["browser"]["status"] == "ok" and browser["decode_tokens"] == 8 and browser["decode_tok_s"] > 0
     assert browser["text"] and browser["load_ms"] > 0 and browser["prefill_32_tok_s"] > 0
     assert 0 < browser["cpu_share_pct"] < 100          # the Worker's bench request measures the CPU side
+    assert browser["cpu_ms_per_step"] == pytest.approx(browser["cpu_ms"] / (browser["decode_tokens"] - 1))
+    assert browser["dispatches_per_token"] > 0
+    # every pyshim row carries the CPU time per step: measured on the GPU executors, None on the NumPy one
+    assert engines["gpu"]["median"]["cpu_ms_per_step"] > 0 and engines["cpu"]["median"]["cpu_ms_per_step"] is None
     kernels = {k: v for k, v in browser.items() if k.startswith("kernel_ms:")}
     assert any(k.startswith("kernel_ms:matvec") for k in kernels) and all(v >= 0 for v in kernels.values())
     assert browser["kernel_step_ms"] > 0
@@ -146,8 +161,16 @@ def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
         assert m["decode_tok_s"] > 0 and m["prefill_32_tok_s"] > 0 and m["load_ms"] > 0
         assert m["decode_tokens"] >= 8
     assert engines["wllama-2t"]["median"]["threads"] == 2
+    # llama.cpp's WebGPU backend runs where the adapter has shader-f16 and says why not elsewhere (SwiftShader here)
+    webgpu = engines["wllama-webgpu"]
+    if browser["adapter"]["f16"]:
+        assert webgpu["status"] == "ok" and webgpu["median"]["gpu_layers"] > 0, webgpu["status"]
+    else:
+        assert webgpu["status"].startswith("refused: ") and "shader-f16" in webgpu["refused"], webgpu["status"]
+        assert "wllama-webgpu refused (smollm2)" in files[".md"].read_text()
+        assert "wllama-webgpu refused (smollm2)" in files[".html"].read_text()
     for r in report["results"]:
-        assert r["status"] == "ok" or r["status"].startswith(("n/a", "partial")), (r["engine"], r["status"])
+        assert r["status"] == "ok" or r["status"].startswith(("n/a", "partial", "refused")), (r["engine"], r["status"])
     # The Markdown table printed to the terminal is the one written to the .md file.
     assert files[".md"].read_text().splitlines()[0] in done.stdout
 
@@ -258,3 +281,33 @@ def test_vendoring_refuses_a_bad_package_and_leaves_nothing(tmp_path, monkeypatc
     with pytest.raises(getattr(errors, error), match=match):
         getattr(vendoring, f"vendor_{package}")(tmp_path / "vendor" / package)
     assert not (tmp_path / "vendor" / package).exists()
+
+
+@pytest.mark.browser
+@pytest.mark.models
+def test_wllama_webgpu_says_why_it_cannot_run_on_an_adapter_without_f16(chromium, dev_server):
+    """The peer page's WebGPU mode on this adapter. Without shader-f16 (SwiftShader) the page refuses
+    before loading anything, naming the feature; with that check off, wllama itself does not fail: it
+    quietly loads the model on the CPU, and the page catches that from llama.cpp's log. Neither may pass
+    off CPU figures as WebGPU ones, nor take long."""
+    import time
+
+    import bench_engines
+
+    if not model_path("smollm2").is_file():
+        pytest.fail("smollm2 is missing: run `pyshim setup`")
+    workload = [{"name": "p8", "text": "The capital of France is", "max_tokens": 2, "decode": True}]
+    url = bench._url(model_path("smollm2"))
+    t0 = time.perf_counter()
+    try:
+        sample = bench_engines.peer_run(chromium, dev_server.url, url, workload, threads=1, webgpu=True)
+    except bench_engines.EngineRefused as exc:
+        assert "has no shader-f16, which llama.cpp's WebGPU backend requires" in str(exc)
+        assert exc.detail["adapter"]["is_fallback"] is True and "shader-f16" not in exc.detail["adapter"]["features"]
+        assert time.perf_counter() - t0 < 30      # a fresh page and one requestAdapter(), no model load
+    else:   # an adapter with shader-f16: the layers must really be on the GPU
+        assert sample["gpu_layers"] > 0 and sample["decode_tok_s"] > 0
+        return
+    with pytest.raises(bench_engines.EngineRefused, match=r"wllama loaded the model on the CPU .*no usable device") as caught:
+        bench_engines.peer_run(chromium, dev_server.url, url, workload, threads=1, webgpu=True, check_f16=False)
+    assert any("CPU model buffer" in line for line in caught.value.detail["log_tail"]), caught.value.detail
