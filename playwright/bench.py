@@ -65,6 +65,7 @@ class BenchConfig:
     runs: int = FULL.runs
     out: Path = DEFAULT_OUT
     quick: bool = False
+    chromium_gpu: bool = False         # launch Chromium with harness.CHROMIUM_GPU_FLAGS (a real GPU through Vulkan)
 
     @property
     def settings(self) -> Settings:
@@ -287,15 +288,16 @@ def _run_in_browser(report: dict, config: BenchConfig, facts: dict) -> None:
         from pyshim.setup import vendoring
 
         vendoring.refresh_pyshim()
+    extra = harness.CHROMIUM_GPU_FLAGS if config.chromium_gpu else []
     with harness.DevServer(isolated=True) as server, sync_playwright() as p:
-        browser = harness.launch_chromium(p)
+        browser = harness.launch_chromium(p, extra_flags=extra)
         report["browser"] = {"name": "chromium", "version": browser.version, "executable": harness.CHROMIUM,
-                             "flags": harness.CHROMIUM_FLAGS, "isolated": True}
+                             "flags": harness.chromium_flags(gpu=config.chromium_gpu), "isolated": True}
         for name in config.models:
             f = facts[name]
             if "browser" in config.backends:
                 res = _measure(f"{name} browser", settings.runs, lambda: bench_engines.browser_run(
-                    p, server.url, f["url"], f["workload"], roofline_mib=settings.roofline_mib))
+                    p, server.url, f["url"], f["workload"], roofline_mib=settings.roofline_mib, extra_flags=extra))
                 if res["samples"] and res["samples"][0].get("adapter"):
                     report["adapter"] = res["samples"][0]["adapter"]
                 _add(report, name, "browser", res, f, None)
@@ -378,6 +380,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=None, help=f"runs per model and engine, medians kept (default {FULL.runs}; --quick: 1)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for bench-<time>.json/.html/.md")
     parser.add_argument("--quick", action="store_true", help="one small model, few tokens, one run (what CI runs)")
+    parser.add_argument("--chromium-gpu", action="store_true",
+                        help="launch Chromium with the real-GPU flags (Vulkan on Linux; playwright/harness.py CHROMIUM_GPU_FLAGS)")
     stream = parser.add_argument_group("expert streaming (--stream: a MoE over its GPU budget against it resident)")
     stream.add_argument("--stream", action="store_true", help="run the expert streaming benchmark instead (bench_stream.py)")
     stream.add_argument("--budgets-mb", default=None, help="comma-separated GPU budgets in MB (default 1000,2000)")
@@ -454,7 +458,7 @@ def config_from_args(args):
     models = [m for m in (args.models or ("smollm2" if args.quick else "smollm2,gemma3")).split(",") if m]
     runs = args.runs or (QUICK.runs if args.quick else FULL.runs)
     return BenchConfig(models=models, backends=backends, peer=None if args.peer == "none" else args.peer,
-                       runs=max(1, runs), out=args.out, quick=args.quick)
+                       runs=max(1, runs), out=args.out, quick=args.quick, chromium_gpu=args.chromium_gpu)
 
 
 def run_and_report(config) -> int:

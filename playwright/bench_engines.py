@@ -214,11 +214,12 @@ def _roofline_code(mib: int) -> str:
 STORE_CONTEXT = 1024
 
 
-def browser_run(playwright, base_url: str, model_url: str, workload: list[dict], *, roofline_mib: int) -> dict:
+def browser_run(playwright, base_url: str, model_url: str, workload: list[dict], *, roofline_mib: int,
+                extra_flags: list[str] | None = None) -> dict:
     """One run of pyshim in a Chromium of its own with a fresh on-disk profile (as a visitor's browser
     keeps IndexedDB on disk; an incognito-like context keeps it in memory and refuses multi-GB models)."""
     profile = tempfile.mkdtemp(prefix="pyshim-bench-")
-    context = harness.launch_persistent(playwright, profile, service_workers="block")
+    context = harness.launch_persistent(playwright, profile, service_workers="block", extra_flags=extra_flags)
     try:
         page, watch = harness.open_page(context, base_url)
         boot = harness.wait_for_boot(page)

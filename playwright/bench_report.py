@@ -34,6 +34,11 @@ def _status_cell(r: dict) -> str:
     return "ok" if s == "ok" else s
 
 
+def _flag_note(report: dict) -> str:
+    """Said after Chromium's version when it was launched with the real-GPU flags (harness.CHROMIUM_GPU_FLAGS)."""
+    return " (launched with the real-GPU flags)" if "--enable-gpu" in report.get("browser", {}).get("flags", ()) else ""
+
+
 def refusals(report: dict) -> list[str]:
     """One sentence per engine that declined the adapter (wllama-webgpu without shader-f16), with the note
     on what that means; empty when nothing was refused."""
@@ -120,7 +125,7 @@ def markdown(report: dict) -> str:
     lines += refusals(report)
     lines.append(f"Machine: {m['cpu_count']} CPUs, {_fmt((m.get('memory_bytes') or 0) / 2**30, 0)} GiB, load average "
                  f"{m['load_average_start'][0]:.1f} → {m.get('load_average_end', [0])[0]:.1f}; "
-                 f"Chromium {report.get('browser', {}).get('version', '?')}; WebGPU adapter: {adapter}.")
+                 f"Chromium {report.get('browser', {}).get('version', '?')}{_flag_note(report)}; WebGPU adapter: {adapter}.")
     native = report["rooflines"].get("gpu", {}).get("adapter")
     if native:
         lines.append(f"Native adapter (`gpu` rows, wgpu): {native.get('summary')}.")
@@ -214,7 +219,7 @@ def html_report(report: dict) -> str:
     facts = [
         f"Machine: {m['cpu_count']} CPUs, {_fmt((m.get('memory_bytes') or 0) / 2**30, 0)} GiB memory, {html.escape(m['platform'])}; "
         f"load average {m['load_average_start'][0]:.1f} at the start, {m.get('load_average_end', [0])[0]:.1f} at the end.",
-        f"Browser: Chromium {html.escape(str(report.get('browser', {}).get('version', '?')))}, headless, cross-origin isolated (COOP/COEP).",
+        f"Browser: Chromium {html.escape(str(report.get('browser', {}).get('version', '?')))}{html.escape(_flag_note(report))}, headless, cross-origin isolated (COOP/COEP).",
         f"Native adapter (gpu rows, wgpu): {html.escape(str(report['rooflines'].get('gpu', {}).get('adapter', {}).get('summary') or '–'))}.",
         f"WebGPU adapter in the browser: {html.escape(str(adapter.get('summary') or '–'))}"
         + (" — a CPU (software) adapter: GPU figures here measure SwiftShader on this machine's cores, not a graphics card."

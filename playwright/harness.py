@@ -2,7 +2,9 @@
 
 - `DevServer` starts `pyshim serve` on a free port in a subprocess (the real server, as users run it).
 - `launch_chromium()` starts Debian's /usr/bin/chromium with the flags measured to give WebGPU
-  (SwiftShader here) and to keep it off the network.
+  (SwiftShader here) and to keep it off the network; `CHROMIUM_GPU_FLAGS`, passed as extra flags, ask
+  for a real GPU through Vulkan instead (each flag says why it is there); `ADAPTER_INFO_JS` says which
+  adapter a page got.
 - `open_page()` opens a page that records console errors, page errors and every request; any request
   to a non-local address is blocked and makes `PageWatch.check()` fail.
 - `require_adapter()` checks `navigator.gpu.requestAdapter()`, retrying once (a null adapter was
@@ -39,6 +41,27 @@ CHROMIUM_FLAGS = [
     "--no-first-run",
     "--disable-quic",
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost",
+]
+# A real GPU through Vulkan on Linux, headless (`pyshim doctor --chromium-gpu`, `pyshim bench --chromium-gpu`),
+# added to CHROMIUM_FLAGS. Chromium 156 knows every one of these switches. On this machine (no GPU, Mesa's
+# lavapipe the only Vulkan driver) they give no adapter at all — requestAdapter() answers null and only
+# {forceFallbackAdapter: true} still finds SwiftShader — so callers check which adapter they got.
+CHROMIUM_GPU_FLAGS = [
+    # headless Chromium forces SwiftShader unless told to use the normal driver selection
+    "--enable-gpu",
+    # data-centre and server GPUs (and their drivers) are often blocklisted, which hides them from WebGPU
+    "--ignore-gpu-blocklist",
+    # Dawn reaches the GPU through Vulkan on Linux: the GPU process must bring Vulkan up, with ANGLE (GL)
+    # on the same Vulkan device rather than on EGL, which a headless machine cannot initialise
+    "--enable-features=Vulkan,VulkanFromANGLE,DefaultANGLEVulkan",
+    "--use-angle=vulkan",
+    # the system's Vulkan loader and drivers (NVIDIA's ICD), not the SwiftShader one Chromium bundles
+    "--use-vulkan=native",
+    # no window system: no VkSurface (presentation would fail or hang without a display; compute needs none)
+    "--disable-vulkan-surface",
+    # GPUAdapterInfo then carries description, driver, backend and type: the report can name the GPU
+    # (it also stops rounding timestamp queries to 100 µs)
+    "--enable-webgpu-developer-features",
 ]
 SERVER_START_TIMEOUT_S = 60
 ADAPTER_RETRY_DELAY_MS = 2000
@@ -94,6 +117,11 @@ class DevServer:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+def chromium_flags(*, gpu: bool = False) -> list[str]:
+    """The flags Chromium is launched with: the SwiftShader-friendly set, or with `gpu` the real-GPU one too."""
+    return CHROMIUM_FLAGS + (CHROMIUM_GPU_FLAGS if gpu else [])
 
 
 def launch_chromium(playwright, *, extra_flags: list[str] | None = None, headless: bool = True):
@@ -183,6 +211,27 @@ ADAPTER_JS = """async (retryDelay) => {
   return {ok: true, retried, vendor: info.vendor, architecture: info.architecture,
           isFallbackAdapter: !!(info.isFallbackAdapter ?? adapter.isFallbackAdapter),
           features: [...adapter.features], maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize};
+}"""
+
+
+# Everything the page's adapter says about itself (description, driver, backend and type need
+# --enable-webgpu-developer-features); when the default request answers null, whether a fallback
+# adapter is there at all. page.evaluate(ADAPTER_INFO_JS) -> {ok, reason | {vendor, ..., fallback_only}}.
+ADAPTER_INFO_JS = """async () => {
+  if (!navigator.gpu) return {ok: false, reason: "navigator.gpu is missing (WebGPU is off)"};
+  let adapter = await navigator.gpu.requestAdapter({powerPreference: "high-performance"});
+  let fallbackOnly = false;
+  if (!adapter) { adapter = await navigator.gpu.requestAdapter({forceFallbackAdapter: true}); fallbackOnly = !!adapter; }
+  if (!adapter) return {ok: false, reason: "requestAdapter() returned null, also with forceFallbackAdapter"};
+  const info = adapter.info || {};
+  const limits = {};
+  for (const key of ["maxBufferSize", "maxStorageBufferBindingSize", "maxComputeWorkgroupStorageSize",
+                     "maxComputeInvocationsPerWorkgroup", "maxStorageBuffersPerShaderStage"]) limits[key] = adapter.limits[key];
+  return {ok: true, fallback_only: fallbackOnly, vendor: info.vendor, architecture: info.architecture,
+          description: info.description, device: info.device, driver: info.driver ?? null, backend: info.backend ?? null,
+          type: info.type ?? null, is_fallback: !!(info.isFallbackAdapter ?? adapter.isFallbackAdapter),
+          subgroup_min_size: info.subgroupMinSize ?? null, subgroup_max_size: info.subgroupMaxSize ?? null,
+          features: [...adapter.features].sort(), limits};
 }"""
 
 

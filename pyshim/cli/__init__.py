@@ -1,7 +1,8 @@
 """The `pyshim` command. Each subcommand lives in `pyshim/cli/<name>.py` with
 `add_arguments(parser)` and `run(args) -> int`. Command modules import only the standard library
 at the top and their heavy dependencies inside `run`, so `pyshim serve` never pays for numpy.
-`browser` runs one request in the site's Worker in headless Chromium (`--backend browser`).
+`browser` runs one request in the site's Worker in headless Chromium (`--backend browser`);
+`doctor_checks` holds the checks `doctor` runs, each in a process of its own.
 May import: anything in pyshim."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ COMMANDS = {
     "bench": "measure the engine and its peer (wllama) in headless Chromium; JSON, HTML and Markdown reports",
     "generate": "continue a prompt (or --chat) with a model, streaming the text",
     "score": "teacher-forced top-k logits after every prefix of a text (JSON; compare with llama.cpp)",
+    "doctor": "check this machine: native and Chromium WebGPU adapters, kernel self-tests, optionally the benchmarks",
 }
 
 
