@@ -142,17 +142,20 @@ class GpuRunner:
         takes a slot's place between steps). Returns how many were made."""
         return sum(program.rebind(self.device, parts) for program in self._programs.values())
 
-    async def _submit(self, tokens, start: int, want: Want) -> Program:
+    async def _submit(self, tokens, start: int, want: Want, read=None) -> tuple[Program, bytes | None]:
+        """Run a step of `tokens` from position `start`; `read(program)` names what to copy back after it
+        ((buffer, size, offset), or None for nothing): the step's writes, dispatches and readback go to the
+        device together (in the browser one FFI call), the wait comes last."""
         await self.ops.repack()        # no-op after the first step
         program = await self.program(len(tokens), want)
-        dev = self.device
-        dev.write(self.ops.tokens_buf, np.asarray(tokens, dtype=np.uint32))
-        dev.write(self.ops.positions_buf, np.arange(start, start + len(tokens), dtype=np.uint32))
-        at, ops = 0, self.ops
+        dev, ops = self.device, self.ops
+        writes = [(ops.tokens_buf, 0, np.asarray(tokens, dtype=np.uint32)),
+                  (ops.positions_buf, 0, np.arange(start, start + len(tokens), dtype=np.uint32))]
+        label, at = f"step_n{len(tokens)}", 0
         for stop in program.stops:          # streamed weights: the host puts them in place
-            if stop.at > at:
-                dev.submit(program.ready[at:stop.at], label=f"step_n{len(tokens)}@{at}")
-            at = stop.at
+            if stop.at > at or writes:
+                dev.replay(program.encoded, at, stop.at, label=f"{label}@{at}", writes=writes)
+            writes, at = (), stop.at
             if stop.stream_layer is not None:
                 await ops.layer_stream.before_layer(stop.stream_layer, ops.kernels, ops.pool, dev)
                 continue
@@ -160,15 +163,24 @@ class GpuRunner:
             slot_ids = await ops.expert_cache.resolve(stop.layer, ids.reshape(stop.ids.shape))
             await ops.repack()              # the int8 route's Q8_0 experts just written
             dev.write(physical(stop.slot_ids.buf), slot_ids, stop.slot_ids.off * 4)
-        dev.submit(program.ready[at:], label=f"step_n{len(tokens)}")
-        if ops.layer_stream is not None:
+        what = read(program) if read is not None else None
+        if what is None:
+            dev.replay(program.encoded, at, label=label, writes=writes)
+            answer = None
+        else:
+            answer = dev.replay_read(program.encoded, at, None, what, label=label, writes=writes)
+        if ops.layer_stream is not None:    # the next step's first streamed layer, while the GPU works
             await ops.layer_stream.after_step(ops.kernels, ops.pool, dev)
-        return program
+        return program, (None if answer is None else await self._waited(answer))
 
     async def _read(self, buffer, size: int, offset: int = 0) -> bytes:
+        return await self._waited(self.device.read(buffer, size, offset))
+
+    async def _waited(self, answer) -> bytes:
+        """Await a readback, counting its wait and bytes in the runner's stats."""
         dev = self.device
         waited, read = dev.read_wait_s, dev.bytes_read
-        data = await dev.read(buffer, size, offset)
+        data = await answer
         self.stats.wait_s += dev.read_wait_s - waited
         self.stats.bytes_read += dev.bytes_read - read
         return data
@@ -185,23 +197,21 @@ class GpuRunner:
             rows = max(1, min(self.ops.max_chunk, self.ops.max_binding // (4 * self.spec.n_vocab)))
             out = []
             for at in range(0, len(s.tokens), rows):
-                program = await self._submit(s.tokens[at:at + rows], s.start + at, Want.ALL_LOGITS)
-                out.append(await self._read_logits(program))
+                program, data = await self._submit(s.tokens[at:at + rows], s.start + at, Want.ALL_LOGITS, _logits)
+                out.append(np.frombuffer(data, dtype=np.float32).reshape(program.output.shape))
             return Output(logits=np.concatenate(out))
-        program = await self._submit(s.tokens, s.start, step.want)
         if step.want is Want.NONE:
+            await self._submit(s.tokens, s.start, step.want)
             return Output()
         if step.want is Want.ARGMAX:
-            return Output(token=int(np.frombuffer(await self._read(program.argmax, 4), dtype=np.uint32)[0]))
+            _, data = await self._submit(s.tokens, s.start, step.want, lambda p: (p.argmax, 4, 0))
+            return Output(token=int(np.frombuffer(data, dtype=np.uint32)[0]))
         if step.want is Want.TOP_K:
-            pairs = np.frombuffer(await self._read(program.topk, step.k * 8), dtype=np.uint32).reshape(step.k, 2)
+            _, data = await self._submit(s.tokens, s.start, step.want, lambda p: (p.topk, step.k * 8, 0))
+            pairs = np.frombuffer(data, dtype=np.uint32).reshape(step.k, 2)
             return Output(values=pairs[:, 0].view(np.float32).copy(), ids=pairs[:, 1].astype(np.int64))
-        return Output(logits=(await self._read_logits(program))[-1])
-
-    async def _read_logits(self, program: Program) -> np.ndarray:
-        out = program.output
-        data = await self._read(physical(out.buf), out.size * 4, out.off * 4)
-        return np.frombuffer(data, dtype=np.float32).reshape(out.shape)
+        program, data = await self._submit(s.tokens, s.start, step.want, _logits)
+        return Output(logits=np.frombuffer(data, dtype=np.float32).reshape(program.output.shape)[-1])
 
     def layer_stream_stats(self) -> dict | None:
         """With layers streamed (pyshim.gpu.layer_stream): how many and what their uploads took since load."""
@@ -226,6 +236,12 @@ class GpuRunner:
 
         plan = estimate(self.spec, self.header.tensors, context=self.n_ctx, kv_type=self.ops.kv_type, chunk=self.ops.max_chunk)
         return {"peak_gpu_bytes": self.ops.memory()["total"], "planned_gpu_bytes": plan.total_bytes}
+
+
+def _logits(program: Program) -> tuple:
+    """What a logits step reads back: its output tensor's rows."""
+    out = program.output
+    return physical(out.buf), out.size * 4, out.off * 4
 
 
 async def load_gpu(path: str | Path | None = None, *, header=None, source=None, settings: RunSettings = RunSettings(),

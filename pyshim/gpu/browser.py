@@ -11,6 +11,7 @@ import time
 from typing import Sequence
 
 import js  # type: ignore[import-not-found]
+import pyshim_gpu_js  # type: ignore[import-not-found]  # web/engine/gpu.js, registered by engine/python.js
 from pyodide.ffi import JsException, to_js  # type: ignore[import-not-found]
 
 from pyshim.errors import DeviceLostError, GPUUnavailableError, PyshimError, ShaderError
@@ -56,6 +57,7 @@ class BrowserDevice(GPUDevice):
         self._callbacks = (create_proxy(on_lost), create_proxy(on_error))
         device.lost.then(self._callbacks[0])
         device.onuncapturederror = self._callbacks[1]
+        self._staging = pyshim_gpu_js.stagingPool()     # readbacks' staging buffers, reused
 
     @classmethod
     async def open(cls, *, power_preference: str = "high-performance") -> "BrowserDevice":
@@ -139,35 +141,46 @@ class BrowserDevice(GPUDevice):
         return self._device.createBindGroup(_js({"label": label, "layout": pipeline.getBindGroupLayout(0), "entries": entries}))
 
     def submit(self, dispatches: Sequence[Dispatch], *, label: str = "") -> None:
+        self.replay(self.encode(dispatches), label=label)
+
+    # A step crosses the FFI once: the dispatch list lives in JS (web/engine/gpu.js) from build time on.
+    def encode(self, dispatches: Sequence[Dispatch]):
+        pipelines, bind_groups, grids = [], [], []
+        for pipeline, group, grid in dispatches:
+            pipelines.append(pipeline)
+            bind_groups.append(group)
+            grids.extend(grid)
+        return _Encoded(pyshim_gpu_js.program(to_js(pipelines), to_js(bind_groups), to_js(grids)), len(pipelines))
+
+    def set_dispatch(self, encoded, i: int, dispatch: Dispatch) -> None:
+        # only bind groups change after a program is built (Program.rebind): pipeline and grid stay
+        pyshim_gpu_js.setGroup(encoded.js, i, dispatch[1])
+
+    def replay(self, encoded, start: int = 0, end: int | None = None, *, label: str = "", writes=()) -> None:
         self._check()
-        encoder = self._device.createCommandEncoder(_js({"label": label}))
-        compute = encoder.beginComputePass()
-        for pipeline, group, (x, y, z) in dispatches:
-            compute.setPipeline(pipeline)
-            compute.setBindGroup(0, group)
-            compute.dispatchWorkgroups(x, y, z)
-        compute.end()
-        self._device.queue.submit(_js([encoder.finish()]))
+        pyshim_gpu_js.replay(self._device, encoded.js, start, encoded.n if end is None else end, label, _writes(writes))
+
+    def replay_read(self, encoded, start: int, end: int | None, read, *, label: str = "", writes=()):
+        self._check()
+        buffer, size, offset = read
+        return self._answer(pyshim_gpu_js.replay(self._device, encoded.js, start, encoded.n if end is None else end, label,
+                                                 _writes(writes), to_js([buffer, offset, size]), self._staging), size)
 
     async def read(self, buffer, size: int | None = None, offset: int = 0) -> bytes:
         size = int(buffer.size) - offset if size is None else size
-        padded = (size + 3) // 4 * 4
-        usage = js.GPUBufferUsage
-        staging = self._device.createBuffer(_js({"label": "readback", "size": padded, "usage": usage.MAP_READ | usage.COPY_DST}))
-        encoder = self._device.createCommandEncoder()
-        encoder.copyBufferToBuffer(buffer, offset, staging, 0, padded)
-        self._device.queue.submit(_js([encoder.finish()]))
+        self._check()
+        return await self._answer(pyshim_gpu_js.read(self._device, self._staging, buffer, offset, size), size)
+
+    async def _answer(self, promise, size: int) -> bytes:
+        """Await a readback's promise (the GPU finishing what was queued before it: counted as waiting)."""
         waited = time.perf_counter()
         try:
-            await staging.mapAsync(js.GPUMapMode.READ)
+            data = (await promise).to_bytes()
         except JsException as exc:
             self._check()
             raise DeviceLostError(f"reading back from the GPU failed: {exc}") from None
         self.read_wait_s += time.perf_counter() - waited
         self.bytes_read += size
-        data = js.Uint8Array.new(staging.getMappedRange()).to_bytes()[:size]
-        staging.unmap()
-        staging.destroy()
         self._check()
         return data
 
@@ -175,4 +188,19 @@ class BrowserDevice(GPUDevice):
         buffer.destroy()
 
     def destroy(self) -> None:
+        pyshim_gpu_js.clearPool(self._staging)
         self._device.destroy()
+
+
+def _writes(writes):
+    """(buffer, offset, NumPy array) -> [buffer, offset, typed array] each, or null for none."""
+    if not writes:
+        return None
+    return to_js([[buffer, offset, to_js(memoryview(data).cast("B"))] for buffer, offset, data in writes])
+
+
+class _Encoded:
+    """A program's dispatches on the JavaScript side (web/engine/gpu.js's `program`), and how many."""
+
+    def __init__(self, js_program, n: int):
+        self.js, self.n = js_program, n

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Awaitable, Sequence
 
 # The limits pyshim plans with, by their WebGPU names in snake_case.
 PLANNING_LIMITS = (
@@ -66,6 +66,7 @@ class Capabilities:
 # A binding is a whole buffer or (buffer, offset, size) in bytes.
 Binding = Any | tuple[Any, int, int]
 Dispatch = tuple[Any, Any, tuple[int, int, int]]  # (pipeline, bind group, workgroup counts)
+Write = tuple[Any, int, Any]                       # (buffer, byte offset, a NumPy array's bytes) queued before a step
 
 
 class GPUDevice(ABC):
@@ -96,6 +97,29 @@ class GPUDevice(ABC):
     @abstractmethod
     def submit(self, dispatches: Sequence[Dispatch], *, label: str = "") -> None:
         """One command buffer with one compute pass running the dispatches in order."""
+
+    def encode(self, dispatches: Sequence[Dispatch]) -> Any:
+        """A built program's dispatches handed to the face once, for `replay` (the browser keeps them on
+        the JavaScript side, so that a step is one FFI call instead of three a dispatch)."""
+        return list(dispatches)
+
+    def set_dispatch(self, encoded: Any, i: int, dispatch: Dispatch) -> None:
+        """Dispatch i of an encoded program changed (its bind group was made again)."""
+        encoded[i] = dispatch
+
+    def replay(self, encoded: Any, start: int = 0, end: int | None = None, *, label: str = "", writes: Sequence[Write] = ()) -> None:
+        """Queue `writes`, then submit dispatches [start, end) of an encoded program, as `submit` would."""
+        for buffer, offset, data in writes:
+            self.write(buffer, data, offset)
+        self.submit(encoded[start:end], label=label)
+
+    def replay_read(self, encoded: Any, start: int, end: int | None, read: tuple[Any, int, int], *, label: str = "",
+                    writes: Sequence[Write] = ()) -> Awaitable[bytes]:
+        """`replay`, then the bytes of `read` = (buffer, size, offset) once the GPU has run them: a step and
+        its answer (the browser makes it one FFI call and one command buffer). The work is submitted before
+        this returns; the awaitable only waits."""
+        self.replay(encoded, start, end, label=label, writes=writes)
+        return self.read(*read)
 
     @abstractmethod
     async def read(self, buffer: Any, size: int | None = None, offset: int = 0) -> bytes:

@@ -140,8 +140,11 @@ class NativeDevice(GPUDevice):
         with _gpu_errors(f"command buffer {label}"):
             encoder = self._device.create_command_encoder(label=label)
             compute = encoder.begin_compute_pass()
+            current = None
             for pipeline, group, (x, y, z) in dispatches:
-                compute.set_pipeline(pipeline)
+                if pipeline is not current:        # consecutive dispatches of one pipeline set it once
+                    compute.set_pipeline(pipeline)
+                    current = pipeline
                 compute.set_bind_group(0, group)
                 compute.dispatch_workgroups(x, y, z)
             compute.end()

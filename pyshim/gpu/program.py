@@ -7,8 +7,9 @@ buffer until build time: an `Activation` (pyshim.gpu.pool: given a buffer by liv
 such a stand-in.
 
 `build()` compiles the pipelines (cached by ShaderKey), writes every params struct into one uniform
-arena and creates the bind groups; a step is then one submit of `ready` (or, where the program has
-`stops` — experts streamed from the store — one submit per stretch between them). `rebind(parts)` makes again
+arena, creates the bind groups and hands the list to the device face (`encoded`); a step is then one
+replay of it (or, where the program has `stops` — weights streamed from the store — one per stretch
+between them): in the browser one FFI call, the encoding done in JavaScript. `rebind(parts)` makes again
 only the bind groups of dispatches that bind those weight parts: how a slot is pointed at another
 buffer between steps without recording again (the seam for weights streamed from the store).
 """
@@ -83,6 +84,7 @@ class Program:
         self.stops: list[Stop] = []      # host pauses inside the step (streamed experts), in dispatch order
         self.uniforms: Any = None        # the params arena, made by build()
         self.ready: list = []            # (pipeline, bind group, grid) per dispatch
+        self.encoded: Any = None         # `ready` as the device face keeps it for replay (GPUDevice.encode)
         self._pipelines: list = []
         self._offsets: list[int] = []
 
@@ -101,6 +103,7 @@ class Program:
         device.write(self.uniforms, arena)
         self._pipelines = [await kernels.get(d.key) for d in self.dispatches]
         self.ready = [self._bind(device, i) for i in range(len(self.dispatches))]
+        self.encoded = device.encode(self.ready)
 
     def _bind(self, device, i: int):
         d = self.dispatches[i]
@@ -114,6 +117,7 @@ class Program:
         changed = [i for i, d in enumerate(self.dispatches) if any(id(_stand_in(b)) in parts for b in d.bindings)]
         for i in changed:
             self.ready[i] = self._bind(device, i)
+            device.set_dispatch(self.encoded, i, self.ready[i])
         return len(changed)
 
     def release(self, allocator: Allocator, device) -> None:
@@ -124,4 +128,4 @@ class Program:
                 allocator.release(buf)
         if self.uniforms is not None:
             device.release(self.uniforms)
-        self.ready = []
+        self.ready, self.encoded = [], None

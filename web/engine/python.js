@@ -2,6 +2,7 @@
 // included). Used by the engine Worker, and usable in a page's main thread too (embedding, tests).
 
 import { loadPyodide } from "../vendor/pyodide/pyodide.mjs";
+import * as gpu from "./gpu.js";
 
 const VENDOR = new URL("../vendor/", import.meta.url);
 
@@ -29,6 +30,8 @@ export async function bootPython({ onStep = () => {}, stdout = () => {}, stderr 
   });
   const pyodide = await timed(timings, onStep, "pyodide", () =>
     loadPyodide({ indexURL: new URL("pyodide/", VENDOR).href, stdout, stderr }));
+  // the browser GPU face's JavaScript half (pyshim/gpu/browser.py imports it by this name)
+  pyodide.registerJsModule("pyshim_gpu_js", gpu);
   await timed(timings, onStep, "numpy", () => pyodide.loadPackage(manifest.pyodide_packages, { messageCallback: () => {} }));
   const urls = manifest.wheels.map((w) => new URL(w.url, VENDOR).href);
   // Calls into Python modules (pyimport), never Python source in a string. deps=False: micropip would
