@@ -244,7 +244,8 @@ def run_bench(config: BenchConfig) -> dict:
     report["generate_cli"] = {"backends": sorted(cli["backends"]), "ignore_eos": "--ignore-eos" in cli["flags"]}
     config.out.mkdir(parents=True, exist_ok=True)
     _run_native(report, config, facts, cli)
-    _run_in_browser(report, config, facts)
+    if "browser" in config.backends or config.peer:    # native engines alone need neither Chromium nor Playwright
+        _run_in_browser(report, config, facts)
     order = list(BACKENDS) + [f"{peer}-{t}t" for peer in ("wllama", "llamacpp") for t in PEER_THREADS] + [WEBGPU_PEER]
     report["results"].sort(key=lambda r: (config.models.index(r["model"]), order.index(r["engine"])))
     report["rooflines"]["host"] = report["rooflines"].get("cpu") or _host_roofline()

@@ -125,7 +125,8 @@ def markdown(report: dict) -> str:
     lines += refusals(report)
     lines.append(f"Machine: {m['cpu_count']} CPUs, {_fmt((m.get('memory_bytes') or 0) / 2**30, 0)} GiB, load average "
                  f"{m['load_average_start'][0]:.1f} → {m.get('load_average_end', [0])[0]:.1f}; "
-                 f"Chromium {report.get('browser', {}).get('version', '?')}{_flag_note(report)}; WebGPU adapter: {adapter}.")
+                 + (f"Chromium {report['browser']['version']}{_flag_note(report)}; WebGPU adapter: {adapter}."
+                    if "browser" in report else "no browser in this run."))
     native = report["rooflines"].get("gpu", {}).get("adapter")
     if native:
         lines.append(f"Native adapter (`gpu` rows, wgpu): {native.get('summary')}.")

@@ -6,6 +6,7 @@ checked on their own first."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -311,3 +312,18 @@ def test_wllama_webgpu_says_why_it_cannot_run_on_an_adapter_without_f16(chromium
     with pytest.raises(bench_engines.EngineRefused, match=r"wllama loaded the model on the CPU .*no usable device") as caught:
         bench_engines.peer_run(chromium, dev_server.url, url, workload, threads=1, webgpu=True, check_f16=False)
     assert any("CPU model buffer" in line for line in caught.value.detail["log_tail"]), caught.value.detail
+
+
+@pytest.mark.models
+def test_native_engines_alone_need_no_chromium(tmp_path):
+    """`--backends cpu --peer none` on a machine without Chromium (doctor's bench there): the native rows
+    are measured, nothing launches a browser."""
+    done = subprocess.run([sys.executable, "-m", "pyshim.cli", "bench", "--quick", "--backends", "cpu", "--peer", "none",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=QUICK_TIMEOUT_S,
+                          env={**os.environ, "PYSHIM_CHROMIUM": str(tmp_path / "no-chromium")})
+    print(done.stdout[-3000:], done.stderr[-2000:])
+    assert done.returncode == 0
+    report = json.loads(next(tmp_path.glob("*.json")).read_text())
+    (row,) = report["results"]
+    assert row["engine"] == "cpu" and row["status"] == "ok" and row["median"]["decode_tok_s"] > 0
+    assert row["median"]["cpu_ms_per_step"] is None and "browser" not in report

@@ -62,9 +62,12 @@ async def _native(roofline: str) -> dict:
         import wgpu
     except ImportError:
         raise Unavailable("the `wgpu` package is not installed — pip install wgpu (or pip install -e '.[dev]')") from None
-    from pyshim.errors import GPUUnavailableError
-    from pyshim.gpu import open_device
-    from pyshim.gpu.selftest import selftest
+    try:
+        from pyshim.errors import GPUUnavailableError
+        from pyshim.gpu import open_device
+        from pyshim.gpu.selftest import selftest
+    except ImportError as exc:       # numpy (or another dependency) not installed in this Python
+        raise Unavailable(f"the native check needs the `{exc.name}` package — pip install -e '.[dev]'") from None
 
     out: dict = {"wgpu_version": getattr(wgpu, "__version__", "?")}
     try:
