@@ -157,16 +157,10 @@ def cli_run(backend: str, model_path: Path, workload: list[dict], support: dict,
 
 
 def _native_cpu_ms_per_step(out: dict, decode_tokens: int) -> float | None:
-    """A native run's CPU ms per decode step. `generate --json` gives no cpu_ms (only on the gpu backend,
-    cpu_share_pct = 100 × cpu_ms / decode_ms), but decode_tok_s = steps / decode_ms, so cpu_ms / steps =
-    cpu_share_pct / 100 × 1000 / decode_tok_s: the browser rows' figure, to the CLI's rounding (2 decimals
-    of each). The cpu backend has no GPU waits to leave out, hence no share: None there."""
-    if isinstance(out.get("cpu_ms"), (int, float)):
-        return cpu_ms_per_step(out["cpu_ms"], decode_tokens)
-    share, tok_s = out.get("cpu_share_pct"), out.get("decode_tok_s")
-    if isinstance(share, (int, float)) and isinstance(tok_s, (int, float)) and tok_s > 0:
-        return share / 100 * 1e3 / tok_s
-    return None
+    """A native run's CPU ms per decode step: `generate --json` gives it on the gpu backend. The cpu backend
+    has no GPU waits to leave out: None there."""
+    per_step = out.get("cpu_ms_per_step")
+    return float(per_step) if isinstance(per_step, (int, float)) else None
 
 
 def native_roofline(mib: int, python: str = sys.executable) -> dict:

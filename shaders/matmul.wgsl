@@ -6,7 +6,15 @@
 // (register tiling: RM + RN vec4 loads per RM * RN dot products). Blocks wider than KT (the K-quants,
 // 256) are decoded whole and only the step's slice is kept: 256 / KT times the decode work, over TN tokens.
 // Not for CPU adapters: workgroup barriers are what SwiftShader and lavapipe do worst (FACTS.md).
-// Grid: x = ceil(m / TM), y = ceil(n / TN). Defines: one W_<type>, the tile shape (below), WG, optional BIAS.
+// Grid: x = ceil(m / TM), y = ceil(n / TN). Defines: one W_<type>, the tile shape (below), WG, optional BIAS;
+// F16 (devices with shader-f16): the tiles in f16 (half the workgroup memory) and each vec4 dot product in
+// f16, summed into f32 accumulators.
+#ifdef F16
+#enable f16
+alias TileV = vec4<f16>;
+#else
+alias TileV = vec4<f32>;
+#endif
 #include "include/wtype.wgsl"
 
 #include "include/matvec_params.wgsl"
@@ -32,8 +40,8 @@ const GN: u32 = TN / RN;
 const BPT: u32 = max(KT / BLOCK_ELEMS, 1u);
 const JOBS: u32 = TM * BPT;
 
-var<workgroup> wt: array<vec4<f32>, TM * KV4>;
-var<workgroup> xt: array<vec4<f32>, TN * KV4>;
+var<workgroup> wt: array<TileV, TM * KV4>;
+var<workgroup> xt: array<TileV, TN * KV4>;
 
 // Vec4 j of tile row r, rotated by r: the GM invocations reading vec4 j of rows gx, gx + GM, ... at once
 // then hit different memory banks (an unrotated row stride of 16 vec4s puts them all in one).
@@ -48,7 +56,7 @@ var<private> win_lo: u32;       // first element of this step's slice of k
 fn sink(v: vec4<f32>, i: u32, acc: ptr<function, Acc>) {
     let e = i - win_lo;         // wraps past KT for elements before the slice
     if (e < KT) {
-        wt[tile_at(*acc, e >> 2u)] = v;
+        wt[tile_at(*acc, e >> 2u)] = TileV(v);
     }
 }
 
@@ -71,7 +79,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
                 block_apply(params.w_off + row * params.row_bytes + b * BLOCK_BYTES, b * BLOCK_ELEMS, &r);
             } else {
                 for (var e = b * BLOCK_ELEMS - k0; e < (b + 1u) * BLOCK_ELEMS - k0; e += 4u) {
-                    wt[tile_at(r, e >> 2u)] = vec4<f32>(0.0);
+                    wt[tile_at(r, e >> 2u)] = TileV(0.0);
                 }
             }
         }
@@ -84,18 +92,18 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             if (t < params.n && k0 + 4u * j < params.k) {
                 v = x[(params.x_off + t * params.k + k0) / 4u + j];
             }
-            xt[tile_at(tl, j)] = v;
+            xt[tile_at(tl, j)] = TileV(v);
         }
         workgroupBarrier();
         for (var j = 0u; j < KV4; j++) {
-            var wv: array<vec4<f32>, RM>;
+            var wv: array<TileV, RM>;
             for (var i = 0u; i < RM; i++) {
                 wv[i] = wt[tile_at(gx + GM * i, j)];
             }
             for (var u = 0u; u < RN; u++) {
                 let xv = xt[tile_at(gy + GN * u, j)];
                 for (var i = 0u; i < RM; i++) {
-                    acc[i * RN + u] += dot(wv[i], xv);
+                    acc[i * RN + u] += f32(dot(wv[i], xv));
                 }
             }
         }
@@ -108,7 +116,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             if (row < params.m && t < params.n) {
                 var v = acc[i * RN + u];
 #ifdef BIAS
-                v += bias[params.bias_off + row];
+                v += bias[params.bias_off + t * params.bias_stride + row];
 #endif
                 y[params.y_off + t * params.y_stride + row] = v;
             }

@@ -1,16 +1,31 @@
 // y[t, r] = sum_k W[r, k] * x[t, k] (+ bias[r]) with W in its GGUF blocks, dequantized on the fly.
 // Barrier-free: one invocation computes ROWS consecutive output rows for one token (what CPU adapters
 // like lavapipe and SwiftShader want). Grid: x = rows / (WG * ROWS), y = tokens.
-// Defines: one W_<type>, WG, ROWS, optional BIAS; REDUCE selects the workgroup-reduction variant below,
+// Defines: one W_<type>, WG, ROWS, optional BIAS (a bias, or with a per-token stride a residual: the
+// skip connection added in the same pass); REDUCE selects the workgroup-reduction variant below,
 // UNIFORM_X (with X_VEC4) reads x as a uniform;
 // SUBGROUP (with REDUCE) sums the partials with subgroupAdd instead of a shared-memory tree.
 // EXPERTS (no BIAS): a mixture of experts' matmul — "tokens" are (token, slot) pairs, each taking the
 // matrix of the expert `ids` names for it (the router wrote them on the GPU: expert choice is data, the
 // program stays the same); a pair whose expert lies in another part of the weight is left to that part.
+// GLU (one token, no BIAS or EXPERTS): `w` holds gate's m rows and then up's m rows; an invocation (a
+// workgroup with REDUCE) takes OUT_ROWS rows of each as its ROWS rows and stores act(gate) * up
+// (include/act.wgsl's defines): a gated feed-forward's first half in one pass.
+// F16 (devices with shader-f16: real GPUs): products and a block's partial sums in f16, the sums across
+// blocks in f32 (the f32 route's arithmetic otherwise).
 #ifdef SUBGROUP
 #enable subgroups
 #endif
+#ifdef F16
+#enable f16
+#endif
 #include "include/wtype.wgsl"
+#ifdef GLU
+#include "include/act.wgsl"
+const OUT_ROWS: u32 = ROWS / 2u;
+#else
+const OUT_ROWS: u32 = ROWS;
+#endif
 
 #include "include/matvec_params.wgsl"
 
@@ -55,10 +70,55 @@ fn locate(t: u32) -> bool {
 #endif
 }
 
+#ifdef F16
+alias Acc = vec4<f16>;
+
+fn sink(v: vec4<f32>, i: u32, acc: ptr<function, Acc>) {
+    *acc = fma(vec4<f16>(v), vec4<f16>(x[(x_base + i) >> 2u]), *acc);
+}
+#else
 alias Acc = vec4<f32>;
 
 fn sink(v: vec4<f32>, i: u32, acc: ptr<function, Acc>) {
     *acc = fma(v, x[(x_base + i) >> 2u], *acc);
+}
+#endif
+
+// the block at byte wb (its first element `base`) of a row added into the row's f32 accumulator
+fn add_block(wb: u32, base: u32, acc: vec4<f32>) -> vec4<f32> {
+#ifdef F16
+    var a = vec4<f16>(0.0);
+    block_apply(wb, base, &a);
+    return acc + vec4<f32>(a);
+#else
+    var a = acc;                // (naga 29's SPIR-V writer panics on &acc[r] passed to a function)
+    block_apply(wb, base, &a);
+    return a;
+#endif
+}
+
+// the weight row behind row r of the ROWS an invocation (workgroup) computes from output row `first`
+// (rows past m repeat the last one: their results are not stored); GLU: up's rows follow gate's
+fn weight_row(first: u32, r: u32) -> u32 {
+#ifdef GLU
+    if (r >= OUT_ROWS) {
+        return params.m + min(first + r - OUT_ROWS, params.m - 1u);
+    }
+#endif
+    return min(first + r, params.m - 1u);
+}
+
+// what output row `row` of token t stores, from its row's sum (and with GLU up's): + bias, or act * up
+fn output(row: u32, t: u32, sum: f32, up: f32) -> f32 {
+#ifdef GLU
+    return act4(vec4<f32>(sum)).x * up;
+#else
+    var y_r = sum;
+#ifdef BIAS
+    y_r += bias[params.bias_off + t * params.bias_stride + row];
+#endif
+    return y_r;
+#endif
 }
 
 #ifndef REDUCE
@@ -67,7 +127,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     // the token from workgroup_id (workgroup size y is 1): the compiler then knows x's index is the
     // same in every invocation of the workgroup, and CPU adapters load x once instead of gathering it
     let t = wid.y;
-    let first = gid.x * ROWS;
+    let first = gid.x * OUT_ROWS;
     if (t >= params.n || first >= params.m || !locate(t)) {
         return;
     }
@@ -78,25 +138,21 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     var wb: array<u32, ROWS>;
     for (var r = 0u; r < ROWS; r++) {
         acc[r] = vec4<f32>(0.0);
-        wb[r] = w_base + min(first + r, params.m - 1u) * params.row_bytes;
+        wb[r] = w_base + weight_row(first, r) * params.row_bytes;
     }
     for (var b = 0u; b < nb; b++) {
         for (var r = 0u; r < ROWS; r++) {
-            var a = acc[r];         // (naga 29's SPIR-V writer panics on &acc[r] passed to a function)
-            block_apply(wb[r] + b * BLOCK_BYTES, b * BLOCK_ELEMS, &a);
-            acc[r] = a;
+            acc[r] = add_block(wb[r] + b * BLOCK_BYTES, b * BLOCK_ELEMS, acc[r]);
         }
     }
-    for (var r = 0u; r < ROWS; r++) {
+    for (var r = 0u; r < OUT_ROWS; r++) {
         let row = first + r;
         if (row >= params.m) {
             return;
         }
-        var y_r = acc[r].x + acc[r].y + acc[r].z + acc[r].w;
-#ifdef BIAS
-        y_r += bias[params.bias_off + row];
-#endif
-        y[params.y_off + t * params.y_stride + row] = y_r;
+        let up = acc[min(r + OUT_ROWS, ROWS - 1u)];        // (read only with GLU)
+        y[params.y_off + t * params.y_stride + row] = output(row, t, acc[r].x + acc[r].y + acc[r].z + acc[r].w,
+                                                             up.x + up.y + up.z + up.w);
     }
 }
 #endif
@@ -107,27 +163,23 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
 // Grid: x * z = ceil(m / ROWS) (z when x would pass 65535 workgroups), y = tokens. WG: a power of 2.
 var<workgroup> partial_sums: array<f32, WG * ROWS>;
 
-// invocation i's share of row `row` (rows past m repeat the last one: their sums are not stored)
+// invocation i's share of weight row `row` (weight_row's)
 // (nb: the row's blocks, 0 for a pair another part serves — no early return before the barriers)
 fn row_share(row: u32, i: u32, nb: u32) -> f32 {
-    let wb = w_base + min(row, params.m - 1u) * params.row_bytes;
+    let wb = w_base + row * params.row_bytes;
     var acc = vec4<f32>(0.0);
     for (var b = i; b < nb; b += WG) {
-        block_apply(wb + b * BLOCK_BYTES, b * BLOCK_ELEMS, &acc);
+        acc = add_block(wb + b * BLOCK_BYTES, b * BLOCK_ELEMS, acc);
     }
     return acc.x + acc.y + acc.z + acc.w;
 }
 
-// y[t, row] = the row's sum (+ bias), for rows inside m
-fn store_row(row: u32, t: u32, sum: f32, mine: bool) {
+// y[t, row] = output(the row's sum(s)), for rows inside m
+fn store_row(row: u32, t: u32, sum: f32, up: f32, mine: bool) {
     if (row >= params.m || !mine) {
         return;
     }
-    var y_r = sum;
-#ifdef BIAS
-    y_r += bias[params.bias_off + row];
-#endif
-    y[params.y_off + t * params.y_stride + row] = y_r;
+    y[params.y_off + t * params.y_stride + row] = output(row, t, sum, up);
 }
 #ifndef SUBGROUP
 
@@ -135,14 +187,14 @@ fn store_row(row: u32, t: u32, sum: f32, mine: bool) {
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
     let t = wid.y;
-    let first = (wid.x + wid.z * nwg.x) * ROWS;
+    let first = (wid.x + wid.z * nwg.x) * OUT_ROWS;
     if (first >= params.m) {
         return;
     }
     let mine = locate(t);
     let nb = select(0u, params.k / BLOCK_ELEMS, mine);
     for (var r = 0u; r < ROWS; r++) {
-        partial_sums[r * WG + lid.x] = row_share(first + r, lid.x, nb);
+        partial_sums[r * WG + lid.x] = row_share(weight_row(first, r), lid.x, nb);
     }
     workgroupBarrier();
     for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
@@ -153,8 +205,9 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         }
         workgroupBarrier();
     }
-    if (lid.x < ROWS) {
-        store_row(first + lid.x, t, partial_sums[lid.x * WG], mine);
+    if (lid.x < OUT_ROWS) {
+        let up = partial_sums[min(lid.x + OUT_ROWS, ROWS - 1u) * WG];      // (read only with GLU)
+        store_row(first + lid.x, t, partial_sums[lid.x * WG], up, mine);
     }
 }
 #else
@@ -168,25 +221,28 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         @builtin(num_workgroups) nwg: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32,
         @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) n_sg: u32) {
     let t = wid.y;
-    let first = (wid.x + wid.z * nwg.x) * ROWS;
+    let first = (wid.x + wid.z * nwg.x) * OUT_ROWS;
     if (first >= params.m) {
         return;
     }
     let mine = locate(t);
     let nb = select(0u, params.k / BLOCK_ELEMS, mine);
     for (var r = 0u; r < ROWS; r++) {
-        let s = subgroupAdd(row_share(first + r, lid.x, nb));
+        let s = subgroupAdd(row_share(weight_row(first, r), lid.x, nb));
         if (lane == 0u) {
             partial_sums[r * WG + sg] = s;
         }
     }
     workgroupBarrier();
-    if (lid.x < ROWS) {
+    if (lid.x < OUT_ROWS) {
         var y_r = 0.0;
+        var up = 0.0;           // (GLU)
+        let u = min(lid.x + OUT_ROWS, ROWS - 1u);
         for (var i = 0u; i < n_sg; i++) {
             y_r += partial_sums[lid.x * WG + i];
+            up += partial_sums[u * WG + i];
         }
-        store_row(first + lid.x, t, y_r, mine);
+        store_row(first + lid.x, t, y_r, up, mine);
     }
 }
 #endif

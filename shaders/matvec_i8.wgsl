@@ -6,13 +6,22 @@
 // Grid: x = rows / (WG * ROWS), y = tokens (TOKENS: tokens / TOKENS, for steps of several tokens: the
 // 32-value block types, whose decoders have block_unpack, unpack each weight block once for TOKENS tokens).
 // Defines: one W_<type> (Q4_0, Q4_1, Q5_0, Q8_0 read blocks of 32 activations, Q8_0/Q8_1 style; Q4_K,
-// Q5_K, Q6_K read Q8_K's blocks of 256), WG, ROWS, optional BIAS; UNIFORM_X (with X_VEC4) binds the
+// Q5_K, Q6_K read Q8_K's blocks of 256), WG, ROWS, optional BIAS (a bias, or a residual: matvec.wgsl); UNIFORM_X (with X_VEC4) binds the
 // quantized row as a uniform array (one-token steps on CPU adapters: one broadcast load per read).
 // EXPERTS (no BIAS): rows of y are (token, slot) pairs, each through its expert's matrix (matvec.wgsl);
 // with TOKENS also GROUPED: a step's pairs grouped by expert (expert_group.wgsl's table in place of the
 // ids), so each block of an expert's matrix is unpacked once for TOKENS of the pairs that chose it.
+// GLU (one token, no BIAS): `w` holds gate's m rows and then up's m rows; an invocation's ROWS
+// accumulators are OUT_ROWS rows of each, and it stores act(gate) * up (include/act.wgsl's defines):
+// a gated feed-forward's first half in one pass.
 // Needs the WGSL language feature packed_4x8_integer_dot_product (naga and Chromium's Tint have it).
 #include "include/wtype_i8.wgsl"
+#ifdef GLU
+#include "include/act.wgsl"
+const OUT_ROWS: u32 = ROWS / 2u;
+#else
+const OUT_ROWS: u32 = ROWS;
+#endif
 
 struct Params {
     m: u32,             // output rows
@@ -24,6 +33,7 @@ struct Params {
     y_off: u32,         // element offsets
     bias_off: u32,
     y_stride: u32,      // elements between tokens' rows of y
+    bias_stride: u32,   // elements between tokens' bias rows: 0 for a bias, the row width for a residual
     x_row_words: u32,   // words per quantized token row (quantize.wgsl's row_words)
     // EXPERTS: as in include/matvec_params.wgsl
     expert_bytes: u32,
@@ -32,6 +42,9 @@ struct Params {
     e_count: u32,
     e_tiles: u32,       // GROUPED: workgroup rows per expert (ceil(tokens / TOKENS))
     n_experts: u32,     // GROUPED: experts of the whole weight (the group table's offsets)
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 #ifdef W_VEC4
@@ -81,7 +94,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
 #else
     let t = wid.y;
 #endif
-    let first = gid.x * ROWS;
+    let first = gid.x * OUT_ROWS;
     var w_base = params.w_off;
 #ifdef GROUPED
     // workgroup row y: expert e of this part, and the tile of its pairs starting at `start` in the table
@@ -124,10 +137,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
 #endif
 #endif
     let nb = params.k / BLOCK_ELEMS;
-    // rows past m repeat the last row (their results are not stored)
     var wb: array<u32, ROWS>;
     for (var r = 0u; r < ROWS; r++) {
-        wb[r] = w_base + min(first + r, params.m - 1u) * params.row_bytes;
+        wb[r] = w_base + weight_row(first, r) * params.row_bytes;
     }
 #ifdef TOKENS
     // tokens t..t+TOKENS-1 (past n: the last token again, not stored; GROUPED: the tile's pairs); each block of each row is unpacked
@@ -177,16 +189,31 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
 }
 #endif
 
-// token t's results for rows first..first+ROWS-1 (those below m)
+// the weight row behind accumulator r of an invocation whose first output row is `first` (rows past m
+// repeat the last one: their results are not stored); GLU: up's rows follow gate's, m rows further
+fn weight_row(first: u32, r: u32) -> u32 {
+#ifdef GLU
+    if (r >= OUT_ROWS) {
+        return params.m + min(first + r - OUT_ROWS, params.m - 1u);
+    }
+#endif
+    return min(first + r, params.m - 1u);
+}
+
+// token t's results for rows first..first+OUT_ROWS-1 (those below m)
 fn store_rows(t: u32, first: u32, acc: array<f32, ROWS>) {
-    for (var r = 0u; r < ROWS; r++) {
+    for (var r = 0u; r < OUT_ROWS; r++) {
         let row = first + r;
         if (row >= params.m) {
             return;
         }
+#ifdef GLU
+        var y_r = act4(vec4<f32>(acc[r])).x * acc[r + OUT_ROWS];
+#else
         var y_r = acc[r];
+#endif
 #ifdef BIAS
-        y_r += bias[params.bias_off + row];
+        y_r += bias[params.bias_off + t * params.bias_stride + row];
 #endif
         y[params.y_off + t * params.y_stride + row] = y_r;
     }

@@ -9,7 +9,9 @@
 //   Q8_K (blocks of 256, for the k-quants): vec4(d, 0, 0, 0) then 16 int sums of 16 values (4 vec4s);
 //     the value of largest magnitude (the first one) maps to -127: iscale = -127/max, d = 1/iscale,
 //     values = min(127, round_half_even(iscale * x)).
-// Defines: WG, optional Q8_K. Grid: x = blocks / WG, y = tokens.
+// Defines: WG, optional Q8_K; NORM: x's rows are first RMS-normed by `w` (the norm before a matmul, in
+// the same pass: each invocation sums its row's squares itself, exactly as rmsnorm.wgsl does, so the
+// values and their rounding are the unfused ones). Grid: x = blocks / WG, y = tokens.
 #ifdef Q8_K
 const QBLOCK: u32 = 256u;
 const META_WORDS: u32 = 20u;
@@ -25,13 +27,31 @@ struct Params {
     x_stride: u32,      // elements between tokens in x
     q_off: u32,         // word offset of token 0's row in q (multiple of 4)
     row_words: u32,     // words per token row in q: k/4 + (k/QBLOCK)*META_WORDS
-    _pad0: u32,
+    eps: f32,           // NORM
     _pad1: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
+#ifdef NORM
+@group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> q: array<u32>;
+@group(0) @binding(3) var<uniform> params: Params;
+#else
 @group(0) @binding(1) var<storage, read_write> q: array<u32>;
 @group(0) @binding(2) var<uniform> params: Params;
+#endif
+
+var<private> row_x0: u32;       // first vec4 of the token's row
+var<private> inv_rms: f32;      // NORM: 1 / rms of the row
+
+// vec4 i of the token's row, as the matmul takes it (NORM: normed and scaled by w)
+fn xv(i: u32) -> vec4<f32> {
+#ifdef NORM
+    return x[row_x0 + i] * inv_rms * w[i];
+#else
+    return x[row_x0 + i];
+#endif
+}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -41,7 +61,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     if (b >= nb || t >= params.n) {
         return;
     }
-    let x0 = (params.x_off + t * params.x_stride + b * QBLOCK) >> 2u;      // first vec4 of the block
+    row_x0 = (params.x_off + t * params.x_stride) >> 2u;
+    let x0 = b * QBLOCK / 4u;                                                 // the block's first vec4 in the row
+#ifdef NORM
+    var ss = vec4<f32>(0.0);
+    for (var i = 0u; i < params.k / 4u; i++) {
+        let v = x[row_x0 + i];
+        ss = fma(v, v, ss);
+    }
+    inv_rms = inverseSqrt((ss.x + ss.y + ss.z + ss.w) / f32(params.k) + params.eps);
+#endif
     let row = params.q_off + t * params.row_words;
     let info = row + params.k / 4u + b * META_WORDS;
 #ifdef Q8_K
@@ -49,7 +78,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     var amax = 0.0;
     var biggest = 0.0;
     for (var i = 0u; i < QBLOCK / 4u; i++) {
-        let v = x[x0 + i];
+        let v = xv(x0 + i);
         for (var c = 0u; c < 4u; c++) {
             if (abs(v[c]) > amax) {
                 amax = abs(v[c]);
@@ -70,7 +99,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     for (var g = 0u; g < 16u; g++) {
         var sum = 0i;
         for (var i = 0u; i < 4u; i++) {
-            let v = min(vec4<f32>(127.0), round(iscale * x[x0 + 4u * g + i]));
+            let v = min(vec4<f32>(127.0), round(iscale * xv(x0 + 4u * g + i)));
             let iv = vec4<i32>(v);
             sum += iv.x + iv.y + iv.z + iv.w;
             q[row + b * 64u + 4u * g + i] = pack4xI8(iv);
@@ -80,7 +109,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
 #else
     var amax = 0.0;
     for (var i = 0u; i < 8u; i++) {
-        let a = abs(x[x0 + i]);
+        let a = abs(xv(x0 + i));
         amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
     }
     var inv = 0.0;
@@ -90,7 +119,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     let d = amax / 127.0;
     var sum = 0i;
     for (var i = 0u; i < 8u; i++) {
-        let iv = vec4<i32>(round(x[x0 + i] * inv));
+        let iv = vec4<i32>(round(xv(x0 + i) * inv));
         sum += iv.x + iv.y + iv.z + iv.w;
         q[row + b * 8u + i] = pack4xI8(iv);
     }

@@ -1,6 +1,7 @@
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w  for rows r (tokens, or tokens x heads for q/k
 // norms). Vec4 loads: d is a multiple of 4. Defines: WG; REDUCE: one workgroup per row (real GPUs), its
-// sum of squares by a shared-memory tree, or by subgroupAdd with SUBGROUP as well.
+// sum of squares by a shared-memory tree, or by subgroupAdd with SUBGROUP as well. RESIDUAL: y = r + the
+// norm (rows of r at r_off, like x's): a post-norm that ends in the skip connection (gemma3), one pass.
 #ifdef SUBGROUP
 #enable subgroups
 #endif
@@ -11,14 +12,29 @@ struct Params {
     x_off: u32,         // element offsets (multiples of 4)
     y_off: u32,
     w_off: u32,
-    _pad0: u32,
+    r_off: u32,         // RESIDUAL: element offset of row 0 of r (multiple of 4)
     _pad1: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;
+#ifdef RESIDUAL
+@group(0) @binding(2) var<storage, read> res: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> y: array<vec4<f32>>;
+@group(0) @binding(4) var<uniform> params: Params;
+#else
 @group(0) @binding(2) var<storage, read_write> y: array<vec4<f32>>;
 @group(0) @binding(3) var<uniform> params: Params;
+#endif
+
+// element vec4 i of row r's output: the normed value (plus the residual's)
+fn normed(r: u32, i: u32, v: vec4<f32>) -> vec4<f32> {
+#ifdef RESIDUAL
+    return res[(params.r_off + r * params.d) / 4u + i] + v;
+#else
+    return v;
+#endif
+}
 
 #ifndef REDUCE
 // One invocation per row (CPU adapters: no barrier). Grid: x = rows / WG.
@@ -39,7 +55,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let yb = (params.y_off + r * params.d) / 4u;
     let wb = params.w_off / 4u;
     for (var i = 0u; i < n4; i++) {
-        y[yb + i] = x[xb + i] * inv * w[wb + i];
+        y[yb + i] = normed(r, i, x[xb + i] * inv * w[wb + i]);
     }
 }
 #else
@@ -91,7 +107,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let yb = (params.y_off + r * params.d) / 4u;
     let wb = params.w_off / 4u;
     for (var i = lid.x; i < n4; i += WG) {
-        y[yb + i] = x[xb + i] * inv * w[wb + i];
+        y[yb + i] = normed(r, i, x[xb + i] * inv * w[wb + i]);
     }
 }
 #endif

@@ -2,23 +2,49 @@
 // positions[t] * theta[p] (theta: per-pair angle per position, from pyshim.rope.pair_tables, with
 // freq scaling, YaRN mix and frequency factors folded in), cos/sin scaled by mscale. NEOX pairs
 // (p, p + dims/2), otherwise (2p, 2p+1). Dims past `dims` are copied. One invocation per
-// (pair of head_dim/2, head, token). Defines: WG, optional NEOX.
+// (pair of head_dim/2, head, token). Defines: WG, optional NEOX; NORM: each head is RMS-normed by `w`
+// first (qwen3's and gemma3's q norm), its squares summed as rmsnorm.wgsl sums a row's, in this pass.
 struct Params {
     n: u32,             // tokens
     heads: u32,
     head_dim: u32,
     dims: u32,          // rotated dims (even, <= head_dim)
     mscale: f32,
-    x_off: u32,         // element offsets
+    x_off: u32,         // element offsets (multiples of 4)
     y_off: u32,
     pos_off: u32,       // index of the first position in `positions`
+    eps: f32,           // NORM
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> positions: array<u32>;
 @group(0) @binding(2) var<storage, read> theta: array<f32>;
+#ifdef NORM
+@group(0) @binding(3) var<storage, read> w: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<uniform> params: Params;
+#else
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<uniform> params: Params;
+#endif
+
+var<private> inv_rms: f32;      // NORM: 1 / rms of the head
+
+fn x4(i: u32) -> vec4<f32> {
+    return vec4<f32>(x[i], x[i + 1u], x[i + 2u], x[i + 3u]);
+}
+
+// element d of the head starting at element `row` of x (NORM: normed, as rmsnorm.wgsl computes it)
+fn head_at(row: u32, d: u32) -> f32 {
+#ifdef NORM
+    return (x4(row + d - d % 4u) * inv_rms * w[d / 4u])[d % 4u];
+#else
+    return x[row + d];
+#endif
+}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -29,11 +55,20 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let row = (t * params.heads + h) * params.head_dim;
+    let xr = params.x_off + row;
+#ifdef NORM
+    var ss = vec4<f32>(0.0);
+    for (var i = 0u; i < params.head_dim; i += 4u) {
+        let v = x4(xr + i);
+        ss = fma(v, v, ss);
+    }
+    inv_rms = inverseSqrt((ss.x + ss.y + ss.z + ss.w) / f32(params.head_dim) + params.eps);
+#endif
     let half = params.dims / 2u;
     if (p >= half) {            // pass-through dims, two per invocation
         let e = params.dims + 2u * (p - half);
-        y[params.y_off + row + e] = x[params.x_off + row + e];
-        y[params.y_off + row + e + 1u] = x[params.x_off + row + e + 1u];
+        y[params.y_off + row + e] = head_at(xr, e);
+        y[params.y_off + row + e + 1u] = head_at(xr, e + 1u);
         return;
     }
 #ifdef NEOX
@@ -46,8 +81,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let angle = f32(positions[params.pos_off + t]) * theta[p];
     let c = cos(angle) * params.mscale;
     let s = sin(angle) * params.mscale;
-    let a = x[params.x_off + row + i0];
-    let b = x[params.x_off + row + i1];
+    let a = head_at(xr, i0);
+    let b = head_at(xr, i1);
     y[params.y_off + row + i0] = a * c - b * s;
     y[params.y_off + row + i1] = b * c + a * s;
 }

@@ -255,13 +255,14 @@ def test_weight_slots_can_be_rebound_and_refilled_between_steps(tmp_path_factory
     slots = runner.ops.slots
     rebound = []
     for w in slots.slots.values():
-        ref = b_refs[w.name]
         if w.f32_buf is not None:                  # norms: their f32 values, written in place
+            ref = b_refs[w.name]
             device.write(w.f32_buf, b_file.read(ref.offset, ref.nbytes).view(np.float32))
             continue
-        for i, part in enumerate(w.parts):
-            buf = runner.ops.allocator.buffer(part.rows * ref.row_bytes, f"{w.name}.b")
-            device.write(buf, b_file.read(ref.offset + part.row0 * ref.row_bytes, part.rows * ref.row_bytes))
+        for i, part in enumerate(w.parts):         # (a slot may hold several tensors' rows: q, k and v)
+            buf = runner.ops.allocator.buffer(part.rows * w.ref.row_bytes, f"{w.name}.b")
+            for ref, offset, nbytes, row in w.pieces(part.row0, part.rows):
+                device.write(buf, b_file.read(b_refs[ref.name].offset + offset - ref.offset, nbytes), (row - part.row0) * w.ref.row_bytes)
             rebound.append(slots.rebind(w, i, buf))
     assert runner.rebind(rebound) > 0 and len(runner._programs) == programs
     other = drive.logits(ids, all_logits=True)

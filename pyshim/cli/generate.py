@@ -154,6 +154,8 @@ async def _generate(args, path, settings, sampling) -> dict:
                   "auto": runner.auto}
         if args.backend == "gpu":
             report["cpu_share_pct"] = round(100 * done.cpu_ms / done.decode_ms, 2) if done.decode_ms else None
+            report["cpu_ms_per_step"] = round(done.cpu_ms / done.decode_steps, 3) if done.decode_steps else None
+            report["dispatches_per_token"] = await runner.dispatches_per_token()
             report.update(runner.memory())
             report["expert_cache"] = _per_token(runner.expert_cache_stats(), len(prompt) + len(done.token_ids))
             report["layer_stream"] = runner.layer_stream_stats()

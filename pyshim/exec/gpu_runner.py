@@ -213,6 +213,10 @@ class GpuRunner:
         program, data = await self._submit(s.tokens, s.start, step.want, _logits)
         return Output(logits=np.frombuffer(data, dtype=np.float32).reshape(program.output.shape)[-1])
 
+    async def dispatches_per_token(self) -> int:
+        """Compute dispatches a greedy decode step encodes (its program built if it was not)."""
+        return len((await self.program(1, Want.ARGMAX)).dispatches)
+
     def layer_stream_stats(self) -> dict | None:
         """With layers streamed (pyshim.gpu.layer_stream): how many and what their uploads took since load."""
         stream = self.ops.layer_stream

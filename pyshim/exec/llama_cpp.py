@@ -162,7 +162,7 @@ class ExactOps(Int8Ops):
             return ggml_cpu.matmul_q6_k(x, w.raw())
         return ggml_cpu.matmul_legacy(x, w.raw(), qtype)
 
-    def rmsnorm(self, x: np.ndarray, w: Weight, eps: float) -> np.ndarray:
+    def _rmsnorm(self, x: np.ndarray, w: Weight, eps: float) -> np.ndarray:
         return ggml_cpu.rmsnorm(x, w.dense(), eps)
 
     def rope(self, x: np.ndarray, positions: np.ndarray, spec: RopeSpec, freq_factors: Weight | None = None) -> np.ndarray:

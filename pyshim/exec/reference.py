@@ -133,6 +133,9 @@ class ReferenceOps:
     def has_weight(self, name: str) -> bool:
         return name in self.store
 
+    def weights(self, named: Sequence[tuple[str, Sequence[int]]]) -> list[Weight]:
+        return [self.weight(name, shape) for name, shape in named]
+
     def weight(self, name: str, shape: Sequence[int]) -> Weight:
         ref = self.store.checked(name, shape)
         check_runnable(name, ref.qtype, "cpu")
@@ -144,16 +147,26 @@ class ReferenceOps:
     def embed(self, table: Weight, tokens: np.ndarray) -> np.ndarray:
         return table.rows(tokens)
 
-    def matmul(self, x: np.ndarray, w: Weight, bias: Weight | None = None) -> np.ndarray:
+    def matmul(self, x: np.ndarray, w: Weight, bias: Weight | None = None, residual: np.ndarray | None = None) -> np.ndarray:
         out = self._matmul(x, w)
         if bias is not None:
             out += bias.dense()
-        return out
+        return out if residual is None else self.add(residual, out)
 
     def _matmul(self, x: np.ndarray, w: Weight) -> np.ndarray:
         return w.matmul_t(x)
 
-    def rmsnorm(self, x: np.ndarray, w: Weight, eps: float) -> np.ndarray:
+    def matmuls(self, x: np.ndarray, ws: Sequence[Weight], biases: Sequence[Weight | None]) -> list[np.ndarray]:
+        return [self.matmul(x, w, b) for w, b in zip(ws, biases)]
+
+    def glu_matmul(self, x: np.ndarray, gate: Weight, up: Weight, act: str) -> np.ndarray:
+        return self.glu(self.matmul(x, gate), self.matmul(x, up), act)
+
+    def rmsnorm(self, x: np.ndarray, w: Weight, eps: float, residual: np.ndarray | None = None) -> np.ndarray:
+        out = self._rmsnorm(x, w, eps)
+        return out if residual is None else self.add(residual, out)
+
+    def _rmsnorm(self, x: np.ndarray, w: Weight, eps: float) -> np.ndarray:
         ms = np.mean(np.square(x, dtype=np.float64), axis=-1, keepdims=True)
         return (x / np.sqrt(ms + eps)).astype(np.float32) * w.dense()
 

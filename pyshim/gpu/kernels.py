@@ -18,6 +18,7 @@ from pyshim.errors import ShaderError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.policy import ATTN_SPLITS_GPU, MATMUL_TILE, MATMUL_TILE_CPU, MATVEC_ROWS, NARROW_SIMD_ROWS
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
+from pyshim.models.ops import ACTIVATIONS
 from pyshim.plan.memory import GROUPED_TYPES as GROUPED_TENSOR_TYPES
 from pyshim.plan.memory import REPACK_GROUP_BYTES
 from pyshim.plan.settings import KV_TYPES
@@ -99,8 +100,9 @@ def xq_row_words(k: int, fmt: str) -> int:
     return k // 4 + k // per * meta
 
 
-def quantize_key(fmt: str) -> ShaderKey:
-    return ShaderKey.of("quantize", WG=WG, Q8_K=fmt == "q8_k")
+def quantize_key(fmt: str, norm: bool = False) -> ShaderKey:
+    """quantize.wgsl for an activation format; `norm`: the row RMS-normed first (the norm before a matmul)."""
+    return ShaderKey.of("quantize", WG=WG, Q8_K=fmt == "q8_k", NORM=norm)
 
 
 def i8_pairs(qtype: QT, k: int) -> bool:
@@ -111,14 +113,28 @@ def i8_pairs(qtype: QT, k: int) -> bool:
     return QT(qtype) in I8_PAIR_TYPES and k % 64 == 0
 
 
+def act_defines(act: str, int8: bool = False) -> dict[str, bool]:
+    """include/act.wgsl's defines for a gated feed-forward's activation (pyshim.models.ops.ACTIVATIONS):
+    the int8 route follows llama.cpp's CPU arithmetic, its f16 GELU table included."""
+    gelu = act == "gelu_tanh"
+    return {"ACT_SILU": act == "silu", "ACT_GELU": gelu, "GELU_F16": gelu and int8}
+
+
+def glu_key(act: str, int8: bool = False) -> ShaderKey:
+    return ShaderKey.of("glu", WG=WG, **act_defines(act, int8))
+
+
 def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, rows: int = MATVEC_ROWS,
-                  pairs: bool = False, tokens: int | None = None, experts: bool = False, grouped: bool = False) -> ShaderKey:
+                  pairs: bool = False, tokens: int | None = None, experts: bool = False, grouped: bool = False,
+                  glu: str | None = None) -> ShaderKey:
     """The barrier-free int8 matvec (`uniform_x`: the quantized row bound as a 64 KiB uniform; `pairs`: see
-    i8_pairs; `tokens`: that many tokens per invocation, I8_TOKEN_TYPES only). GROUPED_TYPES are read in
+    i8_pairs; `tokens`: that many tokens per invocation, I8_TOKEN_TYPES only; `glu`: gate and up rows in one
+    weight, act(gate) * up stored, `rows` output rows an invocation). GROUPED_TYPES are read in
     repack.wgsl's layout: the int8 route always rearranges them."""
-    return ShaderKey.of("matvec_i8", **weight_defines(qtype, QT(qtype) in GROUPED_TYPES), WG=MATVEC_WG, ROWS=rows, BIAS=bias,
-                        UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, PAIRS=pairs, TOKENS=tokens,
-                        EXPERTS=experts or grouped, GROUPED=grouped)
+    return ShaderKey.of("matvec_i8", **weight_defines(qtype, QT(qtype) in GROUPED_TYPES), WG=MATVEC_WG,
+                        ROWS=2 * rows if glu else rows, BIAS=bias, UNIFORM_X=uniform_x,
+                        X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, PAIRS=pairs, TOKENS=tokens,
+                        EXPERTS=experts or grouped, GROUPED=grouped, GLU=bool(glu), **(act_defines(glu, True) if glu else {}))
 
 
 def router_key(gating: str, norm: bool) -> ShaderKey:
@@ -196,8 +212,10 @@ class ParamsLayout:
         return words
 
 
-# Params fields left 0 unless given: the matvecs' expert fields (read only with EXPERTS)
-OPTIONAL_PARAMS = frozenset({"expert_bytes", "pair_div", "e_first", "e_count", "e_tiles", "n_experts"})
+# Params fields left 0 unless given: the matvecs' expert fields (read only with EXPERTS), their bias stride
+# (0: a bias shared by every token)
+OPTIONAL_PARAMS = frozenset({"expert_bytes", "pair_div", "e_first", "e_count", "e_tiles", "n_experts", "bias_stride", "r_off",
+                             "eps", "head_dim", "dims", "mscale"})
 # Most experts the router kernel selects from (router.wgsl MAX_EXPERTS: its bitmask of taken experts)
 MAX_EXPERTS = 256
 
@@ -208,20 +226,23 @@ def _layout(spec: str) -> ParamsLayout:
 
 
 PARAMS: dict[str, ParamsLayout] = {
-    "matvec": _layout("m:u32 k:u32 n:u32 row_bytes:u32 w_off:u32 x_off:u32 y_off:u32 bias_off:u32 y_stride:u32 "
-                      "expert_bytes:u32 pair_div:u32 e_first:u32 e_count:u32 _pad0:u32 _pad1:u32 _pad2:u32"),
+    "matvec": _layout("m:u32 k:u32 n:u32 row_bytes:u32 w_off:u32 x_off:u32 y_off:u32 bias_off:u32 bias_stride:u32 "
+                      "y_stride:u32 expert_bytes:u32 pair_div:u32 e_first:u32 e_count:u32 _pad0:u32 _pad1:u32"),
     "matvec_i8": _layout("m:u32 k:u32 n:u32 row_bytes:u32 w_off:u32 x_off:u32 y_off:u32 bias_off:u32 y_stride:u32 "
-                         "x_row_words:u32 expert_bytes:u32 pair_div:u32 e_first:u32 e_count:u32 e_tiles:u32 n_experts:u32"),
+                         "bias_stride:u32 x_row_words:u32 expert_bytes:u32 pair_div:u32 e_first:u32 e_count:u32 e_tiles:u32 "
+                         "n_experts:u32 _pad0:u32 _pad1:u32 _pad2:u32"),
     "expert_group": _layout("pairs:u32 experts:u32 _pad0:u32 _pad1:u32"),
     "router": _layout("n:u32 experts:u32 used:u32 logits_off:u32 scale:f32 _pad0:u32 _pad1:u32 _pad2:u32"),
     "moe": _layout("n:u32 width:u32 used:u32 x_off:u32 g_off:u32 y_off:u32 _pad0:u32 _pad1:u32"),
-    "quantize": _layout("k:u32 n:u32 x_off:u32 x_stride:u32 q_off:u32 row_words:u32 _pad0:u32 _pad1:u32"),
+    "quantize": _layout("k:u32 n:u32 x_off:u32 x_stride:u32 q_off:u32 row_words:u32 eps:f32 _pad1:u32"),
     "embed": _layout("d:u32 n:u32 row_bytes:u32 w_off:u32 tok_off:u32 out_off:u32 row0:u32 rows:u32"),
-    "rmsnorm": _layout("rows:u32 d:u32 eps:f32 x_off:u32 y_off:u32 w_off:u32 _pad0:u32 _pad1:u32"),
-    "rope": _layout("n:u32 heads:u32 head_dim:u32 dims:u32 mscale:f32 x_off:u32 y_off:u32 pos_off:u32"),
+    "rmsnorm": _layout("rows:u32 d:u32 eps:f32 x_off:u32 y_off:u32 w_off:u32 r_off:u32 _pad1:u32"),
+    "rope": _layout("n:u32 heads:u32 head_dim:u32 dims:u32 mscale:f32 x_off:u32 y_off:u32 pos_off:u32 eps:f32 _pad0:u32 "
+                    "_pad1:u32 _pad2:u32"),
     "attention": _layout("n:u32 heads:u32 kv_heads:u32 cap:u32 window:u32 scale:f32 softcap:f32 pos_off:u32 "
                          "q_off:u32 out_off:u32 _pad0:u32 _pad1:u32"),
-    "kv_write": _layout("n:u32 k_row:u32 v_row:u32 cap:u32 pos_off:u32 k_off:u32 v_off:u32 _pad0:u32"),
+    "kv_write": _layout("n:u32 k_row:u32 v_row:u32 cap:u32 pos_off:u32 k_off:u32 v_off:u32 head_dim:u32 dims:u32 "
+                        "mscale:f32 eps:f32 _pad0:u32"),
     "glu": _layout("n:u32 f:u32 gate_off:u32 gate_stride:u32 up_off:u32 up_stride:u32 out_off:u32 _pad0:u32"),
     "eltwise": _layout("n:u32 width:u32 a_off:u32 a_stride:u32 b_off:u32 b_stride:u32 y_off:u32 s:f32"),
     "argmax": _layout("len:u32 chunk:u32 x_off:u32 _pad0:u32"),
@@ -239,15 +260,17 @@ def groups(n: int, per: int = WG) -> int:
 
 
 def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False, uniform_x: bool = False,
-               rows: int = MATVEC_ROWS, subgroup: bool = False, experts: bool = False) -> ShaderKey:
+               rows: int = MATVEC_ROWS, subgroup: bool = False, experts: bool = False, glu: str | None = None) -> ShaderKey:
     """The barrier-free matvec (CPU adapters; `uniform_x`: x bound as a 64 KiB uniform) or the
     workgroup-reduction one (`reduce`, real GPUs; with `subgroup`, summed by subgroupAdd); `experts`:
-    rows of (token, slot) pairs through the experts the router chose (no bias)."""
+    rows of (token, slot) pairs through the experts the router chose (no bias); `glu`: gate and up rows in
+    one weight, act(gate) * up stored (`rows` output rows an invocation or workgroup)."""
+    glu_defines = {"GLU": True, **act_defines(glu)} if glu else {}
     if reduce:
-        return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=REDUCE_WG, ROWS=REDUCE_ROWS, REDUCE=True, BIAS=bias,
-                            SUBGROUP=subgroup, EXPERTS=experts)
-    return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=MATVEC_WG, ROWS=rows, BIAS=bias,
-                        UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, EXPERTS=experts)
+        return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=REDUCE_WG, ROWS=REDUCE_ROWS * (2 if glu else 1),
+                            REDUCE=True, BIAS=bias, SUBGROUP=subgroup, EXPERTS=experts, **glu_defines)
+    return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=MATVEC_WG, ROWS=2 * rows if glu else rows, BIAS=bias,
+                        UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, EXPERTS=experts, **glu_defines)
 
 
 # The KV cache types the kernels store (include/kv.wgsl: f16 as packed halves, q8 and q4 as int8 / 4-bit
@@ -261,14 +284,21 @@ def kv_defines(kv_type: str) -> dict[str, bool]:
     return {name: True} if name else {}
 
 
-def kv_write_key(kv_type: str = "f32") -> ShaderKey:
-    return ShaderKey.of("kv_write", WG=WG, **kv_defines(kv_type))
+def kv_write_key(kv_type: str = "f32", *, rope: bool = False, neox: bool = False, k_norm: bool = False) -> ShaderKey:
+    """kv_write for a cache type; `rope`: the keys are roped on the way in (`neox` pairs), after their head
+    norm with `k_norm`."""
+    return ShaderKey.of("kv_write", WG=WG, **kv_defines(kv_type), ROPE=rope, NEOX=rope and neox, K_NORM=rope and k_norm)
 
 
 def kv_write_grid(kv_type: str, k_row: int, v_row: int, n: int) -> tuple[int, int, int]:
     """One invocation per vec4 of the longer row and token, or per block of 32 for the block types."""
     per = KV_TYPES[kv_type].block if KV_TYPES[kv_type].block > 1 else 4
     return groups(max(k_row, v_row) // per), n, 1
+
+
+def rope_key(neox: bool = False, norm: bool = False) -> ShaderKey:
+    """rope.wgsl with NEOX pairs or not; `norm`: each head RMS-normed first."""
+    return ShaderKey.of("rope", WG=WG, NEOX=neox, NORM=norm)
 
 
 def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int,
@@ -319,12 +349,12 @@ def argmax_pass1(vocab: int, subgroup: bool = False) -> tuple[int, int, tuple[in
     return chunk, parts, ((parts, 1, 1) if subgroup else (groups(parts), 1, 1))
 
 
-def rmsnorm_key(*, reduce: bool = False, subgroup: bool = False) -> ShaderKey:
+def rmsnorm_key(*, reduce: bool = False, subgroup: bool = False, residual: bool = False) -> ShaderKey:
     """One invocation per row (CPU adapters), or one workgroup per row (`reduce`; `subgroup`: summed by
-    subgroupAdd)."""
+    subgroupAdd); `residual`: a residual added to the norm."""
     if reduce:
-        return ShaderKey.of("rmsnorm", WG=RMSNORM_WG, REDUCE=True, SUBGROUP=subgroup)
-    return ShaderKey.of("rmsnorm", WG=WG)
+        return ShaderKey.of("rmsnorm", WG=RMSNORM_WG, REDUCE=True, SUBGROUP=subgroup, RESIDUAL=residual)
+    return ShaderKey.of("rmsnorm", WG=WG, RESIDUAL=residual)
 
 
 def rmsnorm_grid(rows: int, reduce: bool = False) -> tuple[int, int, int]:
@@ -394,7 +424,7 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
              for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
     keys += [matvec_key(q, rows=NARROW_SIMD_ROWS) for q in WEIGHT_TYPES]
     if int8:
-        keys += [quantize_key(fmt) for fmt in I8_BLOCKS]
+        keys += [quantize_key(fmt, norm) for fmt in I8_BLOCKS for norm in (False, True)]
         keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows) for q in I8_ACTIVATIONS for bias in (False, True)
                  for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
         keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows, pairs=True) for q in I8_PAIR_TYPES
@@ -415,10 +445,12 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
                  for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)
                  for pairs in ((False, True) if q in I8_PAIR_TYPES else (False,))]
         keys += [matvec_i8_key(q, rows=I8_TOKEN_ROWS, tokens=I8_TOKENS, grouped=True) for q in I8_TOKEN_TYPES]
-    keys += [rmsnorm_key(), rmsnorm_key(reduce=True)] + [kv_write_key(t) for t in KV_TYPES]
+    keys += [rmsnorm_key(residual=r) for r in (False, True)] + [rmsnorm_key(reduce=True, residual=r) for r in (False, True)]
+    keys += [kv_write_key(t, rope=rope, neox=neox, k_norm=norm) for t in KV_TYPES for rope, neox, norm in
+             [(False, False, False), (True, False, False), (True, True, False), (True, False, True), (True, True, True)]]
     if subgroups:
-        keys.append(rmsnorm_key(reduce=True, subgroup=True))
-    keys += [ShaderKey.of("rope", WG=WG, NEOX=neox) for neox in (False, True)]
+        keys += [rmsnorm_key(reduce=True, subgroup=True, residual=r) for r in (False, True)]
+    keys += [rope_key(neox, norm) for neox in (False, True) for norm in (False, True)]
     for hd in head_dims:
         for splits in (1, ATTN_SPLITS_GPU):
             keys += [k for cap in (False, True) for t in KV_TYPES for k in attention_keys(hd, hd, cap, splits, t)
@@ -426,8 +458,17 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
         keys += [attention_prefill_key(hd, hd, cap, t) for cap in (False, True) for t in KV_TYPES]
     keys += [matmul_key(q, bias=bias, tile=tile) for q in WEIGHT_TYPES for bias in (False, True)
              for tile in (MATMUL_TILE, MATMUL_TILE_CPU)]
-    keys += [ShaderKey.of("glu", WG=WG, **{act: True}) for act in ("ACT_SILU", "ACT_GELU")]
-    keys.append(ShaderKey.of("glu", WG=WG, ACT_GELU=True, GELU_F16=True))
+    keys += [glu_key(act, int8=i) for act in ACTIVATIONS for i in ((False, True) if act == "gelu_tanh" else (False,))]
+    # the matvecs with the GLU epilogue (one-token steps of a gated feed-forward)
+    keys += [matvec_key(q, glu=act, reduce=reduce) for q in WEIGHT_TYPES for act in ACTIVATIONS for reduce in (False, True)]
+    keys += [matvec_key(q, glu=act, uniform_x=True, rows=rows) for q in WEIGHT_TYPES for act in ACTIVATIONS
+             for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
+    if subgroups:
+        keys += [matvec_key(q, glu=act, reduce=True, subgroup=True) for q in WEIGHT_TYPES for act in ACTIVATIONS]
+    if int8:
+        keys += [matvec_i8_key(q, glu=act, uniform_x=ux, rows=rows, pairs=pairs) for q in I8_ACTIVATIONS for act in ACTIVATIONS
+                 for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)
+                 for pairs in ((False, True) if q in I8_PAIR_TYPES else (False,))]
     keys += [ShaderKey.of("eltwise", WG=WG, **{op: True}) for op in ("OP_ADD", "OP_SCALE", "OP_SOFTCAP", "OP_COPY")]
     keys += [*argmax_keys()] + ([*argmax_keys(subgroup=True)] if subgroups else [])
     keys += [ShaderKey.of("topk", WG=WG, K=TOPK, **{p: True}) for p in ("PASS1", "PASS2")]

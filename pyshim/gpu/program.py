@@ -69,7 +69,9 @@ def physical(binding):
 
 
 def _stand_in(binding):
-    return binding[0] if isinstance(binding, tuple) else binding
+    """The stand-in a binding names (a weight view's rows: their slot's part)."""
+    b = binding[0] if isinstance(binding, tuple) else binding
+    return getattr(b, "part", b)
 
 
 class Program:

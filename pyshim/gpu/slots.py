@@ -44,9 +44,10 @@ class Upload:
 
 class Part:
     """Rows [row0, row0 + rows) of a 2-D weight (of a 3-D one: its rows counted flat, whole experts a
-    part), held in `buffer` (what a program binds: `phys`)."""
+    part), held in `buffer` (what a program binds: `phys`) from its start (`offset` 0)."""
 
     __slots__ = ("buffer", "row0", "rows")
+    offset = 0
 
     def __init__(self, buffer, row0: int, rows: int):
         self.buffer, self.row0, self.rows = buffer, row0, rows
@@ -55,15 +56,37 @@ class Part:
     def phys(self):
         return self.buffer
 
+    @property
+    def part(self) -> "Part":
+        return self
+
+
+class PartView:
+    """A weight view's rows inside one part of the slot that holds them: rows [row0, row0 + rows) of the
+    view, at byte `offset` of the part's buffer (a kernel's w_off). Binds as the part itself does, so a
+    part refilled or rebound serves its views too."""
+
+    __slots__ = ("part", "row0", "rows", "offset")
+
+    def __init__(self, part: Part, row0: int, rows: int, offset: int):
+        self.part, self.row0, self.rows, self.offset = part, row0, rows, offset
+
+    @property
+    def phys(self):
+        return self.part.buffer
+
 
 class WeightSlot:
     """A bound tensor: 2-D ones as GGUF blocks in `parts` (`grouped`: Q8_0 rearranged by repack.wgsl),
-    1-D ones as f32 `values` and a buffer of them (`f32_buf`)."""
+    1-D ones as f32 `values` and a buffer of them (`f32_buf`). A slot may hold several tensors of one type
+    and width, their rows one after the other (`members`: (tensor, first row)): q, k and v, or gate and
+    up, so that one matvec reads them all (`WeightSlots.bind_rows`)."""
 
-    def __init__(self, ref: TensorRef, shape: tuple[int, ...], grouped: bool = False):
+    def __init__(self, ref: TensorRef, shape: tuple[int, ...], grouped: bool = False, members=None):
         self.ref = ref
         self.shape = shape
         self.grouped = grouped
+        self.members: list[tuple[TensorRef, int]] = members or [(ref, 0)]
         self.parts: list[Part] = []
         self.values: np.ndarray | None = None
         self.f32_buf = None
@@ -71,6 +94,37 @@ class WeightSlot:
     @property
     def name(self) -> str:
         return self.ref.name
+
+    def pieces(self, row0: int, rows: int):
+        """The file ranges behind the slot's rows [row0, row0 + rows): (tensor, file offset, bytes, first
+        row) for each member they cross."""
+        row_bytes = self.ref.row_bytes
+        for ref, first in self.members:      # (a 3-D tensor's rows counted flat, as its parts count them)
+            lo, hi = max(row0, first), min(row0 + rows, first + ref.nbytes // row_bytes)
+            if lo < hi:
+                yield ref, ref.offset + (lo - first) * row_bytes, (hi - lo) * row_bytes, lo
+
+
+class WeightView:
+    """One member of a slot that holds several (WeightSlots.bind_rows): its own tensor (`ref`, `shape`),
+    its rows [row0, row0 + shape[0]) of `slot`. Kernels read it through `parts` as through a slot's."""
+
+    def __init__(self, slot: WeightSlot, ref: TensorRef, row0: int, shape: tuple[int, ...]):
+        self.slot, self.ref, self.row0, self.shape = slot, ref, row0, shape
+        self.grouped = slot.grouped
+
+    @property
+    def name(self) -> str:
+        return self.ref.name
+
+    @property
+    def parts(self) -> list[PartView]:
+        out, lo, hi = [], self.row0, self.row0 + self.shape[0]
+        for p in self.slot.parts:
+            a, b = max(lo, p.row0), min(hi, p.row0 + p.rows)
+            if a < b:
+                out.append(PartView(p, a - lo, b - a, (a - p.row0) * self.ref.row_bytes))
+        return out
 
 
 class WeightSlots:
@@ -104,22 +158,46 @@ class WeightSlots:
         if len(shape) == 1:
             self._bind_values(w)
         else:
-            if shape[-1] % shader_block(ref.qtype)[0]:
-                raise UnsupportedError(f"tensor {name!r}: rows of {shape[-1]} are not whole {ref.qtype.name} kernel blocks")
-            pad = REPACK_GROUP_BYTES if w.grouped else 0        # grouped parts round up to whole groups
-            # a 3-D weight [experts, m, k] is split between experts, never inside one (its rows are then
-            # counted flat: expert e's row r is row e * m + r)
-            per = int(np.prod(shape[1:-1], dtype=np.int64))
-            for unit0, units in row_parts(shape[0], ref.row_bytes * per, self.limit, pad):
-                row0, rows = unit0 * per, units * per
-                nbytes = repack_bytes(rows, ref.row_bytes) if w.grouped else rows * ref.row_bytes
-                part = Part(self.allocator.buffer(nbytes, f"{name}[{row0}:]"), row0, rows)
-                self._upload(w, part)
-                if w.grouped:
-                    self._repacks.append((part.buffer, nbytes // REPACK_GROUP_BYTES, 0))
-                w.parts.append(part)
+            self._bind_2d(w)
         self.slots[name] = w
         return w
+
+    def _bind_2d(self, w: WeightSlot) -> WeightSlot:
+        """A 2-D (or 3-D) slot's parts, made and their uploads planned."""
+        ref, shape = w.ref, w.shape
+        if shape[-1] % shader_block(ref.qtype)[0]:
+            raise UnsupportedError(f"tensor {ref.name!r}: rows of {shape[-1]} are not whole {ref.qtype.name} kernel blocks")
+        pad = REPACK_GROUP_BYTES if w.grouped else 0        # grouped parts round up to whole groups
+        # a 3-D weight [experts, m, k] is split between experts, never inside one (its rows are then
+        # counted flat: expert e's row r is row e * m + r)
+        per = int(np.prod(shape[1:-1], dtype=np.int64))
+        for unit0, units in row_parts(shape[0], ref.row_bytes * per, self.limit, pad):
+            row0, rows = unit0 * per, units * per
+            nbytes = repack_bytes(rows, ref.row_bytes) if w.grouped else rows * ref.row_bytes
+            part = Part(self.allocator.buffer(nbytes, f"{ref.name}[{row0}:]"), row0, rows)
+            self._upload(w, part)
+            if w.grouped:
+                self._repacks.append((part.buffer, nbytes // REPACK_GROUP_BYTES, 0))
+            w.parts.append(part)
+        return w
+
+    def bind_rows(self, named: Sequence[tuple[str, Sequence[int]]]) -> list[WeightView] | None:
+        """Several 2-D weights of one type and width in one slot, their rows one after the other (q, k, v):
+        a view of each, or None where they cannot share one (types or widths differ, one is bound already)."""
+        refs = [self.store.checked(name, shape) for name, shape in named]
+        first = refs[0]
+        if (len(refs) < 2 or any(len(s) != 2 for _, s in named) or any(n in self.slots for n, _ in named)
+                or any(r.qtype != first.qtype or r.shape[1:] != first.shape[1:] for r in refs)):
+            return None
+        for name, _ in named:
+            check_runnable(name, first.qtype, "gpu")
+        rows = sum(r.shape[0] for r in refs)
+        starts = np.cumsum([0] + [r.shape[0] for r in refs[:-1]]).tolist()
+        ref = TensorRef("+".join(r.name for r in refs), first.qtype, (rows, *first.shape[1:]), first.offset,
+                        sum(r.nbytes for r in refs))
+        w = self._bind_2d(WeightSlot(ref, ref.shape, grouped=first.qtype in self.grouped_types, members=list(zip(refs, starts))))
+        self.slots[ref.name] = w
+        return [WeightView(w, r, row0, tuple(shape)) for r, row0, (_, shape) in zip(refs, starts, named)]
 
     def _bind_values(self, w: WeightSlot) -> None:
         """Norms, biases, rope factors: small, needed as f32 (also on the CPU side: rope tables)."""
@@ -128,17 +206,18 @@ class WeightSlots:
         self.device.write(w.f32_buf, w.values)
 
     def _upload(self, w: WeightSlot, part: Part) -> None:
-        upload = Upload(w.name, w.ref.offset + part.row0 * w.ref.row_bytes, part.rows * w.ref.row_bytes, part.buffer, 0)
-        self.uploads.append(upload)
-        if self.upload_now:
-            self.device.write(part.buffer, self.store.source.read(upload.file_offset, upload.nbytes))
+        for ref, offset, nbytes, row in w.pieces(part.row0, part.rows):
+            upload = Upload(ref.name, offset, nbytes, part.buffer, (row - part.row0) * w.ref.row_bytes)
+            self.uploads.append(upload)
+            if self.upload_now:
+                self.device.write(part.buffer, self.store.source.read(offset, nbytes), upload.buffer_offset)
 
     def refill(self, w: WeightSlot) -> None:
         """Write the slot's rows into its buffers again from the byte source (grouped ones must be
         rearranged again before use: `repack` picks them up)."""
         for part in w.parts:
-            self.device.write(part.buffer, self.store.source.read(w.ref.offset + part.row0 * w.ref.row_bytes,
-                                                                  part.rows * w.ref.row_bytes))
+            for _, offset, nbytes, row in w.pieces(part.row0, part.rows):
+                self.device.write(part.buffer, self.store.source.read(offset, nbytes), (row - part.row0) * w.ref.row_bytes)
             if w.grouped:
                 self._repacks.append((part.buffer, int(part.buffer.size) // REPACK_GROUP_BYTES, 0))
 

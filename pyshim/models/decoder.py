@@ -84,9 +84,10 @@ class Block:
             self.attn_qkv = w("attn_qkv.weight", (qkv, d))
             self.attn_qkv_bias = w("attn_qkv.bias", (qkv,)) if hp.qkv_bias else None
         else:
-            self.attn_q = w("attn_q.weight", (self.q_out, d))
-            self.attn_k = w("attn_k.weight", (self.kv_out, d))
-            self.attn_v = w("attn_v.weight", (self.v_out, d))
+            # bound together: an executor may read all three in one pass
+            self.attn_q, self.attn_k, self.attn_v = ops.weights([(p + "attn_q.weight", (self.q_out, d)),
+                                                                 (p + "attn_k.weight", (self.kv_out, d)),
+                                                                 (p + "attn_v.weight", (self.v_out, d))])
             self.attn_q_bias = w("attn_q.bias", (self.q_out,)) if hp.qkv_bias else None
             self.attn_k_bias = w("attn_k.bias", (self.kv_out,)) if hp.qkv_bias else None
             self.attn_v_bias = w("attn_v.bias", (self.v_out,)) if hp.qkv_bias else None
@@ -101,8 +102,8 @@ class Block:
                 self.ffn_up = w("ffn_up.weight", (2 * hp.n_ff, d))               # rows: gate, then up
                 self.ffn_gate = None
             else:
-                self.ffn_gate = w("ffn_gate.weight", (hp.n_ff, d))
-                self.ffn_up = w("ffn_up.weight", (hp.n_ff, d))
+                self.ffn_gate, self.ffn_up = ops.weights([(p + "ffn_gate.weight", (hp.n_ff, d)),
+                                                          (p + "ffn_up.weight", (hp.n_ff, d))])
             self.ffn_down = w("ffn_down.weight", (d, hp.n_ff))
         self.post_ffw_norm = w("post_ffw_norm.weight", (d,)) if hp.post_norms else None
         self.rope = layer_rope(hp, il)           # gemma3's local layers: their own base, no context scaling
@@ -127,9 +128,9 @@ class Decoder:
         x = ops.embed(self.token_embd, tokens)                                         # [n, d]
         if hp.embedding_scale != 1.0:
             x = ops.scale(x, hp.embedding_scale)
-        for b in self.blk:
-            x = ops.add(x, self.attention(ops, b, ops.rmsnorm(x, b.attn_norm, hp.norm_eps), positions))
-            x = ops.add(x, self.feed_forward(ops, b, ops.rmsnorm(x, b.ffn_norm, hp.norm_eps)))
+        for b in self.blk:                       # each block adds its result to x (the skip connection)
+            x = self.attention(ops, b, ops.rmsnorm(x, b.attn_norm, hp.norm_eps), positions, x)
+            x = self.feed_forward(ops, b, ops.rmsnorm(x, b.ffn_norm, hp.norm_eps), x)
         if not all_logits:
             x = ops.last(x)                                                            # [1, d]
         logits = ops.matmul(ops.rmsnorm(x, self.output_norm, hp.norm_eps), self.output)  # [n | 1, vocab]
@@ -137,14 +138,14 @@ class Decoder:
             logits = ops.softcap(logits, hp.final_logit_softcap)
         return logits
 
-    def attention(self, ops: Ops, b: Block, h, positions):
-        """h [n, d] (normed) -> the attention block's output [n, d], before the residual add."""
+    def attention(self, ops: Ops, b: Block, h, positions, x):
+        """h [n, d] (normed) -> x + the attention block's output [n, d]."""
         hp = self.hp
         n = h.shape[0]
         if hp.fused_qkv:
             q, k, v = ops.split(ops.matmul(h, b.attn_qkv, b.attn_qkv_bias), (b.q_out, b.kv_out, b.v_out))
         else:
-            q, k, v = ops.matmul(h, b.attn_q, b.attn_q_bias), ops.matmul(h, b.attn_k, b.attn_k_bias), ops.matmul(h, b.attn_v, b.attn_v_bias)
+            q, k, v = ops.matmuls(h, (b.attn_q, b.attn_k, b.attn_v), (b.attn_q_bias, b.attn_k_bias, b.attn_v_bias))
         if hp.qk_norm_full:                      # olmoe: each projection normed whole, then split into heads
             q, k = ops.rmsnorm(q, b.attn_q_norm, hp.norm_eps), ops.rmsnorm(k, b.attn_k_norm, hp.norm_eps)
         q = ops.view(q, (n, hp.n_heads, hp.head_dim_k))                               # [n, Hq, hd]
@@ -152,29 +153,34 @@ class Decoder:
         v = ops.view(v, (n, hp.n_kv_heads, hp.head_dim_v))                            # [n, Hkv, hd_v]
         q = ops.rope(self.head_norm(ops, q, b.attn_q_norm), positions, b.rope, self.rope_factors)
         k = ops.rope(self.head_norm(ops, k, b.attn_k_norm), positions, b.rope, self.rope_factors)
-        a = ops.matmul(ops.attention(q, k, v, positions, b.attn), b.attn_output)      # [n, Hq * hd_v] -> [n, d]
-        return a if b.post_attention_norm is None else ops.rmsnorm(a, b.post_attention_norm, hp.norm_eps)
+        a = ops.attention(q, k, v, positions, b.attn)                                  # [n, Hq * hd_v]
+        if b.post_attention_norm is None:
+            return ops.matmul(a, b.attn_output, residual=x)                            # [n, d]
+        return ops.rmsnorm(ops.matmul(a, b.attn_output), b.post_attention_norm, hp.norm_eps, residual=x)
 
     def head_norm(self, ops: Ops, x, w):
         """qwen3 and gemma3 norm each head of q and k before rope."""
         return x if w is None or self.hp.qk_norm_full else ops.rmsnorm(x, w, self.hp.norm_eps)
 
-    def feed_forward(self, ops: Ops, b: Block, h):
-        """h [n, d] (normed) -> the gated feed-forward's output [n, d], before the residual add."""
+    def feed_forward(self, ops: Ops, b: Block, h, x):
+        """h [n, d] (normed) -> x + the gated feed-forward's output [n, d]."""
         hp = self.hp
+        if b.post_ffw_norm is not None:
+            f = self.mixture(ops, b.experts, h) if b.experts is not None else self.dense(ops, b, h)
+            return ops.rmsnorm(f, b.post_ffw_norm, hp.norm_eps, residual=x)
         if b.experts is not None:
-            f = self.mixture(ops, b.experts, h)
-        else:
-            f = self.dense(ops, b, h)
-        return f if b.post_ffw_norm is None else ops.rmsnorm(f, b.post_ffw_norm, hp.norm_eps)
+            return ops.add(x, self.mixture(ops, b.experts, h))
+        return self.dense(ops, b, h, x)
 
-    def dense(self, ops: Ops, b: Block, h):
+    def dense(self, ops: Ops, b: Block, h, x=None):
+        """h [n, d] (normed) -> the gated feed-forward's output [n, d] (+ x)."""
         hp = self.hp
         if b.ffn_gate is None:
             gate, up = ops.split(ops.matmul(h, b.ffn_up), (hp.n_ff, hp.n_ff))         # [n, ff] each
+            g = ops.glu(gate, up, self.act)
         else:
-            gate, up = ops.matmul(h, b.ffn_gate), ops.matmul(h, b.ffn_up)
-        return ops.matmul(ops.glu(gate, up, self.act), b.ffn_down)                     # [n, ff] -> [n, d]
+            g = ops.glu_matmul(h, b.ffn_gate, b.ffn_up, self.act)                      # [n, ff]
+        return ops.matmul(g, b.ffn_down, residual=x)                                   # [n, ff] -> [n, d]
 
     def mixture(self, ops: Ops, x: Experts, h):
         """h [n, d] (normed) -> the experts' weighted sum [n, d] (+ the gated shared expert)."""

@@ -65,6 +65,12 @@ class Ops(Protocol):
         """Bind GGUF tensor `name`; raise MissingTensorError / TensorShapeError / UnsupportedError (its type)."""
         ...
 
+    def weights(self, named: Sequence[tuple[str, Sequence[int]]]) -> list[Weight]:
+        """Bind several weights the model multiplies by the same input (q, k and v; gate and up), each as
+        `weight` would; an executor may keep their rows together so that `matmuls` / `glu_matmul` read them
+        in one pass."""
+        ...
+
     def has_weight(self, name: str) -> bool:
         """Whether the file holds `name` (optional tensors: biases, a separate output head)."""
         ...
@@ -74,12 +80,24 @@ class Ops(Protocol):
         """Rows of `table` [vocab, d] picked by `tokens` [n] -> [n, d]."""
         ...
 
-    def matmul(self, x: Tensor, w: Weight, bias: Weight | None = None) -> Tensor:
-        """x [n, k] times w [m, k] transposed (+ bias [m]) -> [n, m]."""
+    def matmul(self, x: Tensor, w: Weight, bias: Weight | None = None, residual: Tensor | None = None) -> Tensor:
+        """x [n, k] times w [m, k] transposed (+ bias [m]) (+ residual [n, m]: a skip connection, added in
+        the same pass where the executor can) -> [n, m]."""
         ...
 
-    def rmsnorm(self, x: Tensor, w: Weight, eps: float) -> Tensor:
-        """x / rms(x) * w over the last dim; x [..., d], w [d] -> x's shape."""
+    def matmuls(self, x: Tensor, ws: Sequence[Weight], biases: Sequence[Weight | None]) -> list[Tensor]:
+        """x times each of `ws` (+ its bias): [matmul(x, w, b) for w, b in zip(ws, biases)], where the
+        executor may run weights bound together by `weights` as one matmul."""
+        ...
+
+    def glu_matmul(self, x: Tensor, gate: Weight, up: Weight, act: str) -> Tensor:
+        """glu(matmul(x, gate), matmul(x, up), act): a gated feed-forward's first half, which an executor
+        may run as one matmul with the activation in its epilogue; gate, up [f, k] -> [n, f]."""
+        ...
+
+    def rmsnorm(self, x: Tensor, w: Weight, eps: float, residual: Tensor | None = None) -> Tensor:
+        """x / rms(x) * w over the last dim (+ residual, x's shape: gemma3's post-norms end in the skip
+        connection); x [..., d], w [d] -> x's shape."""
         ...
 
     def view(self, x: Tensor, shape: Sequence[int]) -> Tensor:

@@ -8,8 +8,10 @@
 // Readbacks take a staging buffer from a small pool instead of creating and destroying one each time.
 
 // A program's dispatches, kept on this side: pipelines, bind groups and a flat Uint32Array of grids.
+// `encodeMs` adds up the time replays spent before submitting (writes, encoding): the CPU side of a step
+// here, measured before the GPU starts on it (on a CPU adapter the GPU's threads then share the cores).
 export function program(pipelines, groups, grids) {
-  return { pipelines, groups, grids: Uint32Array.from(grids) };
+  return { pipelines, groups, grids: Uint32Array.from(grids), encodeMs: 0 };
 }
 
 // Replace dispatch i's bind group (a weight slot pointed at another buffer between steps).
@@ -17,13 +19,14 @@ export function setGroup(prog, i, group) {
   prog.groups[i] = group;
 }
 
-// A step: `writes` ([buffer, byte offset, typed array] each: its token ids and positions) queued, then
+// A step: `writes` ([buffer, byte offset, [u32 words]] each: its token ids and positions) queued, then
 // dispatches [start, end) of `prog` encoded in one compute pass and submitted; with `read` ([buffer,
 // byte offset, size]) the answer is copied to a staging buffer from `pool` in the same command buffer,
 // and the call resolves to its bytes (a Uint8Array of their own). Consecutive dispatches of one pipeline
 // set it once.
 export function replay(device, prog, start, end, label, writes = null, read = null, pool = null) {
-  if (writes) for (const [buffer, offset, data] of writes) device.queue.writeBuffer(buffer, offset, data);
+  const t0 = performance.now();
+  if (writes) for (const [buffer, offset, words] of writes) device.queue.writeBuffer(buffer, offset, Uint32Array.from(words));
   const encoder = device.createCommandEncoder({ label });
   const pass = encoder.beginComputePass();
   const { pipelines, groups, grids } = prog;
@@ -39,13 +42,17 @@ export function replay(device, prog, start, end, label, writes = null, read = nu
   }
   pass.end();
   if (!read) {
-    device.queue.submit([encoder.finish()]);
+    const commands = encoder.finish();
+    prog.encodeMs += performance.now() - t0;
+    device.queue.submit([commands]);
     return undefined;
   }
   const [buffer, offset, size] = read;
   const staging = takeStaging(device, pool, size);
   encoder.copyBufferToBuffer(buffer, offset, staging, 0, staging.size);
-  device.queue.submit([encoder.finish()]);
+  const commands = encoder.finish();
+  prog.encodeMs += performance.now() - t0;
+  device.queue.submit([commands]);
   return mapped(pool, staging, size);
 }
 

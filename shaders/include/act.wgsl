@@ -1,0 +1,33 @@
+// The gated feed-forward's activation, act(gate), four values at a time: glu.wgsl, and the matvecs' GLU
+// epilogue (one code, so fused and unfused agree bit for bit). Defines: ACT_SILU or ACT_GELU (GELU-tanh);
+// GELU_F16 with ACT_GELU: llama.cpp's CPU GELU (a table over f16 inputs holding f16 outputs; 0 or x
+// outside (-10, 10)), part of the llama.cpp arithmetic the int8 route follows.
+const GELU_COEF_A: f32 = 0.044715;
+const SQRT_2_OVER_PI: f32 = 0.7978845608028654;
+const TANH_CLAMP: f32 = 15.0;
+const GELU_TABLE_LIMIT: f32 = 10.0;
+
+// f32 -> nearest f16 -> f32 (pack2x16float: no shader-f16 needed)
+fn f16_round(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(pack2x16float(v.xy)), unpack2x16float(pack2x16float(v.zw)));
+}
+
+fn act4(g: vec4<f32>) -> vec4<f32> {
+#ifdef ACT_SILU
+    return g / (1.0 + exp(-g));
+#endif
+#ifdef ACT_GELU
+#ifdef GELU_F16
+    let x = f16_round(g);
+#else
+    let x = g;
+#endif
+    let inner = clamp(SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x), vec4<f32>(-TANH_CLAMP), vec4<f32>(TANH_CLAMP));
+#ifdef GELU_F16
+    let table = f16_round(0.5 * x * (1.0 + tanh(inner)));
+    return select(select(table, g, g >= vec4<f32>(GELU_TABLE_LIMIT)), vec4<f32>(0.0), g <= vec4<f32>(-GELU_TABLE_LIMIT));
+#else
+    return 0.5 * x * (1.0 + tanh(inner));
+#endif
+#endif
+}
