@@ -8,7 +8,11 @@
 // its share of [lo, pos] and writes (max, sum, unnormalized output) to `partial`; the COMBINE variant
 // (one invocation per head and token) merges the splits into out[].
 // Defines: WG, HEAD_DIM/4 as HD4, HEAD_DIM_V/4 as HDV4, SPLITS, optional SOFTCAP, and KV_F16 or KV_Q8
-// (the cache's type, include/kv.wgsl); COMBINE for pass 2.
+// (the cache's type, include/kv.wgsl); COMBINE for pass 2. F16 (devices with shader-f16): the q·k products
+// in f16 (an f16 cache read as halves), their sums, the softmax and the values in f32.
+#ifdef F16
+#enable f16
+#endif
 #include "include/attention_params.wgsl"
 
 // one split's record in `partial`: vec4(max, sum, 0, 0), then HDV4 vec4s of the unnormalized output
@@ -35,10 +39,18 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let kvh = h / (params.heads / params.kv_heads);
+#ifdef F16
+    var qv: array<vec4<f16>, HD4>;
+#else
     var qv: array<vec4<f32>, HD4>;
+#endif
     let qb = params.q_off / 4u + (t * params.heads + h) * HD4;
     for (var i = 0u; i < HD4; i++) {
+#ifdef F16
+        qv[i] = vec4<f16>(q[qb + i]);
+#else
         qv[i] = q[qb + i];
+#endif
     }
     let pos = positions[params.pos_off + t];
     var lo = 0u;
@@ -59,7 +71,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         let row = slot * params.kv_heads + kvh;
         var dv = vec4<f32>(0.0);
         for (var i = 0u; i < HD4; i++) {
+#ifdef F16
+            dv += vec4<f32>(qv[i] * key4h(row, i));
+#else
             dv = fma(qv[i], key4(row, i), dv);
+#endif
         }
         var s = (dv.x + dv.y + dv.z + dv.w) * params.scale;
 #ifdef SOFTCAP

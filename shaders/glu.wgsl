@@ -1,6 +1,9 @@
 // out = act(gate) * up, elementwise over n rows of f (rows may be strided: fused gate/up tensors).
 // One invocation per (vec4 of a row, row). Defines: WG and include/act.wgsl's (ACT_SILU or ACT_GELU,
-// GELU_F16).
+// GELU_F16; F16).
+#ifdef F16
+#enable f16
+#endif
 #include "include/act.wgsl"
 
 struct Params {

@@ -45,6 +45,8 @@ struct Params {
 #endif
 
 #ifdef ROPE
+#include "include/rope_angle.wgsl"
+
 var<private> head_inv: f32;     // K_NORM: 1 / rms of the head being written
 
 // the head `h` of token t, as rmsnorm.wgsl norms a row: its inverse rms
@@ -85,12 +87,10 @@ fn key_at(t: u32, e: u32) -> f32 {
     let i0 = e - d + 2u * p;
     let i1 = i0 + 1u;
 #endif
-    let angle = f32(positions[params.pos_off + t]) * theta[p];
-    let c = cos(angle) * params.mscale;
-    let s = sin(angle) * params.mscale;
+    let cs = rope_cs(positions[params.pos_off + t], p);
     let a = key_in(t, i0);
     let b = key_in(t, i1);
-    return select(b * c + a * s, a * c - b * s, e == i0);
+    return select(b * cs.x + a * cs.y, a * cs.x - b * cs.y, e == i0);
 }
 #endif
 

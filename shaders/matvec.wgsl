@@ -20,12 +20,7 @@
 #enable f16
 #endif
 #include "include/wtype.wgsl"
-#ifdef GLU
-#include "include/act.wgsl"
-const OUT_ROWS: u32 = ROWS / 2u;
-#else
-const OUT_ROWS: u32 = ROWS;
-#endif
+#include "include/glu_rows.wgsl"
 
 #include "include/matvec_params.wgsl"
 
@@ -95,17 +90,6 @@ fn add_block(wb: u32, base: u32, acc: vec4<f32>) -> vec4<f32> {
     block_apply(wb, base, &a);
     return a;
 #endif
-}
-
-// the weight row behind row r of the ROWS an invocation (workgroup) computes from output row `first`
-// (rows past m repeat the last one: their results are not stored); GLU: up's rows follow gate's
-fn weight_row(first: u32, r: u32) -> u32 {
-#ifdef GLU
-    if (r >= OUT_ROWS) {
-        return params.m + min(first + r - OUT_ROWS, params.m - 1u);
-    }
-#endif
-    return min(first + r, params.m - 1u);
 }
 
 // what output row `row` of token t stores, from its row's sum (and with GLU up's): + bias, or act * up

@@ -16,12 +16,7 @@
 // a gated feed-forward's first half in one pass.
 // Needs the WGSL language feature packed_4x8_integer_dot_product (naga and Chromium's Tint have it).
 #include "include/wtype_i8.wgsl"
-#ifdef GLU
-#include "include/act.wgsl"
-const OUT_ROWS: u32 = ROWS / 2u;
-#else
-const OUT_ROWS: u32 = ROWS;
-#endif
+#include "include/glu_rows.wgsl"
 
 struct Params {
     m: u32,             // output rows
@@ -188,17 +183,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     store_rows(t, first, acc);
 }
 #endif
-
-// the weight row behind accumulator r of an invocation whose first output row is `first` (rows past m
-// repeat the last one: their results are not stored); GLU: up's rows follow gate's, m rows further
-fn weight_row(first: u32, r: u32) -> u32 {
-#ifdef GLU
-    if (r >= OUT_ROWS) {
-        return params.m + min(first + r - OUT_ROWS, params.m - 1u);
-    }
-#endif
-    return min(first + r, params.m - 1u);
-}
 
 // token t's results for rows first..first+OUT_ROWS-1 (those below m)
 fn store_rows(t: u32, first: u32, acc: array<f32, ROWS>) {

@@ -31,6 +31,8 @@ struct Params {
 @group(0) @binding(4) var<uniform> params: Params;
 #endif
 
+#include "include/rope_angle.wgsl"
+
 var<private> inv_rms: f32;      // NORM: 1 / rms of the head
 
 fn x4(i: u32) -> vec4<f32> {
@@ -78,11 +80,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i0 = 2u * p;
     let i1 = 2u * p + 1u;
 #endif
-    let angle = f32(positions[params.pos_off + t]) * theta[p];
-    let c = cos(angle) * params.mscale;
-    let s = sin(angle) * params.mscale;
+    let cs = rope_cs(positions[params.pos_off + t], p);
     let a = head_at(xr, i0);
     let b = head_at(xr, i1);
-    y[params.y_off + row + i0] = a * c - b * s;
-    y[params.y_off + row + i1] = b * c + a * s;
+    y[params.y_off + row + i0] = a * cs.x - b * cs.y;
+    y[params.y_off + row + i1] = b * cs.x + a * cs.y;
 }

@@ -92,7 +92,7 @@ class ExpertOps:
             reduce = self.policy.reduce
             uniform_x = not reduce and isinstance(x.buf, Activation) and x.off + rows_in * k <= 4 * UNIFORM_X_VEC4
             key = matvec_key(w.ref.qtype, reduce=reduce, uniform_x=uniform_x, rows=rows, subgroup=self.policy.subgroup,
-                             experts=True)
+                             experts=True, f16=self.policy.f16, reduce_wg=self.policy.reduce_wg)
             family, x_binding, grid = "matvec", (x.buf, 0, UNIFORM_X_BYTES) if uniform_x else x.buf, matvec_grid(m, pairs, reduce, rows)
             common.update(x_off=x.off)
         for part in w.parts:

@@ -16,7 +16,7 @@ from gguf import GGMLQuantizationType as QT
 
 from pyshim.errors import ShaderError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
-from pyshim.gpu.policy import ATTN_SPLITS_GPU, MATMUL_TILE, MATMUL_TILE_CPU, MATVEC_ROWS, NARROW_SIMD_ROWS
+from pyshim.gpu.policy import ATTN_SPLITS_GPU, MATMUL_TILE, MATMUL_TILE_CPU, MATVEC_ROWS, NARROW_SIMD_ROWS, REDUCE_WG
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.models.ops import ACTIVATIONS
 from pyshim.plan.memory import GROUPED_TYPES as GROUPED_TENSOR_TYPES
@@ -31,9 +31,8 @@ ARGMAX_CHUNK_SUBGROUP = 1024
 TOPK = 64               # candidates topk.wgsl keeps: top-k sampling on the GPU for any k up to this
 TOPK_CHUNK = 2048       # logits per invocation in its first pass (Gemma's 262k vocabulary: 128 lists to merge)
 MATVEC_WG = 64          # invocations per workgroup of the barrier-free matvec
-# The workgroup-reduction matvec (real GPUs): invocations per workgroup and rows per workgroup. Untuned
-# (no GPU was at hand): 32 is one NVIDIA warp; k-quant rows of few blocks leave invocations idle.
-REDUCE_WG = 32
+# The workgroup-reduction matvec (real GPUs): rows per workgroup (its invocations: policy.REDUCE_WG, or a
+# subgroup's width). Untuned (no GPU was at hand): k-quant rows of few blocks leave invocations idle.
 REDUCE_ROWS = 2
 # The subgroup variant of it (matvec.wgsl SUBGROUP) keeps REDUCE_WG and REDUCE_ROWS, so on a GPU the two
 # differ only in how the WG partials are summed (pyshim.gpu.policy says where each runs).
@@ -120,8 +119,8 @@ def act_defines(act: str, int8: bool = False) -> dict[str, bool]:
     return {"ACT_SILU": act == "silu", "ACT_GELU": gelu, "GELU_F16": gelu and int8}
 
 
-def glu_key(act: str, int8: bool = False) -> ShaderKey:
-    return ShaderKey.of("glu", WG=WG, **act_defines(act, int8))
+def glu_key(act: str, int8: bool = False, f16: bool = False) -> ShaderKey:
+    return ShaderKey.of("glu", WG=WG, **act_defines(act, int8), F16=f16)
 
 
 def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, rows: int = MATVEC_ROWS,
@@ -260,14 +259,18 @@ def groups(n: int, per: int = WG) -> int:
 
 
 def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False, uniform_x: bool = False,
-               rows: int = MATVEC_ROWS, subgroup: bool = False, experts: bool = False, glu: str | None = None) -> ShaderKey:
+               rows: int = MATVEC_ROWS, subgroup: bool = False, experts: bool = False, glu: str | None = None,
+               f16: bool = False, reduce_wg: int = REDUCE_WG) -> ShaderKey:
     """The barrier-free matvec (CPU adapters; `uniform_x`: x bound as a 64 KiB uniform) or the
     workgroup-reduction one (`reduce`, real GPUs; with `subgroup`, summed by subgroupAdd); `experts`:
     rows of (token, slot) pairs through the experts the router chose (no bias); `glu`: gate and up rows in
-    one weight, act(gate) * up stored (`rows` output rows an invocation or workgroup)."""
+    one weight, act(gate) * up stored (`rows` output rows an invocation or workgroup); `f16`: products and
+    block sums in halves (shader-f16); `reduce_wg`: invocations of a reduction workgroup
+    (pyshim.gpu.policy.reduce_wg)."""
     glu_defines = {"GLU": True, **act_defines(glu)} if glu else {}
+    glu_defines["F16"] = f16
     if reduce:
-        return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=REDUCE_WG, ROWS=REDUCE_ROWS * (2 if glu else 1),
+        return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=reduce_wg, ROWS=REDUCE_ROWS * (2 if glu else 1),
                             REDUCE=True, BIAS=bias, SUBGROUP=subgroup, EXPERTS=experts, **glu_defines)
     return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=MATVEC_WG, ROWS=2 * rows if glu else rows, BIAS=bias,
                         UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, EXPERTS=experts, **glu_defines)
@@ -302,18 +305,21 @@ def rope_key(neox: bool = False, norm: bool = False) -> ShaderKey:
 
 
 def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int,
-                   kv_type: str = "f32") -> tuple[ShaderKey, ShaderKey | None]:
-    """The attention pass (per head, token and split of the keys) and, with splits > 1, the combine pass."""
+                   kv_type: str = "f32", f16: bool = False) -> tuple[ShaderKey, ShaderKey | None]:
+    """The attention pass (per head, token and split of the keys) and, with splits > 1, the combine pass;
+    `f16`: q·k products in halves."""
     common = dict(WG=WG, HD4=head_dim // 4, HDV4=head_dim_v // 4, SPLITS=splits)
     combine = ShaderKey.of("attention", COMBINE=True, **common) if splits > 1 else None
-    return ShaderKey.of("attention", SOFTCAP=softcap, **kv_defines(kv_type), **common), combine
+    return ShaderKey.of("attention", SOFTCAP=softcap, **kv_defines(kv_type), **common, F16=f16), combine
 
 
-def matmul_key(qtype: QT, *, bias: bool = False, tile: tuple[int, int, int, int, int] = MATMUL_TILE) -> ShaderKey:
-    """The workgroup-tiled matmul (steps of several tokens); `tile` as pyshim.gpu.policy.MATMUL_TILE."""
+def matmul_key(qtype: QT, *, bias: bool = False, tile: tuple[int, int, int, int, int] = MATMUL_TILE,
+               f16: bool = False) -> ShaderKey:
+    """The workgroup-tiled matmul (steps of several tokens); `tile` as pyshim.gpu.policy.MATMUL_TILE;
+    `f16`: tiles and dot products in halves."""
     tm, tn, kt, rm, rn = tile
     return ShaderKey.of("matmul", **{weight_define(qtype): True}, WG=tm // rm * (tn // rn), TM=tm, TN=tn, KT=kt, RM=rm, RN=rn,
-                        BIAS=bias)
+                        BIAS=bias, F16=f16)
 
 
 def matmul_grid(m: int, n: int, tile: tuple[int, int, int, int, int] = MATMUL_TILE) -> tuple[int, int, int]:
@@ -410,11 +416,12 @@ def rope_theta(spec, freq_factors: np.ndarray | None = None) -> tuple[np.ndarray
     return theta.astype(np.float32), float(mscale)
 
 
-def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = True, subgroups: bool = True) -> list[ShaderKey]:
+def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = True, subgroups: bool = True,
+                    f16: bool = True) -> list[ShaderKey]:
     """Every pipeline the executor's policies and the roofline benchmark (`stream`) may ask for (attention
     per head size; both rows-per-invocation choices of the barrier-free matvecs): what the
     compile checks in naga and Tint go through (`int8`: with the dot4I8Packed ones; `subgroups`: with the
-    ones that need the device's subgroups feature)."""
+    ones that need the device's subgroups feature; `f16`: with the shader-f16 ones)."""
     keys = []
     keys += [embed_key(q) for q in WEIGHT_TYPES] + [embed_key(q, grouped=True) for q in GROUPED_TYPES]
     keys += [matvec_key(q, bias=bias, reduce=reduce) for q in WEIGHT_TYPES for bias in (False, True) for reduce in (False, True)]
@@ -473,4 +480,15 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
     keys += [*argmax_keys()] + ([*argmax_keys(subgroup=True)] if subgroups else [])
     keys += [ShaderKey.of("topk", WG=WG, K=TOPK, **{p: True}) for p in ("PASS1", "PASS2")]
     keys += [ShaderKey.of("stream", WG=WG, STRIDED=s) for s in (False, True)]
+    if f16:         # the f32 route's arithmetic in halves (real GPUs with shader-f16)
+        keys += [matvec_key(q, bias=bias, reduce=True, f16=True) for q in WEIGHT_TYPES for bias in (False, True)]
+        keys += [matvec_key(q, reduce=True, glu=act, f16=True) for q in WEIGHT_TYPES for act in ACTIVATIONS]
+        keys += [matvec_key(q, reduce=True, experts=True, f16=True) for q in WEIGHT_TYPES]
+        if subgroups:
+            keys += [matvec_key(q, bias=bias, reduce=True, subgroup=True, f16=True) for q in WEIGHT_TYPES for bias in (False, True)]
+            keys += [matvec_key(q, reduce=True, subgroup=True, glu=act, f16=True) for q in WEIGHT_TYPES for act in ACTIVATIONS]
+        keys += [matmul_key(q, bias=bias, f16=True) for q in WEIGHT_TYPES for bias in (False, True)]
+        keys += [k for hd in head_dims for cap in (False, True) for t in KV_TYPES
+                 for k in attention_keys(hd, hd, cap, ATTN_SPLITS_GPU, t, f16=True) if k is not None and k not in keys]
+        keys += [glu_key(act, f16=True) for act in ACTIVATIONS]
     return keys

@@ -286,7 +286,8 @@ class GpuOps(ExpertOps):
         reduce = self.policy.reduce
         uniform_x = not reduce and isinstance(x.buf, Activation) and x.off + k <= 4 * UNIFORM_X_VEC4
         key = matvec_key(w.ref.qtype, bias=add is not None, reduce=reduce, uniform_x=uniform_x,
-                         rows=self.policy.matvec_rows, subgroup=self.policy.subgroup)
+                         rows=self.policy.matvec_rows, subgroup=self.policy.subgroup, f16=self.policy.f16,
+                         reduce_wg=self.policy.reduce_wg)
         x_binding = (x.buf, 0, UNIFORM_X_BYTES) if uniform_x else x.buf
         for part in w.parts:
             bindings = [part, x_binding] + _addend_binding(add) + [out.buf]
@@ -352,7 +353,7 @@ class GpuOps(ExpertOps):
         reduce = self.policy.reduce
         uniform_x = not reduce and isinstance(x.buf, Activation) and x.off + k <= 4 * UNIFORM_X_VEC4
         key = matvec_key(slot.ref.qtype, reduce=reduce, uniform_x=uniform_x, rows=self.policy.matvec_rows,
-                         subgroup=self.policy.subgroup, glu=act)
+                         subgroup=self.policy.subgroup, glu=act, f16=self.policy.f16, reduce_wg=self.policy.reduce_wg)
         self._record("matvec", key, [part, (x.buf, 0, UNIFORM_X_BYTES) if uniform_x else x.buf, out.buf],
                      matvec_grid(f, 1, reduce, self.policy.matvec_rows), x_off=x.off, **common)
         return out
@@ -361,7 +362,7 @@ class GpuOps(ExpertOps):
         n, k = x.shape
         m = w.shape[0]
         tile = self.policy.matmul_tile
-        key = matmul_key(w.ref.qtype, bias=add is not None, tile=tile)
+        key = matmul_key(w.ref.qtype, bias=add is not None, tile=tile, f16=self.policy.f16)
         for part in w.parts:
             bindings = [part, x.buf] + _addend_binding(add) + [out.buf]
             self._record("matmul", key, bindings, matmul_grid(part.rows, n, tile), m=part.rows, k=k, n=n,
@@ -378,7 +379,7 @@ class GpuOps(ExpertOps):
             row_words = xq_row_words(k, fmt)
             xq = Activation(max(16, n * row_words * 4), "xq")
             grid = (groups(k // I8_BLOCKS[fmt][0]), n, 1)
-            norm = self._producer(x, _Norm)
+            norm = self._producer(x, _Norm) if self.policy.norm_in_quantize else None
             if norm is not None and norm.x.shape == x.shape:   # the norm before this matmul, in the same pass
                 self._record("quantize", quantize_key(fmt, norm=True), [norm.x.buf, norm.w.f32_buf, xq], grid,
                              k=k, n=n, x_off=norm.x.off, x_stride=k, q_off=0, row_words=row_words, eps=norm.eps)
@@ -493,7 +494,7 @@ class GpuOps(ExpertOps):
                          attention_prefill_grid(n, spec.n_heads, spec.n_kv_heads), **params)
             return out
         splits = self.policy.attn_splits
-        key, combine = attention_keys(spec.head_dim, spec.head_dim_v, spec.softcap > 0, splits, kv_type)
+        key, combine = attention_keys(spec.head_dim, spec.head_dim_v, spec.softcap > 0, splits, kv_type, f16=self.policy.f16)
         grid = (groups(spec.n_heads), n, splits)
         if combine is None:
             self._record("attention", key, [q.buf, kc, vc, positions.buf, out.buf], grid, **params)
@@ -508,7 +509,7 @@ class GpuOps(ExpertOps):
             raise UnsupportedError(f"activation {act!r} is not one of {ACTIVATIONS}")
         n, f = gate.shape
         out = self._tensor((n, f), "glu")
-        key = glu_key(act, self.policy.int8)
+        key = glu_key(act, self.policy.int8, f16=self.policy.f16 and not self.policy.int8)
         self._record("glu", key, [gate.buf, up.buf, out.buf], (groups(f // 4), n, 1), n=n, f=f, gate_off=gate.off,
                      gate_stride=f, up_off=up.off, up_stride=f, out_off=out.off)
         return out

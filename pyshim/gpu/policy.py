@@ -8,6 +8,10 @@ the device has subgroups), key-split attention and the key-tiled prefill attenti
 one whose subgroups are exactly 4 lanes wide (SwiftShader: 128-bit SSE lanes; lavapipe reports 4-128)
 was measured faster with 4 rows per matvec invocation and int8 blocks read in pairs.
 
+Where the device has shader-f16 and is not a CPU adapter, the f32 route's arithmetic runs in halves where
+the kernels offer it (F16: matvec, tiled matmul, decode attention, the gated activation; sums across blocks,
+softmax and values stay f32): CPU adapters emulate f16, and lavapipe, which lists it, tests it only.
+
 Tests force any variant through `KernelPolicy.for_device(caps, **overrides)`; what no default path uses is
 not offered (shaders/README.md says what was measured and dropped).
 """
@@ -31,6 +35,10 @@ NARROW_SIMD_LANES = 4
 # otherwise keep only a handful of invocations busy over the whole context (untuned: no GPU at hand);
 # CPU adapters have few cores and skip the combine pass.
 ATTN_SPLITS_GPU = 16
+# The reduction matvec's workgroup (matvec.wgsl REDUCE): REDUCE_WG invocations, or a subgroup's width where
+# that is wider (pyshim.gpu.policy.reduce_wg), up to MAX_REDUCE_WG. Untuned: no GPU was at hand.
+REDUCE_WG = 32
+MAX_REDUCE_WG = 128
 # The workgroup-tiled matmul (matmul.wgsl) for the f32 route's steps of several tokens, its tile shape:
 # (TM weight rows, TN tokens, KT elements of k per step, RM rows and RN tokens per invocation). On real
 # GPUs untuned (none at hand): 16 KiB of workgroup memory, WebGPU's guaranteed limit.
@@ -45,6 +53,10 @@ MATMUL_TILE_CPU = (32, 64, 64, 4, 8)
 # The WGSL language feature dot4I8Packed and pack4xI8 need (Chromium lists it in
 # navigator.gpu.wgslLanguageFeatures; natively it is probed, gpu/native.py).
 DOT4_FEATURE = "wgsl:packed_4x8_integer_dot_product"
+# The norm before a matmul folded into the int8 route's quantize (quantize.wgsl NORM) only where measured
+# no slower: SwiftShader, SmolLM2 decode 768/851 ms a token with it vs 768/752 without (same page), and
+# 61 passes fewer; lavapipe 580-630 vs 227-238 ms: there, alternating between two bind groups of that
+# pipeline costs ~4 ms a switch (the same dispatch repeated does not), for reasons not found.
 # The subgroup reductions need subgroupAdd and the subgroup_id/num_subgroups builtins: Chromium lists the
 # latter as a WGSL language feature, native ones are probed.
 SUBGROUP_ID_FEATURE = "wgsl:subgroup_id"
@@ -70,6 +82,9 @@ class KernelPolicy:
     matmul_tile: tuple[int, int, int, int, int]
     tiled_attention: bool        # the key-tiled prefill attention for steps of several tokens
     attn_splits: int             # key-range splits of decode attention (1: no combine pass)
+    f16: bool = False            # the f32 route's matvecs, tiled matmul, decode attention and activation in f16
+    reduce_wg: int = REDUCE_WG   # invocations of a reduction matvec's workgroup
+    norm_in_quantize: bool = True   # the int8 route's quantize norms its input itself (one pass fewer a norm)
 
     @property
     def arithmetic(self) -> Arithmetic:
@@ -102,11 +117,23 @@ class KernelPolicy:
             matvec_rows=NARROW_SIMD_ROWS if narrow else MATVEC_ROWS, i8_pairs=narrow,
             matmul_tile=_tile(caps, MATMUL_TILE_CPU if cpu else MATMUL_TILE),
             tiled_attention=not cpu, attn_splits=1 if cpu else ATTN_SPLITS_GPU,
+            f16=caps.has_f16 and not cpu, reduce_wg=reduce_wg(caps), norm_in_quantize=narrow,
         )
+        if overrides.get("f16") and not caps.has_f16:
+            raise UnsupportedError("this device has no shader-f16", hint="leave f16 unset")
         return replace(policy, **overrides)
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def reduce_wg(caps: Capabilities) -> int:
+    """A reduction matvec's workgroup: one subgroup where subgroups are at least REDUCE_WG wide (AMD's 64:
+    the subgroup sum is then the whole reduction, one shared slot), else REDUCE_WG (32: one NVIDIA warp,
+    several Intel or Apple subgroups); at most the adapter's invocations per workgroup."""
+    size = caps.subgroup_max_size if caps.subgroup_max_size >= REDUCE_WG and not caps.is_fallback else REDUCE_WG
+    size = 1 << (int(size).bit_length() - 1)                 # a power of 2 (the tree's halving)
+    return max(1, min(size, MAX_REDUCE_WG, caps.limits.get("max_compute_invocations_per_workgroup", 256)))
 
 
 def _tile(caps: Capabilities, tile: tuple[int, int, int, int, int]) -> tuple[int, int, int, int, int]:

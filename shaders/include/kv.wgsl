@@ -12,6 +12,16 @@
 //                  bits 4n..4n+3 of word w), then the block's f32 scale d (value = (q - 8) * d, llama.cpp's
 //                  q4_0 rounding: d = -m / 8 for the block's largest-magnitude value m). Head dims: multiples of 32.
 #ifdef KV_F16
+#ifdef F16
+// with shader-f16 the same 8 bytes a cell are read as halves (kv_write stores them packed, as below)
+alias KVCell = vec4<f16>;
+fn kv_pack(x: vec4<f32>) -> KVCell {
+    return KVCell(x);
+}
+fn kv_unpack(c: KVCell) -> vec4<f32> {
+    return vec4<f32>(c);
+}
+#else
 alias KVCell = vec2<u32>;
 fn kv_pack(x: vec4<f32>) -> KVCell {
     return vec2<u32>(pack2x16float(x.xy), pack2x16float(x.zw));
@@ -19,6 +29,7 @@ fn kv_pack(x: vec4<f32>) -> KVCell {
 fn kv_unpack(c: KVCell) -> vec4<f32> {
     return vec4<f32>(unpack2x16float(c.x), unpack2x16float(c.y));
 }
+#endif
 #endif
 #ifdef KV_Q8
 alias KVCell = u32;
@@ -88,5 +99,15 @@ fn val4(row: u32, i: u32) -> vec4<f32> {
     return kv_unpack(vc[row * HDV4 + i]);
 }
 #endif
+#endif
+#ifdef F16
+// F16 (shader-f16): a key as halves; an f16 cache's cells are halves already (no unpacking)
+fn key4h(row: u32, i: u32) -> vec4<f16> {
+#ifdef KV_F16
+    return kc[row * HD4 + i];
+#else
+    return vec4<f16>(key4(row, i));
+#endif
+}
 #endif
 #endif

@@ -1,0 +1,48 @@
+"""The kernel policy from an adapter's features and limits alone (pyshim.gpu.policy): what CPU adapters and
+the GPUs of the common vendors get, from Capabilities made up for each (no device needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyshim.errors import UnsupportedError
+from pyshim.gpu.device import Capabilities
+from pyshim.gpu.policy import DOT4_FEATURE, SUBGROUP_ID_FEATURE, KernelPolicy
+
+LIMITS = {"max_compute_workgroup_storage_size": 32768, "max_compute_invocations_per_workgroup": 256}
+
+
+def caps(*, fallback: bool, f16: bool, subgroups: tuple[int, int] | None, dot4: bool = True) -> Capabilities:
+    features = {DOT4_FEATURE} if dot4 else set()
+    if f16:
+        features.add("shader-f16")
+    if subgroups:
+        features |= {"subgroups", SUBGROUP_ID_FEATURE}
+    lo, hi = subgroups or (0, 0)
+    return Capabilities(face="browser", vendor="v", architecture="a", description="d", backend="WebGPU",
+                        is_fallback=fallback, features=frozenset(features), limits=dict(LIMITS),
+                        subgroup_min_size=lo, subgroup_max_size=hi)
+
+
+def test_cpu_adapters_keep_the_int8_route_and_no_f16():
+    swiftshader = KernelPolicy.for_device(caps(fallback=True, f16=False, subgroups=(4, 4)))
+    lavapipe = KernelPolicy.for_device(caps(fallback=True, f16=True, subgroups=(4, 128)))
+    for policy in (swiftshader, lavapipe):
+        assert policy.int8 and not policy.reduce and not policy.f16
+    assert swiftshader.matvec_rows == 4 and lavapipe.matvec_rows == 2
+    assert swiftshader.norm_in_quantize and not lavapipe.norm_in_quantize     # measured (pyshim.gpu.policy)
+
+
+@pytest.mark.parametrize("subgroups, wg", [((32, 32), 32), ((64, 64), 64), ((8, 32), 32), ((4, 16), 32), (None, 32)],
+                         ids=["nvidia", "amd", "intel", "narrow", "none"])
+def test_gpus_get_reductions_f16_and_a_workgroup_from_their_subgroups(subgroups, wg):
+    policy = KernelPolicy.for_device(caps(fallback=False, f16=True, subgroups=subgroups))
+    assert policy.reduce and not policy.int8 and policy.f16 and policy.attn_splits > 1
+    assert policy.subgroup == (subgroups is not None)
+    assert policy.reduce_wg == wg
+
+
+def test_a_gpu_without_shader_f16_keeps_f32_and_f16_cannot_be_forced():
+    assert not KernelPolicy.for_device(caps(fallback=False, f16=False, subgroups=(32, 32))).f16
+    with pytest.raises(UnsupportedError, match="shader-f16"):
+        KernelPolicy.for_device(caps(fallback=True, f16=False, subgroups=(4, 4)), f16=True)
