@@ -208,3 +208,32 @@ def test_kv_write_folds_the_keys_rope_in(gpu, kv_type, variant):
     for got, want in ((kc, kc2), (vc, vc2)):
         np.testing.assert_array_equal(np.frombuffer(gpu.run(gpu.device.read(got)), np.uint32),
                                       np.frombuffer(gpu.run(gpu.device.read(want)), np.uint32))
+
+
+# --- whole decode steps: what the fusions leave ---
+
+UNFUSED_PER_LAYER = 20     # norm, 2+2 quantize, q/k/v/o/gate/up/down, 2 rope, kv_write, attention, glu, 2 adds
+
+
+@pytest.mark.models
+def test_a_smollm2_decode_step_is_fused(loop, device):
+    """SmolLM2's one-token program: one matvec for q, k and v and one for gate and up with the GLU, the skip
+    connections in the output projections, the keys' rope in kv_write — no glu, add or separate key rope
+    pass left — and a third fewer dispatches than the unfused graph (606: UNFUSED_PER_LAYER a layer,
+    embedding, final norm, head and argmax; 45% fewer where the norms fold into quantize, which the policy
+    allows on SwiftShader only)."""
+    from collections import Counter
+
+    from pyshim.exec.runner import Want
+    from runners import gpu as gpu_runner
+    from pyshim.setup.catalog import model_path
+
+    runner = loop.run_until_complete(gpu_runner(model_path("smollm2"), context=256, device=device))
+    program = runner._record(1, Want.ARGMAX)
+    families = Counter(d.key.family for d in program.dispatches)
+    layers = runner.spec.n_layers
+    assert families["glu"] == families["eltwise"] == 0
+    assert families["matvec_i8"] == 4 * layers + 1 and families["rope"] == families["kv_write"] == layers
+    assert families["rmsnorm"] == (0 if runner.policy.norm_in_quantize else 2 * layers + 1)
+    unfused = UNFUSED_PER_LAYER * layers + 6
+    assert unfused == 606 and len(program.dispatches) <= 0.66 * unfused

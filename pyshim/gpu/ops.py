@@ -23,6 +23,7 @@ from pyshim.gguf.tensors import WeightStore
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.expert_cache import ExpertCache
 from pyshim.gpu.experts import ExpertOps
+from pyshim.gpu.fused import FusedOps, Norm, Rope, drop_unread
 from pyshim.gpu.layer_stream import LayerStream
 from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_ROWS, I8_TOKEN_TYPES, I8_TOKENS, PARAMS, glu_key,
                                 TOPK, TOPK_CHUNK, UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, GROUPED_TYPES, KernelCache,
@@ -39,66 +40,6 @@ from pyshim.gpu.slots import WeightSlot, WeightSlots
 from pyshim.models.ops import ACTIVATIONS, AttnSpec
 from pyshim.models.rope import RopeSpec
 from pyshim.plan.settings import PREFILL_CHUNK
-
-
-class _Norm(NamedTuple):
-    """An rmsnorm as recorded: its input, weight and epsilon."""
-
-    x: Tensor
-    w: Any
-    eps: float
-
-
-def _drop_unread(program: Program, candidates: list[Dispatch]) -> None:
-    """Remove those of `candidates` whose output (their last binding) no other dispatch binds and the step
-    does not return: their consumers computed it themselves. Stops keep their places."""
-    binds: dict[int, int] = {}
-    for d in program.dispatches:
-        for b in d.bindings:
-            binds[id(_buf(b))] = binds.get(id(_buf(b)), 0) + 1
-    returned = id(program.output.buf) if program.output is not None else None
-    dead = {id(d) for d in candidates if id(_buf(d.bindings[-1])) != returned and binds.get(id(_buf(d.bindings[-1])), 0) == 1}
-    if not dead:
-        return
-    before, removed = [], 0          # dispatches removed before each index
-    for d in program.dispatches:
-        before.append(removed)
-        removed += id(d) in dead
-    for stop in program.stops:
-        stop.at -= before[stop.at] if stop.at < len(before) else removed
-    program.dispatches = [d for d in program.dispatches if id(d) not in dead]
-
-
-def _buf(binding):
-    return binding[0] if isinstance(binding, tuple) else binding
-
-
-class _Rope(NamedTuple):
-    """A rope as recorded: its input (before the head norm it folded in, if any), positions, settings,
-    angle table and mscale."""
-
-    x: Tensor
-    positions: Tensor
-    spec: RopeSpec
-    theta: Any
-    mscale: float
-    norm: _Norm | None
-
-
-class _Joined(NamedTuple):
-    """Several weights' biases in one buffer (GpuOps.matmuls), bound like a bias slot."""
-
-    f32_buf: Any
-
-
-def _run(ws: Sequence, i: int) -> list:
-    """ws[i] and the weights after it that continue its rows in the same slot (WeightSlots.bind_rows)."""
-    run = [ws[i]]
-    slot = getattr(ws[i], "slot", None)
-    while (slot is not None and i + len(run) < len(ws) and getattr(ws[i + len(run)], "slot", None) is slot
-           and ws[i + len(run)].row0 == run[-1].row0 + run[-1].shape[0]):
-        run.append(ws[i + len(run)])
-    return run
 
 
 class _Addend(NamedTuple):
@@ -119,7 +60,7 @@ def _addend_params(add: _Addend | None, row0: int) -> dict:
     return {"bias_off": 0, "bias_stride": 0} if add is None else {"bias_off": add.off + row0, "bias_stride": add.stride}
 
 
-class GpuOps(ExpertOps):
+class GpuOps(FusedOps, ExpertOps):
     """`pyshim.models.ops.Ops` recorded for the GPU. Tensors are `Tensor` handles; weights `WeightSlot`s
     (the mixture-of-experts ops are in pyshim.gpu.experts)."""
 
@@ -154,7 +95,7 @@ class GpuOps(ExpertOps):
         self._quantized: dict[tuple[Tensor, str], tuple[Activation, int]] = {}
         self._groups: dict[Tensor, Activation] = {}
         self._theta: dict[tuple, tuple[Any, float]] = {}
-        self._joined: dict[tuple, _Joined] = {}
+        self._joined: dict[tuple, Any] = {}    # several weights' biases in one buffer (pyshim.gpu.fused)
 
     @property
     def kv_type(self) -> str:
@@ -180,18 +121,8 @@ class GpuOps(ExpertOps):
 
     def end(self) -> Program:
         program, self._program = self._program, None
-        _drop_unread(program, [d for d, _ in self._producers.values()])
+        drop_unread(program, [d for d, _ in self._producers.values()])
         return program
-
-    def _produced(self, out: Tensor, what) -> None:
-        """`out` is the output of the dispatch just recorded, which computed `what`: a later op may compute
-        it again inside its own pass; if then nothing reads `out`, end() drops that dispatch."""
-        self._producers[id(out.buf)] = (self._program.dispatches[-1], what)
-
-    def _producer(self, x: Tensor, kind: type):
-        """What computed x (a whole activation), when it was recorded as foldable and is of `kind`."""
-        entry = self._producers.get(id(x.buf)) if x.off == 0 else None
-        return entry[1] if entry is not None and isinstance(entry[1], kind) else None
 
     def tokens(self, n: int) -> Tensor:
         return Tensor(self.tokens_buf, 0, (n,))
@@ -237,26 +168,6 @@ class GpuOps(ExpertOps):
             return self.layer_stream.bind(name, shape)
         return self.slots.bind(name, shape)
 
-    def weights(self, named: Sequence[tuple[str, Sequence[int]]]) -> list:
-        """Runs of consecutive weights of one type and width share a slot, their rows one after the other
-        (q and k of Gemma 3, whose v has another type; all three of SmolLM2): `matmuls` and `glu_matmul`
-        read such a run in one matvec. Streamed layers keep a slot each."""
-        if self.layer_stream is not None and any(self.layer_stream.streams(n, s) for n, s in named):
-            return [self.weight(n, s) for n, s in named]
-        refs = [self.slots.store.checked(n, s) for n, s in named]
-        out, i = [], 0
-        while i < len(named):
-            j = i + 1
-            while j < len(named) and (refs[j].qtype, refs[j].shape[1:]) == (refs[i].qtype, refs[i].shape[1:]):
-                j += 1
-            views = self.slots.bind_rows(named[i:j]) if j - i > 1 else None
-            out += views or [self.weight(n, s) for n, s in named[i:j]]
-            i = j
-        return out
-
-    async def repack(self) -> None:
-        await self.slots.repack(self.kernels, self.pool)
-
     # --- ops ---
     def embed(self, table: WeightSlot, tokens: Tensor) -> Tensor:
         n, d = tokens.shape[0], table.shape[1]
@@ -297,67 +208,6 @@ class GpuOps(ExpertOps):
                          y_stride=m, **_addend_params(add, part.row0))
         return out
 
-    def matmuls(self, x: Tensor, ws: Sequence, biases: Sequence) -> list[Tensor]:
-        """One token: each run of weights that fill a slot together (`weights`) as one matvec over the slot
-        (their biases joined), its output cut into views; otherwise (prompts) one matmul each, reading its
-        rows where they lie."""
-        out, i = [], 0
-        while i < len(ws):
-            run = _run(ws, i)
-            slot = ws[i].slot if len(run) > 1 else None
-            if x.shape[0] == 1 and slot is not None and run[0].row0 == 0 and sum(w.shape[0] for w in run) == slot.shape[0]:
-                bs = biases[i:i + len(run)]
-                y = self.matmul(x, slot, self._joined_bias(run, bs) if any(b is not None for b in bs) else None)
-                at = 0
-                for w in run:
-                    out.append(Tensor(y.buf, y.off + at, (1, w.shape[0])))
-                    at += w.shape[0]
-            else:
-                out += [self.matmul(x, w, b) for w, b in zip(run, biases[i:i + len(run)])]
-            i += len(run)
-        return out
-
-    def _joined_bias(self, ws: Sequence, biases: Sequence):
-        """The biases of a run of weights as one f32 buffer (zeros for a weight without one), made once."""
-        key = tuple(b.name if b is not None else w.shape[0] for w, b in zip(ws, biases))
-        if key not in self._joined:
-            values = np.concatenate([b.values if b is not None else np.zeros(w.shape[0], np.float32) for w, b in zip(ws, biases)])
-            buf = self.allocator.buffer(values.nbytes, "+".join(str(k) for k in key))
-            self.device.write(buf, values)
-            self._joined[key] = _Joined(buf)
-        return self._joined[key]
-
-    def glu_matmul(self, x: Tensor, gate, up, act: str) -> Tensor:
-        """One token with gate and up filling one slot part (`weights`): one matvec whose epilogue stores
-        act(gate) * up; otherwise two matmuls and glu."""
-        n, k = x.shape
-        f = gate.shape[0]
-        slot = getattr(gate, "slot", None)
-        fused = (n == 1 and slot is not None and getattr(up, "slot", None) is slot and gate.row0 == 0 and up.row0 == f
-                 and up.shape[0] == f and len(slot.parts) == 1 and act in ACTIVATIONS)
-        if not fused:
-            return self.glu(self.matmul(x, gate), self.matmul(x, up), act)
-        part = slot.parts[0]
-        out = self._tensor((1, f), "glu")
-        fmt = I8_ACTIVATIONS.get(slot.ref.qtype) if self.policy.int8 else None
-        common = dict(m=f, k=k, n=1, row_bytes=slot.ref.row_bytes, w_off=0, y_off=out.off, y_stride=f, bias_off=0)
-        if fmt is not None and k % I8_BLOCKS[fmt][0] == 0:
-            xq, row_words = self._quantize(x, fmt)
-            uniform_x = row_words * 4 <= UNIFORM_X_BYTES
-            rows = self.policy.matvec_rows
-            key = matvec_i8_key(slot.ref.qtype, uniform_x=uniform_x, rows=rows, glu=act,
-                                pairs=self.policy.i8_pairs and i8_pairs(slot.ref.qtype, k))
-            self._record("matvec_i8", key, [part, (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq, out.buf],
-                         matvec_i8_grid(f, 1, rows), x_off=0, x_row_words=row_words, **common)
-            return out
-        reduce = self.policy.reduce
-        uniform_x = not reduce and isinstance(x.buf, Activation) and x.off + k <= 4 * UNIFORM_X_VEC4
-        key = matvec_key(slot.ref.qtype, reduce=reduce, uniform_x=uniform_x, rows=self.policy.matvec_rows,
-                         subgroup=self.policy.subgroup, glu=act, f16=self.policy.f16, reduce_wg=self.policy.reduce_wg)
-        self._record("matvec", key, [part, (x.buf, 0, UNIFORM_X_BYTES) if uniform_x else x.buf, out.buf],
-                     matvec_grid(f, 1, reduce, self.policy.matvec_rows), x_off=x.off, **common)
-        return out
-
     def _matmul_tiled(self, x: Tensor, w: WeightSlot, add, out: Tensor) -> Tensor:
         n, k = x.shape
         m = w.shape[0]
@@ -379,7 +229,7 @@ class GpuOps(ExpertOps):
             row_words = xq_row_words(k, fmt)
             xq = Activation(max(16, n * row_words * 4), "xq")
             grid = (groups(k // I8_BLOCKS[fmt][0]), n, 1)
-            norm = self._producer(x, _Norm) if self.policy.norm_in_quantize else None
+            norm = self._producer(x, Norm) if self.policy.norm_in_quantize else None
             if norm is not None and norm.x.shape == x.shape:   # the norm before this matmul, in the same pass
                 self._record("quantize", quantize_key(fmt, norm=True), [norm.x.buf, norm.w.f32_buf, xq], grid,
                              k=k, n=n, x_off=norm.x.off, x_stride=k, q_off=0, row_words=row_words, eps=norm.eps)
@@ -418,7 +268,7 @@ class GpuOps(ExpertOps):
         self._record("rmsnorm", key, inputs + [out.buf], rmsnorm_grid(rows, reduce), rows=rows, d=d, eps=eps, x_off=x.off,
                      y_off=out.off, w_off=0, r_off=residual.off if residual is not None else 0)
         if residual is None:        # the next op may norm its input itself (the int8 route's quantize, rope)
-            self._produced(out, _Norm(x, w, eps))
+            self._produced(out, Norm(x, w, eps))
         return out
 
     def view(self, x: Tensor, shape: Sequence[int]) -> Tensor:
@@ -451,7 +301,7 @@ class GpuOps(ExpertOps):
             self._theta[cache_key] = (buf, mscale)
         theta_buf, mscale = self._theta[cache_key]
         out = self._tensor(x.shape, "rope")
-        norm = self._producer(x, _Norm)
+        norm = self._producer(x, Norm)
         if norm is not None and norm.x.shape != x.shape:
             norm = None                 # only a norm of each head (qwen3, gemma3) folds into the rotation
         src = x if norm is None else norm.x
@@ -459,7 +309,7 @@ class GpuOps(ExpertOps):
                      [src.buf, positions.buf, theta_buf] + ([norm.w.f32_buf] if norm is not None else []) + [out.buf],
                      (groups(hd // 2), heads, n), n=n, heads=heads, head_dim=hd, dims=spec.dims, mscale=mscale,
                      x_off=src.off, y_off=out.off, pos_off=positions.off, eps=norm.eps if norm is not None else 0.0)
-        self._produced(out, _Rope(src, positions, spec, theta_buf, mscale, norm))
+        self._produced(out, Rope(src, positions, spec, theta_buf, mscale, norm))
         return out
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, spec: AttnSpec) -> Tensor:
@@ -470,7 +320,7 @@ class GpuOps(ExpertOps):
         if spec.head_dim % 4 or spec.head_dim_v % 4:
             raise UnsupportedError(f"head dims {spec.head_dim}/{spec.head_dim_v} are not multiples of 4")
         kv_type = self.kv_type
-        rope = self._producer(k, _Rope)
+        rope = self._producer(k, Rope)
         if rope is not None and (rope.positions != positions or rope.x.shape != k.shape):
             rope = None
         if rope is None:
