@@ -268,7 +268,8 @@ def _worker_generation(page, model_url: str, workload: list[dict]) -> dict:
                 sample["cpu_ms"] = r["cpu_ms"]
                 if (per_step := cpu_ms_per_step(r["cpu_ms"], r["decode_tokens"])) is not None:
                     sample["cpu_ms_per_step"] = per_step
-            for key in ("peak_gpu_bytes", "planned_gpu_bytes", "kernel_step_ms", "bytes_per_decode_step", "dispatches_per_token"):
+            for key in ("peak_gpu_bytes", "planned_gpu_bytes", "kernel_step_ms", "bytes_per_decode_step", "dispatches_per_token",
+                        "encode_ms_per_step"):
                 if r.get(key) is not None:
                     sample[key] = r[key]
             for group, ms in (r.get("kernel_ms") or {}).items():     # flat keys, so medians() takes them

@@ -60,6 +60,13 @@ def _load_cell(m: dict) -> str:
     return _fmt(m.get("startup_and_load_ms"), 1, 1e-3) + "*" if m.get("startup_and_load_ms") is not None else "–"
 
 
+def _cpu_step_cell(m: dict) -> str:
+    """CPU ms a decode step, with the JavaScript encoding's share where the engine measured it (the browser)."""
+    cell = _fmt(m.get("cpu_ms_per_step"), 2)
+    encode = m.get("encode_ms_per_step")
+    return cell if encode is None or cell == "–" else f"{cell} ({encode:.2f} JS)"
+
+
 def _memory_cell(m: dict) -> str:
     """The GPU executor's peak allocation in MB, then the memory plan's prediction and how far off it was."""
     peak, plan = m.get("peak_gpu_bytes"), m.get("planned_gpu_bytes")
@@ -108,7 +115,7 @@ def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
                _fmt(m.get("store_MBps"), 0), _load_cell(m), _fmt(m.get("ttft_ms"), 0)]
         row += [_fmt(m.get(f"prefill_{n}_tok_s"), 1) for n in prompts]
         row += [decode, _fmt(m.get("achieved_GBps"), 2), _fmt(m.get("roofline_GBps"), 2), _fmt(m.get("roofline_pct"), 1),
-                _fmt(m.get("cpu_share_pct"), 1), _fmt(m.get("cpu_ms_per_step"), 2), _fmt(m.get("dispatches_per_token"), 0),
+                _fmt(m.get("cpu_share_pct"), 1), _cpu_step_cell(m), _fmt(m.get("dispatches_per_token"), 0),
                 _memory_cell(m), agree.get((r["model"], r["engine"]), "–")]
         row += [_fmt(r.get("vs_peer", {}).get(f"decode_tok_s_vs_{p}"), 2) if not r["peer"] else "" for p in peer_names]
         rows.append(row)
@@ -137,7 +144,8 @@ def markdown(report: dict) -> str:
                  f"decode = {report['config']['settings']['decode_tokens']} tokens greedy; × = pyshim ÷ peer; "
                  "load s* = process start + load (wall clock beyond prefill and decode); "
                  "CPU side = share of a decode step outside GPU waits (Python, FFI, encoding), CPU ms/step = that "
-                 "time per decode step (– where not measured: the cpu engine, peers); dispatches/token = compute "
+                 "time per decode step (in brackets the part spent encoding its dispatches in JavaScript; – where not "
+                 "measured: the cpu engine, peers); dispatches/token = compute "
                  "dispatches a decode step encodes; "
                  f"same text = the greedy continuation's first {TEXT_PREFIX} characters match most engines'.")
     return "\n".join(lines)

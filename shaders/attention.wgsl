@@ -8,7 +8,9 @@
 // its share of [lo, pos] and writes (max, sum, unnormalized output) to `partial`; the COMBINE variant
 // (one invocation per head and token) merges the splits into out[].
 // Defines: WG, HEAD_DIM/4 as HD4, HEAD_DIM_V/4 as HDV4, SPLITS, optional SOFTCAP, and KV_F16 or KV_Q8
-// (the cache's type, include/kv.wgsl); COMBINE for pass 2. F16 (devices with shader-f16): the q·k products
+// (the cache's type, include/kv.wgsl); COMBINE for pass 2. QUANT (SPLITS = 1, the int8 route): each head's
+// output goes out rounded to the next matmul's int8 blocks (quantize.wgsl's layout and arithmetic, Q8_K
+// for blocks of 256), so no quantize pass follows; a head must hold whole blocks. F16 (devices with shader-f16): the q·k products
 // in f16 (an f16 cache read as halves), their sums, the softmax and the values in f32.
 #ifdef F16
 #enable f16
@@ -27,7 +29,12 @@ const TANH_CLAMP: f32 = 15.0;       // tanh is 1 to f32 precision beyond this; c
 @group(0) @binding(1) var<storage, read> kc: array<KVCell>;
 @group(0) @binding(2) var<storage, read> vc: array<KVCell>;
 @group(0) @binding(3) var<storage, read> positions: array<u32>;
+#ifdef QUANT
+#include "include/quant_block.wgsl"
+@group(0) @binding(4) var<storage, read_write> xq: array<u32>;
+#else
 @group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
+#endif
 @group(0) @binding(5) var<uniform> params: Params;
 
 @compute @workgroup_size(WG)
@@ -90,6 +97,18 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
         m = m_new;
     }
+#ifdef QUANT
+    // the head's output (its values exactly as below) rounded block by block into token t's int8 row
+    let row = params.out_off + t * params.row_words;
+    for (var j = 0u; j < HDV4 / QVEC4; j++) {
+        var v: array<vec4<f32>, QVEC4>;
+        for (var i = 0u; i < QVEC4; i++) {
+            v[i] = acc[j * QVEC4 + i] / l;
+        }
+        let blk = h * (HDV4 / QVEC4) + j;
+        quant_block(&v, row + blk * QVEC4, row + params.heads * HDV4 + blk * META_WORDS);
+    }
+#else
     if (SPLITS == 1u) {
         let ob = params.out_off / 4u + (t * params.heads + h) * HDV4;
         for (var i = 0u; i < HDV4; i++) {
@@ -102,6 +121,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     for (var i = 0u; i < HDV4; i++) {
         out[rb + 1u + i] = acc[i];
     }
+#endif
 }
 #endif
 

@@ -12,13 +12,7 @@
 // Defines: WG, optional Q8_K; NORM: x's rows are first RMS-normed by `w` (the norm before a matmul, in
 // the same pass: each invocation sums its row's squares itself, exactly as rmsnorm.wgsl does, so the
 // values and their rounding are the unfused ones). Grid: x = blocks / WG, y = tokens.
-#ifdef Q8_K
-const QBLOCK: u32 = 256u;
-const META_WORDS: u32 = 20u;
-#else
-const QBLOCK: u32 = 32u;
-const META_WORDS: u32 = 4u;
-#endif
+#include "include/quant_block.wgsl"
 
 struct Params {
     k: u32,             // row length (a multiple of QBLOCK)
@@ -34,10 +28,10 @@ struct Params {
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
 #ifdef NORM
 @group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> q: array<u32>;
+@group(0) @binding(2) var<storage, read_write> xq: array<u32>;
 @group(0) @binding(3) var<uniform> params: Params;
 #else
-@group(0) @binding(1) var<storage, read_write> q: array<u32>;
+@group(0) @binding(1) var<storage, read_write> xq: array<u32>;
 @group(0) @binding(2) var<uniform> params: Params;
 #endif
 
@@ -72,62 +66,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     inv_rms = inverseSqrt((ss.x + ss.y + ss.z + ss.w) / f32(params.k) + params.eps);
 #endif
     let row = params.q_off + t * params.row_words;
-    let info = row + params.k / 4u + b * META_WORDS;
-#ifdef Q8_K
-    // the first element of largest magnitude, with its sign
-    var amax = 0.0;
-    var biggest = 0.0;
-    for (var i = 0u; i < QBLOCK / 4u; i++) {
-        let v = xv(x0 + i);
-        for (var c = 0u; c < 4u; c++) {
-            if (abs(v[c]) > amax) {
-                amax = abs(v[c]);
-                biggest = v[c];
-            }
-        }
+    var v: array<vec4<f32>, QVEC4>;
+    for (var i = 0u; i < QVEC4; i++) {
+        v[i] = xv(x0 + i);
     }
-    var iscale = 0.0;
-    var d = 0.0;
-    if (amax != 0.0) {
-        iscale = -127.0 / biggest;
-        d = 1.0 / iscale;
-    }
-    q[info] = bitcast<u32>(d);
-    q[info + 1u] = 0u;
-    q[info + 2u] = 0u;
-    q[info + 3u] = 0u;
-    for (var g = 0u; g < 16u; g++) {
-        var sum = 0i;
-        for (var i = 0u; i < 4u; i++) {
-            let v = min(vec4<f32>(127.0), round(iscale * xv(x0 + 4u * g + i)));
-            let iv = vec4<i32>(v);
-            sum += iv.x + iv.y + iv.z + iv.w;
-            q[row + b * 64u + 4u * g + i] = pack4xI8(iv);
-        }
-        q[info + 4u + g] = bitcast<u32>(f32(sum));
-    }
-#else
-    var amax = 0.0;
-    for (var i = 0u; i < 8u; i++) {
-        let a = abs(xv(x0 + i));
-        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
-    }
-    var inv = 0.0;
-    if (amax != 0.0) {
-        inv = 127.0 / amax;
-    }
-    let d = amax / 127.0;
-    var sum = 0i;
-    for (var i = 0u; i < 8u; i++) {
-        let iv = vec4<i32>(round(xv(x0 + i) * inv));
-        sum += iv.x + iv.y + iv.z + iv.w;
-        q[row + b * 8u + i] = pack4xI8(iv);
-    }
-    // f16 rounding through pack2x16float (no shader-f16 needed): Q8_0 keeps d as f16, Q8_1 also s
-    let halves = unpack2x16float(pack2x16float(vec2<f32>(d, d * f32(sum))));
-    q[info] = bitcast<u32>(halves.x);
-    q[info + 1u] = bitcast<u32>(halves.y);
-    q[info + 2u] = bitcast<u32>(f32(sum));
-    q[info + 3u] = 0u;
-#endif
+    quant_block(&v, row + b * QVEC4, row + params.k / 4u + b * META_WORDS);
 }

@@ -147,6 +147,7 @@ def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
     assert browser["text"] and browser["load_ms"] > 0 and browser["prefill_32_tok_s"] > 0
     assert 0 < browser["cpu_share_pct"] < 100          # the Worker's bench request measures the CPU side
     assert browser["cpu_ms_per_step"] == pytest.approx(browser["cpu_ms"] / (browser["decode_tokens"] - 1))
+    assert 0 < browser["encode_ms_per_step"] < browser["cpu_ms_per_step"]     # a step's JavaScript encoding, part of it
     # a SmolLM2 decode step was 606 dispatches before the fused kernels (tests/test_kernels_fused.py): >= 35% fewer
     assert 0 < browser["dispatches_per_token"] <= 0.65 * 606
     # every pyshim row carries the CPU time per step: measured on the GPU executors, None on the NumPy one

@@ -167,6 +167,9 @@ class BrowserDevice(GPUDevice):
         return self._answer(pyshim_gpu_js.replay(self._device, encoded.js, start, encoded.n if end is None else end, label,
                                                  _writes(writes), to_js([buffer, offset, size]), self._staging), size)
 
+    def encoding_ms(self, encoded) -> float:
+        return float(encoded.js.encodeMs)
+
     async def read(self, buffer, size: int | None = None, offset: int = 0) -> bytes:
         size = int(buffer.size) - offset if size is None else size
         self._check()

@@ -113,6 +113,11 @@ class GPUDevice(ABC):
             self.write(buffer, data, offset)
         self.submit(encoded[start:end], label=label)
 
+    def encoding_ms(self, encoded: Any) -> float | None:
+        """Milliseconds `replay` has spent so far encoding this program's dispatches before submitting them,
+        where the face measures it apart (the browser, in JavaScript); None where it does not."""
+        return None
+
     def replay_read(self, encoded: Any, start: int, end: int | None, read: tuple[Any, int, int], *, label: str = "",
                     writes: Sequence[Write] = ()) -> Awaitable[bytes]:
         """`replay`, then the bytes of `read` = (buffer, size, offset) once the GPU has run them: a step and

@@ -8,8 +8,8 @@ encoding them is its whole CPU cost (on CPU adapters each also has a fixed cost)
 - An op may compute what the op before it computed, inside its own pass: recording remembers what each
   foldable dispatch computed (`_produced`: a norm, a rope), a consumer that can fold it in asks
   (`_producer`), and at the end of recording `drop_unread` removes the dispatches whose output nobody reads
-  any more (the int8 route's quantize norms its input itself; kv_write ropes, and norms, the keys; rope
-  norms each head of q).
+  any more (the int8 route's quantize norms its input itself, and the attention pass rounds its output to
+  the next matmul's int8 blocks itself; kv_write ropes, and norms, the keys; rope norms each head of q).
 Every fused kernel computes what its unfused chain computes (tests/test_kernels_fused.py).
 """
 
@@ -69,6 +69,19 @@ class Rope(NamedTuple):
     theta: Any
     mscale: float
     norm: Norm | None
+
+
+class Attention(NamedTuple):
+    """A one-pass decode attention as recorded: what recording it again takes."""
+
+    q: Tensor
+    kc: Any
+    vc: Any
+    positions: Tensor
+    spec: Any                   # pyshim.models.ops.AttnSpec
+    kv_type: str
+    params: dict
+    grid: tuple[int, int, int]
 
 
 class _Joined(NamedTuple):

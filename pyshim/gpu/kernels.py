@@ -214,7 +214,7 @@ class ParamsLayout:
 # Params fields left 0 unless given: the matvecs' expert fields (read only with EXPERTS), their bias stride
 # (0: a bias shared by every token)
 OPTIONAL_PARAMS = frozenset({"expert_bytes", "pair_div", "e_first", "e_count", "e_tiles", "n_experts", "bias_stride", "r_off",
-                             "eps", "head_dim", "dims", "mscale"})
+                             "eps", "head_dim", "dims", "mscale", "row_words"})
 # Most experts the router kernel selects from (router.wgsl MAX_EXPERTS: its bitmask of taken experts)
 MAX_EXPERTS = 256
 
@@ -239,7 +239,7 @@ PARAMS: dict[str, ParamsLayout] = {
     "rope": _layout("n:u32 heads:u32 head_dim:u32 dims:u32 mscale:f32 x_off:u32 y_off:u32 pos_off:u32 eps:f32 _pad0:u32 "
                     "_pad1:u32 _pad2:u32"),
     "attention": _layout("n:u32 heads:u32 kv_heads:u32 cap:u32 window:u32 scale:f32 softcap:f32 pos_off:u32 "
-                         "q_off:u32 out_off:u32 _pad0:u32 _pad1:u32"),
+                         "q_off:u32 out_off:u32 row_words:u32 _pad1:u32"),
     "kv_write": _layout("n:u32 k_row:u32 v_row:u32 cap:u32 pos_off:u32 k_off:u32 v_off:u32 head_dim:u32 dims:u32 "
                         "mscale:f32 eps:f32 _pad0:u32"),
     "glu": _layout("n:u32 f:u32 gate_off:u32 gate_stride:u32 up_off:u32 up_stride:u32 out_off:u32 _pad0:u32"),
@@ -305,12 +305,13 @@ def rope_key(neox: bool = False, norm: bool = False) -> ShaderKey:
 
 
 def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int,
-                   kv_type: str = "f32", f16: bool = False) -> tuple[ShaderKey, ShaderKey | None]:
+                   kv_type: str = "f32", f16: bool = False, quant: str | None = None) -> tuple[ShaderKey, ShaderKey | None]:
     """The attention pass (per head, token and split of the keys) and, with splits > 1, the combine pass;
-    `f16`: q·k products in halves."""
+    `f16`: q·k products in halves; `quant` (one split): the output as that int8 activation format's blocks."""
     common = dict(WG=WG, HD4=head_dim // 4, HDV4=head_dim_v // 4, SPLITS=splits)
     combine = ShaderKey.of("attention", COMBINE=True, **common) if splits > 1 else None
-    return ShaderKey.of("attention", SOFTCAP=softcap, **kv_defines(kv_type), **common, F16=f16), combine
+    return ShaderKey.of("attention", SOFTCAP=softcap, **kv_defines(kv_type), **common, F16=f16, QUANT=quant is not None,
+                        Q8_K=quant == "q8_k"), combine
 
 
 def matmul_key(qtype: QT, *, bias: bool = False, tile: tuple[int, int, int, int, int] = MATMUL_TILE,
@@ -463,6 +464,9 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
             keys += [k for cap in (False, True) for t in KV_TYPES for k in attention_keys(hd, hd, cap, splits, t)
                      if k is not None and k not in keys]
         keys += [attention_prefill_key(hd, hd, cap, t) for cap in (False, True) for t in KV_TYPES]
+        if int8:        # the int8 route's decode attention writing the next matmul's int8 blocks
+            keys += [attention_keys(hd, hd, cap, 1, t, quant=fmt)[0] for cap in (False, True) for t in KV_TYPES
+                     for fmt in I8_BLOCKS if hd % I8_BLOCKS[fmt][0] == 0]
     keys += [matmul_key(q, bias=bias, tile=tile) for q in WEIGHT_TYPES for bias in (False, True)
              for tile in (MATMUL_TILE, MATMUL_TILE_CPU)]
     keys += [glu_key(act, int8=i) for act in ACTIVATIONS for i in ((False, True) if act == "gelu_tanh" else (False,))]

@@ -23,7 +23,7 @@ from pyshim.gguf.tensors import WeightStore
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.expert_cache import ExpertCache
 from pyshim.gpu.experts import ExpertOps
-from pyshim.gpu.fused import FusedOps, Norm, Rope, drop_unread
+from pyshim.gpu.fused import Attention, FusedOps, Norm, Rope, drop_unread
 from pyshim.gpu.layer_stream import LayerStream
 from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_ROWS, I8_TOKEN_TYPES, I8_TOKENS, PARAMS, glu_key,
                                 TOPK, TOPK_CHUNK, UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, GROUPED_TYPES, KernelCache,
@@ -230,7 +230,15 @@ class GpuOps(FusedOps, ExpertOps):
             xq = Activation(max(16, n * row_words * 4), "xq")
             grid = (groups(k // I8_BLOCKS[fmt][0]), n, 1)
             norm = self._producer(x, Norm) if self.policy.norm_in_quantize else None
-            if norm is not None and norm.x.shape == x.shape:   # the norm before this matmul, in the same pass
+            attn = self._producer(x, Attention)
+            if attn is not None and attn.spec.head_dim_v % I8_BLOCKS[fmt][0] == 0:
+                # the attention pass again, its output rounded to int8 blocks as it is written (the f32 one
+                # then goes unread and is dropped)
+                quantized, _ = attention_keys(attn.spec.head_dim, attn.spec.head_dim_v, attn.spec.softcap > 0, 1,
+                                              attn.kv_type, f16=self.policy.f16, quant=fmt)
+                self._record("attention", quantized, [attn.q.buf, attn.kc, attn.vc, attn.positions.buf, xq], attn.grid,
+                             **{**attn.params, "out_off": 0, "row_words": row_words})
+            elif norm is not None and norm.x.shape == x.shape:   # the norm before this matmul, in the same pass
                 self._record("quantize", quantize_key(fmt, norm=True), [norm.x.buf, norm.w.f32_buf, xq], grid,
                              k=k, n=n, x_off=norm.x.off, x_stride=k, q_off=0, row_words=row_words, eps=norm.eps)
             else:
@@ -348,6 +356,8 @@ class GpuOps(FusedOps, ExpertOps):
         grid = (groups(spec.n_heads), n, splits)
         if combine is None:
             self._record("attention", key, [q.buf, kc, vc, positions.buf, out.buf], grid, **params)
+            # the int8 route's quantize of this output may be done by the attention pass itself
+            self._produced(out, Attention(q, kc, vc, positions, spec, kv_type, params, grid))
             return out
         records = Activation(n * spec.n_heads * splits * attention_record_bytes(spec.head_dim_v), "attn_partial")
         self._record("attention", key, [q.buf, kc, vc, positions.buf, records], grid, **params)

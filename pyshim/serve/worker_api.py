@@ -351,7 +351,7 @@ async def score(request_json: str, file_size: int, store, request_id: int, emit)
 async def bench(request_json: str, file_size: int, store, request_id: int, emit) -> str:
     """A greedy fixed-length run: {model_id, prompt | prompt_ids, settings, max_tokens, ignore_eos, kernels}
     -> {prompt_tokens, load_ms, prefill_ms, ttft_ms, decode_tokens, decode_ms, decode_tok_per_s, cpu_ms,
-    cpu_share (= cpu_ms / decode_ms), cpu_ms_per_step, bytes_per_decode_step, dispatches_per_token, text, arithmetic,
+    cpu_share (= cpu_ms / decode_ms), cpu_ms_per_step (of which encode_ms_per_step in JavaScript), bytes_per_decode_step, dispatches_per_token, text, arithmetic,
     peak_gpu_bytes, planned_gpu_bytes}; with `kernels` also kernel_ms {shader group: ms per decode step}
     and kernel_step_ms (pyshim.exec.profile; a few decode steps' worth of extra time)."""
     request = validate("bench", json.loads(request_json))
@@ -361,7 +361,13 @@ async def bench(request_json: str, file_size: int, store, request_id: int, emit)
         session = _state["session"]
         runner = session.runner
         prompt = session.prompt_ids(request.get("prompt"), request.get("prompt_ids"))
+        from pyshim.exec.runner import Want
+
+        decode = (await runner.program(1, Want.ARGMAX)).encoded
+        encoded_before = runner.device.encoding_ms(decode)
         done = await session.bench(prompt, request["max_tokens"], ignore_eos=request["ignore_eos"])
+        # the part of a step's CPU side spent encoding its dispatches in JavaScript (before the GPU starts)
+        encode_ms = (runner.device.encoding_ms(decode) - encoded_before) / done.decode_steps if done.decode_steps else None
         profile = {}
         if request["kernels"]:
             from pyshim.exec.profile import kernel_times
@@ -372,6 +378,7 @@ async def bench(request_json: str, file_size: int, store, request_id: int, emit)
                 "ttft_ms": done.prefill_ms, "decode_tokens": len(done.token_ids), "decode_ms": done.decode_ms,
                 "cpu_ms": done.cpu_ms, "cpu_share": done.cpu_ms / done.decode_ms if done.decode_ms > 0 else None,
                 "cpu_ms_per_step": done.cpu_ms / done.decode_steps if done.decode_steps else None,
+                "encode_ms_per_step": encode_ms,
                 "decode_tok_per_s": done.decode_tok_per_s, "bytes_per_decode_step": done.bytes_per_decode_step,
                 "dispatches_per_token": await runner.dispatches_per_token(), "text": done.text,
                 "arithmetic": runner.arithmetic.value, **runner.memory()}

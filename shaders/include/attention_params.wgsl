@@ -10,6 +10,6 @@ struct Params {
     pos_off: u32,
     q_off: u32,         // element offsets (multiples of 4)
     out_off: u32,
-    _pad0: u32,
+    row_words: u32,     // QUANT: u32 words per token row of the quantized output (quantize.wgsl's row_words)
     _pad1: u32,
 }
