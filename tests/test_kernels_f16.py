@@ -20,7 +20,9 @@ from pyshim.plan.settings import Arithmetic, KV_TYPES
 from runners import Drive, gpu as gpu_runner, reference
 
 F16_REL = 4e-3
-TYPES = [QT.F32, QT.F16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K]
+# every weight type; the default run takes one of each decoder family (the `full` run the others)
+TYPES = [QT.F16, QT.Q4_0, QT.Q4_K, QT.Q6_K] + [pytest.param(t, marks=pytest.mark.full)
+                                               for t in (QT.F32, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q5_K)]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,7 @@ def both(gpu, keys, inputs, size, params, grid):
 
 
 @pytest.mark.parametrize("variant", ["rows2", "reduce", "subgroup", "glu"])
-@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: getattr(t, "name", t))
 def test_matvec_f16(gpu, qtype, variant):
     if variant == "subgroup" and not subgroups_usable(gpu.device.caps):
         pytest.skip("this adapter has no subgroups")
@@ -115,7 +117,8 @@ def test_glu_f16(gpu, act):
     close(got, want)
 
 
-@pytest.mark.parametrize("arch, qtype", [("llama", "Q4_K"), ("qwen2", "Q8_0"), ("gemma3", "Q5_0"), ("qwen3moe", "Q4_0")])
+@pytest.mark.parametrize("arch, qtype", [("llama", "Q4_K"), ("gemma3", "Q5_0")] + [
+    pytest.param(a, q, marks=pytest.mark.full) for a, q in (("qwen2", "Q8_0"), ("qwen3moe", "Q4_0"))])
 def test_whole_model_with_f16_kernels(tmp_path_factory, loop, device, arch, qtype):
     """Every position's logits of a tiny model with the f16 kernels (and the real-GPU reductions they come
     with) stay within f16's tolerance of the f32 reference, and mostly agree on the top token."""
