@@ -39,7 +39,7 @@ def _model(name: str) -> tuple[dict, Path]:
     return m, path
 
 
-@pytest.mark.parametrize("name", ["smollm2", "gemma3"])
+@pytest.mark.parametrize("name", ["smollm2", pytest.param("gemma3", marks=pytest.mark.full)])
 def test_int8_scores_as_close_to_llama_cpp_as_llama_cpp_is_to_itself(name):
     import asyncio
 
@@ -65,7 +65,10 @@ def test_int8_scores_as_close_to_llama_cpp_as_llama_cpp_is_to_itself(name):
     assert top1 >= self_top1, f"int8 route {top1:.4f} vs llama.cpp batch/sequential {self_top1:.4f}"
 
 
-@pytest.mark.parametrize("name", ["smollm2", pytest.param("gemma3", marks=pytest.mark.full)])
+# --full: by default the f32 kernels' scores of this passage are held to llama.cpp's own (tighter) in
+# test_gpu_executor.py, and the reference's to llama.cpp in test_real_models.py
+@pytest.mark.full
+@pytest.mark.parametrize("name", ["smollm2", "gemma3"])
 def test_f32_kernels_score_as_the_f32_reference_does(name):
     import asyncio
 
