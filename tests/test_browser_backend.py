@@ -59,6 +59,7 @@ def _greedy_pair(capsys, name: str) -> tuple[dict, dict]:
     return browser, cpu
 
 
+@pytest.mark.full      # by default the site's chat holds the browser's greedy reply to the reference (test_site_chat)
 def test_greedy_32_tokens_in_the_browser_equal_the_cpu_reference_smollm2(capsys):
     browser, cpu = _greedy_pair(capsys, "smollm2")
     print({k: v for k, v in browser.items() if k not in ("ids", "prompt_ids")})

@@ -97,6 +97,7 @@ def test_greedy_chat_reply_equals_the_cpu_reference(site):
     watch.check()
 
 
+@pytest.mark.full      # the q8 cache against the reference natively by default (test_kv_types)
 def test_q8_kv_cache_reply_equals_the_reference_with_that_cache(site):
     _, page, watch = site
     text = ask(page, {**EXACT, "kv_type": "q8"})

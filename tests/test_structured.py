@@ -239,6 +239,7 @@ def browser_reply(page, case_format, prompt_ids, stop_ids, model: str = "smollm2
 
 @pytest.mark.browser
 @pytest.mark.slow
+@pytest.mark.full      # by default test_js_api checks a json_schema reply through the Worker, and the walks above XGrammar
 def test_replies_validate_in_the_worker(site_page):
     """(The engines' greedy replies may differ: llguidance allows only the canonical tokens of text the
     grammar forces — `{"note":` as the tokenizer would write it —, XGrammar any spelling of it.)"""
