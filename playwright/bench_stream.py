@@ -90,7 +90,8 @@ async def _run_native(path: Path, prompt: list[int], tokens: int, budget_bytes: 
         marks = {}
         decoder = _FirstToken(lambda: marks.update(prefill=None if cache is None else cache.stats.as_dict(),
                                                    layers=None if stream is None else stream.stats.as_dict()))
-        done = await generate(runner, prompt, SamplingParams(), tokens, decoder=decoder, on_text=lambda piece, token: None)
+        done = await generate(runner, prompt, SamplingParams(), tokens, decoder=decoder, on_text=lambda piece, token: None,
+                              reuse=False)
         row = {"load_s": round(load_s, 2), "ids": done.token_ids, "decode_tok_s": round(done.decode_tok_per_s, 3),
                "prefill_tok_s": round(done.prefill_tok_per_s, 3), "decode_tokens": done.decode_steps,
                "gpu_mb": round(runner.ops.memory()["total"] / 1e6, 1), "auto": runner.auto}

@@ -120,12 +120,15 @@ def test_prefill_reports_the_prompt_tokens_read_chunk_by_chunk(model):
 def test_session_passes_on_prefill_to_chat_and_complete(model):
     session = Session(reference(model, context=64))
     sampling = Sampling.parse({"temperature": 0, "max_tokens": 2})
+    kept = []
     for ask in (lambda on_prefill: session.chat([{"role": "user", "content": "hi"}], sampling, on_prefill=on_prefill),
                 lambda on_prefill: session.complete(tiny_models.test_ids()[:6], sampling, on_prefill=on_prefill)):
         seen = []
         done = asyncio.run(ask(lambda d, t: seen.append((d, t))))
         n = done.prompt_tokens
-        assert seen == [(0, n), (n, n)]          # one chunk: the prompt fits the largest step
+        assert seen == [(done.cached_tokens, n), (n, n)]          # one chunk: the prompt fits the largest step
+        kept.append(done.cached_tokens)
+    assert kept == [0, 1]           # the second prompt shares the first one's BOS, whose key it keeps
 
 
 def test_text_streams_and_stop_strings_cut_it(gpu):
@@ -143,7 +146,8 @@ def test_timings_hold_together(gpu):
     t = done.timings()
     assert t["ttft_ms"] == t["prefill_ms"] > 0
     assert 0 < t["cpu_ms"] <= t["decode_ms"] and t["decode_tok_per_s"] > 0
-    assert done.usage() == {"prompt_tokens": 6, "completion_tokens": MAX_TOKENS, "total_tokens": 6 + MAX_TOKENS}
+    assert done.usage() == {"prompt_tokens": 6, "completion_tokens": MAX_TOKENS, "total_tokens": 6 + MAX_TOKENS,
+                            "prompt_tokens_details": {"cached_tokens": done.cached_tokens}}
 
 
 def test_gpu_bytes_are_the_allocation_and_the_plan(gpu):

@@ -91,10 +91,10 @@ class _FixedRunner:
     implementation (tests the loop, not a model)."""
 
     def __init__(self, script, n_ctx=100, vocab=10):
-        from pyshim.exec.runner import Capacity, RunnerStats
+        from pyshim.exec.runner import Capacity, HeldTokens, RunnerStats
 
         self.script, self.vocab, self.calls = script, vocab, 0
-        self.capacity, self.stats = Capacity(n_ctx=n_ctx), RunnerStats()
+        self.capacity, self.stats, self.held = Capacity(n_ctx=n_ctx), RunnerStats(), HeldTokens()    # (holds nothing)
 
     def reset(self, seq=0):
         self.calls = 0

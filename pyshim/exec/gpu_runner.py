@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyshim.exec.runner import Capacity, Output, Progress, RunnerStats, Slice, Step, Want, check_step, report
+from pyshim.exec.runner import Capacity, HeldTokens, Output, Progress, RunnerStats, Slice, Step, Want, check_step, report
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.kernels import TOPK
 from pyshim.gpu.ops import GpuOps
@@ -41,6 +41,7 @@ class GpuRunner:
             max_step = max(1, min(max_step, ops.expert_cache.n_slots // spec.n_experts_used))
         self.capacity = Capacity(n_ctx=n_ctx, max_seqs=1, max_step_tokens=max_step, top_k=TOPK)
         self.stats = RunnerStats()
+        self.held = HeldTokens.for_spec(spec, n_ctx)
         self._programs: OrderedDict[tuple[int, Want], Program] = OrderedDict()   # least recently used first
         # Told of the pipelines a program's first use compiles (a prompt's first prefill compiles the
         # tiled kernels: many seconds on a CPU adapter), so a page can say why the first reply waits.
@@ -90,7 +91,8 @@ class GpuRunner:
             await report(progress, done, len(missing))
 
     def reset(self, seq: int = 0) -> None:
-        """Nothing to clear: a step's attention reads only positions up to its own, all written before."""
+        """Only `held` forgets: a step's attention reads only positions up to its own, all written before."""
+        self.held.forget(seq)
 
     def close(self) -> None:
         """Release the device when the runner opened it (a device handed in stays its owner's)."""
@@ -187,7 +189,10 @@ class GpuRunner:
 
     async def step(self, step: Step) -> list[Output]:
         check_step(step, self.capacity, self.spec.n_vocab)
-        outputs = [await self._slice(s, step) for s in step.slices]
+        outputs = []
+        for s in step.slices:
+            outputs.append(await self._slice(s, step))
+            self.held.wrote(s)
         self.stats.steps += 1
         return outputs
 

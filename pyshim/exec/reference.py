@@ -21,7 +21,7 @@ from gguf import GGMLQuantizationType as QT
 
 from pyshim.errors import UnsupportedError
 from pyshim.exec.kvcache import KVCache
-from pyshim.exec.runner import Capacity, Output, Progress, RunnerStats, Step, Want, answer, check_step
+from pyshim.exec.runner import Capacity, HeldTokens, Output, Progress, RunnerStats, Step, Want, answer, check_step
 from pyshim.gguf.tensors import TensorRef, WeightStore, dequantize_rows
 from pyshim.gguf.types import check_runnable
 from pyshim.models.ops import ACTIVATIONS, GATINGS, AttnSpec, RouterSpec
@@ -188,6 +188,7 @@ class ReferenceOps:
         # keys = what the cache held before this step, then this step's own (a ring smaller than the
         # chunk would otherwise lose keys the chunk's first queries still need)
         ck, cv, cpos = layer.contents()
+        cpos = np.where(cpos < positions[0], cpos, -1)     # held at this step's positions or later: an older run's
         k, v = layer.as_stored(k), layer.as_stored(v)      # this step's keys too: the GPU reads them from the cache
         keys = np.concatenate([ck, k]) if len(ck) else k                      # [S, Hkv, hd]
         vals = np.concatenate([cv, v]) if len(cv) else v                      # [S, Hkv, hd_v]
@@ -306,6 +307,7 @@ class ReferenceRunner:
         self.arithmetic = ops.arithmetic
         self.capacity = Capacity(n_ctx=n_ctx, max_seqs=MAX_SEQS, max_step_tokens=settings.prefill_chunk)
         self.stats = RunnerStats()
+        self.held = HeldTokens.for_spec(spec, n_ctx)
         self._caches: dict[int, KVCache] = {0: ops.kv}
 
     @property
@@ -337,6 +339,7 @@ class ReferenceRunner:
             positions = np.arange(s.start, s.end, dtype=np.int64)
             logits = self.model.forward(self.ops, tokens, positions, step.want is Want.ALL_LOGITS)
             outputs.append(answer(logits, step))
+            self.held.wrote(s)
         self.stats.steps += 1
         return outputs
 
@@ -351,6 +354,7 @@ class ReferenceRunner:
         return np.concatenate(rows) if all_logits else rows[-1]
 
     def reset(self, seq: int = 0) -> None:
+        self.held.forget(seq)
         if seq in self._caches:
             self._caches[seq].reset()
 

@@ -7,7 +7,9 @@ scoring), or nothing (a prompt chunk whose keys are all that matters). Asking fo
 top-k, the vocabulary's logits only when sampling needs them all.
 
 A runner keeps the KV cache of each sequence it holds (`max_seqs` of them; a step's slices may name any
-of them) and forgets one on `reset(seq)`. Its `stats` count what the caller may not see otherwise: time
+of them) and forgets one on `reset(seq)`. Its `held` (HeldTokens) records which token ids each sequence's
+cache holds keys for, so that a new prompt sharing a prefix with what was run before (the next turn of a
+chat, a tool call's result, a regenerated reply) runs only what is new. Its `stats` count what the caller may not see otherwise: time
 spent waiting for the device and bytes read back from it.
 
 Three executors implement it: the NumPy reference (pyshim.exec.reference, with the llama.cpp emulations
@@ -103,6 +105,64 @@ async def report(progress: Progress | None, done: int, total: int) -> None:
             await maybe
 
 
+class HeldTokens:
+    """Per sequence, the token ids whose keys its cache holds at positions 0, 1, ... (what its steps
+    wrote, in order), and how far any step wrote: the prefix a new prompt may keep (`reusable`).
+
+    Full-attention caches are indexed by position, so any prefix stays valid whatever was written after
+    it. A sliding-window layer's ring reuses slots (slot = position % its size): once a step has written
+    past the window, a write below the highest position written may have taken the slots of keys the
+    prefix still needs, so with wrapped rings only a prompt that extends everything held keeps it, and a
+    step that does not extend (or rewrite the end of) what is held forgets it."""
+
+    def __init__(self, window: int = 0):
+        self.window = window         # the sliding window when the model has one shorter than its context, else 0
+        self._tokens: dict[int, list[int]] = {}
+        self._top: dict[int, int] = {}    # the end of the highest position written since the last reset
+
+    @classmethod
+    def for_spec(cls, spec: ModelSpec, n_ctx: int) -> "HeldTokens":
+        window = spec.sliding_window if spec.sliding_window and any(spec.swa_layers) else 0
+        return cls(window if window < n_ctx else 0)
+
+    def tokens(self, seq: int = 0) -> list[int]:
+        return list(self._tokens.get(seq, ()))
+
+    def _wrapped(self, seq: int) -> bool:
+        return bool(self.window) and self._top.get(seq, 0) > self.window
+
+    def wrote(self, s: Slice) -> None:
+        """Slice `s` was run: its keys are in the cache."""
+        held, wrapped = self._tokens.get(s.seq, []), self._wrapped(s.seq)     # (before this slice's writes)
+        self._top[s.seq] = max(self._top.get(s.seq, 0), s.end)
+        if s.start > len(held):                  # a gap: the keys before it stay, the new ones are not a prefix
+            if wrapped:
+                held = []
+        elif (wrapped and s.start not in (0, len(held))
+              and not (s.end == len(held) and tuple(held[s.start:]) == s.tokens)):
+            held = []                            # a ring below its top: earlier slots may be gone
+        else:
+            held = held[:s.start] + list(s.tokens)
+        self._tokens[s.seq] = held
+
+    def reusable(self, prompt: Sequence[int], seq: int = 0) -> int:
+        """How many leading tokens of `prompt` need not run again: the prefix it shares with what is
+        held (at most all but its last token, whose logits a step must compute)."""
+        held = self._tokens.get(seq, [])
+        n = 0
+        for a, b in zip(held, prompt[:len(prompt) - 1]):
+            if a != b:
+                break
+            n += 1
+        if n < len(held) and self._wrapped(seq):
+            return 0
+        return n
+
+    def forget(self, seq: int = 0) -> None:
+        self._tokens.pop(seq, None)
+        self._top.pop(seq, None)
+
+
 class Runner(Protocol):
     spec: ModelSpec
     header: GGUFHeader
@@ -110,6 +170,7 @@ class Runner(Protocol):
     arithmetic: Arithmetic       # what it really runs (the settings may leave it to the executor)
     capacity: Capacity
     stats: RunnerStats
+    held: HeldTokens             # what each sequence's cache holds keys for (every step records its slices)
     auto: dict | None            # what kv_type "auto" chose {context, kv_type, total_bytes, reason}; None: nothing was
 
     @property
@@ -123,7 +184,7 @@ class Runner(Protocol):
         """Run every slice (writing its keys into its sequence's cache) and answer `step.want` for each."""
 
     def reset(self, seq: int = 0) -> None:
-        """Forget sequence `seq`'s keys: a new conversation starts there."""
+        """Forget sequence `seq`'s keys (and `held`'s record of them): a new conversation starts there."""
 
     def close(self) -> None:
         """Free what the runner holds (the GPU device and its buffers)."""

@@ -2,7 +2,10 @@
 Worker and the benchmarks all generate through `generate`, and score through `score`.
 
 A prompt runs in chunks of the runner's largest step; the chunks before the last only write their keys
-(nothing is read back). Then each step decodes one token and asks the runner for as little as sampling
+(nothing is read back). What the sequence's cache already holds of it is not run again: a prompt that
+starts with the tokens of an earlier request in the same sequence (the conversation so far, with the reply
+as the model wrote it) keeps their keys (the runner's `held`, pyshim.exec.runner.HeldTokens) and runs
+from the first token that differs; `usage()` counts the kept ones as OpenAI's cached_tokens. Then each step decodes one token and asks the runner for as little as sampling
 needs: the argmax when decoding greedily without penalties (4 bytes from a GPU), the k largest logits
 for top-k sampling without penalties, the vocabulary's logits otherwise. Text streams out UTF-8-safe,
 with stop strings held back until they are ruled out; stop ids end the reply and are not part of it;
@@ -45,6 +48,7 @@ OnText = Callable[[str, int], "Awaitable[None] | None"]
 @dataclass
 class Completion:
     prompt_tokens: int
+    cached_tokens: int = 0              # of prompt_tokens: kept from the cache, not run again
     token_ids: list[int] = field(default_factory=list)
     text: str = ""
     finish_reason: str = "length"       # "stop" (an end-of-generation id or a stop string) | "length" | "abort"
@@ -66,7 +70,8 @@ class Completion:
 
     @property
     def prefill_tok_per_s(self) -> float:
-        return 1e3 * self.prompt_tokens / self.prefill_ms if self.prefill_ms > 0 else 0.0
+        run = self.prompt_tokens - self.cached_tokens
+        return 1e3 * run / self.prefill_ms if self.prefill_ms > 0 else 0.0
 
     @property
     def bytes_per_decode_step(self) -> float | None:
@@ -74,7 +79,8 @@ class Completion:
 
     def usage(self) -> dict:
         n = len(self.token_ids)
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": n, "total_tokens": self.prompt_tokens + n}
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": n, "total_tokens": self.prompt_tokens + n,
+                "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
 
     def timings(self) -> dict:
         out = {"prefill_ms": self.prefill_ms, "ttft_ms": self.prefill_ms, "decode_ms": self.decode_ms,
@@ -104,13 +110,15 @@ def decode_want(runner: Runner, params: SamplingParams) -> Want:
 async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams, max_tokens: int, *,
                    stop_ids: Sequence[int] = (), stop_strings: Sequence[str] = (), decoder=None,
                    on_text: OnText | None = None, should_stop: Callable[[], bool] = lambda: False,
-                   seq: int = 0, constraint: Matcher | None = None, on_prefill: Progress | None = None) -> Completion:
-    """Continue `prompt` (token ids) in sequence `seq`, whose cache is reset first. `decoder` turns ids
+                   seq: int = 0, constraint: Matcher | None = None, on_prefill: Progress | None = None,
+                   reuse: bool = True) -> Completion:
+    """Continue `prompt` (token ids) in sequence `seq`, keeping what its cache holds of the prompt's
+    start (`reuse`; without it, or when nothing matches, the cache is reset first). `decoder` turns ids
     into text incrementally (`add(id) -> str`, `finish() -> str`: the tokenizer's StreamingDecoder, which
     holds back incomplete UTF-8); without one only ids come out. `on_text(piece, token)` sees the text as
     it streams (stop strings held back; the last piece has token -1). `constraint` keeps the reply inside
-    a grammar (see the module docstring). `on_prefill(done, total)` follows the prompt, in tokens: (0, total)
-    before its first chunk, then after each (the last with the first new token computed); like `on_text`,
+    a grammar (see the module docstring). `on_prefill(done, total)` follows the prompt, in tokens: (kept,
+    total) before its first chunk, then after each (the last with the first new token computed); like `on_text`,
     it may return an awaitable."""
     prompt = [int(t) for t in prompt]
     if not prompt:
@@ -172,53 +180,63 @@ async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams
                 if maybe is not None:
                     await maybe
 
-    runner.reset(seq)     # a new conversation: no key of the previous one may be attended to
-    await report(on_prefill, 0, len(prompt))
-    t0 = time.perf_counter()
-    chunk = runner.capacity.max_step_tokens
-    last = (len(prompt) - 1) // chunk * chunk
-    for at in range(0, last, chunk):                              # keys only, nothing read back
-        await runner.step(Step.of(prompt[at:at + chunk], at, seq=seq, want=Want.NONE))
-        await report(on_prefill, at + chunk, len(prompt))
-    token = await next_token(prompt[last:], last)
-    await report(on_prefill, len(prompt), len(prompt))    # before t_first: counted in prefill_ms, not decode_ms
-    t_first = time.perf_counter()
-    out.prefill_ms = 1e3 * (t_first - t0)
-    grammar_s[0] = 0.0
-    waited, read = stats.wait_s, stats.bytes_read
-    pos = len(prompt)
-    while True:
-        if token in stop:
-            out.finish_reason = "stop"
-            break
-        out.token_ids.append(token)
-        history.append(token)
-        if constraint is not None:
-            t = time.perf_counter()
-            constraint.accept(token)
-            grammar_s[0] += time.perf_counter() - t
-        if decoder is not None:
-            await emit(watcher.feed(decoder.add(token)), token)
-            if watcher.stopped:
+    async def run(kept: int) -> Completion:
+        await report(on_prefill, kept, len(prompt))
+        t0 = time.perf_counter()
+        chunk = runner.capacity.max_step_tokens
+        last = kept + (len(prompt) - kept - 1) // chunk * chunk
+        for at in range(kept, last, chunk):                            # keys only, nothing read back
+            await runner.step(Step.of(prompt[at:at + chunk], at, seq=seq, want=Want.NONE))
+            await report(on_prefill, at + chunk, len(prompt))
+        token = await next_token(prompt[last:], last)
+        await report(on_prefill, len(prompt), len(prompt))    # before t_first: counted in prefill_ms, not decode_ms
+        t_first = time.perf_counter()
+        out.prefill_ms = 1e3 * (t_first - t0)
+        grammar_s[0] = 0.0
+        waited, read = stats.wait_s, stats.bytes_read
+        pos = len(prompt)
+        while True:
+            if token in stop:
                 out.finish_reason = "stop"
                 break
-        if len(out.token_ids) >= max_tokens or pos >= n_ctx:
-            break
-        if should_stop():
-            out.finish_reason = "abort"
-            break
-        token = await next_token([token], pos)
-        out.decode_steps += 1
-        pos += 1
-    # Only steps after the first token count as decode; the final text flush is not a step.
-    out.decode_ms = 1e3 * (time.perf_counter() - t_first)
-    out.cpu_ms = max(0.0, out.decode_ms - 1e3 * (stats.wait_s - waited))
-    out.decode_bytes_read = stats.bytes_read - read
-    out.grammar_ms = 1e3 * grammar_s[0]
-    if decoder is not None and not watcher.stopped:
-        await emit(watcher.feed(decoder.finish()) + watcher.flush(), -1)
-    out.text = "".join(pieces)
-    return out
+            out.token_ids.append(token)
+            history.append(token)
+            if constraint is not None:
+                t = time.perf_counter()
+                constraint.accept(token)
+                grammar_s[0] += time.perf_counter() - t
+            if decoder is not None:
+                await emit(watcher.feed(decoder.add(token)), token)
+                if watcher.stopped:
+                    out.finish_reason = "stop"
+                    break
+            if len(out.token_ids) >= max_tokens or pos >= n_ctx:
+                break
+            if should_stop():
+                out.finish_reason = "abort"
+                break
+            token = await next_token([token], pos)
+            out.decode_steps += 1
+            pos += 1
+        # Only steps after the first token count as decode; the final text flush is not a step.
+        out.decode_ms = 1e3 * (time.perf_counter() - t_first)
+        out.cpu_ms = max(0.0, out.decode_ms - 1e3 * (stats.wait_s - waited))
+        out.decode_bytes_read = stats.bytes_read - read
+        out.grammar_ms = 1e3 * grammar_s[0]
+        if decoder is not None and not watcher.stopped:
+            await emit(watcher.feed(decoder.finish()) + watcher.flush(), -1)
+        out.text = "".join(pieces)
+        return out
+
+    kept = runner.held.reusable(prompt, seq) if reuse else 0
+    if not kept:
+        runner.reset(seq)     # a new conversation: no key of the previous one may be attended to
+    out.cached_tokens = kept
+    try:
+        return await run(kept)
+    except BaseException:
+        runner.held.forget(seq)    # a step may have been cut short: trust nothing it wrote
+        raise
 
 
 @dataclass

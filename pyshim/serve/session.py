@@ -163,6 +163,7 @@ class Session:
         return await score(self.runner, ids, top_k)
 
     async def bench(self, prompt: Sequence[int], max_tokens: int, *, ignore_eos: bool = True) -> Completion:
-        """A fixed-length greedy run (what the benchmarks time)."""
+        """A fixed-length greedy run (what the benchmarks time): the whole prompt runs, whatever the cache holds."""
         stops = () if ignore_eos else self.tokenizer.eog_ids
-        return await generate(self.runner, prompt, SamplingParams(), max_tokens, stop_ids=stops, decoder=self.tokenizer.stream())
+        return await generate(self.runner, prompt, SamplingParams(), max_tokens, stop_ids=stops, decoder=self.tokenizer.stream(),
+                              reuse=False)

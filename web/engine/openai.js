@@ -108,10 +108,13 @@ export function newId(prefix) {
 // What every object of one response shares: {id, created, model}.
 export const responseBase = (prefix, model) => ({ id: newId(prefix), created: Math.floor(Date.now() / 1000), model });
 
+// OpenAI's usage; prompt_tokens_details.cached_tokens: the prompt's tokens whose keys the cache kept from
+// an earlier request (a chat's history), not run again.
 export function usageOf(usage = {}) {
   const prompt_tokens = usage.prompt_tokens ?? 0;
   const completion_tokens = usage.completion_tokens ?? 0;
-  return { prompt_tokens, completion_tokens, total_tokens: prompt_tokens + completion_tokens };
+  const details = usage.prompt_tokens_details ? { prompt_tokens_details: usage.prompt_tokens_details } : {};
+  return { prompt_tokens, completion_tokens, total_tokens: prompt_tokens + completion_tokens, ...details };
 }
 
 // `extra`: pyshim's own fields ({timings, compacted}), under `pyshim` where OpenAI clients ignore them.

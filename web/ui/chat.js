@@ -249,8 +249,11 @@ async function respond() {
 function statsLine(last) {
   const finish = last?.choices?.[0]?.finish_reason;
   const t = last?.pyshim?.timings ?? {};
+  const cached = last?.usage?.prompt_tokens_details?.cached_tokens;   // the earlier turns' keys, kept
   return [t.load_ms > 0 && `loaded in ${(t.load_ms / 1000).toFixed(1)} s`,
-    t.ttft_ms != null && `first token ${(t.ttft_ms / 1000).toFixed(2)} s`, t.decode_tok_per_s && `${t.decode_tok_per_s.toFixed(1)} tok/s`,
+    t.ttft_ms != null && `first token ${(t.ttft_ms / 1000).toFixed(2)} s`,
+    cached > 0 && `${cached} of ${last.usage.prompt_tokens} prompt tokens reused`,
+    t.decode_tok_per_s && `${t.decode_tok_per_s.toFixed(1)} tok/s`,
     finish === "abort" && "stopped", finish === "length" && "hit max tokens",
     last?.pyshim?.compacted && "older turns were compacted to fit the context (names, numbers and code kept)"].filter(Boolean).join(" · ");
 }
