@@ -4,7 +4,8 @@
 // where per-element float work binds, it does a quarter of the multiply-adds of matvec.wgsl.
 // Barrier-free: one invocation computes ROWS consecutive output rows for one token.
 // Grid: x = rows / (WG * ROWS), y = tokens (TOKENS: tokens / TOKENS, for steps of several tokens: the
-// 32-value block types, whose decoders have block_unpack, unpack each weight block once for TOKENS tokens).
+// 32-value block types, whose decoders have block_unpack, unpack each weight block once for TOKENS tokens;
+// the K-quants, PIECES, each 32-value piece of a block, with the block's integer sums kept per token).
 // Defines: one W_<type> (Q4_0, Q4_1, Q5_0, Q8_0 read blocks of 32 activations, Q8_0/Q8_1 style; Q4_K,
 // Q5_K, Q6_K read Q8_K's blocks of 256), WG, ROWS, optional BIAS (a bias, or a residual: matvec.wgsl); UNIFORM_X (with X_VEC4) binds the
 // quantized row as a uniform array (one-token steps on CPU adapters: one broadcast load per read).
@@ -141,6 +142,40 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     // once for all of them, and each token's activation block is loaded once for all rows
     var accs: array<array<f32, ROWS>, TOKENS>;
     for (var b = 0u; b < nb; b++) {
+#ifdef PIECES
+        // a K-quant block piece by piece (include/pieces_i8.wgsl), its integer sums per token and row
+        var heads: array<KHead, ROWS>;
+        for (var r = 0u; r < ROWS; r++) {
+            heads[r] = block_head(wb[r] + b * BLOCK_BYTES);
+        }
+        // (initialized explicitly: naga declares a loop's vars once, at the function's start)
+        var sums = array<array<vec2<i32>, ROWS>, TOKENS>();
+        for (var p = 0u; p < PIECES; p++) {
+            var pcs: array<WPiece, ROWS>;
+            for (var r = 0u; r < ROWS; r++) {
+                pcs[r] = piece_unpack(wb[r] + b * BLOCK_BYTES, heads[r], p);
+            }
+            for (var i = 0u; i < TOKENS; i++) {
+                x_base = (params.x_off + x_rows[i] * params.x_row_words) >> 2u;
+                m_base = x_base + params.k / 16u;
+                let xa = xv(16u * b + 2u * p);
+                let xb = xv(16u * b + 2u * p + 1u);
+                let s16 = vec4<i32>(xm(5u * b + 1u + (p >> 1u)));     // Q8_K's sums of 16, two per piece
+                let s = select(s16.xy, s16.zw, (p & 1u) == 1u);
+                for (var r = 0u; r < ROWS; r++) {
+                    sums[i][r] += piece_apply(pcs[r], xa, xb, s);
+                }
+            }
+        }
+        for (var i = 0u; i < TOKENS; i++) {
+            x_base = (params.x_off + x_rows[i] * params.x_row_words) >> 2u;
+            m_base = x_base + params.k / 16u;
+            let dx = xm(5u * b).x;
+            for (var r = 0u; r < ROWS; r++) {
+                accs[i][r] += block_finish(heads[r], sums[i][r], dx);
+            }
+        }
+#else
         var blk: array<WBlock, ROWS>;
         for (var r = 0u; r < ROWS; r++) {
             blk[r] = block_unpack(wb[r] + b * BLOCK_BYTES);
@@ -155,6 +190,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
                 accs[i][r] += block_apply(blk[r], xa, xb, m);
             }
         }
+#endif
     }
     for (var i = 0u; i < count; i++) {
         store_rows(y_rows[i], first, accs[i]);

@@ -123,16 +123,21 @@ def test_matvec_i8_pairs(gpu, qtype, uniform_x):
 @pytest.mark.parametrize("tokens, n", [(4, 7), (8, 3)])
 @pytest.mark.parametrize("qtype", sorted(I8_TOKEN_TYPES), ids=lambda t: t.name)
 def test_matvec_i8_tokens(gpu, qtype, tokens, n):
-    """Several tokens per invocation, each block unpacked once for all: token counts not a multiple of
-    TOKENS (and fewer), odd block counts (rows at 2-aligned byte offsets), a bias and offsets."""
+    """Several tokens per invocation, each block (K-quants: each piece of 32) unpacked once for all: token
+    counts not a multiple of TOKENS (and fewer), odd block counts (rows at 2-aligned byte offsets), a bias
+    and offsets."""
     rng = np.random.default_rng(int(qtype) + tokens)
-    m, k = 67, 288
+    fmt = I8_ACTIVATIONS[qtype]
+    m, k = 67, 288 if fmt == "q8_0" else 768       # (Q6_K's 210-byte blocks: rows at 2-aligned offsets too)
     raw = random_weight(qtype, m, k, rng)
-    q, info = emu.quantize(activations(rng, n, k), "q8_0")
+    q, info = emu.quantize(activations(rng, n, k), fmt)
     bias = rng.standard_normal(m, dtype=np.float32)
     got = run_matvec_i8(gpu, qtype, raw, emu.pack(q, info), n, k, rows=4, bias=bias, w_pad=36, x_pad=8, y_pad=12,
                         tokens=tokens)
     check(got, emu.matvec(raw, qtype, q, info) + bias)
+    # the same integer sums and float steps as one token at a time: equal word for word
+    one = run_matvec_i8(gpu, qtype, raw, emu.pack(q, info), n, k, rows=4, bias=bias, w_pad=36, x_pad=8, y_pad=12)
+    np.testing.assert_array_equal(got, one)
 
 
 @pytest.mark.parametrize("qtype", [QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0], ids=lambda t: t.name)

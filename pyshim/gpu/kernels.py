@@ -79,13 +79,14 @@ I8_ACTIVATIONS: dict[QT, str] = {QT.Q4_0: "q8_0", QT.Q4_1: "q8_0", QT.Q5_0: "q8_
 # grouped). Type -> its define. (The f32 kernels read the file layout.)
 GROUPED_TYPES: dict[QT, str] = {QT.Q8_0: "W_Q8_0G"}
 assert set(GROUPED_TYPES) == set(GROUPED_TENSOR_TYPES)
-# Types whose int8 decoders unpack a block once for several tokens (matvec_i8's TOKENS: 32-value blocks),
+# Types whose int8 decoders unpack a block once for several tokens (matvec_i8's TOKENS: 32-value blocks,
+# and the K-quants' blocks in pieces of 32, include/pieces_i8.wgsl),
 # and the rows x tokens an invocation takes in steps of several tokens (prefill). SwiftShader, 64 tokens
 # (playwright/bench_prefill_kernels.py), ms against one token and 4 rows per invocation: Q4_1 1536x576 101
 # -> 60 (rows x tokens 8x8; 4x8 72, 8x16 56, 16x8 55), Q5_0 2048x640 172 -> 92 (4x8 108, 8x16 84, 16x8 84);
 # larger tiles waste more on short prompts and narrow matrices. lavapipe, Gemma 3 64-token prefill: 2060 ->
 # 1550-1640 ms for 4x4, 8x2 and 8x8 alike.
-I8_TOKEN_TYPES = frozenset({QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0})
+I8_TOKEN_TYPES = frozenset({QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K})
 I8_TOKENS = 8
 I8_TOKEN_ROWS = 8
 # Types whose 2-byte-offset blocks (18, 22 bytes) matvec_i8 can take two at a time (PAIRS) when a row

@@ -1,5 +1,7 @@
 // Q5_K (see q5_k.wgsl) against Q8_K activations: as Q4_K with 5-bit values.
 #include "include/kscales.wgsl"
+#include "include/pieces_i8.wgsl"
+#define PIECES 8u
 const BLOCK_ELEMS: u32 = 256u;
 const BLOCK_BYTES: u32 = 176u;
 
@@ -31,4 +33,31 @@ fn block_dot(wb: u32, b: u32) -> f32 {
         mins += sm1.y * (sums.x + sums.y) + sm2.y * (sums.z + sums.w);
     }
     return xm(5u * b).x * (dm.x * f32(dots) - dm.y * f32(mins));
+}
+
+// TOKENS (include/pieces_i8.wgsl): piece p is sub-block p, nibbles as Q4_K's and bit p of the high-bit bytes
+fn block_head(wb: u32) -> KHead {
+    let i0 = wb >> 2u;
+    let dm = unpack2x16float(w[i0]);
+    return KHead(dm.x, dm.y, vec4<u32>(w[i0 + 1u], w[i0 + 2u], w[i0 + 3u], 0u));
+}
+
+fn piece_unpack(wb: u32, head: KHead, p: u32) -> WPiece {
+    let i0 = wb >> 2u;
+    let q0 = i0 + 12u + 8u * (p >> 1u);
+    let sh = 4u * (p & 1u);
+    var pc = WPiece(vec4<u32>(0u), vec4<u32>(0u), vec2<i32>(k_scale_min(head.s, p)));
+    for (var i = 0u; i < 4u; i++) {
+        pc.lo[i] = ((w[q0 + i] >> sh) & 0x0F0F0F0Fu) | (((w[i0 + 4u + i] >> p) & 0x01010101u) << 4u);
+        pc.hi[i] = ((w[q0 + 4u + i] >> sh) & 0x0F0F0F0Fu) | (((w[i0 + 8u + i] >> p) & 0x01010101u) << 4u);
+    }
+    return pc;
+}
+
+fn piece_apply(pc: WPiece, xa: vec4<u32>, xb: vec4<u32>, sums: vec2<i32>) -> vec2<i32> {
+    return vec2<i32>(pc.sc.x * (dot16(pc.lo, xa) + dot16(pc.hi, xb)), pc.sc.y * (sums.x + sums.y));
+}
+
+fn block_finish(head: KHead, s: vec2<i32>, dx: f32) -> f32 {
+    return dx * (head.d * f32(s.x) - head.dmin * f32(s.y));
 }

@@ -1,6 +1,8 @@
 // Q6_K (see q6_k.wgsl) against Q8_K activations: per 16-value group g with int8 scale sc_g,
 // d * d_x * sum_g sc_g * ((q.x)_g - 32 * (sum x)_g), q the unsigned 6-bit values; sums in integers.
 // Group g's 16-sum sits at the same index as its scale (elements 16g..16g+15).
+#include "include/pieces_i8.wgsl"
+#define PIECES 8u
 const BLOCK_ELEMS: u32 = 256u;
 const BLOCK_BYTES: u32 = 210u;
 
@@ -51,4 +53,47 @@ fn block_dot(wb: u32, b: u32) -> f32 {
         }
     }
     return d * xm(5u * b).x * f32(total);
+}
+
+// TOKENS (include/pieces_i8.wgsl): piece p = 4n + q is the q-th 32 values of half n: the low (q < 2) or
+// high nibbles of 32 ql bytes, with bits 2q, 2q+1 of 32 qh bytes; its groups are 2p and 2p + 1
+fn block_head(wb: u32) -> KHead {
+    let i0 = wb >> 2u;
+    let sh = (wb & 3u) * 8u;
+    return KHead(w_f16(wb + 208u), 0.0, vec4<u32>(funnel(w[i0 + 48u], w[i0 + 49u], sh), funnel(w[i0 + 49u], w[i0 + 50u], sh),
+                                                  funnel(w[i0 + 50u], w[i0 + 51u], sh), funnel(w[i0 + 51u], w[i0 + 52u], sh)));
+}
+
+fn piece_unpack(wb: u32, head: KHead, p: u32) -> WPiece {
+    let i0 = wb >> 2u;
+    let sh = (wb & 3u) * 8u;
+    let n = p >> 2u;
+    let q = p & 3u;
+    let l0 = i0 + 16u * n + 8u * (q & 1u);
+    let h0 = i0 + 32u + 8u * n;
+    let nib = 4u * (q >> 1u);
+    var pc = WPiece(vec4<u32>(0u), vec4<u32>(0u), vec2<i32>(i8_of(head.s, 2u * p), i8_of(head.s, 2u * p + 1u)));
+    var lo_l = w[l0];
+    var lo_h = w[h0];
+    for (var i = 0u; i < 8u; i++) {
+        let hi_l = w[l0 + i + 1u];
+        let hi_h = w[h0 + i + 1u];
+        let v = ((funnel(lo_l, hi_l, sh) >> nib) & 0x0F0F0F0Fu) | (((funnel(lo_h, hi_h, sh) >> (2u * q)) & 0x03030303u) << 4u);
+        if (i < 4u) {
+            pc.lo[i] = v;
+        } else {
+            pc.hi[i - 4u] = v;
+        }
+        lo_l = hi_l;
+        lo_h = hi_h;
+    }
+    return pc;
+}
+
+fn piece_apply(pc: WPiece, xa: vec4<u32>, xb: vec4<u32>, sums: vec2<i32>) -> vec2<i32> {
+    return vec2<i32>(pc.sc.x * (dot16(pc.lo, xa) - 32 * sums.x) + pc.sc.y * (dot16(pc.hi, xb) - 32 * sums.y), 0);
+}
+
+fn block_finish(head: KHead, s: vec2<i32>, dx: f32) -> f32 {
+    return head.d * dx * f32(s.x);
 }
