@@ -285,13 +285,14 @@ def add_int8_cases(c: Cases, rng) -> None:
                        x_row_words=xq_row_words(k, fmt)), matvec_grid(m, n, rows=4), close(want, rel=1e-5),
                   uniform=[1] if uniform else [])
     for qtype in sorted(I8_TOKEN_TYPES - GROUPED_TYPES.keys()):     # several tokens per invocation (prefill)
-        k, m, n = 288, 67, 11
+        fmt = I8_ACTIVATIONS[qtype]                # (the K-quants piece by piece)
+        k, m, n = 288 if fmt == "q8_0" else 768, 67, 11
         raw = random_weight(qtype, m, k, rng)
-        q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), "q8_0")
+        q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), fmt)
         c.add(f"matvec_i8 {qtype.name} tokens", matvec_i8_key(qtype, rows=I8_TOKEN_ROWS, tokens=I8_TOKENS),
               [raw, i8_emulation.pack(q, info)], [n * m * 4],
               dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
-                   x_row_words=xq_row_words(k, "q8_0")), matvec_i8_grid(m, n, I8_TOKEN_ROWS, I8_TOKENS),
+                   x_row_words=xq_row_words(k, fmt)), matvec_i8_grid(m, n, I8_TOKEN_ROWS, I8_TOKENS),
               close(i8_emulation.matvec(raw, qtype, q, info).astype(np.float32), rel=1e-5))
     for qtype in sorted(I8_PAIR_TYPES):            # two blocks per call: rows of an even block count
         k, m = 320, 37
