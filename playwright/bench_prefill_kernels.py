@@ -6,7 +6,7 @@ the CPU time of Chromium's GPU process (where SwiftShader's threads run: steadie
 
 Matmul shapes are the FFN up/gate matrices of SmolLM2 (Q4_1 1536x576, up/gate) and Gemma 3 270M (Q4_K 640x2048, down):
 the barrier-free matvec with 4 rows per invocation, the int8 route's matvec (its quantize pass timed on its own row; one token per
-invocation as in decode, and for the 32-value block types (rows, tokens) per invocation, I8_SHAPES), and the
+invocation as in decode, and for the I8_TOKEN_TYPES (rows, tokens) per invocation, I8_SHAPES), and the
 tiled matmul with the CPU-adapter and the GPU tile shapes. Attention: the decode kernel one invocation per
 (head, token) against the key-tiled prefill kernel, over a prompt of --tokens at positions 0...
 """
