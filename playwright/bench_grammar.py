@@ -75,7 +75,7 @@ async def _native(path: Path, jobs: list[dict], tokens: int) -> list[dict]:
         for job in jobs:
             ids = session.template.encode(session.tokenizer, [{"role": "user", "content": job["prompt"]}])
             done = await session.complete(ids, Sampling.parse(_wire(tokens, job["format"])), stop_ids=session.stop_ids(
-                Sampling.parse({}), chat=True))
+                Sampling.parse({}), chat=True), reuse=False)        # (each job's whole prompt: its prefill is subtracted)
             out.append({"text": done.text, **done.timings()})
         return out
     finally:
@@ -96,7 +96,7 @@ def _browser(path: Path, jobs: list[dict], tokens: int) -> list[dict]:
         for job in jobs:
             ids = template.encode(tokenizer, [{"role": "user", "content": job["prompt"]}])
             r = request("complete", {"settings": {"context": CONTEXT}, "prompt_ids": ids, "stop_token_ids": stops,
-                                     "sampling": _wire(tokens, job["format"])})
+                                     "sampling": _wire(tokens, job["format"]), "reuse": False})
             out.append({"text": r["text"], **r["timings"]})
     return out
 

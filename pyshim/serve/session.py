@@ -142,10 +142,11 @@ class Session:
 
     async def complete(self, prompt: Sequence[int], sampling: Sampling, *, stop_ids: Sequence[int] | None = None,
                        on_text: OnText | None = None, should_stop: Callable[[], bool] = lambda: False,
-                       on_prefill: Progress | None = None) -> Completion:
+                       on_prefill: Progress | None = None, reuse: bool = True) -> Completion:
         """A continuation of `prompt` (token ids); stop ids default to the vocabulary's end of generation.
         With a response_format the reply is constrained to it, and any id the grammar engine takes for an
-        end also ends the reply. `on_prefill` as in chat."""
+        end also ends the reply. `on_prefill` as in chat; `reuse=False` runs the whole prompt whatever the
+        cache holds (benchmarks)."""
         stop_ids = self.stop_ids(sampling) if stop_ids is None else list(stop_ids)
         constraint = None
         if sampling.response_format is not None:
@@ -154,7 +155,7 @@ class Session:
         try:
             return await generate(self.runner, prompt, sampling.params, sampling.max_tokens, stop_ids=stop_ids,
                                   stop_strings=sampling.stop, decoder=self.tokenizer.stream(), on_text=on_text,
-                                  should_stop=should_stop, constraint=constraint, on_prefill=on_prefill)
+                                  should_stop=should_stop, constraint=constraint, on_prefill=on_prefill, reuse=reuse)
         finally:
             if constraint is not None:
                 constraint.close()

@@ -313,7 +313,7 @@ async def generate(request_json: str, file_size: int, store, request_id: int, em
 @_boundary
 async def complete(request_json: str, file_size: int, store, request_id: int, emit) -> str:
     """A raw continuation (no chat template): {model_id, prompt | prompt_ids, stop_token_ids, settings,
-    sampling} -> as generate, with `arithmetic` (what ran)."""
+    sampling, reuse} -> as generate, with `arithmetic` (what ran)."""
     request = validate("complete", json.loads(request_json))
     sampling = Sampling.of(request["sampling"])
 
@@ -323,7 +323,8 @@ async def complete(request_json: str, file_size: int, store, request_id: int, em
         prompt = session.prompt_ids(request.get("prompt"), request.get("prompt_ids"))
         with _compiles_reported(emit):
             done = await session.complete(prompt, sampling, stop_ids=session.stop_ids(sampling, request.get("stop_token_ids") or ()),
-                                          on_text=_on_text(emit), should_stop=should_stop, on_prefill=_progress(emit, "prefill"))
+                                          on_text=_on_text(emit), should_stop=should_stop, on_prefill=_progress(emit, "prefill"),
+                                          reuse=request["reuse"])
         runner = session.runner
         return {**_result(done, load_ms), "arithmetic": runner.arithmetic.value, "context": runner.n_ctx,
                 "kv_type": runner.settings.kv_type, "auto": runner.auto, "expert_cache": runner.expert_cache_stats(),
