@@ -127,3 +127,17 @@ def test_a_chat_turn_reports_its_cached_tokens_and_bench_runs_whole(tmp_path):
     assert seen[0] == (second.cached_tokens, second.prompt_tokens) and seen[-1] == (second.prompt_tokens,) * 2
     ids = session.chat_ids(messages)
     assert asyncio.run(session.bench(ids, 2)).cached_tokens == 0
+
+
+def test_two_questions_under_one_system_prompt_prefill_it_once(tmp_path):
+    """Requests one after another that share a long system prompt (#22's shared prefix, in one sequence):
+    the second runs only from where the conversations differ."""
+    session = Session(reference(write_tiny_model(tmp_path, "llama", QT.Q8_0), context=64))
+    sampling = Sampling.parse({"temperature": 0, "max_tokens": 2})
+    system = {"role": "system", "content": "w1 w2 w3"}       # (the tiny vocabulary spells it byte by byte)
+    first = asyncio.run(session.chat([system, {"role": "user", "content": "a"}], sampling))
+    second = asyncio.run(session.chat([system, {"role": "user", "content": "b"}], sampling))
+    shared = session.chat_ids([system, {"role": "user", "content": "a"}])
+    ids = session.chat_ids([system, {"role": "user", "content": "b"}])
+    common = next(i for i, (x, y) in enumerate(zip(shared, ids)) if x != y)
+    assert first.cached_tokens == 0 and second.cached_tokens == common > len(ids) // 2
