@@ -141,3 +141,15 @@ def test_two_questions_under_one_system_prompt_prefill_it_once(tmp_path):
     ids = session.chat_ids([system, {"role": "user", "content": "b"}])
     common = next(i for i, (x, y) in enumerate(zip(shared, ids)) if x != y)
     assert first.cached_tokens == 0 and second.cached_tokens == common > len(ids) // 2
+
+
+def test_a_step_cut_short_forgets_its_sequence():
+    held = HeldTokens()
+    held.wrote(Slice((1, 2, 3), 0))
+    with pytest.raises(RuntimeError):
+        with held.writing(Slice((4, 5), 3)):
+            raise RuntimeError("the device was lost")     # some of its keys may be written, some not
+    assert held.tokens() == [] and held.reusable([1, 2, 3, 4]) == 0
+    with held.writing(Slice((7, 8), 0)):
+        pass
+    assert held.tokens() == [7, 8]

@@ -191,8 +191,8 @@ class GpuRunner:
         check_step(step, self.capacity, self.spec.n_vocab)
         outputs = []
         for s in step.slices:
-            outputs.append(await self._slice(s, step))
-            self.held.wrote(s)
+            with self.held.writing(s):
+                outputs.append(await self._slice(s, step))
         self.stats.steps += 1
         return outputs
 

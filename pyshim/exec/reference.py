@@ -337,9 +337,9 @@ class ReferenceRunner:
             self.ops.kv = self._caches[s.seq]
             tokens = np.asarray(s.tokens, dtype=np.int64)
             positions = np.arange(s.start, s.end, dtype=np.int64)
-            logits = self.model.forward(self.ops, tokens, positions, step.want is Want.ALL_LOGITS)
+            with self.held.writing(s):
+                logits = self.model.forward(self.ops, tokens, positions, step.want is Want.ALL_LOGITS)
             outputs.append(answer(logits, step))
-            self.held.wrote(s)
         self.stats.steps += 1
         return outputs
 

@@ -20,6 +20,7 @@ planned — a WebAssembly CPU engine. pyshim.serve.generation is the one loop on
 from __future__ import annotations
 
 import enum
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Protocol, Sequence
 
@@ -130,6 +131,17 @@ class HeldTokens:
 
     def _wrapped(self, seq: int) -> bool:
         return bool(self.window) and self._top.get(seq, 0) > self.window
+
+    @contextmanager
+    def writing(self, s: Slice):
+        """Around running slice `s`: recorded when it finishes; a slice cut short (an error, a lost device,
+        a cancelled await) may have written some of its keys, so its sequence is forgotten."""
+        try:
+            yield
+        except BaseException:
+            self.forget(s.seq)
+            raise
+        self.wrote(s)
 
     def wrote(self, s: Slice) -> None:
         """Slice `s` was run: its keys are in the cache."""
