@@ -66,6 +66,7 @@ class BenchConfig:
     out: Path = DEFAULT_OUT
     quick: bool = False
     chromium_gpu: bool = False         # launch Chromium with harness.CHROMIUM_GPU_FLAGS (a real GPU through Vulkan)
+    budget_mb: float | None = None     # the native engines' GPU memory budget (None: pyshim's default, 4 GiB)
 
     @property
     def settings(self) -> Settings:
@@ -266,7 +267,8 @@ def _run_native(report: dict, config: BenchConfig, facts: dict, cli: dict) -> No
     for name in config.models:
         for backend in natives:
             res = _measure(f"{name} {backend}", settings.runs,
-                           lambda: bench_engines.cli_run(backend, Path(facts[name]["path"]), facts[name]["workload"], cli))
+                           lambda: bench_engines.cli_run(backend, Path(facts[name]["path"]), facts[name]["workload"], cli,
+                                                         budget_mb=config.budget_mb))
             _add(report, name, backend, res, facts[name], report["rooflines"].get(backend))
     llama_python = bench_engines.llamacpp_python() if config.peer and not config.quick else None
     report["llamacpp_python"] = llama_python
@@ -383,6 +385,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="one small model, few tokens, one run (what CI runs)")
     parser.add_argument("--chromium-gpu", action="store_true",
                         help="launch Chromium with the real-GPU flags (Vulkan on Linux; playwright/harness.py CHROMIUM_GPU_FLAGS)")
+    parser.add_argument("--budget-mb", type=float, default=None,
+                        help="GPU memory the native engines may plan for (default pyshim's 4 GiB, which WebGPU cannot "
+                             "check: a bigger model streams layers; give a big GPU's memory to keep it resident)")
     stream = parser.add_argument_group("expert streaming (--stream: a MoE over its GPU budget against it resident)")
     stream.add_argument("--stream", action="store_true", help="run the expert streaming benchmark instead (bench_stream.py)")
     stream.add_argument("--budgets-mb", default=None, help="comma-separated GPU budgets in MB (default 1000,2000)")
@@ -459,7 +464,8 @@ def config_from_args(args):
     models = [m for m in (args.models or ("smollm2" if args.quick else "smollm2,gemma3")).split(",") if m]
     runs = args.runs or (QUICK.runs if args.quick else FULL.runs)
     return BenchConfig(models=models, backends=backends, peer=None if args.peer == "none" else args.peer,
-                       runs=max(1, runs), out=args.out, quick=args.quick, chromium_gpu=args.chromium_gpu)
+                       runs=max(1, runs), out=args.out, quick=args.quick, chromium_gpu=args.chromium_gpu,
+                       budget_mb=args.budget_mb)
 
 
 def run_and_report(config) -> int:

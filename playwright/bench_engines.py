@@ -117,7 +117,8 @@ def generate_cli_support(python: str = sys.executable) -> dict:
     return {"backends": (named | loadable) - {""}, "flags": flags}
 
 
-def cli_run(backend: str, model_path: Path, workload: list[dict], support: dict, python: str = sys.executable) -> dict:
+def cli_run(backend: str, model_path: Path, workload: list[dict], support: dict, python: str = sys.executable,
+            budget_mb: float | None = None) -> dict:
     """One run through `pyshim generate ... --json` in a fresh process per prompt."""
     if backend not in support["backends"]:
         raise EngineUnavailable("not built yet")
@@ -127,6 +128,8 @@ def cli_run(backend: str, model_path: Path, workload: list[dict], support: dict,
                "--max-tokens", str(prompt["max_tokens"]), "--temperature", "0", "--backend", backend, "--json"]
         if "--ignore-eos" in support["flags"]:
             cmd.append("--ignore-eos")
+        if budget_mb is not None:
+            cmd += ["--budget-mb", str(budget_mb)]
         t0 = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=harness.ROOT, timeout=CLI_TIMEOUT_S)
         wall = time.perf_counter() - t0

@@ -24,6 +24,7 @@ const TANH_CLAMP: f32 = 15.0;       // tanh is 1 to f32 precision beyond this; c
 
 #ifndef COMBINE
 #include "include/kv.wgsl"
+#include "include/exact.wgsl"
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> kc: array<KVCell>;
@@ -86,7 +87,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
         var s = (dv.x + dv.y + dv.z + dv.w) * params.scale;
 #ifdef SOFTCAP
-        s = params.softcap * tanh(clamp(s / params.softcap, -TANH_CLAMP, TANH_CLAMP));
+        s = params.softcap * tanh_exact1(clamp(s / params.softcap, -TANH_CLAMP, TANH_CLAMP));
 #endif
         let m_new = max(m, s);
         let corr = exp(m - m_new);

@@ -14,6 +14,7 @@ const SCORE_FLOOR: f32 = -3.0e38;   // the running max before any key (finite: e
 const TANH_CLAMP: f32 = 15.0;       // tanh is 1 to f32 precision beyond this; clamping avoids inf/inf in exp-based tanh
 
 #include "include/kv.wgsl"
+#include "include/exact.wgsl"
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> kc: array<KVCell>;
@@ -84,7 +85,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
                 }
                 var sc = (dv.x + dv.y + dv.z + dv.w) * params.scale;
 #ifdef SOFTCAP
-                sc = params.softcap * tanh(clamp(sc / params.softcap, -TANH_CLAMP, TANH_CLAMP));
+                sc = params.softcap * tanh_exact1(clamp(sc / params.softcap, -TANH_CLAMP, TANH_CLAMP));
 #endif
                 s[r] = sc;
                 tile_max = max(tile_max, sc);

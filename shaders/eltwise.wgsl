@@ -22,6 +22,7 @@ struct Params {
 @group(0) @binding(2) var<uniform> params: Params;
 #endif
 
+#include "include/exact.wgsl"
 const TANH_CLAMP: f32 = 15.0;
 
 @compute @workgroup_size(WG)
@@ -39,7 +40,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let r = av * params.s;
 #endif
 #ifdef OP_SOFTCAP
-    let r = params.s * tanh(clamp(av / params.s, vec4<f32>(-TANH_CLAMP), vec4<f32>(TANH_CLAMP)));
+    let r = params.s * tanh_exact(clamp(av / params.s, vec4<f32>(-TANH_CLAMP), vec4<f32>(TANH_CLAMP)));
 #endif
 #ifdef OP_COPY
     let r = av;

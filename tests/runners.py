@@ -35,6 +35,14 @@ async def gpu(path, *, context: int | None = None, arithmetic=None, kv_type: str
     settings = RunSettings(context=context, kv_type=kv_type, arithmetic=arithmetic,
                            **({} if chunk is None else {"prefill_chunk": chunk}), **(rope or {}), expert_slots=expert_slots,
                            streamed_layers=streamed_layers)
+    # The f32 route's kernels, which these tests' tolerances are for, unless a test asks for halves: on a
+    # GPU with shader-f16 the default policy runs them in f16 (tests/test_kernels_f16.py checks those).
+    # int8 asked: its kernels, which are barrier-free ones (a real GPU's default reductions would take the
+    # f32 route instead), unless the test names `reduce` itself.
+    policy = {"f16": False, **(options.get("policy") or {})}
+    if settings.arithmetic is Arithmetic.INT8:
+        policy.setdefault("reduce", False)
+    options["policy"] = policy
     return await load_gpu(path, settings=settings, device=device, **options)
 
 

@@ -1,6 +1,6 @@
 """The f16 kernels (chosen on GPUs with shader-f16: F16 matvec, tiled matmul, decode attention, the gated
 activation) against the f32 ones on the same inputs, natively on lavapipe, which has shader-f16. Their
-products (and a block's partial sums) are halves, so the tolerance is f16's: F16_REL of the largest output,
+products are halves, so the tolerance is f16's: F16_REL of the largest output,
 where the f32 kernel tests use 2e-5 (f16 keeps 11 significant bits: half an ulp is 2.4e-4 of a value, and a
 dot product's rounding grows with the square root of its length). A tiny model of each family run with the
 f16 kernels stays within the same tolerance of the f32 reference's logits."""

@@ -82,7 +82,10 @@ def test_quantize_matches_emulation(gpu, fmt, k):
     q, info = emu.unpack(run_quantize(gpu, x, fmt, x_pad=8, q_pad=4), n, k, fmt)
     want_q, want_info = emu.quantize(x, fmt)
     np.testing.assert_array_equal(q, want_q)
-    np.testing.assert_array_equal(info, want_info)
+    if gpu.device.caps.is_fallback:
+        np.testing.assert_array_equal(info, want_info)
+    else:       # a real GPU's division may be 2.5 ulp off (WGSL allows it; NVIDIA's is): Q8_K's scale 1/iscale
+        np.testing.assert_array_max_ulp(info, want_info, maxulp=3)
 
 
 @pytest.mark.parametrize("variant", ["rows1", "rows3", "uniform_rows4", "bias_offsets"])
@@ -135,9 +138,15 @@ def test_matvec_i8_tokens(gpu, qtype, tokens, n):
     got = run_matvec_i8(gpu, qtype, raw, emu.pack(q, info), n, k, rows=4, bias=bias, w_pad=36, x_pad=8, y_pad=12,
                         tokens=tokens)
     check(got, emu.matvec(raw, qtype, q, info) + bias)
-    # the same integer sums and float steps as one token at a time: equal word for word
+    # the same integer sums and float steps as one token at a time: equal word for word, where the driver
+    # keeps a * b + c as two roundings (SwiftShader, lavapipe); NVIDIA's fuses some into fma, differently in
+    # the two loops (WGSL allows it): there within a few ulp of the row's sums (H200: up to 2e-6 absolute
+    # where outputs reach ~60, 2.4e-7 of it; more ulp of the small outputs those sums cancel to)
     one = run_matvec_i8(gpu, qtype, raw, emu.pack(q, info), n, k, rows=4, bias=bias, w_pad=36, x_pad=8, y_pad=12)
-    np.testing.assert_array_equal(got, one)
+    if gpu.device.caps.is_fallback:
+        np.testing.assert_array_equal(got, one)
+    else:
+        np.testing.assert_allclose(got, one, rtol=0, atol=1e-6 * np.abs(one).max())
 
 
 @pytest.mark.parametrize("qtype", [QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0], ids=lambda t: t.name)

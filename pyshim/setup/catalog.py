@@ -85,8 +85,9 @@ def resolve_model(name_or_path: str | Path) -> Path:
 
     if key in synthetic.SHAPES:
         path = synthetic.path_for(key)
-        if not path.is_file():
-            print(f"[synthetic] writing {path} (random weights in {key}'s shape; once)", flush=True)
+        if path.is_file():
+            return path                    # written already: its tokenizer's model need not be here
+        print(f"[synthetic] writing {path} (random weights in {key}'s shape; once)", flush=True)
         return synthetic.write(key, resolve_model(synthetic.SHAPES[key].tokenizer_from))
     known = ", ".join([*MODELS, *synthetic.SHAPES])
     raise ModelNotFoundError(f"no such model file or short name: {name_or_path!s}", hint=f"give a path to a .gguf file or one of: {known}")

@@ -56,6 +56,13 @@ SHAPES: dict[str, Shape] = {
     # 50k; SmolLM2's 49k GPT-2-style one stands in for it)
     "olmoe-1b-7b": Shape(arch="olmoe", tokenizer_from="smollm2", n_layers=16, n_embd=2048, n_heads=16, n_kv_heads=16,
                          n_ff=1024, context=4096, n_experts=64, n_experts_used=8, qk_norm="full"),
+    # SmolLM2-135M's shape at Q4_0 (the shipped file is Q4_1): the small model, where on a real GPU a decode
+    # step's CPU side is most of its time, for machines that cannot take the 98 MB file along
+    "smollm2-135m": Shape(arch="llama", tokenizer_from="smollm2", n_layers=30, n_embd=576, n_heads=9, n_kv_heads=3,
+                          n_ff=1536, context=8192, rope_base=1e5, tied=True),
+    # Qwen2.5-1.5B's dense shape (tied embeddings; without its q/k/v biases): the mid-size dense case
+    "qwen2.5-1.5b": Shape(arch="qwen2", tokenizer_from="qwen2.5", n_layers=28, n_embd=1536, n_heads=12, n_kv_heads=2,
+                          n_ff=8960, context=32768, rope_base=1e6, eps=1e-6, tied=True),
     # Qwen2.5-7B's dense shape (4.3 GB at Q4_0; without its q/k/v biases), the real Qwen2.5 tokenizer: the
     # model layer streaming is measured on (`pyshim bench --stream --models qwen2.5-7b`)
     "qwen2.5-7b": Shape(arch="qwen2", tokenizer_from="qwen2.5", n_layers=28, n_embd=3584, n_heads=28, n_kv_heads=4,
@@ -128,6 +135,22 @@ def _tokenizer_fields(path: Path) -> list:
             fields.append((key, f.contents(), vtype, sub))
         _VOCAB[name] = fields
     return _VOCAB[name]
+
+
+def write_tokenizer(source_gguf: Path, path: Path) -> Path:
+    """A GGUF that holds only `source_gguf`'s `tokenizer.*` keys (a few MB, no tensors): enough for `write`
+    on a machine that has no room or no network for the shipped model (a lent GPU machine)."""
+    from gguf import GGUFWriter
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = GGUFWriter(str(path), "tokenizer")
+    for key, value, vtype, sub in _tokenizer_fields(Path(source_gguf)):
+        writer.add_key_value(key, value, vtype, sub)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    return path
 
 
 def write(name: str | Shape, tokenizer_gguf: Path, seed: int = 0, path: Path | None = None, *, progress=None) -> Path:

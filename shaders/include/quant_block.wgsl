@@ -1,6 +1,7 @@
 // One block of activations -> int8 words and f32 metadata, rounded exactly as llama.cpp's CPU backend rounds
 // them (quantize.wgsl's layout; the attention kernel's QUANT output uses it too). Writes the including
 // kernel's `xq: array<u32>`. Q8_K: blocks of 256 (the k-quants'), else blocks of 32 (Q8_0/Q8_1).
+#include "include/exact.wgsl"
 #ifdef Q8_K
 const QBLOCK: u32 = 256u;
 const META_WORDS: u32 = 20u;
@@ -61,10 +62,9 @@ fn quant_block(v: ptr<function, array<vec4<f32>, QVEC4>>, words: u32, info: u32)
         sum += iv.x + iv.y + iv.z + iv.w;
         xq[words + i] = pack4xI8(iv);
     }
-    // f16 rounding through pack2x16float (no shader-f16 needed): Q8_0 keeps d as f16, Q8_1 also s
-    let halves = unpack2x16float(pack2x16float(vec2<f32>(d, d * f32(sum))));
-    xq[info] = bitcast<u32>(halves.x);
-    xq[info + 1u] = bitcast<u32>(halves.y);
+    // Q8_0 keeps d as f16, Q8_1 also s
+    xq[info] = bitcast<u32>(round_f16(d));
+    xq[info + 1u] = bitcast<u32>(round_f16(d * f32(sum)));
     xq[info + 2u] = bitcast<u32>(f32(sum));
     xq[info + 3u] = 0u;
 #endif
