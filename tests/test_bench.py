@@ -10,10 +10,12 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
 import bench
+import bench_engines
 import bench_report
 from pyshim.setup.catalog import model_path
 
@@ -114,6 +116,21 @@ def test_prompts_have_the_token_counts_asked_for():
 def test_unknown_backend_is_refused():
     with pytest.raises(SystemExit, match="unknown backend"):
         bench.parse_args(["--backends", "browser,tpu"])
+
+
+def test_a_budget_reaches_the_native_engines(monkeypatch):
+    """`--budget-mb` (a big GPU's memory, which WebGPU does not tell) goes to every `pyshim generate` run."""
+    assert bench.parse_args(["--budget-mb", "120000"]).budget_mb == 120000
+    seen = []
+
+    def run(cmd, **_):
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps({"ids": [1], "decode_tok_s": 1.0}), stderr="")
+
+    monkeypatch.setattr(bench_engines.subprocess, "run", run)
+    workload = [{"name": "p", "text": "hi", "tokens": 1, "max_tokens": 2, "decode": True}]
+    bench_engines.cli_run("gpu", Path("m.gguf"), workload, {"backends": {"gpu"}, "flags": set()}, budget_mb=120000)
+    assert seen and seen[0][-2:] == ["--budget-mb", "120000"]
 
 
 def _bench_cli(tmp_path, *args: str):

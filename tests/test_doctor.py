@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -113,3 +114,12 @@ def test_doctor_bench_quick_runs_the_benchmarks(tmp_path):
     assert rows[("smollm2", "browser")]["decode_tok_s"] > 0 and rows[("smollm2", "gpu")]["cpu_ms_per_step"] > 0
     assert rows[("smollm2", "wllama-webgpu")]["status"].startswith(("ok", "refused"))
     assert "| smollm2 | browser | ok |" in bench["table"]
+
+
+def test_the_device_check_script_parses_and_knows_its_carried_folders():
+    """playwright/device_check.sh runs once per lent GPU machine, far from CI: at least it is valid bash,
+    and it installs what --prepare gathers (.gl, .whl, .dev)."""
+    script = Path(__file__).resolve().parent.parent / "playwright" / "device_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    text = script.read_text()
+    assert all(folder in text for folder in (".gl/*.deb", ".whl/*.whl", ".dev/tokenizer-"))

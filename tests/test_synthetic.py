@@ -50,3 +50,24 @@ def test_full_size_shapes_resolve_by_short_name_without_writing_when_present():
     path = synthetic.path_for("olmoe-1b-7b")
     if path.is_file():
         assert resolve_model("olmoe-1b-7b") == path
+
+
+def test_a_tokenizer_only_file_writes_the_same_model(tmp_path):
+    """What a machine without the shipped models takes along (playwright/device_check.sh --prepare): the
+    tokenizer keys alone, a few MB, from which the same synthetic file is written byte for byte."""
+    tokenizer = synthetic.write_tokenizer(model_path("smollm2"), tmp_path / "tokenizer-smollm2.gguf")
+    assert tokenizer.stat().st_size < 0.05 * model_path("smollm2").stat().st_size
+    assert not read_header_from_file(tokenizer).tensors
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    want = synthetic.write(SMALL_MOE, model_path("smollm2"), path=tmp_path / "a" / "m.gguf")
+    got = synthetic.write(SMALL_MOE, tokenizer, path=tmp_path / "b" / "m.gguf")
+    assert got.read_bytes() == want.read_bytes()
+
+
+def test_a_written_synthetic_model_resolves_without_its_tokenizers_model(tmp_path, monkeypatch):
+    shape = "smollm2-135m"
+    monkeypatch.setattr(synthetic, "SYNTHETIC_DIR", tmp_path)
+    synthetic.path_for(shape).write_bytes(b"GGUF")     # present: no need for the smollm2 file (nor to read this)
+    monkeypatch.setattr("pyshim.setup.catalog.model_path", lambda name: tmp_path / "absent.gguf")
+    assert resolve_model(shape) == synthetic.path_for(shape)
