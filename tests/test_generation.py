@@ -13,6 +13,7 @@ from gguf import GGMLQuantizationType as QT
 
 from pyshim.errors import BadRequestError
 from pyshim.exec.loading import load_reference
+from pyshim.exec.runner import Step, Want
 from pyshim.plan.settings import RunSettings
 from pyshim.serve.generation import generate, score
 from pyshim.serve.protocol import Sampling
@@ -189,3 +190,67 @@ def test_requests_are_checked(gpu):
     assert s.params.temperature == 1.0 and s.params.top_p == 1.0 and s.max_tokens == 256 and s.stop == () and not s.ignore_eos
     with pytest.raises(BadRequestError):
         asyncio.get_event_loop_policy().new_event_loop().run_until_complete(generate(runner, [], SamplingParams(), 4))
+
+
+class ScriptedGrammar:
+    """A Matcher that forces `script[i]` at reply token i where it is an id, and allows any token where it
+    is None (past the script: anything)."""
+
+    def __init__(self, script, vocab):
+        self.script, self.vocab, self.at = script, vocab, 0
+
+    async def mask(self):
+        words = np.zeros((self.vocab + 31) // 32, np.uint32)
+        forced = self.script[self.at] if self.at < len(self.script) else None
+        if forced is None:
+            words[:] = 0xFFFFFFFF
+        else:
+            words[forced >> 5] = np.uint32(1 << (forced & 31))
+        return words
+
+    def accept(self, token):
+        self.at += 1
+
+    def close(self):
+        pass
+
+
+class Recorded:
+    """A runner whose steps are recorded; `one_by_one`: a reply's steps of several tokens run a token at a
+    time (what the loop did before runs of forced tokens were written in one step)."""
+
+    def __init__(self, runner, prompt_len, one_by_one=False):
+        self.runner, self.prompt_len, self.one_by_one, self.steps = runner, prompt_len, one_by_one, []
+
+    def __getattr__(self, name):
+        return getattr(self.runner, name)
+
+    async def step(self, step):
+        (one,) = step.slices
+        tokens, start = list(one.tokens), one.start
+        if self.one_by_one and start >= self.prompt_len and len(tokens) > 1:
+            for i, t in enumerate(tokens[:-1]):
+                await self.step(Step.of([t], start + i, seq=one.seq, want=Want.NONE))
+            return await self.step(Step.of(tokens[-1:], start + len(tokens) - 1, seq=one.seq, want=step.want, k=step.k))
+        self.steps.append((start, len(tokens)))
+        return await self.runner.step(step)
+
+
+def test_forced_tokens_are_written_in_one_step_with_the_same_reply(model):
+    """Jump-forward: a run of tokens the grammar forces costs one step (their keys written with the next
+    step that reads), and the reply is the one of writing them a token at a time."""
+    prompt = list(range(3, 23))
+    script = [None, 40, 41, 42, 43, None, None, 50, 51, None]
+
+    def run(one_by_one):
+        runner = Recorded(reference(model, context=64), len(prompt), one_by_one)
+        done = asyncio.run(generate(runner, prompt, SamplingParams(temperature=0), 10,
+                                    constraint=ScriptedGrammar(script, N_VOCAB)))
+        return done, runner.steps
+
+    fast, fast_steps = run(False)
+    slow, slow_steps = run(True)
+    assert fast.token_ids == slow.token_ids
+    assert [fast.token_ids[i] for i in (1, 2, 3, 4, 7, 8)] == [40, 41, 42, 43, 50, 51] and fast.forced == 6
+    reply_steps = [n for start, n in fast_steps if start >= len(prompt)]
+    assert max(reply_steps) == 5 and len(fast_steps) == len(slow_steps) - 6     # 40..43 + the free token: one step
