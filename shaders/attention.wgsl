@@ -7,6 +7,7 @@
 // SPLITS = 1: the invocation writes out[] itself. SPLITS > 1 (long contexts, real GPUs): split s covers
 // its share of [lo, pos] and writes (max, sum, unnormalized output) to `partial`; the COMBINE variant
 // (one invocation per head and token) merges the splits into out[].
+// LANES (real GPUs): a workgroup of LANES invocations per (head, token, split), a head's dims across it.
 // Defines: WG, HEAD_DIM/4 as HD4, HEAD_DIM_V/4 as HDV4, SPLITS, optional SOFTCAP, and KV_F16 or KV_Q8
 // (the cache's type, include/kv.wgsl); COMBINE for pass 2. QUANT (SPLITS = 1, the int8 route): each head's
 // output goes out rounded to the next matmul's int8 blocks (quantize.wgsl's layout and arithmetic, Q8_K
@@ -38,6 +39,97 @@ const TANH_CLAMP: f32 = 15.0;       // tanh is 1 to f32 precision beyond this; c
 #endif
 @group(0) @binding(5) var<uniform> params: Params;
 
+#ifdef LANES
+// A workgroup of LANES invocations per (head, token, split), the real-GPU form: lane i holds q's vec4s
+// i, i + LANES, ... and the same of each value row, a key's score is their sum over the workgroup (a tree
+// in workgroup memory), and every lane follows the same online softmax. One invocation walking the keys
+// alone, as below, left an H200 latency-bound: 3 ms a token for 28 layers at a 9-token context.
+const QPER: u32 = (HD4 + LANES - 1u) / LANES;      // q's and a key's vec4s a lane holds
+const VPER: u32 = (HDV4 + LANES - 1u) / LANES;     // a value row's
+var<workgroup> red: array<f32, LANES>;
+var<workgroup> bounds: vec2<u32>;
+
+@compute @workgroup_size(LANES)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lane: u32) {
+    let h = wid.x;
+    let t = wid.y;
+    let split = wid.z;
+    let kvh = h / (params.heads / params.kv_heads);
+    if (lane == 0u) {
+        let pos = positions[params.pos_off + t];
+        var lo = 0u;
+        if (params.window > 0u && pos + 1u > params.window) {
+            lo = pos + 1u - params.window;
+        }
+        let share = (pos + 1u - lo + SPLITS - 1u) / SPLITS;   // keys per split
+        let first = lo + split * share;
+        bounds = vec2<u32>(first, min(first + share, pos + 1u));
+    }
+    let span = workgroupUniformLoad(&bounds);       // (the loop below holds barriers: its bounds uniform)
+    let qb = params.q_off / 4u + (t * params.heads + h) * HD4;
+    var qv: array<vec4<f32>, QPER>;
+    for (var c = 0u; c < QPER; c++) {
+        let i = lane + c * LANES;
+        qv[c] = select(vec4<f32>(0.0), q[qb + min(i, HD4 - 1u)], i < HD4);
+    }
+    var acc: array<vec4<f32>, VPER>;
+    var m = SCORE_FLOOR;
+    var l = 0.0;
+    for (var j = span.x; j < span.y; j++) {
+        let row = (j % params.cap) * params.kv_heads + kvh;
+        var dv = vec4<f32>(0.0);
+        for (var c = 0u; c < QPER; c++) {
+            let i = lane + c * LANES;
+            if (i < HD4) {
+                dv = fma(qv[c], key4(row, i), dv);
+            }
+        }
+        red[lane] = dv.x + dv.y + dv.z + dv.w;
+        for (var w = LANES / 2u; w > 0u; w >>= 1u) {
+            workgroupBarrier();
+            if (lane < w) {
+                red[lane] += red[lane + w];
+            }
+        }
+        var s = workgroupUniformLoad(&red[0]) * params.scale;
+        workgroupBarrier();                         // every lane has read it before the next key's sums
+#ifdef SOFTCAP
+        s = params.softcap * tanh_exact1(clamp(s / params.softcap, -TANH_CLAMP, TANH_CLAMP));
+#endif
+        let m_new = max(m, s);
+        let corr = exp(m - m_new);
+        let p = exp(s - m_new);
+        l = l * corr + p;
+        for (var c = 0u; c < VPER; c++) {
+            let i = lane + c * LANES;
+            if (i < HDV4) {
+                acc[c] = fma(vec4<f32>(p), val4(row, i), acc[c] * corr);
+            }
+        }
+        m = m_new;
+    }
+    if (SPLITS == 1u) {
+        let ob = params.out_off / 4u + (t * params.heads + h) * HDV4;
+        for (var c = 0u; c < VPER; c++) {
+            let i = lane + c * LANES;
+            if (i < HDV4) {
+                out[ob + i] = acc[c] / l;
+            }
+        }
+        return;
+    }
+    let rb = ((t * params.heads + h) * SPLITS + split) * RECORD;
+    if (lane == 0u) {
+        out[rb] = vec4<f32>(m, l, 0.0, 0.0);
+    }
+    for (var c = 0u; c < VPER; c++) {
+        let i = lane + c * LANES;
+        if (i < HDV4) {
+            out[rb + 1u + i] = acc[c];
+        }
+    }
+}
+#else
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let h = gid.x;
@@ -124,6 +216,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
 #endif
 }
+#endif
 #endif
 
 #ifdef COMBINE

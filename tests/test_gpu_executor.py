@@ -81,15 +81,15 @@ def assert_like_emulation(got, want, plain):
 def test_chunked_prefill_then_decode_with_split_tensors(tmp_path_factory, loop, device, arch, qtype, reduce):
     """Small steps (rings wrap past Gemma's window), tensors split by rows (a 40 kB binding limit),
     then one token at a time: the last logits of every step equal the reference's all-at-once ones.
-    `reduce`: the real-GPU options (workgroup-reduction matvec and rmsnorm, attention split over the keys,
-    the key-tiled prefill attention)."""
+    `reduce`: the real-GPU options (workgroup-reduction matvec and rmsnorm, attention split over the keys
+    in lanes of a workgroup, the key-tiled prefill attention)."""
     path = tiny(tmp_path_factory, arch, qtype)
     ids = tiny_models.test_ids() + [5, 77, 300, 9, 12, 41, 42, 43]
     int8 = not reduce           # the CPU-adapter options take the int8 route (with split tensors too)
     cpu = Drive(reference(path, context=tiny_models.N_CTX, arithmetic=INT8 if int8 else F32))
     want = cpu.logits(ids, all_logits=True)
     plain = Drive(reference(path, context=tiny_models.N_CTX)).logits(ids, all_logits=True) if int8 else None
-    policy = dict(reduce=True, attn_splits=5, tiled_attention=True) if reduce else {}
+    policy = dict(reduce=True, attn_splits=5, attn_lanes=32, tiled_attention=True) if reduce else {}
     drive = gpu_runner(loop, device, path, chunk=SMALL_CHUNK, max_binding=40_000, policy=policy, arithmetic=INT8 if int8 else F32)
     assert any(len(w.parts) > 1 for w in drive.runner.ops.slots.slots.values())
     split = 11

@@ -68,7 +68,7 @@ def test_split_by_experts_chunked_prefill_then_decode(tmp_path_factory, loop, de
     int8 = not reduce
     want = Drive(reference(path, context=tiny_models.N_CTX, arithmetic=INT8 if int8 else F32)).logits(ids, all_logits=True)
     plain = Drive(reference(path, context=tiny_models.N_CTX)).logits(ids, all_logits=True)
-    policy = dict(reduce=True, attn_splits=5, tiled_attention=True) if reduce else {}
+    policy = dict(reduce=True, attn_splits=5, attn_lanes=32, tiled_attention=True) if reduce else {}
     drive = gpu_runner(loop, device, path, chunk=3, max_binding=150_000, policy=policy, arithmetic=INT8 if int8 else F32)
     exps = [w for name, w in drive.runner.ops.slots.slots.items() if "_exps." in name]
     assert exps and all(len(w.parts) > 1 for w in exps)

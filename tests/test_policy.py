@@ -28,7 +28,7 @@ def test_cpu_adapters_keep_the_int8_route_and_no_f16():
     swiftshader = KernelPolicy.for_device(caps(fallback=True, f16=False, subgroups=(4, 4)))
     lavapipe = KernelPolicy.for_device(caps(fallback=True, f16=True, subgroups=(4, 128)))
     for policy in (swiftshader, lavapipe):
-        assert policy.int8 and not policy.reduce and not policy.f16
+        assert policy.int8 and not policy.reduce and not policy.f16 and policy.attn_lanes == 0
     assert swiftshader.matvec_rows == 4 and lavapipe.matvec_rows == 2
     assert swiftshader.norm_in_quantize and not lavapipe.norm_in_quantize     # measured (pyshim.gpu.policy)
 
@@ -37,7 +37,7 @@ def test_cpu_adapters_keep_the_int8_route_and_no_f16():
                          ids=["nvidia", "amd", "intel", "narrow", "none"])
 def test_gpus_get_reductions_f16_and_a_workgroup_from_their_subgroups(subgroups, wg):
     policy = KernelPolicy.for_device(caps(fallback=False, f16=True, subgroups=subgroups))
-    assert policy.reduce and not policy.int8 and policy.f16 and policy.attn_splits > 1
+    assert policy.reduce and not policy.int8 and policy.f16 and policy.attn_splits > 1 and policy.attn_lanes > 1
     assert policy.subgroup == (subgroups is not None)
     assert policy.reduce_wg == wg
 

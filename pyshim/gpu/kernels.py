@@ -16,7 +16,7 @@ from gguf import GGMLQuantizationType as QT
 
 from pyshim.errors import ShaderError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
-from pyshim.gpu.policy import ATTN_SPLITS_GPU, MATMUL_TILE, MATMUL_TILE_CPU, MATVEC_ROWS, NARROW_SIMD_ROWS, REDUCE_WG
+from pyshim.gpu.policy import ATTN_LANES_GPU, ATTN_SPLITS_GPU, MATMUL_TILE, MATMUL_TILE_CPU, MATVEC_ROWS, NARROW_SIMD_ROWS, REDUCE_WG
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.models.ops import ACTIVATIONS
 from pyshim.plan.memory import GROUPED_TYPES as GROUPED_TENSOR_TYPES
@@ -306,13 +306,23 @@ def rope_key(neox: bool = False, norm: bool = False) -> ShaderKey:
 
 
 def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int,
-                   kv_type: str = "f32", f16: bool = False, quant: str | None = None) -> tuple[ShaderKey, ShaderKey | None]:
+                   kv_type: str = "f32", f16: bool = False, quant: str | None = None,
+                   lanes: int = 0) -> tuple[ShaderKey, ShaderKey | None]:
     """The attention pass (per head, token and split of the keys) and, with splits > 1, the combine pass;
-    `f16`: q·k products in halves; `quant` (one split): the output as that int8 activation format's blocks."""
+    `f16`: q·k products in halves; `quant` (one split): the output as that int8 activation format's blocks;
+    `lanes`: a workgroup of that many invocations per (head, token, split) (real GPUs; f32, no quant), whose
+    grid is attention_grid's."""
     common = dict(WG=WG, HD4=head_dim // 4, HDV4=head_dim_v // 4, SPLITS=splits)
     combine = ShaderKey.of("attention", COMBINE=True, **common) if splits > 1 else None
+    if lanes:
+        return ShaderKey.of("attention", SOFTCAP=softcap, **kv_defines(kv_type), **common, LANES=lanes), combine
     return ShaderKey.of("attention", SOFTCAP=softcap, **kv_defines(kv_type), **common, F16=f16, QUANT=quant is not None,
                         Q8_K=quant == "q8_k"), combine
+
+
+def attention_grid(heads: int, n: int, splits: int, lanes: int = 0) -> tuple[int, int, int]:
+    """The attention pass's workgroups: one per (head, token, split) with `lanes`, else WG heads in one."""
+    return (heads if lanes else groups(heads), n, splits)
 
 
 def matmul_key(qtype: QT, *, bias: bool = False, tile: tuple[int, int, int, int, int] = MATMUL_TILE,
@@ -462,8 +472,8 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
     keys += [rope_key(neox, norm) for neox in (False, True) for norm in (False, True)]
     for hd in head_dims:
         for splits in (1, ATTN_SPLITS_GPU):
-            keys += [k for cap in (False, True) for t in KV_TYPES for k in attention_keys(hd, hd, cap, splits, t)
-                     if k is not None and k not in keys]
+            keys += [k for cap in (False, True) for t in KV_TYPES for lanes in (0, ATTN_LANES_GPU)
+                     for k in attention_keys(hd, hd, cap, splits, t, lanes=lanes) if k is not None and k not in keys]
         keys += [attention_prefill_key(hd, hd, cap, t) for cap in (False, True) for t in KV_TYPES]
         if int8:        # the int8 route's decode attention writing the next matmul's int8 blocks
             keys += [attention_keys(hd, hd, cap, 1, t, quant=fmt)[0] for cap in (False, True) for t in KV_TYPES

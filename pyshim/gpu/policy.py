@@ -35,6 +35,10 @@ NARROW_SIMD_LANES = 4
 # otherwise keep only a handful of invocations busy over the whole context (untuned: no GPU at hand);
 # CPU adapters have few cores and skip the combine pass.
 ATTN_SPLITS_GPU = 16
+# Invocations per (head, token, split) of decode attention on real GPUs (attention.wgsl LANES): a head's
+# dims spread over a workgroup. One invocation per head walking its keys alone took 3.1 of a 6.9 ms
+# Qwen2.5-1.5B decode step on an H200 at a 9-token context.
+ATTN_LANES_GPU = 32
 # The reduction matvec's workgroup (matvec.wgsl REDUCE): REDUCE_WG invocations, or a subgroup's width where
 # that is wider (pyshim.gpu.policy.reduce_wg), up to MAX_REDUCE_WG. Untuned: no GPU was at hand.
 REDUCE_WG = 32
@@ -82,6 +86,7 @@ class KernelPolicy:
     matmul_tile: tuple[int, int, int, int, int]
     tiled_attention: bool        # the key-tiled prefill attention for steps of several tokens
     attn_splits: int             # key-range splits of decode attention (1: no combine pass)
+    attn_lanes: int = 0          # invocations per (head, token, split) of decode attention (0: one)
     f16: bool = False            # the f32 route's matvecs, tiled matmul, decode attention and activation in f16
     reduce_wg: int = REDUCE_WG   # invocations of a reduction matvec's workgroup
     norm_in_quantize: bool = True   # the int8 route's quantize norms its input itself (one pass fewer a norm)
@@ -116,7 +121,7 @@ class KernelPolicy:
             int8=int8 and not reduce, reduce=reduce, subgroup=subgroup,
             matvec_rows=NARROW_SIMD_ROWS if narrow else MATVEC_ROWS, i8_pairs=narrow,
             matmul_tile=_tile(caps, MATMUL_TILE_CPU if cpu else MATMUL_TILE),
-            tiled_attention=not cpu, attn_splits=1 if cpu else ATTN_SPLITS_GPU,
+            tiled_attention=not cpu, attn_splits=1 if cpu else ATTN_SPLITS_GPU, attn_lanes=0 if cpu else ATTN_LANES_GPU,
             f16=caps.has_f16 and not cpu, reduce_wg=reduce_wg(caps), norm_in_quantize=narrow,
         )
         if overrides.get("f16") and not caps.has_f16:
