@@ -105,7 +105,7 @@ def _check(name: str, extra: list[str], timeout: float, folder: Path, stem: str)
     log = folder / f"{stem}-{name}.log"
     code, out, err = _run_bounded([sys.executable, "-m", "pyshim.cli.doctor_checks", name, *extra], timeout, log)
     if code is None:
-        result = {"status": "failed", "error": f"did not finish within {timeout:.0f} s (--timeout sets the bound)"}
+        result = {"status": "failed", "error": f"did not finish within {timeout:g} s (--timeout sets the bound)"}
     else:
         try:
             result = json.loads(_last_line(out))
@@ -160,7 +160,7 @@ def _bench(name: str, models: tuple[str, ...], args, sections: dict, chromium_gp
     result.update(seconds=round(time.perf_counter() - t0, 1), log=str(folder / f"{stem}-{name}.log"))
     paths = dict(re.findall(r"^(json|html|markdown): (\S+)$", stdout, re.M))
     if code != 0 or "json" not in paths:
-        why = f"did not finish within {timeout:.0f} s" if code is None else f"exit {code}: {_last_line(stderr) or _last_line(stdout)}"
+        why = f"did not finish within {timeout:g} s" if code is None else f"exit {code}: {_last_line(stderr) or _last_line(stdout)}"
         return {**result, "status": "failed", "error": f"pyshim bench {why}", "reports": paths}
     report = json.loads(Path(paths["json"]).read_text())
     rows = [{"model": r["model"], "engine": r["engine"], "status": r["status"],
