@@ -136,6 +136,7 @@ def run(config: GrammarConfig, log=print) -> dict:
                 "extra_pct": round(100 * (kept_ms / plain_ms - 1), 1), "grammar_ms_per_token": round(grammar_ms, 2),
                 "constrained_tokens": sum(r["decode_steps"] for r in constrained),
                 "fallbacks": sum(r.get("grammar_fallbacks", 0) for r in constrained),
+                "forced": sum(r.get("grammar_forced", 0) for r in constrained),
                 "valid": sum(_valid(r["text"], c["schema"]) for r, c in zip(constrained, cases)), "replies": len(cases),
                 "texts": [r["text"] for r in constrained]})
     return report
@@ -145,11 +146,11 @@ def markdown(report: dict) -> str:
     lines = [f"Constrained decoding (response_format json_schema), greedy, {report['schemas']} schemas; "
              f"plain runs {report['tokens']} tokens", "",
              "| model | backend | plain ms/token | constrained ms/token | extra | grammar engine ms/token | "
-             "all-logits re-runs | valid replies |", "|---|---|---|---|---|---|---|---|"]
+             "all-logits re-runs | forced tokens | valid replies |", "|---|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
         lines.append(f"| {r['model']} | {r['backend']} | {r['plain_ms_per_token']} | {r['constrained_ms_per_token']} | "
                      f"{r['extra_pct']:+.1f}% | {r['grammar_ms_per_token']} | {r['fallbacks']} of {r['constrained_tokens']} | "
-                     f"{r['valid']}/{r['replies']} |")
+                     f"{r.get('forced', '–')} | {r['valid']}/{r['replies']} |")
     return "\n".join(lines) + "\n"
 
 
