@@ -153,10 +153,25 @@ def cli_run(backend: str, model_path: Path, workload: list[dict], support: dict,
             for key in OPTIONAL_FIGURES:
                 if isinstance(out.get(key), (int, float)):
                     sample[key] = out[key]
+            memory = _memory_mode(out.get("auto"))
+            if memory:
+                sample["memory_mode"] = memory
             per_step = _native_cpu_ms_per_step(out, sample["decode_tokens"])
             if per_step is not None:
                 sample["cpu_ms_per_step"] = per_step
     return sample
+
+
+def _memory_mode(auto: dict | None) -> str | None:
+    """How the weights sat in GPU memory for this run ("resident", "12 layers streamed", "8 expert slots a
+    layer"): a model over the budget streams, and its speed is that of streaming, which a row must say."""
+    if not isinstance(auto, dict) or not auto.get("mode"):
+        return None
+    if auto.get("streamed_layers"):
+        return f"{auto['streamed_layers']} layers streamed"
+    if auto.get("expert_slots"):
+        return f"{auto['expert_slots']} expert slots a layer"
+    return str(auto["mode"])
 
 
 def _native_cpu_ms_per_step(out: dict, decode_tokens: int) -> float | None:

@@ -68,13 +68,15 @@ def _cpu_step_cell(m: dict) -> str:
 
 
 def _memory_cell(m: dict) -> str:
-    """The GPU executor's peak allocation in MB, then the memory plan's prediction and how far off it was."""
-    peak, plan = m.get("peak_gpu_bytes"), m.get("planned_gpu_bytes")
+    """The GPU executor's peak allocation in MB, then the memory plan's prediction and how far off it was;
+    and what was streamed, where the model did not fit the budget resident."""
+    peak, plan, mode = m.get("peak_gpu_bytes"), m.get("planned_gpu_bytes"), m.get("memory_mode")
+    streamed = f"; {mode}" if mode and mode != "resident" else ""
     if not peak:
         return "–"
     if not plan:
-        return _fmt(peak, 1, 1e-6)
-    return f"{_fmt(peak, 1, 1e-6)} ({_fmt(plan, 1, 1e-6)}, {100 * (peak - plan) / plan:+.1f}%)"
+        return _fmt(peak, 1, 1e-6) + streamed
+    return f"{_fmt(peak, 1, 1e-6)} ({_fmt(plan, 1, 1e-6)}, {100 * (peak - plan) / plan:+.1f}%{streamed})"
 
 
 def text_agreement(report: dict) -> dict[tuple[str, str], str]:

@@ -122,15 +122,21 @@ def test_a_budget_reaches_the_native_engines(monkeypatch):
     """`--budget-mb` (a big GPU's memory, which WebGPU does not tell) goes to every `pyshim generate` run."""
     assert bench.parse_args(["--budget-mb", "120000"]).budget_mb == 120000
     seen = []
+    auto = {"mode": "layers streamed", "streamed_layers": 12, "expert_slots": None}
 
     def run(cmd, **_):
         seen.append(cmd)
-        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps({"ids": [1], "decode_tok_s": 1.0}), stderr="")
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps({"ids": [1], "decode_tok_s": 1.0, "auto": auto}), stderr="")
 
     monkeypatch.setattr(bench_engines.subprocess, "run", run)
     workload = [{"name": "p", "text": "hi", "tokens": 1, "max_tokens": 2, "decode": True}]
-    bench_engines.cli_run("gpu", Path("m.gguf"), workload, {"backends": {"gpu"}, "flags": set()}, budget_mb=120000)
+    sample = bench_engines.cli_run("gpu", Path("m.gguf"), workload, {"backends": {"gpu"}, "flags": set()}, budget_mb=120000)
     assert seen and seen[0][-2:] == ["--budget-mb", "120000"]
+    # a model over the budget streams: its row says so, beside the memory figures
+    assert sample["memory_mode"] == "12 layers streamed"
+    assert bench_report._memory_cell({"peak_gpu_bytes": 2e9, "planned_gpu_bytes": 2e9, "memory_mode": "12 layers streamed"}) \
+        == "2,000.0 (2,000.0, +0.0%; 12 layers streamed)"
+    assert bench_report._memory_cell({"peak_gpu_bytes": 2e9, "memory_mode": "resident"}) == "2,000.0"
 
 
 def _bench_cli(tmp_path, *args: str):
