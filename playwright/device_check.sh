@@ -40,7 +40,7 @@ REPORT=${REPORT:-artifacts/device}
 mkdir -p "$REPORT"
 # What comes back from the lent machine is a few files: one archive, rewritten after each stage.
 pack() { if [ -n "${OUT:-}" ]; then tar czf "$OUT/device-check.tgz" -C "$REPORT" .; fi; }
-MODELS=${MODELS-smollm2-135m,qwen2.5-1.5b,qwen2.5-7b,olmoe-1b-7b}
+MODELS=${MODELS-smollm2-135m,qwen2.5-1.5b,qwen2.5-7b,qwen2.5-7b-q4_k_m,olmoe-1b-7b}
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -64,7 +64,7 @@ from pyshim.setup import synthetic
 
 def one(name):
     t0 = time.perf_counter()
-    tok = f".dev/tokenizer-{synthetic.SHAPES[name].tokenizer_from}.gguf"
+    tok = f".dev/tokenizer-{synthetic.SHAPES[synthetic.split_name(name)[0]].tokenizer_from}.gguf"
     return f"{synthetic.write(name, tok)} {time.perf_counter() - t0:.1f} s"
 
 names = sys.argv[1].split(",")

@@ -71,3 +71,42 @@ def test_a_written_synthetic_model_resolves_without_its_tokenizers_model(tmp_pat
     synthetic.path_for(shape).write_bytes(b"GGUF")     # present: no need for the smollm2 file (nor to read this)
     monkeypatch.setattr("pyshim.setup.catalog.model_path", lambda name: tmp_path / "absent.gguf")
     assert resolve_model(shape) == synthetic.path_for(shape)
+
+
+SMALL_K = synthetic.Shape(arch="llama", tokenizer_from="smollm2", n_layers=8, n_embd=512, n_heads=8, n_kv_heads=2,
+                          n_ff=768, context=256)
+
+
+def test_a_q4_k_m_mix_is_llama_cpps_and_runs_on_the_gpu_like_the_reference(tmp_path):
+    """`-q4_k_m`: Q4_K, with Q6_K for the output head and for attn_v / ffn_down in the layers llama.cpp gives
+    more bits (the first and last eighth, every third between: 0, 3, 6, 7 of 8); zero-mean weights at the
+    Q4_0 files' spread; the GPU's K-quant kernels give the reference's logits."""
+    from pyshim.plan.settings import Arithmetic
+    from runners import Drive, gpu
+    import asyncio
+
+    assert synthetic.split_name("qwen2.5-7b-q4_k_m") == ("qwen2.5-7b", "q4_k_m") and synthetic.is_known("qwen2.5-7b-q4_k_m")
+    assert synthetic.path_for("qwen2.5-7b-q4_k_m").name == "qwen2.5-7b-Q4_K_M-s0.gguf"
+    path = synthetic.write(SMALL_K, model_path("smollm2"), path=tmp_path / "k.gguf", quant="q4_k_m")
+    header = read_header_from_file(path)
+    types = {t.name: t.type.name for t in header.tensors}
+    assert types["output.weight"] == "Q6_K" and types["token_embd.weight"] == "Q4_K"
+    assert [il for il in range(8) if types[f"blk.{il}.attn_v.weight"] == "Q6_K"] == [0, 3, 6, 7]
+    assert [il for il in range(8) if types[f"blk.{il}.ffn_down.weight"] == "Q6_K"] == [0, 3, 6, 7]
+    assert {types[f"blk.{il}.{m}.weight"] for il in range(8) for m in ("attn_q", "attn_k", "ffn_up", "ffn_gate")} == {"Q4_K"}
+    data = path.read_bytes()
+    for name, per in (("blk.1.ffn_up.weight", 144), ("blk.0.ffn_down.weight", 210)):
+        t = header.tensor(name)
+        values = dequantize_rows(np.frombuffer(data[t.offset:t.offset + t.nbytes], np.uint8).reshape(-1, per), t.type)
+        assert abs(values.mean()) < 0.01 * values.std()
+        fan_in = 512 if "up" in name else 768
+        assert values.std() == pytest.approx(np.sqrt(56 / 3) / (4.3 * np.sqrt(fan_in)), rel=0.05)
+    ids = [1, 2, 3, 4, 5, 6, 7, 8]
+    want = reference(path, context=64).logits(ids, all_logits=True)
+    assert len({int(i) for i in want.argmax(axis=1)}) > 1
+    runner = asyncio.run(gpu(path, context=64, arithmetic=Arithmetic.F32))
+    try:
+        got = Drive(runner).logits(ids, all_logits=True)
+    finally:
+        runner.close()
+    np.testing.assert_allclose(got, want, atol=2e-4 * np.abs(want).max(), rtol=1e-3)

@@ -125,7 +125,7 @@ def _model_status(name: str) -> str | None:
 
     if name in catalog.MODELS:
         return None if catalog.model_path(name).is_file() else f"models/{catalog.MODELS[name].file_name} is missing: run `pyshim setup`"
-    shape = synthetic.SHAPES[name]
+    shape = synthetic.SHAPES[synthetic.split_name(name)[0]]
     if synthetic.path_for(name).is_file():
         return None
     if not catalog.model_path(shape.tokenizer_from).is_file():

@@ -83,11 +83,12 @@ def resolve_model(name_or_path: str | Path) -> Path:
         raise ModelNotFoundError(f"model {key!r} is not in {MODELS_DIR}", hint=f"run `pyshim setup{flag}` to place it")
     from pyshim.setup import synthetic
 
-    if key in synthetic.SHAPES:
+    if synthetic.is_known(key):
         path = synthetic.path_for(key)
         if path.is_file():
             return path                    # written already: its tokenizer's model need not be here
-        print(f"[synthetic] writing {path} (random weights in {key}'s shape; once)", flush=True)
-        return synthetic.write(key, resolve_model(synthetic.SHAPES[key].tokenizer_from))
-    known = ", ".join([*MODELS, *synthetic.SHAPES])
+        shape, quant = synthetic.split_name(key)
+        print(f"[synthetic] writing {path} (random {quant.upper()} weights in {shape}'s shape; once)", flush=True)
+        return synthetic.write(key, resolve_model(synthetic.SHAPES[shape].tokenizer_from))
+    known = ", ".join([*MODELS, *synthetic.SHAPES]) + " (a synthetic one with -q4_k_m: that mix)"
     raise ModelNotFoundError(f"no such model file or short name: {name_or_path!s}", hint=f"give a path to a .gguf file or one of: {known}")

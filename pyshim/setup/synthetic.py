@@ -70,8 +70,30 @@ SHAPES: dict[str, Shape] = {
 }
 
 
+# The weights' types: all Q4_0, or llama.cpp's Q4_K_M mix (`<shape>-q4_k_m`): Q4_K, with Q6_K for the output
+# head (the embedding table when it is tied) and for attn_v and ffn_down in the layers llama.cpp gives more
+# bits (the first and last eighth, and every third between); a matrix whose rows are not whole 256-value
+# blocks stays Q4_0 (llama.cpp falls back too).
+QUANTS = ("q4_0", "q4_k_m")
+FILE_TYPE = {"q4_0": 2, "q4_k_m": 15}           # LLAMA_FTYPE_MOSTLY_Q4_0, _Q4_K_M
+Q4_K_BYTES, Q6_K_BYTES, QK_K = 144, 210, 256
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """`qwen2.5-7b-q4_k_m` -> ("qwen2.5-7b", "q4_k_m"); a bare shape name is Q4_0."""
+    for quant in QUANTS:
+        if name.endswith("-" + quant):
+            return name[: -len(quant) - 1], quant
+    return name, "q4_0"
+
+
+def is_known(name: str) -> bool:
+    return split_name(name)[0] in SHAPES
+
+
 def path_for(name: str, seed: int = 0) -> Path:
-    return SYNTHETIC_DIR / f"{name}-Q4_0-s{seed}.gguf"
+    shape, quant = split_name(name)
+    return SYNTHETIC_DIR / f"{shape}-{quant.upper()}-s{seed}.gguf"
 
 
 def _q4_0(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
@@ -84,6 +106,54 @@ def _q4_0(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
     hi = rng.integers(1, 16, (rows, nb, 16), dtype=np.uint8)
     blocks[:, :, 2:] = lo | (hi << 4)
     return blocks.reshape(rows, nb * Q4_0_BYTES)
+
+
+def _q4_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Random zero-mean Q4_K blocks: every sub-block's 6-bit scale 32 and min 60 with dmin = 4 d, so that
+    d*32*q - dmin*60 has mean 0 over nibbles 0..15, at Q4_0's spread per weight."""
+    nb = cols // QK_K
+    blocks = np.empty((rows, nb, Q4_K_BYTES), np.uint8)
+    d = 1.0 / (4.3 * np.sqrt(cols)) * np.sqrt(56 / 3) / (32 * np.sqrt(255 / 12))
+    blocks[:, :, 0:2] = np.frombuffer(np.float16(d).tobytes(), np.uint8)
+    blocks[:, :, 2:4] = np.frombuffer(np.float16(4 * d).tobytes(), np.uint8)
+    sc, m = np.full(8, 32, np.uint8), np.full(8, 60, np.uint8)
+    packed = np.empty(12, np.uint8)           # ggml's get_scale_min_k4 layout, written the other way
+    packed[0:4] = (sc[:4] & 63) | ((sc[4:] >> 4) << 6)
+    packed[4:8] = (m[:4] & 63) | ((m[4:] >> 4) << 6)
+    packed[8:12] = (sc[4:] & 0xF) | ((m[4:] & 0xF) << 4)
+    blocks[:, :, 4:16] = packed
+    blocks[:, :, 16:] = rng.integers(0, 256, (rows, nb, 128), dtype=np.uint8)
+    return blocks.reshape(rows, nb * Q4_K_BYTES)
+
+
+def _q6_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Random zero-mean Q6_K blocks: 6-bit values 1..63 (never 0: centred on 32), every scale 64."""
+    nb = cols // QK_K
+    q = rng.integers(1, 64, (4, rows, nb, 64), dtype=np.uint8)      # the four values each (ql, qh) byte pair holds
+    blocks = np.empty((rows, nb, Q6_K_BYTES), np.uint8)
+    blocks[:, :, 0:64] = (q[0] & 0xF) | ((q[2] & 0xF) << 4)                  # ql: low nibbles
+    blocks[:, :, 64:128] = (q[1] & 0xF) | ((q[3] & 0xF) << 4)
+    qh = (q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) | ((q[3] >> 4) << 6)
+    blocks[:, :, 128:192] = qh[:, :, :64]                                     # qh: the high 2 bits, 4 a byte
+    blocks[:, :, 192:208] = 64                                                # int8 scales
+    d = 1.0 / (4.3 * np.sqrt(cols)) * np.sqrt(56 / 3) / (64 * np.sqrt((63 ** 2 - 1) / 12))
+    blocks[:, :, 208:210] = np.frombuffer(np.float16(d).tobytes(), np.uint8)
+    return blocks.reshape(rows, nb * Q6_K_BYTES)
+
+
+def _more_bits(layer: int, n_layers: int) -> bool:
+    """llama.cpp's use_more_bits: the first and last eighth of the layers, and every third between."""
+    return layer < n_layers // 8 or layer >= 7 * n_layers // 8 or (layer - n_layers // 8) % 3 == 2
+
+
+def _type_of(tname: str, kind: str, cols: int, quant: str, n_layers: int, tied: bool) -> str:
+    """A matrix's type under `quant`: "q4_0", "q4_k" or "q6_k" (norms and the router stay f32)."""
+    if kind not in ("q4", "q4e") or quant == "q4_0" or cols % QK_K:
+        return "q4_0" if kind in ("q4", "q4e") else kind
+    head = tname == "output.weight" or (tied and tname == "token_embd.weight")
+    more = tname.startswith("blk.") and tname.split(".")[2] in ("attn_v", "ffn_down", "ffn_down_exps") \
+        and _more_bits(int(tname.split(".")[1]), n_layers)
+    return "q6_k" if head or more else "q4_k"
 
 
 def _tensors(s: Shape, n_vocab: int) -> Iterator[tuple[str, tuple[int, ...], str]]:
@@ -153,15 +223,22 @@ def write_tokenizer(source_gguf: Path, path: Path) -> Path:
     return path
 
 
-def write(name: str | Shape, tokenizer_gguf: Path, seed: int = 0, path: Path | None = None, *, progress=None) -> Path:
-    """Write synthetic model `name` (SHAPES, or a Shape: then `path` is needed) with the tokenizer of
-    `tokenizer_gguf` (the catalog model its shape names: pyshim.setup.catalog.resolve_model passes it) and
-    return its path; an existing file is kept (deterministic: the same bytes for the same shape, tokenizer
-    and seed)."""
+def write(name: str | Shape, tokenizer_gguf: Path, seed: int = 0, path: Path | None = None, *, progress=None,
+          quant: str | None = None) -> Path:
+    """Write synthetic model `name` (SHAPES, with an optional `-q4_k_m` suffix; or a Shape: then `path` is
+    needed, and `quant` picks the mix) with the tokenizer of `tokenizer_gguf` (the catalog model its shape
+    names: pyshim.setup.catalog.resolve_model passes it) and return its path; an existing file is kept
+    (deterministic: the same bytes for the same shape, quant mix, tokenizer and seed)."""
     from gguf import GGMLQuantizationType, GGUFWriter
 
-    s = name if isinstance(name, Shape) else SHAPES[name]
-    name = path.stem if isinstance(name, Shape) else name
+    if isinstance(name, Shape):
+        s, quant = name, quant or "q4_0"
+        name = path.stem
+    else:
+        shape_name, named_quant = split_name(name)
+        s, quant = SHAPES[shape_name], quant or named_quant
+    if quant not in QUANTS:
+        raise ValueError(f"unknown synthetic quant mix {quant!r}; one of {QUANTS}")
     vocab = _tokenizer_fields(Path(tokenizer_gguf))
     n_vocab = len(next(v for k, v, _, _ in vocab if k == "tokenizer.ggml.tokens"))
     path = Path(path or path_for(name, seed))
@@ -179,18 +256,22 @@ def write(name: str | Shape, tokenizer_gguf: Path, seed: int = 0, path: Path | N
     writer.add_head_count_kv(s.n_kv_heads)
     writer.add_layer_norm_rms_eps(s.eps)
     writer.add_rope_freq_base(s.rope_base)
-    writer.add_file_type(2)                        # LLAMA_FTYPE_MOSTLY_Q4_0
+    writer.add_file_type(FILE_TYPE[quant])
     if s.n_experts:
         writer.add_expert_count(s.n_experts)
         writer.add_expert_used_count(s.n_experts_used)
     for key, value, vtype, sub in vocab:
         writer.add_key_value(key, value, vtype, sub)
     tensors = list(_tensors(s, n_vocab))
+    types = {t: _type_of(t, kind, shape[-1], quant, s.n_layers, s.tied) for t, shape, kind in tensors}
+    blocks = {"q4_0": (Q4_0_BLOCK, Q4_0_BYTES, GGMLQuantizationType.Q4_0, _q4_0),
+              "q4_k": (QK_K, Q4_K_BYTES, GGMLQuantizationType.Q4_K, _q4_k),
+              "q6_k": (QK_K, Q6_K_BYTES, GGMLQuantizationType.Q6_K, _q6_k)}
     for tname, shape, kind in tensors:
-        if kind in ("q4", "q4e"):
-            byte_shape = (*shape[:-1], shape[-1] // Q4_0_BLOCK * Q4_0_BYTES)    # (gguf takes quant shapes in bytes)
-            writer.add_tensor_info(tname, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)),
-                                   raw_dtype=GGMLQuantizationType.Q4_0)
+        if types[tname] in blocks:
+            per, nbytes, qtype, _ = blocks[types[tname]]
+            byte_shape = (*shape[:-1], shape[-1] // per * nbytes)    # (gguf takes quant shapes in bytes)
+            writer.add_tensor_info(tname, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), raw_dtype=qtype)
         else:
             writer.add_tensor_info(tname, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
     writer.write_header_to_file()
@@ -203,9 +284,10 @@ def write(name: str | Shape, tokenizer_gguf: Path, seed: int = 0, path: Path | N
         elif kind == "router":
             data = (rng.standard_normal(shape) * ROUTER_STD / np.sqrt(shape[-1])).astype(np.float32)
         elif kind == "q4e":
-            data = np.stack([_q4_0(rng, shape[1], shape[2]) for _ in range(shape[0])])
+            make = blocks[types[tname]][3]
+            data = np.stack([make(rng, shape[1], shape[2]) for _ in range(shape[0])])
         else:
-            data = _q4_0(rng, shape[0], shape[1])
+            data = blocks[types[tname]][3](rng, shape[0], shape[1])
         writer.write_tensor_data(data)
         if progress is not None:
             progress(i + 1, len(tensors))
