@@ -39,6 +39,33 @@ const TANH_CLAMP: f32 = 15.0;       // tanh is 1 to f32 precision beyond this; c
 #endif
 @group(0) @binding(5) var<uniform> params: Params;
 
+// the key positions [first, end) split `split` of token t attends to (its window's, in SPLITS shares)
+fn key_span(t: u32, split: u32) -> vec2<u32> {
+    let pos = positions[params.pos_off + t];
+    var lo = 0u;
+    if (params.window > 0u && pos + 1u > params.window) {
+        lo = pos + 1u - params.window;
+    }
+    let share = (pos + 1u - lo + SPLITS - 1u) / SPLITS;       // keys per split
+    let first = lo + split * share;
+    return vec2<u32>(first, min(first + share, pos + 1u));
+}
+
+// a key's score (scaled) into the running softmax (max m, sum l): returns (corr, p), what the output so far
+// is rescaled by and this key's value weighs
+fn online(score: f32, m: ptr<function, f32>, l: ptr<function, f32>) -> vec2<f32> {
+    var s = score;
+#ifdef SOFTCAP
+    s = params.softcap * tanh_exact1(clamp(s / params.softcap, -TANH_CLAMP, TANH_CLAMP));
+#endif
+    let m_new = max(*m, s);
+    let corr = exp(*m - m_new);
+    let p = exp(s - m_new);
+    *l = *l * corr + p;
+    *m = m_new;
+    return vec2<f32>(corr, p);
+}
+
 #ifdef LANES
 // A workgroup of LANES invocations per (head, token, split), the real-GPU form: lane i holds q's vec4s
 // i, i + LANES, ... and the same of each value row, a key's score is their sum over the workgroup (a tree
@@ -56,14 +83,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let split = wid.z;
     let kvh = h / (params.heads / params.kv_heads);
     if (lane == 0u) {
-        let pos = positions[params.pos_off + t];
-        var lo = 0u;
-        if (params.window > 0u && pos + 1u > params.window) {
-            lo = pos + 1u - params.window;
-        }
-        let share = (pos + 1u - lo + SPLITS - 1u) / SPLITS;   // keys per split
-        let first = lo + split * share;
-        bounds = vec2<u32>(first, min(first + share, pos + 1u));
+        bounds = key_span(t, split);
     }
     let span = workgroupUniformLoad(&bounds);       // (the loop below holds barriers: its bounds uniform)
     let qb = params.q_off / 4u + (t * params.heads + h) * HD4;
@@ -91,22 +111,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 red[lane] += red[lane + w];
             }
         }
-        var s = workgroupUniformLoad(&red[0]) * params.scale;
+        let w = online(workgroupUniformLoad(&red[0]) * params.scale, &m, &l);
         workgroupBarrier();                         // every lane has read it before the next key's sums
-#ifdef SOFTCAP
-        s = params.softcap * tanh_exact1(clamp(s / params.softcap, -TANH_CLAMP, TANH_CLAMP));
-#endif
-        let m_new = max(m, s);
-        let corr = exp(m - m_new);
-        let p = exp(s - m_new);
-        l = l * corr + p;
         for (var c = 0u; c < VPER; c++) {
             let i = lane + c * LANES;
             if (i < HDV4) {
-                acc[c] = fma(vec4<f32>(p), val4(row, i), acc[c] * corr);
+                acc[c] = fma(vec4<f32>(w.y), val4(row, i), acc[c] * w.x);
             }
         }
-        m = m_new;
     }
     if (SPLITS == 1u) {
         let ob = params.out_off / 4u + (t * params.heads + h) * HDV4;
@@ -152,21 +164,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         qv[i] = q[qb + i];
 #endif
     }
-    let pos = positions[params.pos_off + t];
-    var lo = 0u;
-    if (params.window > 0u && pos + 1u > params.window) {
-        lo = pos + 1u - params.window;
-    }
-    let share = (pos + 1u - lo + SPLITS - 1u) / SPLITS;       // keys per split
-    let first = lo + split * share;
-    let end = min(first + share, pos + 1u);
+    let span = key_span(t, split);
     var acc: array<vec4<f32>, HDV4>;
     for (var i = 0u; i < HDV4; i++) {
         acc[i] = vec4<f32>(0.0);
     }
     var m = SCORE_FLOOR;
     var l = 0.0;
-    for (var j = first; j < end; j++) {
+    for (var j = span.x; j < span.y; j++) {
         let slot = j % params.cap;
         let row = slot * params.kv_heads + kvh;
         var dv = vec4<f32>(0.0);
@@ -177,18 +182,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
             dv = fma(qv[i], key4(row, i), dv);
 #endif
         }
-        var s = (dv.x + dv.y + dv.z + dv.w) * params.scale;
-#ifdef SOFTCAP
-        s = params.softcap * tanh_exact1(clamp(s / params.softcap, -TANH_CLAMP, TANH_CLAMP));
-#endif
-        let m_new = max(m, s);
-        let corr = exp(m - m_new);
-        let p = exp(s - m_new);
-        l = l * corr + p;
+        let w = online((dv.x + dv.y + dv.z + dv.w) * params.scale, &m, &l);
         for (var i = 0u; i < HDV4; i++) {
-            acc[i] = fma(vec4<f32>(p), val4(row, i), acc[i] * corr);
+            acc[i] = fma(vec4<f32>(w.y), val4(row, i), acc[i] * w.x);
         }
-        m = m_new;
     }
 #ifdef QUANT
     // the head's output (its values exactly as below) rounded block by block into token t's int8 row
