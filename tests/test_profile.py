@@ -17,6 +17,7 @@ from pyshim.gpu.shaderc import ShaderKey
 def test_group_names():
     assert group_name(ShaderKey.of("matvec", W_Q4_K=True, WG=64)) == "matvec q4_k"
     assert group_name(ShaderKey.of("attention", SOFTCAP=True)) == "attention"
+    assert group_name(ShaderKey.of("attention", COMBINE=True, SPLITS=16)) == "attention combine"
 
 
 def test_kernel_times_cover_the_step(tmp_path):

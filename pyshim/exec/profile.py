@@ -22,11 +22,15 @@ PROFILE_ROUNDS = 3
 
 
 def group_name(key: ShaderKey) -> str:
-    """`matvec q4_k`, `matvec_i8 q4_0 experts`, `attention`, ...: the family and, for weight kernels, the
-    weight type (and whether they are a mixture's expert matvecs)."""
+    """`matvec q4_k`, `matvec_i8 q4_0 experts`, `attention`, `attention combine`, ...: the family and, for
+    weight kernels, the weight type (and whether they are a mixture's expert matvecs); decode attention's
+    combine pass apart from the pass over the keys."""
+    defines = dict(key.defines)
     weight = next((name[2:].lower() for name, _ in key.defines if name.startswith("W_")), None)
     name = f"{key.family} {weight}" if weight else key.family
-    return name + " experts" if "EXPERTS" in dict(key.defines) else name
+    if "COMBINE" in defines:
+        name += " combine"
+    return name + " experts" if "EXPERTS" in defines else name
 
 
 async def kernel_times(runner, *, reps: int = PROFILE_REPS, rounds: int = PROFILE_ROUNDS) -> dict:
