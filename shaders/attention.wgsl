@@ -87,10 +87,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let span = workgroupUniformLoad(&bounds);       // (the loop below holds barriers: its bounds uniform)
     let qb = params.q_off / 4u + (t * params.heads + h) * HD4;
+#ifdef F16
+    var qv: array<vec4<f16>, QPER>;
+#else
     var qv: array<vec4<f32>, QPER>;
+#endif
     for (var c = 0u; c < QPER; c++) {
         let i = lane + c * LANES;
+#ifdef F16
+        qv[c] = vec4<f16>(select(vec4<f32>(0.0), q[qb + min(i, HD4 - 1u)], i < HD4));
+#else
         qv[c] = select(vec4<f32>(0.0), q[qb + min(i, HD4 - 1u)], i < HD4);
+#endif
     }
     var acc: array<vec4<f32>, VPER>;
     var m = SCORE_FLOOR;
@@ -101,7 +109,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         for (var c = 0u; c < QPER; c++) {
             let i = lane + c * LANES;
             if (i < HD4) {
+#ifdef F16
+                dv += vec4<f32>(qv[c] * key4h(row, i));
+#else
                 dv = fma(qv[c], key4(row, i), dv);
+#endif
             }
         }
         red[lane] = dv.x + dv.y + dv.z + dv.w;

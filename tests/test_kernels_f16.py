@@ -13,8 +13,8 @@ from gguf import GGMLQuantizationType as QT
 
 import tiny_models
 from gpu_helpers import GPU, random_weight
-from pyshim.gpu.kernels import (MATMUL_TILE, attention_keys, attention_record_bytes, glu_key, groups, matmul_grid,
-                                matmul_key, matvec_grid, matvec_key)
+from pyshim.gpu.kernels import (MATMUL_TILE, attention_grid, attention_keys, attention_record_bytes, glu_key, groups,
+                                matmul_grid, matmul_key, matvec_grid, matvec_key)
 from pyshim.gpu.policy import subgroups_usable
 from pyshim.plan.settings import Arithmetic, KV_TYPES
 from runners import Drive, gpu as gpu_runner, reference
@@ -78,10 +78,12 @@ def test_tiled_matmul_f16(gpu, qtype):
     close(got.reshape(n, m), want.reshape(n, m))
 
 
+@pytest.mark.parametrize("lanes", [0, 32])
 @pytest.mark.parametrize("splits", [1, 16])
 @pytest.mark.parametrize("kv_type", ["f32", "f16", "q8"])
-def test_decode_attention_f16(gpu, kv_type, splits):
-    """One query per head over 40 cached keys (GQA 6:2), the split variant combined in f32."""
+def test_decode_attention_f16(gpu, kv_type, splits, lanes):
+    """One query per head over 40 cached keys (GQA 6:2), the split variant combined in f32; one invocation
+    a head, or a workgroup's lanes (real GPUs)."""
     rng = np.random.default_rng(len(kv_type) + splits)
     n_heads, n_kv, hd, cap, history = 6, 2, 64, 48, 40
     k = rng.standard_normal((history, n_kv, hd), dtype=np.float32)
@@ -94,9 +96,9 @@ def test_decode_attention_f16(gpu, kv_type, splits):
     params = dict(n=1, heads=n_heads, kv_heads=n_kv, cap=cap, window=0, scale=hd ** -0.5, softcap=0.0, pos_off=0, q_off=0, out_off=0)
     outs = []
     for f16 in (False, True):
-        key, combine = attention_keys(hd, hd, False, splits, kv_type, f16=f16)
+        key, combine = attention_keys(hd, hd, False, splits, kv_type, f16=f16, lanes=lanes)
         size = n_heads * hd * 4 if combine is None else n_heads * splits * attention_record_bytes(hd)
-        (out,) = gpu.dispatch(key, [q, kc, vc, pos], [size], params, (groups(n_heads), 1, splits))
+        (out,) = gpu.dispatch(key, [q, kc, vc, pos], [size], params, attention_grid(n_heads, 1, splits, lanes))
         if combine is not None:
             (out,) = gpu.dispatch(combine, [np.frombuffer(out, np.float32)], [n_heads * hd * 4], params, (groups(n_heads), 1, 1))
         outs.append(np.frombuffer(out, np.float32))
@@ -128,7 +130,7 @@ def test_whole_model_with_f16_kernels(tmp_path_factory, loop, device, arch, qtyp
     ids = tiny_models.test_ids()
     want = Drive(reference(path, context=tiny_models.N_CTX)).logits(ids, all_logits=True)
     runner = loop.run_until_complete(gpu_runner(path, context=tiny_models.N_CTX, device=device, arithmetic=Arithmetic.F32,
-                                                policy={"f16": True, "reduce": True}))
+                                                policy={"f16": True, "reduce": True, "attn_lanes": 32}))
     got = Drive(runner, loop).logits(ids, all_logits=True)
     keys = {d.key for p in runner._programs.values() for d in p.dispatches}
     assert any(dict(k.defines).get("F16") is not None for k in keys), "no f16 kernel ran"

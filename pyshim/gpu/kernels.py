@@ -310,12 +310,12 @@ def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int,
                    lanes: int = 0) -> tuple[ShaderKey, ShaderKey | None]:
     """The attention pass (per head, token and split of the keys) and, with splits > 1, the combine pass;
     `f16`: q·k products in halves; `quant` (one split): the output as that int8 activation format's blocks;
-    `lanes`: a workgroup of that many invocations per (head, token, split) (real GPUs; f32, no quant), whose
+    `lanes`: a workgroup of that many invocations per (head, token, split) (real GPUs; no quant), whose
     grid is attention_grid's."""
     common = dict(WG=WG, HD4=head_dim // 4, HDV4=head_dim_v // 4, SPLITS=splits)
     combine = ShaderKey.of("attention", COMBINE=True, **common) if splits > 1 else None
     if lanes:
-        return ShaderKey.of("attention", SOFTCAP=softcap, **kv_defines(kv_type), **common, LANES=lanes), combine
+        return ShaderKey.of("attention", SOFTCAP=softcap, **kv_defines(kv_type), **common, F16=f16, LANES=lanes), combine
     return ShaderKey.of("attention", SOFTCAP=softcap, **kv_defines(kv_type), **common, F16=f16, QUANT=quant is not None,
                         Q8_K=quant == "q8_k"), combine
 
@@ -504,6 +504,7 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
             keys += [matvec_key(q, reduce=True, subgroup=True, glu=act, f16=True) for q in WEIGHT_TYPES for act in ACTIVATIONS]
         keys += [matmul_key(q, bias=bias, f16=True) for q in WEIGHT_TYPES for bias in (False, True)]
         keys += [k for hd in head_dims for cap in (False, True) for t in KV_TYPES
-                 for k in attention_keys(hd, hd, cap, ATTN_SPLITS_GPU, t, f16=True) if k is not None and k not in keys]
+                 for lanes in (0, ATTN_LANES_GPU)
+                 for k in attention_keys(hd, hd, cap, ATTN_SPLITS_GPU, t, f16=True, lanes=lanes) if k is not None and k not in keys]
         keys += [glu_key(act, f16=True) for act in ACTIVATIONS]
     return keys
