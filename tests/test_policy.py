@@ -8,6 +8,7 @@ import pytest
 from pyshim.errors import UnsupportedError
 from pyshim.gpu.device import Capabilities
 from pyshim.gpu.policy import DOT4_FEATURE, SUBGROUP_ID_FEATURE, KernelPolicy
+from pyshim.plan.settings import Arithmetic
 
 LIMITS = {"max_compute_workgroup_storage_size": 32768, "max_compute_invocations_per_workgroup": 256}
 
@@ -46,3 +47,10 @@ def test_a_gpu_without_shader_f16_keeps_f32_and_f16_cannot_be_forced():
     assert not KernelPolicy.for_device(caps(fallback=False, f16=False, subgroups=(32, 32))).f16
     with pytest.raises(UnsupportedError, match="shader-f16"):
         KernelPolicy.for_device(caps(fallback=True, f16=False, subgroups=(4, 4)), f16=True)
+
+
+def test_the_int8_route_on_a_gpu_keeps_one_attention_invocation_a_head():
+    # (its quantize may be folded into that attention pass; the lanes form has no such output)
+    gpu = caps(fallback=False, f16=True, subgroups=(32, 32))
+    assert KernelPolicy.for_device(gpu).attn_lanes == 32
+    assert KernelPolicy.for_device(gpu, Arithmetic.INT8, reduce=False).attn_lanes == 0

@@ -16,7 +16,8 @@ from gguf import GGMLQuantizationType as QT
 
 from pyshim.errors import ShaderError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
-from pyshim.gpu.policy import ATTN_LANES_GPU, ATTN_SPLITS_GPU, MATMUL_TILE, MATMUL_TILE_CPU, MATVEC_ROWS, NARROW_SIMD_ROWS, REDUCE_WG
+from pyshim.gpu.policy import (ATTN_LANES_GPU, ATTN_SPLITS_GPU, MATMUL_TILE, MATMUL_TILE_CPU, MATVEC_ROWS, NARROW_SIMD_ROWS,
+                               REDUCE_WG)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.models.ops import ACTIVATIONS
 from pyshim.plan.memory import GROUPED_TYPES as GROUPED_TENSOR_TYPES
@@ -505,6 +506,7 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
         keys += [matmul_key(q, bias=bias, f16=True) for q in WEIGHT_TYPES for bias in (False, True)]
         keys += [k for hd in head_dims for cap in (False, True) for t in KV_TYPES
                  for lanes in (0, ATTN_LANES_GPU)
-                 for k in attention_keys(hd, hd, cap, ATTN_SPLITS_GPU, t, f16=True, lanes=lanes) if k is not None and k not in keys]
+                 for k in attention_keys(hd, hd, cap, ATTN_SPLITS_GPU, t, f16=True, lanes=lanes)
+                 if k is not None and k not in keys]
         keys += [glu_key(act, f16=True) for act in ACTIVATIONS]
     return keys

@@ -28,9 +28,10 @@ from pyshim.gpu.layer_stream import LayerStream
 from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_ROWS, I8_TOKEN_TYPES, I8_TOKENS, PARAMS, glu_key,
                                 TOPK, TOPK_CHUNK, UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, GROUPED_TYPES, KernelCache,
                                 argmax_keys, argmax_pass1, attention_grid, attention_keys, attention_prefill_grid,
-                                attention_prefill_key, attention_record_bytes, embed_key, groups, i8_pairs, rope_key, kv_write_grid, kv_write_key,
-                                matmul_grid, matmul_key, matvec_grid, matvec_i8_grid, matvec_i8_key, matvec_key, quantize_key, rmsnorm_grid,
-                                rmsnorm_key, rope_theta, shader_block, xq_row_words)
+                                attention_prefill_key, attention_record_bytes, embed_key, groups, i8_pairs, rope_key,
+                                kv_write_grid, kv_write_key, matmul_grid, matmul_key, matvec_grid, matvec_i8_grid,
+                                matvec_i8_key, matvec_key, quantize_key, rmsnorm_grid, rmsnorm_key, rope_theta,
+                                shader_block, xq_row_words)
 from pyshim.gpu.kv import GpuKV
 from pyshim.gpu.policy import KernelPolicy
 from pyshim.gpu.pool import Activation, ActivationPool, Allocator
@@ -352,8 +353,7 @@ class GpuOps(FusedOps, ExpertOps):
                          attention_prefill_grid(n, spec.n_heads, spec.n_kv_heads), **params)
             return out
         splits = self.policy.attn_splits
-        # (the int8 route keeps one invocation a head: its quantize may be folded into that pass, below)
-        lanes = 0 if self.policy.int8 else self.policy.attn_lanes
+        lanes = self.policy.attn_lanes
         key, combine = attention_keys(spec.head_dim, spec.head_dim_v, spec.softcap > 0, splits, kv_type, f16=self.policy.f16,
                                       lanes=lanes)
         grid = attention_grid(spec.n_heads, n, splits, lanes)

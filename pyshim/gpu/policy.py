@@ -121,7 +121,9 @@ class KernelPolicy:
             int8=int8 and not reduce, reduce=reduce, subgroup=subgroup,
             matvec_rows=NARROW_SIMD_ROWS if narrow else MATVEC_ROWS, i8_pairs=narrow,
             matmul_tile=_tile(caps, MATMUL_TILE_CPU if cpu else MATMUL_TILE),
-            tiled_attention=not cpu, attn_splits=1 if cpu else ATTN_SPLITS_GPU, attn_lanes=0 if cpu else ATTN_LANES_GPU,
+            tiled_attention=not cpu, attn_splits=1 if cpu else ATTN_SPLITS_GPU,
+            # (the int8 route keeps one invocation a head: its quantize may be folded into that pass)
+            attn_lanes=0 if cpu or (int8 and not reduce) else ATTN_LANES_GPU,
             f16=caps.has_f16 and not cpu, reduce_wg=reduce_wg(caps), norm_in_quantize=narrow,
         )
         if overrides.get("f16") and not caps.has_f16:

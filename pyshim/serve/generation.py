@@ -132,13 +132,22 @@ async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams
                                    hint="shorten the prompt or load the model with a larger context")
     out = Completion(prompt_tokens=len(prompt), constrained=constraint is not None)
     chunk = runner.capacity.max_step_tokens
-    unwritten: list[int] = []   # reply tokens whose keys wait for the next step that reads (forced ones)
-    unwritten_at = [0]          # the position of unwritten[0]
+    unwritten: list[int] = []   # reply tokens, just before the next step's, whose keys wait for it (forced ones)
     grammar_s = [0.0]       # the grammar engine's time; the prompt's first mask is not decode, kept apart below
     want = decode_want(runner, params)
     rng, history, stop = make_rng(params.seed), list(prompt), set(int(t) for t in stop_ids)
     watcher, stats = StopStrings(stop_strings), runner.stats
     pieces: list[str] = []
+
+    async def keys_but_the_last_step(tokens: list[int], start: int,
+                                     on_step: Progress | None = None) -> tuple[list[int], int]:
+        """Writes the keys of `tokens` (the first at `start`) in steps of `chunk`, nothing read back, all but
+        the last step's tokens (1..chunk), which it returns with their position for the step that reads."""
+        while len(tokens) > chunk:
+            await runner.step(Step.of(tokens[:chunk], start, seq=seq, want=Want.NONE))
+            tokens, start = tokens[chunk:], start + chunk
+            await report(on_step, start, len(prompt))
+        return tokens, start
 
     async def next_token(tokens: list[int], start: int) -> int:
         if constraint is not None:
@@ -160,15 +169,11 @@ async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams
             if start < len(prompt):                  # the prompt's last chunk: its keys now (prefill's time)
                 await runner.step(Step.of(tokens, start, seq=seq, want=Want.NONE))
             else:                                    # a reply token's keys: with the next step that reads
-                unwritten_at[0] = unwritten_at[0] if unwritten else start
                 unwritten.extend(tokens)
             return 32 * int(words[0]) + int(mask[words[0]]).bit_length() - 1
-        if unwritten:
-            tokens, start = unwritten + list(tokens), unwritten_at[0]
+        if unwritten:                                # (a forced run longer than a step: its first keys alone)
+            tokens, start = await keys_but_the_last_step(unwritten + list(tokens), start - len(unwritten))
             unwritten.clear()
-            while len(tokens) > chunk:               # a forced run longer than a step: its first keys alone
-                await runner.step(Step.of(tokens[:chunk], start, seq=seq, want=Want.NONE))
-                tokens, start = tokens[chunk:], start + chunk
         k = runner.capacity.top_k
         if want is not Want.LOGITS and k:
             (o,) = await runner.step(Step.of(tokens, start, seq=seq, want=Want.TOP_K, k=k))
@@ -200,11 +205,7 @@ async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams
     out.cached_tokens = kept
     await report(on_prefill, kept, len(prompt))
     t0 = time.perf_counter()
-    last = kept + (len(prompt) - kept - 1) // chunk * chunk
-    for at in range(kept, last, chunk):                            # keys only, nothing read back
-        await runner.step(Step.of(prompt[at:at + chunk], at, seq=seq, want=Want.NONE))
-        await report(on_prefill, at + chunk, len(prompt))
-    token = await next_token(prompt[last:], last)
+    token = await next_token(*await keys_but_the_last_step(prompt[kept:], kept, on_prefill))
     await report(on_prefill, len(prompt), len(prompt))    # before t_first: counted in prefill_ms, not decode_ms
     t_first = time.perf_counter()
     out.prefill_ms = 1e3 * (t_first - t0)

@@ -229,7 +229,7 @@ def write(name: str | Shape, tokenizer_gguf: Path, seed: int = 0, path: Path | N
     needed, and `quant` picks the mix) with the tokenizer of `tokenizer_gguf` (the catalog model its shape
     names: pyshim.setup.catalog.resolve_model passes it) and return its path; an existing file is kept
     (deterministic: the same bytes for the same shape, quant mix, tokenizer and seed)."""
-    from gguf import GGMLQuantizationType, GGUFWriter
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 
     if isinstance(name, Shape):
         s, quant = name, quant or "q4_0"
@@ -264,12 +264,12 @@ def write(name: str | Shape, tokenizer_gguf: Path, seed: int = 0, path: Path | N
         writer.add_key_value(key, value, vtype, sub)
     tensors = list(_tensors(s, n_vocab))
     types = {t: _type_of(t, kind, shape[-1], quant, s.n_layers, s.tied) for t, shape, kind in tensors}
-    blocks = {"q4_0": (Q4_0_BLOCK, Q4_0_BYTES, GGMLQuantizationType.Q4_0, _q4_0),
-              "q4_k": (QK_K, Q4_K_BYTES, GGMLQuantizationType.Q4_K, _q4_k),
-              "q6_k": (QK_K, Q6_K_BYTES, GGMLQuantizationType.Q6_K, _q6_k)}
+    blocks = {"q4_0": (GGMLQuantizationType.Q4_0, _q4_0), "q4_k": (GGMLQuantizationType.Q4_K, _q4_k),
+              "q6_k": (GGMLQuantizationType.Q6_K, _q6_k)}
     for tname, shape, kind in tensors:
         if types[tname] in blocks:
-            per, nbytes, qtype, _ = blocks[types[tname]]
+            qtype = blocks[types[tname]][0]
+            per, nbytes = GGML_QUANT_SIZES[qtype]
             byte_shape = (*shape[:-1], shape[-1] // per * nbytes)    # (gguf takes quant shapes in bytes)
             writer.add_tensor_info(tname, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), raw_dtype=qtype)
         else:
@@ -284,10 +284,10 @@ def write(name: str | Shape, tokenizer_gguf: Path, seed: int = 0, path: Path | N
         elif kind == "router":
             data = (rng.standard_normal(shape) * ROUTER_STD / np.sqrt(shape[-1])).astype(np.float32)
         elif kind == "q4e":
-            make = blocks[types[tname]][3]
+            make = blocks[types[tname]][1]
             data = np.stack([make(rng, shape[1], shape[2]) for _ in range(shape[0])])
         else:
-            data = blocks[types[tname]][3](rng, shape[0], shape[1])
+            data = blocks[types[tname]][1](rng, shape[0], shape[1])
         writer.write_tensor_data(data)
         if progress is not None:
             progress(i + 1, len(tensors))
