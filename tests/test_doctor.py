@@ -120,8 +120,10 @@ def test_doctor_bench_quick_runs_the_benchmarks(tmp_path):
 
 def test_the_device_check_script_parses_and_knows_its_carried_folders():
     """playwright/device_check.sh runs once per lent GPU machine, far from CI: at least it is valid bash,
-    and it installs what --prepare gathers (.gl, .whl, .dev)."""
+    it installs what --prepare gathers (.gl, .whl, .dev), and it checks the browser's pieces that
+    --prepare-browser splits over several calls against their sums before it unpacks them."""
     script = Path(__file__).resolve().parent.parent / "playwright" / "device_check.sh"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     text = script.read_text()
     assert all(folder in text for folder in (".gl/*.deb", ".whl/*.whl", ".dev/tokenizer-"))
+    assert all(part in text for part in ("--prepare-browser", "--receive", "sha256sum --quiet -c", "PYSHIM_CHROMIUM="))
