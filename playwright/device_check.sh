@@ -151,7 +151,7 @@ with ProcessPoolExecutor(len(names)) as pool:
 PY
 
 echo "== doctor (adapters natively and in Chromium, kernel self-tests, roofline)"
-python3 -m pyshim.cli doctor ${browser:+--chromium-gpu} ${browser:---no-browser} --out "$REPORT" --timeout 240
+python3 -m pyshim.cli doctor $([ -n "$browser" ] && echo --chromium-gpu || echo --no-browser) --out "$REPORT" --timeout 240
 wait
 cat "$REPORT/synthetic.log" 2>/dev/null
 pack

@@ -11,8 +11,9 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf import quants
 
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, UNIFORM_X_BYTES, WEIGHT_TYPES, WG, attention_grid, attention_keys,
-                                attention_record_bytes, groups, matvec_grid, matvec_key, rope_theta, shader_block)
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, UNIFORM_X_BYTES, WEIGHT_TYPES, WG, attention_combine_grid,
+                                attention_grid, attention_keys, attention_record_bytes, groups, matvec_grid, matvec_key,
+                                rope_theta, shader_block)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.models.ops import AttnSpec
 from pyshim.exec.reference import ReferenceOps, dequantize_rows
@@ -211,7 +212,7 @@ def attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, history, n, cap, 
         (out,) = gpu.dispatch(key, [q, kc, vc, pos_buf], [size], params, attention_grid(n_heads, count, splits, lanes))
         if combine is not None:
             (out,) = gpu.dispatch(combine, [np.frombuffer(out, np.float32)], [want.nbytes], params,
-                                  (groups(n_heads), count, 1))
+                                  attention_combine_grid(n_heads, hd, count))
         check_close(f32(out, want.shape), want, rel=1e-4)
 
 

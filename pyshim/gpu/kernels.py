@@ -326,6 +326,11 @@ def attention_grid(heads: int, n: int, splits: int, lanes: int = 0) -> tuple[int
     return (heads if lanes else groups(heads), n, splits)
 
 
+def attention_combine_grid(heads: int, head_dim_v: int, n: int) -> tuple[int, int, int]:
+    """The combine pass's workgroups: an invocation per (head, token, vec4 of a head's output)."""
+    return (groups(heads * head_dim_v // 4), n, 1)
+
+
 def matmul_key(qtype: QT, *, bias: bool = False, tile: tuple[int, int, int, int, int] = MATMUL_TILE,
                f16: bool = False) -> ShaderKey:
     """The workgroup-tiled matmul (steps of several tokens); `tile` as pyshim.gpu.policy.MATMUL_TILE;

@@ -27,8 +27,9 @@ from pyshim.gpu.fused import Attention, FusedOps, Norm, Rope, drop_unread
 from pyshim.gpu.layer_stream import LayerStream
 from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_ROWS, I8_TOKEN_TYPES, I8_TOKENS, PARAMS, glu_key,
                                 TOPK, TOPK_CHUNK, UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, GROUPED_TYPES, KernelCache,
-                                argmax_keys, argmax_pass1, attention_grid, attention_keys, attention_prefill_grid,
-                                attention_prefill_key, attention_record_bytes, embed_key, groups, i8_pairs, rope_key,
+                                argmax_keys, argmax_pass1, attention_combine_grid, attention_grid, attention_keys,
+                                attention_prefill_grid, attention_prefill_key, attention_record_bytes, embed_key, groups,
+                                i8_pairs, rope_key,
                                 kv_write_grid, kv_write_key, matmul_grid, matmul_key, matvec_grid, matvec_i8_grid,
                                 matvec_i8_key, matvec_key, quantize_key, rmsnorm_grid, rmsnorm_key, rope_theta,
                                 shader_block, xq_row_words)
@@ -364,7 +365,7 @@ class GpuOps(FusedOps, ExpertOps):
             return out
         records = Activation(n * spec.n_heads * splits * attention_record_bytes(spec.head_dim_v), "attn_partial")
         self._record("attention", key, [q.buf, kc, vc, positions.buf, records], grid, **params)
-        self._record("attention", combine, [records, out.buf], (groups(spec.n_heads), n, 1), **params)
+        self._record("attention", combine, [records, out.buf], attention_combine_grid(spec.n_heads, spec.head_dim_v, n), **params)
         return out
 
     def glu(self, gate: Tensor, up: Tensor, act: str) -> Tensor:
