@@ -66,7 +66,7 @@ class BenchConfig:
     out: Path = DEFAULT_OUT
     quick: bool = False
     chromium_gpu: bool = False         # launch Chromium with harness.CHROMIUM_GPU_FLAGS (a real GPU through Vulkan)
-    budget_mb: float | None = None     # the native engines' GPU memory budget (None: pyshim's default, 4 GiB)
+    budget_mb: float | None = None     # the GPU memory budget, native and in the page (None: pyshim's default, 4 GiB)
 
     @property
     def settings(self) -> Settings:
@@ -300,7 +300,8 @@ def _run_in_browser(report: dict, config: BenchConfig, facts: dict) -> None:
             f = facts[name]
             if "browser" in config.backends:
                 res = _measure(f"{name} browser", settings.runs, lambda: bench_engines.browser_run(
-                    p, server.url, f["url"], f["workload"], roofline_mib=settings.roofline_mib, extra_flags=extra))
+                    p, server.url, f["url"], f["workload"], roofline_mib=settings.roofline_mib, extra_flags=extra,
+                    budget_mb=config.budget_mb))
                 if res["samples"] and res["samples"][0].get("adapter"):
                     report["adapter"] = res["samples"][0]["adapter"]
                 _add(report, name, "browser", res, f, None)
@@ -386,8 +387,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chromium-gpu", action="store_true",
                         help="launch Chromium with the real-GPU flags (Vulkan on Linux; playwright/harness.py CHROMIUM_GPU_FLAGS)")
     parser.add_argument("--budget-mb", type=float, default=None,
-                        help="GPU memory the native engines may plan for (default pyshim's 4 GiB, which WebGPU cannot "
-                             "check: a bigger model streams layers; give a big GPU's memory to keep it resident)")
+                        help="GPU memory the engines may plan for, natively and in the page (default pyshim's 4 GiB, "
+                             "which WebGPU cannot check: a bigger model streams layers; give a big GPU's memory to keep "
+                             "it resident)")
     stream = parser.add_argument_group("expert streaming (--stream: a MoE over its GPU budget against it resident)")
     stream.add_argument("--stream", action="store_true", help="run the expert streaming benchmark instead (bench_stream.py)")
     stream.add_argument("--budgets-mb", default=None, help="comma-separated GPU budgets in MB (default 1000,2000)")

@@ -227,9 +227,10 @@ STORE_CONTEXT = 1024
 
 
 def browser_run(playwright, base_url: str, model_url: str, workload: list[dict], *, roofline_mib: int,
-                extra_flags: list[str] | None = None) -> dict:
+                extra_flags: list[str] | None = None, budget_mb: float | None = None) -> dict:
     """One run of pyshim in a Chromium of its own with a fresh on-disk profile (as a visitor's browser
-    keeps IndexedDB on disk; an incognito-like context keeps it in memory and refuses multi-GB models)."""
+    keeps IndexedDB on disk; an incognito-like context keeps it in memory and refuses multi-GB models).
+    `budget_mb`: the GPU memory the page plans for, as a visitor's setting gives it (None: the page's 4 GiB)."""
     profile = tempfile.mkdtemp(prefix="pyshim-bench-")
     context = harness.launch_persistent(playwright, profile, service_workers="block", extra_flags=extra_flags)
     try:
@@ -256,7 +257,8 @@ def browser_run(playwright, base_url: str, model_url: str, workload: list[dict],
         stored = page.evaluate(harness.STORE_JS, [model_url, STORE_CONTEXT])
         sample["store_ms"] = stored["ms"]
         sample["store_MBps"] = stored["bytes"] / 1e6 / (stored["ms"] / 1e3)
-        sample.update(_worker_generation(page, model_url, workload))
+        settings = None if budget_mb is None else {"kv_type": "auto", "budget_bytes": int(budget_mb * 2**20)}
+        sample.update(_worker_generation(page, model_url, workload, settings))
         sample["page_problems"] = watch.console_errors + watch.page_errors + watch.outside_requests
         return sample
     finally:
@@ -264,12 +266,12 @@ def browser_run(playwright, base_url: str, model_url: str, workload: list[dict],
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def _worker_generation(page, model_url: str, workload: list[dict]) -> dict:
+def _worker_generation(page, model_url: str, workload: list[dict], settings: dict | None = None) -> dict:
     sample: dict = {}
     for i, prompt in enumerate(workload):
-        r = harness.engine_request(page, BENCH_KIND, {"model_url": model_url, "prompt": prompt["text"],
-                                                       "max_tokens": prompt["max_tokens"], "ignore_eos": True,
-                                                       "kernels": bool(prompt.get("decode"))},
+        request = {"model_url": model_url, "prompt": prompt["text"], "max_tokens": prompt["max_tokens"],
+                   "ignore_eos": True, "kernels": bool(prompt.get("decode"))}
+        r = harness.engine_request(page, BENCH_KIND, {**request, **({"settings": settings} if settings else {})},
                                    timeout_ms=RUN_TIMEOUT_MS)
         if i == 0 and r.get("load_ms") is not None:
             sample["load_ms"] = r["load_ms"]

@@ -69,17 +69,35 @@ if [ "${1:-}" = "--prepare-browser" ]; then
     case $lib in */libc.so*|*/libm.so*|*/libdl.so*|*/libpthread.so*|*/librt.so*|*/libresolv.so*|*/ld-linux*) ;;
       *) cp -L "$lib" "$dst/lib/" ;; esac
   done
+  # A bare image has no fontconfig setup either, and the headless shell aborts on a page's first text
+  # without one ("SkFontMgr_FontConfigInterface: Not implemented"): one font and a config beside it.
+  mkdir -p "$dst/fonts" && cp /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf "$dst/fonts/"
+  printf '%s\n' '<?xml version="1.0"?>' '<!DOCTYPE fontconfig SYSTEM "fonts.dtd">' \
+    '<fontconfig><dir prefix="relative">.</dir><cachedir>/tmp/pyshim-fontconfig</cachedir></fontconfig>' \
+    > "$dst/fonts/fonts.conf"
   printf '%s\n' '#!/bin/sh' \
-    '# Debian'"'"'s chromium-headless-shell with the libraries it was linked against beside it' \
+    '# Debian'"'"'s chromium-headless-shell with the libraries it was linked against and a font beside it' \
     'here=$(dirname "$(readlink -f "$0")")' \
+    'export FONTCONFIG_FILE="${FONTCONFIG_FILE:-$here/fonts/fonts.conf}"' \
     'LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/chromium-headless-shell" "$@"' \
     > "$dst/chrome"
   chmod +x "$dst/chrome"
-  wheels=""
-  for pkg in playwright greenlet fastapi starlette uvicorn pydantic pydantic_core anyio h11 click \
-             typing_extensions annotated_types typing-inspection idna; do
-    wheels="$wheels $pkg==$($py -m pip show $pkg | sed -n 's/^Version: //p')"
-  done
+  # Playwright and the dev server with everything they require on Linux and CPython 3.12, at the versions
+  # installed here (a fixed list missed fastapi's new opentelemetry-api once).
+  wheels=$($py - <<'PY'
+import importlib.metadata as md
+from packaging.requirements import Requirement
+env = {"extra": "", "python_version": "3.12", "sys_platform": "linux", "platform_system": "Linux",
+       "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+pins, todo = {}, ["playwright", "fastapi", "uvicorn"]
+while todo:
+    dist = md.distribution(todo.pop())
+    if dist.name.lower() not in pins:
+        pins[dist.name.lower()] = f"{dist.name}=={dist.version}"
+        todo += [r.name for r in map(Requirement, dist.requires or []) if not r.marker or r.marker.evaluate(env)]
+print(" ".join(sorted(pins.values())))
+PY
+)
   $py -m pip install -q --no-deps --no-compile --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     --platform manylinux1_x86_64 --target "$stage/pack/site" $wheels
@@ -161,7 +179,7 @@ peer=${PEER:-wllama}
 for model in ${browser:+${BROWSER_MODELS//,/ }}; do
   echo "== bench $model (Chromium, real-GPU flags, peer $peer)"
   timeout "${BROWSER_TIMEOUT:-200}" python3 -m pyshim.cli bench --backends browser --chromium-gpu --peer "$peer" \
-    --runs "${RUNS:-1}" --models "$model" --out "$REPORT" ${BENCH_ARGS:-}
+    --runs "${RUNS:-1}" --models "$model" --out "$REPORT" ${BUDGET_MB:+--budget-mb $BUDGET_MB} ${BENCH_ARGS:-}
   peer=none
   pack
 done

@@ -139,6 +139,23 @@ def test_a_budget_reaches_the_native_engines(monkeypatch):
     assert bench_report._memory_cell({"peak_gpu_bytes": 2e9, "memory_mode": "resident"}) == "2,000.0"
 
 
+def test_a_budget_reaches_the_page_as_its_load_settings(monkeypatch):
+    """In the page the same `--budget-mb` is what a visitor's GPU-memory setting gives the engine: every bench
+    request carries it (kv_type auto plans against it); without it the requests carry no settings at all."""
+    sent = []
+
+    def engine_request(page, kind, payload, **_):
+        sent.append((kind, payload))
+        return {"prompt_tokens": 1, "prefill_ms": 1.0, "decode_tokens": 2, "decode_ms": 1.0}
+
+    monkeypatch.setattr(bench_engines.harness, "engine_request", engine_request)
+    workload = [{"name": "p", "text": "hi", "tokens": 1, "max_tokens": 2, "decode": True}]
+    bench_engines._worker_generation(None, "/m.gguf", workload, {"kv_type": "auto", "budget_bytes": 120000 * 2**20})
+    bench_engines._worker_generation(None, "/m.gguf", workload)
+    assert [payload.get("settings") for _, payload in sent] == [{"kv_type": "auto", "budget_bytes": 120000 * 2**20}, None]
+    assert all(kind == bench_engines.BENCH_KIND for kind, _ in sent)
+
+
 def _bench_cli(tmp_path, *args: str):
     """`pyshim bench ARGS --out tmp_path` in a process of its own -> (the run, its files by suffix, the JSON)."""
     done = subprocess.run([sys.executable, "-m", "pyshim.cli", "bench", *args, "--out", str(tmp_path)],
