@@ -30,6 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import bench_batch  # noqa: E402
 import bench_engines  # noqa: E402
 import bench_grammar  # noqa: E402
 import bench_needle  # noqa: E402
@@ -400,6 +401,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     needle.add_argument("--depths", default=None, help="comma-separated depths of the needle, 0..1 (default 0.15,0.5,0.85)")
     needle.add_argument("--seeds", type=int, default=None, help="haystacks per depth and length (default 3)")
     needle.add_argument("--kv-types", default=None, help="comma-separated KV cache types (default f32,f16,q8,q4)")
+    batch = parser.add_argument_group("sequences decoded together (--batch: one program a step for all, natively)")
+    batch.add_argument("--batch", action="store_true", help="run the batched decode benchmark instead (bench_batch.py)")
+    batch.add_argument("--batches", default=None, help="comma-separated numbers of sequences (default 1,2,4)")
     grammar = parser.add_argument_group("constrained decoding (--grammar: response_format's cost per token)")
     grammar.add_argument("--grammar", action="store_true", help="run the constrained decoding benchmark instead (bench_grammar.py)")
     grammar.add_argument("--schemas", type=int, default=None, help="JSON Schemas per model and backend (default 4)")
@@ -452,7 +456,20 @@ def needle_config(args) -> "bench_needle.NeedleConfig":
     return config
 
 
+def batch_config(args) -> "bench_batch.BatchConfig":
+    config = bench_batch.BatchConfig(out=args.out)
+    config.models = _csv(args.models) or config.models
+    config.batches = _csv(args.batches, int) or config.batches
+    if args.tokens:
+        config.tokens = max(2, args.tokens)
+    if args.backends not in (",".join(BACKENDS), "gpu"):
+        raise SystemExit("--batch runs natively (the gpu backend) for now")
+    return config
+
+
 def config_from_args(args):
+    if getattr(args, "batch", False):
+        return batch_config(args)
     if getattr(args, "needle", False):
         return needle_config(args)
     if getattr(args, "stream", False):
@@ -472,7 +489,7 @@ def config_from_args(args):
 
 def run_and_report(config) -> int:
     for module, kind in ((bench_stream, bench_stream.StreamConfig), (bench_needle, bench_needle.NeedleConfig),
-                         (bench_grammar, bench_grammar.GrammarConfig)):
+                         (bench_grammar, bench_grammar.GrammarConfig), (bench_batch, bench_batch.BatchConfig)):
         if isinstance(config, kind):        # the benchmarks of their own: run, write, print the tables
             report = module.run(config, log=_log)
             paths = module.write_outputs(report, config.out)

@@ -1,6 +1,7 @@
-// Greedy sampling on the GPU in two barrier-free passes over logits [len]:
-// PASS1: invocation g scans [g*chunk, (g+1)*chunk) and writes (max, index) to partial[g];
-// PASS2: one invocation scans the partials and writes the winning index to result[0].
+// Greedy sampling on the GPU in two barrier-free passes over logits [rows, len], a row per grid y (the
+// rows of a batched decode step, one per sequence; one row otherwise):
+// PASS1: invocation g scans [g*chunk, (g+1)*chunk) of its row and writes (max, index) to its row's partial[g];
+// PASS2: one invocation a row scans the row's partials and writes the winning index to result[row].
 // Ties go to the lowest index (as numpy.argmax). Defines: WG and PASS1 or PASS2.
 // SUBGROUP (real GPUs with subgroups): PASS1 gives each workgroup a chunk (read coalesced) and PASS2 one
 // workgroup the partials, the best of a workgroup found by subgroupMax/subgroupMin (see workgroup_best).
@@ -60,13 +61,14 @@ fn workgroup_best(v: f32, i: u32, lane: u32, sg: u32, n_sg: u32) -> vec2<u32> {
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) n_sg: u32) {
 #ifdef PASS1
-    // workgroup g: logits [g*chunk, (g+1)*chunk), invocation lid every WG-th of them
+    // workgroup g: logits [g*chunk, (g+1)*chunk) of row wid.y, invocation lid every WG-th of them
     let start = wid.x * params.chunk;
     let end = min(start + params.chunk, params.len);
+    let row_x = params.x_off + wid.y * params.len;
     var best = FLOOR;
     var best_i = NONE;
     for (var i = start + lid.x; i < end; i += WG) {
-        let v = max(x[params.x_off + i], FLOOR);
+        let v = max(x[row_x + i], FLOOR);
         if (beats(v, i, best, best_i)) {
             best = v;
             best_i = i;
@@ -74,22 +76,23 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     }
     let won = workgroup_best(best, best_i, lane, sg, n_sg);
     if (lid.x == 0u && start < params.len) {
-        partial[wid.x] = won;
+        partial[wid.y * ((params.len + params.chunk - 1u) / params.chunk) + wid.x] = won;
     }
 #endif
 #ifdef PASS2
     var best = FLOOR;
     var best_i = NONE;
+    let row_p = wid.y * params.len;
     for (var g = lid.x; g < params.len; g += WG) {
-        let v = bitcast<f32>(partial[g].x);
-        if (beats(v, partial[g].y, best, best_i)) {
+        let v = bitcast<f32>(partial[row_p + g].x);
+        if (beats(v, partial[row_p + g].y, best, best_i)) {
             best = v;
-            best_i = partial[g].y;
+            best_i = partial[row_p + g].y;
         }
     }
     let won = workgroup_best(best, best_i, lane, sg, n_sg);
     if (lid.x == 0u) {
-        result[0] = won.y;
+        result[wid.y] = won.y;
     }
 #endif
 }
@@ -103,16 +106,17 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let end = min(start + params.chunk, params.len);
-    var best = x[params.x_off + start];
+    let row_x = params.x_off + gid.y * params.len;
+    var best = x[row_x + start];
     var best_i = start;
     for (var i = start + 1u; i < end; i++) {
-        let v = x[params.x_off + i];
+        let v = x[row_x + i];
         if (v > best) {
             best = v;
             best_i = i;
         }
     }
-    partial[g] = vec2<u32>(bitcast<u32>(best), best_i);
+    partial[gid.y * ((params.len + params.chunk - 1u) / params.chunk) + g] = vec2<u32>(bitcast<u32>(best), best_i);
 }
 #endif
 
@@ -122,16 +126,17 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (gid.x != 0u) {
         return;
     }
-    var best = bitcast<f32>(partial[0].x);
-    var best_i = partial[0].y;
+    let row_p = gid.y * params.len;
+    var best = bitcast<f32>(partial[row_p].x);
+    var best_i = partial[row_p].y;
     for (var g = 1u; g < params.len; g++) {
-        let v = bitcast<f32>(partial[g].x);
+        let v = bitcast<f32>(partial[row_p + g].x);
         if (v > best) {
             best = v;
-            best_i = partial[g].y;
+            best_i = partial[row_p + g].y;
         }
     }
-    result[0] = best_i;
+    result[gid.y] = best_i;
 }
 #endif
 #endif

@@ -269,6 +269,23 @@ def test_stream_bench_writes_its_table(tmp_path):
     assert "| experts streamed | gpu | 1.3 |" in files[".md"].read_text() and "<table>" in files[".html"].read_text()
 
 
+def test_batch_bench_writes_its_table(tmp_path):
+    """The smallest batched decode run (a tiny model, 1 and 3 sequences): the reports' shape, every
+    sequence's tokens equal to its own alone, the speed-up measured against one sequence."""
+    from gguf import GGMLQuantizationType as QT
+
+    import tiny_models
+
+    model = tiny_models.write_tiny_model(tmp_path, "llama", QT.Q4_0)
+    _, files, report = _bench_cli(tmp_path / "out", "--batch", "--models", str(model), "--batches", "1,3", "--tokens", "5")
+    (entry,) = report["models"].values()
+    one, three = entry["rows"]
+    assert (one["sequences"], three["sequences"]) == (1, 3) and one["speedup"] == 1.0
+    assert one["same_tokens"] and three["same_tokens"]
+    assert three["aggregate_tok_s"] == pytest.approx(3 * three["per_sequence_tok_s"], rel=1e-2) and three["speedup"] > 0
+    assert "| 3 |" in files[".md"].read_text() and "<table>" in files[".html"].read_text()
+
+
 @pytest.mark.models
 @pytest.mark.slow
 def test_grammar_bench_writes_its_table(tmp_path):

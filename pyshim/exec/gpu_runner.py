@@ -11,6 +11,7 @@ logits fit one storage binding).
 from __future__ import annotations
 
 from collections import OrderedDict
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -39,10 +40,12 @@ class GpuRunner:
         max_step = ops.max_chunk
         if ops.expert_cache is not None:     # a step may want at most `slots` distinct experts of a layer
             max_step = max(1, min(max_step, ops.expert_cache.n_slots // spec.n_experts_used))
-        self.capacity = Capacity(n_ctx=n_ctx, max_seqs=1, max_step_tokens=max_step, top_k=TOPK)
+        self.capacity = Capacity(n_ctx=n_ctx, max_seqs=ops.kv.n_seqs, max_step_tokens=max_step, top_k=TOPK)
         self.stats = RunnerStats()
         self.held = HeldTokens.for_spec(spec, n_ctx)
-        self._programs: OrderedDict[tuple[int, Want], Program] = OrderedDict()   # least recently used first
+        # by (tokens, want, the sequences of a batched decode step or None, else the one sequence), least
+        # recently used first
+        self._programs: OrderedDict[tuple[int, Want, tuple | None, int], Program] = OrderedDict()
         # Told of the pipelines a program's first use compiles (a prompt's first prefill compiles the
         # tiled kernels: many seconds on a CPU adapter), so a page can say why the first reply waits.
         self.on_compile: Progress | None = None
@@ -72,7 +75,8 @@ class GpuRunner:
         not called when none is left to compile."""
         await self.ops.repack()
         # Recorded first, so the pipelines of every program are known (and counted) before any is compiled.
-        recorded = {(1, want): self._record(1, want) for want in DECODE_WANTS if (1, want) not in self._programs}
+        keys = [(1, want, None, 0) for want in DECODE_WANTS]
+        recorded = {key: self._record(1, key[1]) for key in keys if key not in self._programs}
         await self._compile(recorded.values(), progress)
         for key, program in recorded.items():
             await self._build(key, program)
@@ -99,32 +103,33 @@ class GpuRunner:
         if self.owns_device:
             self.device.destroy()
 
-    async def program(self, n: int, want: Want) -> Program:
-        """The built program for steps of `n` tokens answering `want` (recorded on first use; a step that
-        wants nothing runs the logits program and reads nothing back)."""
+    async def program(self, n: int, want: Want, seqs: tuple[int, ...] | None = None, seq: int = 0) -> Program:
+        """The built program for steps of `n` tokens of sequence `seq` answering `want` (recorded on first
+        use; a step that wants nothing runs the logits program and reads nothing back); with `seqs`, a
+        batched decode step's: token i is sequence seqs[i]'s, and `want` is answered for every one."""
         want = Want.LOGITS if want is Want.NONE else want
-        key = (n, want)
+        key = (n, want, seqs, 0 if seqs is not None else seq)
         if key not in self._programs:
-            program = self._record(n, want)
+            program = self._record(n, want, seqs, key[3])
             await self._compile([program], self.on_compile)
             await self._build(key, program)
         self._programs.move_to_end(key)
         return self._programs[key]
 
-    def _record(self, n: int, want: Want) -> Program:
+    def _record(self, n: int, want: Want, seqs: tuple[int, ...] | None = None, seq: int = 0) -> Program:
         """The forward pass for steps of `n` tokens answering `want`, recorded (not built yet)."""
         ops = self.ops
-        program = ops.begin(n)
-        logits = self.model.forward(ops, ops.tokens(n), ops.positions(n), want is Want.ALL_LOGITS)
+        program = ops.begin(n, seqs, seq)
+        logits = self.model.forward(ops, ops.tokens(n), ops.positions(n), want is Want.ALL_LOGITS or seqs is not None)
         program.output = logits
         if want is Want.ARGMAX:
-            program.argmax = ops.record_argmax(logits)
+            program.argmax = ops.record_argmax(logits, rows=n if seqs is not None else 1)
         elif want is Want.TOP_K:
             program.topk = ops.record_topk(logits)
         ops.end()
         return program
 
-    async def _build(self, key: tuple[int, Want], program: Program) -> None:
+    async def _build(self, key: tuple, program: Program) -> None:
         ops = self.ops
         await program.build(ops.device, ops.kernels, ops.pool)
         self._programs[key] = program
@@ -144,15 +149,17 @@ class GpuRunner:
         takes a slot's place between steps). Returns how many were made."""
         return sum(program.rebind(self.device, parts) for program in self._programs.values())
 
-    async def _submit(self, tokens, start: int, want: Want, read=None) -> tuple[Program, bytes | None]:
-        """Run a step of `tokens` from position `start`; `read(program)` names what to copy back after it
+    async def _submit(self, tokens, start, want: Want, read=None, *, seq: int = 0,
+                      seqs: tuple[int, ...] | None = None) -> tuple[Program, bytes | None]:
+        """Run a step of `tokens` of sequence `seq` from position `start` (with `seqs`, a batched decode
+        step: `start` lists each token's position); `read(program)` names what to copy back after it
         ((buffer, size, offset), or None for nothing): the step's writes, dispatches and readback go to the
         device together (in the browser one FFI call), the wait comes last."""
         await self.ops.repack()        # no-op after the first step
-        program = await self.program(len(tokens), want)
+        program = await self.program(len(tokens), want, seqs, seq)
         dev, ops = self.device, self.ops
-        writes = [(ops.tokens_buf, 0, np.asarray(tokens, dtype=np.uint32)),
-                  (ops.positions_buf, 0, np.arange(start, start + len(tokens), dtype=np.uint32))]
+        positions = np.asarray(start if seqs is not None else np.arange(start, start + len(tokens)), dtype=np.uint32)
+        writes = [(ops.tokens_buf, 0, np.asarray(tokens, dtype=np.uint32)), (ops.positions_buf, 0, positions)]
         label, at = f"step_n{len(tokens)}", 0
         for stop in program.stops:          # streamed weights: the host puts them in place
             if stop.at > at or writes:
@@ -189,12 +196,40 @@ class GpuRunner:
 
     async def step(self, step: Step) -> list[Output]:
         check_step(step, self.capacity, self.spec.n_vocab)
-        outputs = []
-        for s in step.slices:
-            with self.held.writing(s):
-                outputs.append(await self._slice(s, step))
+        if self._batched(step):
+            with ExitStack() as held:
+                for s in step.slices:
+                    held.enter_context(self.held.writing(s))
+                outputs = await self._batch(step)
+        else:
+            outputs = []
+            for s in step.slices:
+                with self.held.writing(s):
+                    outputs.append(await self._slice(s, step))
         self.stats.steps += 1
         return outputs
+
+    def _batched(self, step: Step) -> bool:
+        """Whether a step runs as one batched decode program: one token of each of several distinct
+        sequences, asking for their greedy ids or logits, with no weights streamed mid-step."""
+        slices = step.slices
+        return (len(slices) > 1 and step.want in (Want.ARGMAX, Want.LOGITS, Want.NONE)
+                and all(len(s.tokens) == 1 for s in slices) and len({s.seq for s in slices}) == len(slices)
+                and len(slices) <= self.ops.max_chunk and self.ops.expert_cache is None and self.ops.layer_stream is None)
+
+    async def _batch(self, step: Step) -> list[Output]:
+        """One token of each sequence in one program: the weights are read once for all of them."""
+        seqs = tuple(s.seq for s in step.slices)
+        tokens, starts = [s.tokens[0] for s in step.slices], [s.start for s in step.slices]
+        if step.want is Want.NONE:
+            await self._submit(tokens, starts, step.want, seqs=seqs)
+            return [Output() for _ in seqs]
+        if step.want is Want.ARGMAX:
+            _, data = await self._submit(tokens, starts, step.want, lambda p: (p.argmax, 4 * len(seqs), 0), seqs=seqs)
+            return [Output(token=int(t)) for t in np.frombuffer(data, dtype=np.uint32)[:len(seqs)]]
+        program, data = await self._submit(tokens, starts, step.want, _logits, seqs=seqs)
+        rows = np.frombuffer(data, dtype=np.float32).reshape(program.output.shape)
+        return [Output(logits=row.copy()) for row in rows]
 
     async def _slice(self, s: Slice, step: Step) -> Output:
         if step.want is Want.ALL_LOGITS:
@@ -202,20 +237,20 @@ class GpuRunner:
             rows = max(1, min(self.ops.max_chunk, self.ops.max_binding // (4 * self.spec.n_vocab)))
             out = []
             for at in range(0, len(s.tokens), rows):
-                program, data = await self._submit(s.tokens[at:at + rows], s.start + at, Want.ALL_LOGITS, _logits)
+                program, data = await self._submit(s.tokens[at:at + rows], s.start + at, Want.ALL_LOGITS, _logits, seq=s.seq)
                 out.append(np.frombuffer(data, dtype=np.float32).reshape(program.output.shape))
             return Output(logits=np.concatenate(out))
         if step.want is Want.NONE:
-            await self._submit(s.tokens, s.start, step.want)
+            await self._submit(s.tokens, s.start, step.want, seq=s.seq)
             return Output()
         if step.want is Want.ARGMAX:
-            _, data = await self._submit(s.tokens, s.start, step.want, lambda p: (p.argmax, 4, 0))
+            _, data = await self._submit(s.tokens, s.start, step.want, lambda p: (p.argmax, 4, 0), seq=s.seq)
             return Output(token=int(np.frombuffer(data, dtype=np.uint32)[0]))
         if step.want is Want.TOP_K:
-            _, data = await self._submit(s.tokens, s.start, step.want, lambda p: (p.topk, step.k * 8, 0))
+            _, data = await self._submit(s.tokens, s.start, step.want, lambda p: (p.topk, step.k * 8, 0), seq=s.seq)
             pairs = np.frombuffer(data, dtype=np.uint32).reshape(step.k, 2)
             return Output(values=pairs[:, 0].view(np.float32).copy(), ids=pairs[:, 1].astype(np.int64))
-        program, data = await self._submit(s.tokens, s.start, step.want, _logits)
+        program, data = await self._submit(s.tokens, s.start, step.want, _logits, seq=s.seq)
         return Output(logits=np.frombuffer(data, dtype=np.float32).reshape(program.output.shape)[-1])
 
     async def dispatches_per_token(self) -> int:
@@ -255,11 +290,12 @@ def _logits(program: Program) -> tuple:
 
 async def load_gpu(path: str | Path | None = None, *, header=None, source=None, settings: RunSettings = RunSettings(),
                    device: GPUDevice | None = None, upload_now: bool = True, max_binding: int | None = None,
-                   policy: dict | None = None) -> GpuRunner:
+                   policy: dict | None = None, max_seqs: int = 1) -> GpuRunner:
     """A GpuRunner for a GGUF file (`path`), or for a parsed header plus a byte source (Pyodide).
     `upload_now=False` leaves the weights' bytes to the caller (`runner.ops.uploads`: the browser);
     `max_binding` lowers the storage binding limit (forces tensors split by rows); `policy` overrides
-    kernel choices (pyshim.gpu.policy.KernelPolicy fields: tests)."""
+    kernel choices (pyshim.gpu.policy.KernelPolicy fields: tests); `max_seqs`: the sequences it holds KV
+    caches for (each a whole cache: a step of one token of each runs as one batched program)."""
     from pyshim.gguf.model import open_model
     from pyshim.gguf.tensors import WeightStore, tensor_refs_from_header
     from pyshim.gpu import open_device
@@ -274,7 +310,7 @@ async def load_gpu(path: str | Path | None = None, *, header=None, source=None, 
     kernel_policy = KernelPolicy.for_device(device.caps, settings.arithmetic, **(policy or {}))
     ops = GpuOps(device, WeightStore(tensor_refs_from_header(header), source), spec, n_ctx, kernel_policy,
                  kv_type=settings.kv_type, max_chunk=settings.prefill_chunk, max_binding=max_binding, upload_now=upload_now,
-                 expert_slots=settings.expert_slots, streamed_layers=settings.streamed_layers)
+                 expert_slots=settings.expert_slots, streamed_layers=settings.streamed_layers, max_seqs=max_seqs)
     model = build_model(spec, ops)
     runner = GpuRunner(spec, header, ops, model, settings, n_ctx, owns_device=owns_device)
     runner.auto = choice and choice.as_dict()

@@ -33,10 +33,11 @@ def group_name(key: ShaderKey) -> str:
     return name + " experts" if "EXPERTS" in defines else name
 
 
-async def kernel_times(runner, *, reps: int = PROFILE_REPS, rounds: int = PROFILE_ROUNDS) -> dict:
+async def kernel_times(runner, *, reps: int = PROFILE_REPS, rounds: int = PROFILE_ROUNDS, program=None) -> dict:
     """{"step_ms", "groups": {name: {"dispatches", "ms", "share"}}, "overlap_ms"} for the runner's greedy
-    decode step (built if needed). Times are per step, medians over `rounds`."""
-    program = await runner.program(1, Want.ARGMAX)
+    decode step (built if needed), or for a built greedy `program` (a batched decode step's). Times are per
+    step, medians over `rounds`."""
+    program = program or await runner.program(1, Want.ARGMAX)
     device = runner.device
     sync = program.argmax
 

@@ -366,11 +366,11 @@ def argmax_keys(subgroup: bool = False) -> tuple[ShaderKey, ShaderKey]:
     return tuple(ShaderKey.of("argmax", WG=WG, SUBGROUP=subgroup, **{p: True}) for p in ("PASS1", "PASS2"))
 
 
-def argmax_pass1(vocab: int, subgroup: bool = False) -> tuple[int, int, tuple[int, int, int]]:
-    """(logits per partial, partials, grid) of argmax's first pass."""
+def argmax_pass1(vocab: int, subgroup: bool = False, rows: int = 1) -> tuple[int, int, tuple[int, int, int]]:
+    """(logits per partial, partials per row, grid) of argmax's first pass over `rows` rows of logits."""
     chunk = ARGMAX_CHUNK_SUBGROUP if subgroup else ARGMAX_CHUNK
     parts = groups(vocab, chunk)
-    return chunk, parts, ((parts, 1, 1) if subgroup else (groups(parts), 1, 1))
+    return chunk, parts, ((parts, rows, 1) if subgroup else (groups(parts), rows, 1))
 
 
 def rmsnorm_key(*, reduce: bool = False, subgroup: bool = False, residual: bool = False) -> ShaderKey:

@@ -3,8 +3,8 @@
 A ring holds `cap` positions (slot = position % cap): the context for full-attention layers, the window
 plus one step's tokens less one for sliding-window layers (a step never evicts a key its own queries
 still need). Values are stored as the KV type says (pyshim.plan.settings.KV_TYPES; include/kv.wgsl).
-The recorded programs bind one sequence's rings; holding several sequences (and pages shared between
-them) is what continuous batching will add here.
+A recorded program binds the rings of the sequence it runs, or, for a batched decode step, each token's
+sequence's (pyshim.gpu.ops GpuOps.begin); pages shared between sequences are still to come.
 """
 
 from __future__ import annotations

@@ -1,0 +1,119 @@
+"""`pyshim bench --batch`: several sequences decoded together, natively. One runner holds a KV cache per
+sequence (`load_gpu(max_seqs=...)`); each batched decode step runs one token of every sequence in one
+program, so the weights a step reads serve all of them. For 1, 2, 4 (`--batches`) sequences with prompts
+of different lengths: the aggregate decode tok/s (tokens of all sequences per second), each sequence's,
+the speed-up over one sequence, and whether every sequence's greedy tokens equal the ones it gets alone.
+Timed from the second batched step on (the first records and builds the step's program).
+
+Writes batch-<stamp>.json and .md. Usage:
+  pyshim bench --batch [--models smollm2-135m] [--batches 1,2,4] [--tokens 16]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROMPTS = ["The harbour master kept a ledger of every ship that crossed the bar after dark, and",
+           "Three rules for a good sourdough starter:",
+           "In 1854 the physician John Snow mapped the cholera cases around Broad Street and found",
+           "def fibonacci(n):",
+           "The committee's report on the bridge listed four causes of the collapse. First,",
+           "Dear Ms. Alvarez, thank you for your letter of the 12th. Regarding",
+           "A haiku about autumn rain:",
+           "Photosynthesis turns light into chemical energy in two stages:"]
+CONTEXT = 512
+
+
+@dataclass
+class BatchConfig:
+    models: list[str] = field(default_factory=lambda: ["smollm2-135m"])
+    batches: list[int] = field(default_factory=lambda: [1, 2, 4])
+    tokens: int = 16
+    out: Path | None = None
+
+
+async def _decode(runner, prompts: list[list[int]], tokens: int):
+    """Prefill each sequence, then `tokens` greedy steps over all of them together (one sequence: the
+    ordinary decode step): (each sequence's ids, seconds of the timed steps, steps timed)."""
+    from pyshim.exec.runner import Slice, Step, Want
+
+    nexts, positions = [], []
+    for seq, prompt in enumerate(prompts):
+        runner.reset(seq)
+        (first,) = await runner.step(Step.of(prompt, 0, seq=seq, want=Want.ARGMAX))
+        nexts.append(first.token)
+        positions.append(len(prompt))
+    ids = [[t] for t in nexts]
+    seconds = 0.0
+    for i in range(tokens):
+        t0 = time.perf_counter()
+        answers = await runner.step(Step(tuple(Slice((t,), p, seq) for seq, (t, p) in enumerate(zip(nexts, positions))),
+                                         Want.ARGMAX))
+        if i:                       # the first step builds the program
+            seconds += time.perf_counter() - t0
+        nexts = [a.token for a in answers]
+        positions = [p + 1 for p in positions]
+        for seq, t in enumerate(nexts):
+            ids[seq].append(t)
+    return ids, seconds, tokens - 1
+
+
+async def _run_model(path: Path, config: BatchConfig) -> dict:
+    from pyshim.exec.gpu_runner import load_gpu
+    from pyshim.plan.settings import RunSettings
+    from pyshim.text.tokenizer import Tokenizer
+
+    most = max(config.batches)
+    runner = await load_gpu(path, settings=RunSettings(context=CONTEXT), max_seqs=most)
+    try:
+        await runner.prepare()
+        tok = Tokenizer.from_metadata(runner.header.metadata)
+        prompts = [tok.encode(PROMPTS[i % len(PROMPTS)], add_special=True) for i in range(most)]
+        alone = [(await _decode(runner, [p], config.tokens))[0][0] for p in prompts]   # each sequence's own tokens
+        rows, one = [], None
+        for b in config.batches:
+            ids, seconds, steps = await _decode(runner, prompts[:b], config.tokens)
+            aggregate = b * steps / seconds
+            one = one or (aggregate if b == 1 else None)
+            rows.append({"sequences": b, "aggregate_tok_s": round(aggregate, 3),
+                         "per_sequence_tok_s": round(steps / seconds, 3), "speedup": round(aggregate / one, 2) if one else None,
+                         "ms_per_step": round(1e3 * seconds / steps, 1), "same_tokens": ids == alone[:b]})
+        return {"adapter": runner.device.caps.summary(), "arithmetic": runner.arithmetic.value,
+                "kv_mb": round(runner.ops.memory()["kv"] / 1e6, 1), "rows": rows}
+    finally:
+        runner.close()
+
+
+def run(config: BatchConfig, log=print) -> dict:
+    from pyshim.setup.catalog import resolve_model
+
+    report = {"stamp": datetime.datetime.now().strftime("%Y%m%d-%H%M%S"), "tokens": config.tokens, "context": CONTEXT,
+              "models": {}}
+    for name in config.models:
+        log(f"[batch] {name}: {', '.join(map(str, config.batches))} sequences, {config.tokens} tokens each")
+        report["models"][name] = asyncio.run(_run_model(resolve_model(name), config))
+    return report
+
+
+def markdown(report: dict) -> str:
+    lines = [f"Sequences decoded together (greedy, {report['tokens']} tokens each, context {report['context']}; "
+             "aggregate = tokens of all sequences per second)", ""]
+    for name, m in report["models"].items():
+        lines += [f"**{name}** on {m['adapter']}, {m['arithmetic']} route, KV caches {m['kv_mb']} MB", "",
+                  "| sequences | aggregate tok/s | per sequence tok/s | × one sequence | ms a step | same tokens as alone |",
+                  "|---|---|---|---|---|---|"]
+        for r in m["rows"]:
+            lines.append(f"| {r['sequences']} | {r['aggregate_tok_s']} | {r['per_sequence_tok_s']} | {r['speedup']} | "
+                         f"{r['ms_per_step']} | {'yes' if r['same_tokens'] else 'NO'} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_outputs(report: dict, out: Path) -> dict[str, Path]:
+    from bench_report import write_markdown_report
+
+    return write_markdown_report(report, markdown(report), out, "batch", "pyshim: sequences decoded together")
