@@ -1,0 +1,87 @@
+"""Several generations decoded together: a Runner over another that runs the one-token decode steps of
+concurrent `generate` calls (pyshim.serve.generation, the one loop) as one batched step.
+
+Each request keeps its own loop — its sampling, stop strings, grammar, max_tokens and abort — in its own
+sequence; only the steps meet here. A one-token step asking for the argmax or the logits waits a moment
+(a few turns of the event loop: the other sequences' next steps arrive in that time, since each caller
+only samples and streams between its steps) and then runs with every such step pending, as one step of
+the wrapped runner with a slice per sequence (pyshim.exec.gpu_runner: one program, the weights read once
+for all of them). Every other step — a prompt chunk, top-k, all logits — runs on its own, in turn with
+the batches: a request joining the running ones has its prompt prefilled between their decode steps, so
+their streams keep flowing; one that leaves (finished, aborted) simply stops sending steps.
+
+The wrapped runner's sequences are the callers' to allocate: two concurrent requests must not share one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from pyshim.exec.runner import Output, Step, Want
+
+BATCHED_WANTS = (Want.ARGMAX, Want.LOGITS)
+GATHER_YIELDS = 4       # event-loop turns a pending decode step waits for the others' (each samples, then steps)
+
+
+@dataclass
+class BatchStats:
+    steps: int = 0          # steps of the wrapped runner that ran several sequences' tokens
+    tokens: int = 0         # the tokens those steps decoded
+    alone: int = 0          # decode steps that found no other sequence's to join
+
+    def as_dict(self) -> dict:
+        return {"batched_steps": self.steps, "batched_tokens": self.tokens, "alone": self.alone}
+
+
+class BatchingRunner:
+    """The Runner contract over `runner`, with concurrent decode steps of different sequences batched."""
+
+    def __init__(self, runner, *, gather_yields: int = GATHER_YIELDS):
+        self.inner = runner
+        self.gather_yields = gather_yields
+        self.batch_stats = BatchStats()
+        self._lock = asyncio.Lock()          # one step of the wrapped runner at a time (its buffers are shared)
+        self._pending: list[tuple[Step, asyncio.Future]] = []
+        self._flusher: asyncio.Task | None = None
+
+    def __getattr__(self, name):            # capacity, held, stats, reset, spec, ...: the wrapped runner's
+        return getattr(self.inner, name)
+
+    async def step(self, step: Step) -> list[Output]:
+        if not (len(step.slices) == 1 and len(step.slices[0].tokens) == 1 and step.want in BATCHED_WANTS):
+            async with self._lock:
+                return await self.inner.step(step)
+        done = asyncio.get_running_loop().create_future()
+        self._pending.append((step, done))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush())
+        return await done
+
+    async def _flush(self) -> None:
+        while self._pending:
+            for _ in range(self.gather_yields):
+                await asyncio.sleep(0)
+            async with self._lock:
+                batch, self._pending = self._pending, []
+                for want in BATCHED_WANTS:
+                    group = [(s, f) for s, f in batch if s.want is want and not f.done()]   # (an aborted caller's: skipped)
+                    if group:
+                        await self._run(want, group)
+
+    async def _run(self, want: Want, group: list[tuple[Step, asyncio.Future]]) -> None:
+        if len(group) == 1:
+            self.batch_stats.alone += 1
+        else:
+            self.batch_stats.steps += 1
+            self.batch_stats.tokens += len(group)
+        try:
+            outputs = await self.inner.step(Step(tuple(s.slices[0] for s, _ in group), want))
+        except Exception as exc:        # noqa: BLE001 — every caller of the step sees its error
+            for _, f in group:
+                if not f.done():
+                    f.set_exception(exc)
+            return
+        for (_, f), out in zip(group, outputs):
+            if not f.done():
+                f.set_result([out])

@@ -1,0 +1,84 @@
+"""Continuous batching over the one generation loop (pyshim.serve.batching): concurrent `generate` calls,
+each in its own sequence, have their decode steps run together, and each gets exactly the reply it gets
+alone — with other prompt lengths and max_tokens, a request joining the running ones, one aborted."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gguf import GGMLQuantizationType as QT
+
+import tiny_models
+from pyshim.serve.batching import BatchingRunner
+from pyshim.serve.generation import generate
+from pyshim.serve.sampling import SamplingParams
+from runners import gpu
+
+PROMPTS = [[5, 77, 300, 9, 12, 40, 41], [41, 42], [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], [300, 200, 100]]
+MAX_TOKENS = [9, 6, 12, 8]
+GREEDY = SamplingParams(temperature=0.0)
+
+
+def load(tmp_path, loop, device, seqs: int = 4):
+    path = tiny_models.write_tiny_model(tmp_path, "llama", QT.Q4_0)
+    return loop.run_until_complete(gpu(path, context=tiny_models.N_CTX, device=device, max_seqs=seqs))
+
+
+def alone(loop, runner) -> list[list[int]]:
+    return [loop.run_until_complete(generate(runner, p, GREEDY, n, seq=seq, reuse=False)).token_ids
+            for seq, (p, n) in enumerate(zip(PROMPTS, MAX_TOKENS))]
+
+
+def test_concurrent_requests_each_get_their_reply_alone(tmp_path, loop, device):
+    runner = load(tmp_path, loop, device)
+    want = alone(loop, runner)
+    batching = BatchingRunner(runner)
+
+    async def together():
+        return await asyncio.gather(*(generate(batching, p, GREEDY, n, seq=seq, reuse=False)
+                                      for seq, (p, n) in enumerate(zip(PROMPTS, MAX_TOKENS))))
+
+    got = [c.token_ids for c in loop.run_until_complete(together())]
+    assert got == want
+    stats = batching.batch_stats
+    # the four ran together until the shortest ended, then three, ... : most decode tokens came in batches
+    assert stats.steps >= min(MAX_TOKENS) - 1 and stats.tokens >= 4 * (min(MAX_TOKENS) - 1)
+    batched_programs = [key for key in runner._programs if key[2] is not None]
+    assert {len(key[2]) for key in batched_programs} >= {4, 3, 2}
+
+
+def test_a_late_request_and_an_aborted_one_leave_the_others_unchanged(tmp_path, loop, device):
+    runner = load(tmp_path, loop, device)
+    want = alone(loop, runner)
+    batching = BatchingRunner(runner)
+
+    async def scene():
+        started = asyncio.Event()
+        seen = [0]
+
+        def on_text(piece, token):          # request 0's third token lets request 3 in
+            seen[0] += 1
+            if seen[0] == 3:
+                started.set()
+
+        class Ids:                          # a decoder that yields a piece per token (on_text sees each)
+            def add(self, token):
+                return "x"
+
+            def finish(self):
+                return ""
+
+        first = generate(batching, PROMPTS[0], GREEDY, MAX_TOKENS[0], seq=0, reuse=False, decoder=Ids(), on_text=on_text)
+        aborted = generate(batching, PROMPTS[1], GREEDY, 50, seq=1, reuse=False,
+                           should_stop=lambda: batching.batch_stats.steps >= 3)
+        third = generate(batching, PROMPTS[2], GREEDY, MAX_TOKENS[2], seq=2, reuse=False)
+
+        async def late():
+            await started.wait()
+            return await generate(batching, PROMPTS[3], GREEDY, MAX_TOKENS[3], seq=3, reuse=False)
+
+        return await asyncio.gather(first, aborted, third, late())
+
+    a, b, c, d = loop.run_until_complete(scene())
+    assert a.token_ids == want[0] and c.token_ids == want[2] and d.token_ids == want[3]
+    assert b.finish_reason == "abort" and b.token_ids == want[1][:len(b.token_ids)] and len(b.token_ids) < 50
