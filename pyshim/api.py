@@ -7,7 +7,10 @@
 
 Requests are checked before any work against the shapes of pyshim.serve.protocol (the same rules the
 JS API and the /v1 endpoint apply), with BadRequestError naming the field. Requests to one engine run one
-at a time (pyshim.serve.scheduler), so two callers never interleave inside one KV cache.
+at a time (pyshim.serve.scheduler), so two callers never interleave inside one KV cache — or, loaded with
+`parallel=N` (the gpu backend), up to N at once, each in a cache of its own, their decode steps run
+together (continuous batching: `asyncio.gather` of several `create` calls reads the weights once a step
+for all of them; each reply is what it is alone).
 
 In Pyodide (a PyScript page) the backend is pyshim's JavaScript engine (pyshim.serve.js_engine): the
 model comes from the site's store and runs in the engine's Worker; validation and shapes stay here.
@@ -35,7 +38,7 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
                arithmetic: str | None = None, rope_scaling: str | None = None, rope_scale: float | None = None,
                yarn_orig_ctx: int | None = None, budget_mb: float | None = None, expert_slots: int | None = None,
                streamed_layers: int | None = None, on_progress=None, js_module=None,
-               base_url: str | None = None, api_key: str | None = None) -> "Engine":
+               base_url: str | None = None, api_key: str | None = None, parallel: int = 1) -> "Engine":
     """An engine for a model path or short name (`smollm2`, `gemma3`, `qwen2.5`); backend "gpu" (native
     WebGPU through wgpu), "cpu" (the NumPy reference) or, in Pyodide, "browser" (the default there: the
     site's JavaScript engine; `on_progress(dict)` gets its download/load progress, `js_module` is
@@ -47,10 +50,16 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
     keeps that many experts a layer on the GPU and streams the rest from the store; `streamed_layers`: the
     last that many layers are streamed from the store through rotating GPU buffers (None: auto decides).
     `base_url` (with an optional `api_key`): `model` is served by that OpenAI-compatible server (vLLM,
-    llama.cpp's server, Ollama's /v1) instead, through the same API (pyshim.serve.remote)."""
+    llama.cpp's server, Ollama's /v1) instead, through the same API (pyshim.serve.remote). `parallel`: how
+    many requests run at once (gpu backend: a KV cache each, decode steps batched; default 1)."""
     settings = RunSettings(context=n_ctx, kv_type=kv_type, arithmetic=arithmetic, rope_scaling=rope_scaling,
                            rope_scale=rope_scale, yarn_orig_ctx=yarn_orig_ctx, expert_slots=expert_slots, streamed_layers=streamed_layers,
                            budget_bytes=None if budget_mb is None else int(budget_mb * 2**20))
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+        raise BadRequestError(f"parallel must be a positive number of requests, got {parallel!r}", param="parallel")
+    if parallel > 1 and (base_url is not None or (backend or ("browser" if IN_PYODIDE else "gpu")) != "gpu"):
+        raise BadRequestError("parallel requests run on the gpu backend for now", hint="use backend='gpu', or parallel=1",
+                              param="parallel")
     if base_url is not None:
         if IN_PYODIDE:   # the page's fetch, through the JS API's remote engine (web/engine/remote.js)
             from pyshim.serve.js_engine import load_js_session
@@ -77,16 +86,22 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
     from pyshim.serve.session import Session
     from pyshim.setup.catalog import resolve_model
 
-    session = Session(await load_runner(resolve_model(model), backend=backend, settings=settings))
+    runner = await load_runner(resolve_model(model), backend=backend, settings=settings,
+                               **({"max_seqs": parallel} if parallel > 1 else {}))
+    if parallel > 1:
+        from pyshim.serve.batching import BatchingRunner
+
+        runner = BatchingRunner(runner)
+    session = Session(runner)
     await session.prepare()
-    return Engine(session, model_id=str(model))
+    return Engine(session, model_id=str(model), parallel=parallel)
 
 
 class Engine:
-    def __init__(self, session, model_id: str):
+    def __init__(self, session, model_id: str, parallel: int = 1):
         self.session = session
         self.model_id = model_id
-        self.scheduler = Scheduler()
+        self.scheduler = Scheduler(parallel)
         self.chat = _Chat(self)
 
     def close(self) -> None:

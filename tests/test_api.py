@@ -98,3 +98,34 @@ def test_kv_type_reaches_the_engine():
     assert run(reply("q8"))
     with pytest.raises(BadRequestError, match="kv_type"):
         run(load("smollm2", backend="cpu", kv_type="q3"))
+
+
+def test_parallel_requests_are_decoded_together_each_as_alone():
+    """`parallel=3`: three gathered requests run at once, each in a cache of its own, their decode steps
+    batched; each reply is the one it gets alone, and the batched steps really ran."""
+    questions = [MESSAGES, [{"role": "user", "content": "Name a colour."}],
+                 [{"role": "user", "content": "Write one word that rhymes with cat."}]]
+    tokens = [8, 5, 10]
+
+    async def scene():
+        engine = await load("smollm2", backend="gpu", n_ctx=256, parallel=3)
+        try:
+            def ask(messages, n):
+                return engine.chat.completions.create(messages=messages, temperature=0, max_tokens=n)
+
+            together = await asyncio.gather(*(ask(m, n) for m, n in zip(questions, tokens)))
+            batched = engine.session.runner.batch_stats.steps
+            alone = [await ask(m, n) for m, n in zip(questions, tokens)]
+            return together, alone, batched, engine.scheduler.stats()
+        finally:
+            engine.close()
+
+    together, alone, batched, stats = run(scene())
+    for a, b in zip(together, alone):
+        assert a["choices"][0]["message"]["content"] == b["choices"][0]["message"]["content"]
+        # (alone, each finds the chat template's opening in its cache: cached_tokens differ, nothing else)
+        assert {k: a["usage"][k] for k in ("prompt_tokens", "completion_tokens")} == \
+            {k: b["usage"][k] for k in ("prompt_tokens", "completion_tokens")}
+    assert batched >= min(tokens) - 2 and stats == {"running": 0, "queued": 0, "done": 6, "sequences": 3}
+    with pytest.raises(BadRequestError, match="parallel"):
+        run(load("smollm2", backend="cpu", parallel=2))

@@ -1,6 +1,7 @@
 """A session: one loaded model ready to serve — its runner, tokenizer and chat template — and the
 requests it answers (chat, raw completion, teacher-forced scores, a benchmark run), each through the
-one generation loop (pyshim.serve.generation). The Python API, the site's Worker and the CLI hold one.
+one generation loop (pyshim.serve.generation), chats and completions in the sequence the scheduler gave
+them (pyshim.serve.scheduler.current_seq). The Python API, the site's Worker and the CLI hold one.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pyshim.errors import BadRequestError, ContextOverflowError
 from pyshim.exec.runner import Progress, Runner
 from pyshim.serve.generation import Completion, OnText, Scores, generate, score
 from pyshim.serve.protocol import Sampling
+from pyshim.serve.scheduler import current_seq
 from pyshim.serve.sampling import SamplingParams
 from pyshim.text.chat import ChatTemplate
 from pyshim.text.compaction import compact
@@ -130,7 +132,7 @@ class Session:
         try:
             done = await generate(self.runner, prompt, sampling.params, sampling.max_tokens, stop_ids=self.stop_ids(sampling, chat=True),
                                   stop_strings=sampling.stop, decoder=self.tokenizer.stream(), on_text=text,
-                                  should_stop=should_stop, constraint=matcher, on_prefill=on_prefill)
+                                  should_stop=should_stop, constraint=matcher, on_prefill=on_prefill, seq=current_seq())
         finally:
             matcher.close()
         if matcher.calling:
@@ -155,7 +157,8 @@ class Session:
         try:
             return await generate(self.runner, prompt, sampling.params, sampling.max_tokens, stop_ids=stop_ids,
                                   stop_strings=sampling.stop, decoder=self.tokenizer.stream(), on_text=on_text,
-                                  should_stop=should_stop, constraint=constraint, on_prefill=on_prefill, reuse=reuse)
+                                  should_stop=should_stop, constraint=constraint, on_prefill=on_prefill, reuse=reuse,
+                                  seq=current_seq())
         finally:
             if constraint is not None:
                 constraint.close()

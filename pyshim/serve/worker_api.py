@@ -253,7 +253,7 @@ async def load(request_json: str, file_size: int, store, request_id: int, emit) 
     async def job(should_stop):
         return {"load_ms": await _ensure_loaded(request.get("model_id"), _settings(request), file_size, store, emit)}
 
-    return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
+    return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}"), exclusive=True))
 
 
 @_boundary
@@ -262,7 +262,7 @@ async def unload(request_id: int) -> str:
         unload_now()
         return {"unloaded": True}
 
-    return _dump(await _scheduler.run(job, request_id))
+    return _dump(await _scheduler.run(job, request_id, exclusive=True))
 
 
 # --- requests on the loaded model ---------------------------------------------------------------------
@@ -345,7 +345,7 @@ async def score(request_json: str, file_size: int, store, request_id: int, emit)
         scores = await session.score(ids, request["top_k"])
         return {**scores.as_dict(), "arithmetic": session.runner.arithmetic.value}
 
-    return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
+    return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}"), exclusive=True))
 
 
 @_boundary
@@ -384,7 +384,7 @@ async def bench(request_json: str, file_size: int, store, request_id: int, emit)
                 "dispatches_per_token": await runner.dispatches_per_token(), "text": done.text,
                 "arithmetic": runner.arithmetic.value, **runner.memory()}
 
-    return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
+    return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}"), exclusive=True))
 
 
 def _result(done, load_ms: float) -> dict:
