@@ -54,9 +54,7 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
     many requests run at once (gpu backend: a KV cache each, decode steps batched; default 1)."""
     settings = RunSettings(context=n_ctx, kv_type=kv_type, arithmetic=arithmetic, rope_scaling=rope_scaling,
                            rope_scale=rope_scale, yarn_orig_ctx=yarn_orig_ctx, expert_slots=expert_slots, streamed_layers=streamed_layers,
-                           budget_bytes=None if budget_mb is None else int(budget_mb * 2**20))
-    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
-        raise BadRequestError(f"parallel must be a positive number of requests, got {parallel!r}", param="parallel")
+                           budget_bytes=None if budget_mb is None else int(budget_mb * 2**20), parallel=parallel)
     if parallel > 1 and (base_url is not None or (backend or ("browser" if IN_PYODIDE else "gpu")) != "gpu"):
         raise BadRequestError("parallel requests run on the gpu backend for now", hint="use backend='gpu', or parallel=1",
                               param="parallel")
@@ -86,8 +84,7 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
     from pyshim.serve.session import Session
     from pyshim.setup.catalog import resolve_model
 
-    runner = await load_runner(resolve_model(model), backend=backend, settings=settings,
-                               **({"max_seqs": parallel} if parallel > 1 else {}))
+    runner = await load_runner(resolve_model(model), backend=backend, settings=settings)
     if parallel > 1:
         from pyshim.serve.batching import BatchingRunner
 

@@ -65,6 +65,22 @@ def test_auto_prefers_the_longest_context_then_the_least_rounding(qwen7b):
     assert auto.resolve(RunSettings(kv_type="q4"), spec, header.tensors) == (RunSettings(kv_type="q4"), None)
 
 
+def test_sequences_decoded_together_are_planned_a_cache_each(qwen7b):
+    """`parallel` sequences hold a KV cache each: the plan counts them, and auto gives each less."""
+    header = read_header(qwen7b[0], file_size=qwen7b[1])
+    spec = ModelSpec.from_header(header)
+    one = estimate(spec, header.tensors, context=8192, kv_type="q8")
+    four = estimate(spec, header.tensors, context=8192, kv_type="q8", seqs=4)
+    assert four.kv_bytes == 4 * one.kv_bytes and four.total_bytes - one.total_bytes == 3 * one.kv_bytes
+    alone = auto.resolve(RunSettings(kv_type="auto", budget_bytes=6 * GB), spec, header.tensors)[1]
+    shared = auto.resolve(RunSettings(kv_type="auto", budget_bytes=6 * GB, parallel=4), spec, header.tensors)[1]
+    assert shared.estimate.total_bytes <= 6 * GB
+    assert (shared.context, shared.kv_type) != (alone.context, alone.kv_type)
+    assert shared.estimate.kv_bytes == 4 * estimate(spec, header.tensors, context=shared.context, kv_type=shared.kv_type).kv_bytes
+    with pytest.raises(Exception, match="parallel must be"):
+        RunSettings(parallel=0)
+
+
 @pytest.mark.models
 def test_the_cli_says_what_auto_picked():
     model = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"

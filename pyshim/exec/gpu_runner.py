@@ -278,7 +278,8 @@ class GpuRunner:
         for its largest step."""
         from pyshim.plan.memory import estimate
 
-        plan = estimate(self.spec, self.header.tensors, context=self.n_ctx, kv_type=self.ops.kv_type, chunk=self.ops.max_chunk)
+        plan = estimate(self.spec, self.header.tensors, context=self.n_ctx, kv_type=self.ops.kv_type, chunk=self.ops.max_chunk,
+                        seqs=self.ops.kv.n_seqs)
         return {"peak_gpu_bytes": self.ops.memory()["total"], "planned_gpu_bytes": plan.total_bytes}
 
 
@@ -290,12 +291,13 @@ def _logits(program: Program) -> tuple:
 
 async def load_gpu(path: str | Path | None = None, *, header=None, source=None, settings: RunSettings = RunSettings(),
                    device: GPUDevice | None = None, upload_now: bool = True, max_binding: int | None = None,
-                   policy: dict | None = None, max_seqs: int = 1) -> GpuRunner:
+                   policy: dict | None = None, max_seqs: int | None = None) -> GpuRunner:
     """A GpuRunner for a GGUF file (`path`), or for a parsed header plus a byte source (Pyodide).
     `upload_now=False` leaves the weights' bytes to the caller (`runner.ops.uploads`: the browser);
     `max_binding` lowers the storage binding limit (forces tensors split by rows); `policy` overrides
     kernel choices (pyshim.gpu.policy.KernelPolicy fields: tests); `max_seqs`: the sequences it holds KV
-    caches for (each a whole cache: a step of one token of each runs as one batched program)."""
+    caches for (default settings.parallel; each a whole cache: a step of one token of each runs as one
+    batched program)."""
     from pyshim.gguf.model import open_model
     from pyshim.gguf.tensors import WeightStore, tensor_refs_from_header
     from pyshim.gpu import open_device
@@ -310,7 +312,8 @@ async def load_gpu(path: str | Path | None = None, *, header=None, source=None, 
     kernel_policy = KernelPolicy.for_device(device.caps, settings.arithmetic, **(policy or {}))
     ops = GpuOps(device, WeightStore(tensor_refs_from_header(header), source), spec, n_ctx, kernel_policy,
                  kv_type=settings.kv_type, max_chunk=settings.prefill_chunk, max_binding=max_binding, upload_now=upload_now,
-                 expert_slots=settings.expert_slots, streamed_layers=settings.streamed_layers, max_seqs=max_seqs)
+                 expert_slots=settings.expert_slots, streamed_layers=settings.streamed_layers,
+                 max_seqs=max_seqs or settings.parallel)
     model = build_model(spec, ops)
     runner = GpuRunner(spec, header, ops, model, settings, n_ctx, owns_device=owns_device)
     runner.auto = choice and choice.as_dict()

@@ -222,12 +222,12 @@ def per_token_expert_bytes(spec: ModelSpec, tensors: Iterable[TensorInfo]) -> in
 
 def estimate(spec: ModelSpec, tensors: Iterable[TensorInfo], *, context: int | None = None, kv_type: str = "f32",
              chunk: int = PREFILL_CHUNK, expert_slots: int | None = None,
-             streamed_layers: int | None = None) -> MemoryEstimate:
+             streamed_layers: int | None = None, seqs: int = 1) -> MemoryEstimate:
     """Memory for running `spec` with the given tensors at `context` positions (default: the training
     context), prefilling `chunk` tokens per step; with `expert_slots`, the routed experts streamed into
     a cache of that many per layer (pyshim.gpu.expert_cache; a step is then at most slots // used tokens);
     with `streamed_layers`, the last that many layers' matrices in STREAM_SETS rotating sets of buffers
-    instead of their own (pyshim.gpu.layer_stream)."""
+    instead of their own (pyshim.gpu.layer_stream); `seqs`: sequences run together, a KV cache each."""
     tensors = tuple(tensors)
     if not tensors:
         raise ValueError("a model with no tensors has nothing to estimate")
@@ -255,7 +255,7 @@ def estimate(spec: ModelSpec, tensors: Iterable[TensorInfo], *, context: int | N
         unrunnable=tuple((t.name, t.type.name) for t in tensors if "gpu" not in RUNS_ON.get(t.type, ())),
         context=context,
         kv_type=kv_type,
-        kv_bytes=kv_cache_bytes(spec, context, kv_type, chunk=step),
+        kv_bytes=kv_cache_bytes(spec, context, kv_type, chunk=step) * seqs,
         kv_bytes_per_token=kv_bytes_per_token(spec, kv_type),
         kv_layer_bytes=kv_layer_bytes(spec, context, kv_type),
         chunk=chunk,

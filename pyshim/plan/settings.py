@@ -14,6 +14,7 @@ from pyshim.errors import BadRequestError, UnsupportedError
 # Most tokens one step runs (a prompt is prefilled in chunks of this): bounds the [n, S] attention scores
 # and the activations a step holds; the GPU executor records its programs for at most this many.
 PREFILL_CHUNK = 256
+MAX_PARALLEL = 16      # sequences decoded together at most (each holds a whole KV cache)
 # KV cache positions when the caller names none (the model may allow more; its training context caps it).
 DEFAULT_CONTEXT = 4096
 # GPU memory a load may use when the caller names none (WebGPU does not tell; the site assumes the same:
@@ -96,6 +97,7 @@ class RunSettings:
     budget_bytes: int | None = None
     expert_slots: int | None = None     # routed experts streamed into a GPU cache of this many per MoE layer
     streamed_layers: int | None = None  # the last this many layers' matrices streamed through two rotating sets
+    parallel: int = 1                   # sequences run together (continuous batching), a KV cache each
 
     def __post_init__(self):
         if self.kv_type != AUTO:
@@ -125,6 +127,9 @@ class RunSettings:
                                                  or self.streamed_layers < 1):
             raise BadRequestError(f"streamed_layers must be a positive number of layers, got {self.streamed_layers!r}",
                                   param="streamed_layers")
+        if isinstance(self.parallel, bool) or not isinstance(self.parallel, int) or not 1 <= self.parallel <= MAX_PARALLEL:
+            raise BadRequestError(f"parallel must be a number of sequences in [1, {MAX_PARALLEL}], got {self.parallel!r}",
+                                  param="parallel")
         if self.budget_bytes is not None and (isinstance(self.budget_bytes, bool) or not isinstance(self.budget_bytes, int)
                                               or self.budget_bytes < 1):
             raise BadRequestError(f"the GPU memory budget must be a positive number of bytes, got {self.budget_bytes!r}",
