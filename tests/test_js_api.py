@@ -266,6 +266,31 @@ def test_concurrent_requests_on_one_engine_are_queued(api):
     assert out["events"][-1] == "second-done" and out["events"].count("second-done") == 1   # one after the other, never mixed
 
 
+PARALLEL_JS = """async ([context, bodies]) => {
+  const { createEngine } = await import('/pyshim.js');
+  const engine = await createEngine({model: 'smollm2', context, parallel: bodies.length});
+  try {
+    const replies = await Promise.all(bodies.map((b) => engine.chat.completions.create(b)));
+    return {texts: replies.map((r) => r.choices[0].message.content), worker: await engine.client.request('stats', {})};
+  } finally {
+    engine.terminate();
+  }
+}"""
+
+
+def test_parallel_requests_are_decoded_together_each_as_alone(api):
+    """An engine made with {parallel: 3}: three requests at once, a KV cache each, their decode steps
+    batched in the Worker; each reply is the one the module's engine gives it alone."""
+    page, _, _, _ = api
+    bodies = [greedy(QUESTION), greedy(OTHER_QUESTION, OTHER_MAX_TOKENS), greedy("Say hello.", 6)]
+    alone = [request(page, body)["choices"][0]["message"]["content"] for body in bodies]
+    out = page.evaluate(PARALLEL_JS, [CONTEXT, bodies])
+    assert out["texts"] == alone, json.dumps(out)
+    worker = out["worker"]
+    assert worker["sequences"] == 3 and worker["loaded"]["settings"]["parallel"] == 3
+    assert worker["batching"]["batched_steps"] >= OTHER_MAX_TOKENS - 2, worker
+
+
 COMPLETE_JS = """async (body) => {
   const whole = await window.engine.completions.create(body);
   const chunks = [];

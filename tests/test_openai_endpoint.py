@@ -187,6 +187,36 @@ def test_two_pages_at_once_get_their_own_answers(host, client_page):
     assert other_solo != solo
 
 
+PARALLEL_JS = """async (requests) => {
+  const ask = ([question, maxTokens]) => fetch('/v1/chat/completions', {method: 'POST',
+      headers: {'Content-Type': 'application/json'},
+      body: JSON.stringify({model: 'smollm2', temperature: 0, max_tokens: maxTokens, messages: [{role: 'user', content: question}]})})
+    .then((r) => r.json()).then((b) => b.choices[0].message.content);
+  const together = await Promise.all(requests.map(ask));
+  const alone = [];
+  for (const r of requests) alone.push(await ask(r));
+  return {together, alone, worker: await window.pyshimExample.engine.client.request('stats', {})};
+}"""
+
+
+def test_four_requests_at_once_through_the_endpoint_each_get_their_answer_alone(chromium, dev_server):
+    """A page serving its engine with ?parallel=4: four requests of other questions and lengths through
+    /v1 at once run together (a KV cache each, their decode steps batched) and each answer is the one it
+    gets alone, afterwards."""
+    smollm2_path()
+    context = chromium.new_context()
+    try:
+        page, _ = harness.open_page(context, dev_server.url + "examples/openai.html?parallel=4")
+        wait_ready(page)
+        page.set_default_timeout(REPLY_TIMEOUT_MS)
+        requests = [[QUESTION, 6], [OTHER_QUESTION, 4], ["Say hello.", 5], ["Count to three.", 7]]
+        out = page.evaluate(PARALLEL_JS, requests)
+        assert out["together"] == out["alone"], json.dumps(out)
+        assert out["worker"]["sequences"] == 4 and out["worker"]["batching"]["batched_steps"] >= 2, out["worker"]
+    finally:
+        context.close()
+
+
 def test_no_page_serving_a_model_is_a_503(chromium, dev_server):
     context = chromium.new_context()
     try:

@@ -50,6 +50,7 @@ class Scheduler:
         self._aborted: OrderedDict[int, None] = OrderedDict()
         self._ids = itertools.count(-1, -1)      # ids for callers that bring none (negative: never the page's)
         self.running: dict[int, int] = {}        # request id -> its sequence
+        self._held: dict[int, list[int]] = {}    # request id -> the sequences it holds (an exclusive job: all)
         self.done = 0
 
     @property
@@ -74,7 +75,7 @@ class Scheduler:
                 self._aborted.pop(rid, None)
                 raise AbortedError("the request was aborted before it started")
             held = [self._free.pop() for _ in range(need)]
-            self.running[rid] = held[0]
+            self.running[rid], self._held[rid] = held[0], held
         token = _SEQ.set(held[0])
         try:
             if on_start is not None:
@@ -86,8 +87,21 @@ class Scheduler:
                 del self.running[rid]
                 self._aborted.pop(rid, None)
                 self.done += 1
-                self._free.extend(reversed(held))
+                self._free.extend(reversed(self._held.pop(rid)))
                 self._changed.notify_all()
+
+    def resize(self, slots: int) -> None:
+        """From the one running request, which just loaded a model holding `slots` sequences: it keeps
+        sequence 0 (all of them if it runs exclusive), the rest are free for the next requests."""
+        if len(self.running) != 1:
+            raise RuntimeError("the sequences change only while one request runs: the one that loads the model")
+        (rid,) = self.running
+        exclusive = len(self._held[rid]) == self.slots
+        self.slots = slots
+        self.running[rid], self._held[rid] = 0, list(range(slots)) if exclusive else [0]
+        self._free = [] if exclusive else list(range(slots - 1, 0, -1))
+        _SEQ.set(0)
+        asyncio.ensure_future(self._wake())
 
     def abort(self, request_id: int) -> bool:
         """Stop request `request_id`, running or queued (or not arrived yet); True when it is running or queued."""

@@ -124,7 +124,9 @@ def loaded() -> str:
 
 @_boundary
 def stats() -> str:
-    return _dump({"loaded": json.loads(loaded()), **_scheduler.stats()})
+    session = _state["session"]
+    batching = getattr(session.runner, "batch_stats", None) if session is not None else None
+    return _dump({"loaded": json.loads(loaded()), **_scheduler.stats(), "batching": batching and batching.as_dict()})
 
 
 @_boundary
@@ -151,7 +153,8 @@ def _matches(model_id: str, wanted: RunSettings) -> bool:
     have = _effective(session)
     return ((wanted.context is None or wanted.context == have.context) and wanted.kv_type == have.kv_type
             and (wanted.arithmetic is None or wanted.arithmetic == have.arithmetic) and wanted.prefill_chunk == have.prefill_chunk
-            and (wanted.rope_scaling, wanted.rope_scale, wanted.yarn_orig_ctx) == (have.rope_scaling, have.rope_scale, have.yarn_orig_ctx))
+            and (wanted.rope_scaling, wanted.rope_scale, wanted.yarn_orig_ctx) == (have.rope_scaling, have.rope_scale, have.yarn_orig_ctx)
+            and wanted.parallel == have.parallel)
 
 
 async def _read_header(store, model_id: str, file_size: int):
@@ -175,7 +178,12 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
         raise BadRequestError("name the model by model_id (a stored model's id)", param="model_id")
     if _matches(model_id, settings):
         return 0.0
+    if len(_scheduler.running) > 1:
+        raise BadRequestError(f"{len(_scheduler.running) - 1} other request(s) are running on the loaded model, which this "
+                              "request would replace (another model, or other load settings)",
+                              hint="wait for them to finish, or send it with the settings they use")
     from pyshim.exec.gpu_runner import load_gpu
+    from pyshim.serve.batching import BatchingRunner
     from pyshim.serve.session import Session
 
     t0 = time.perf_counter()
@@ -191,12 +199,14 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
         for streamed in (runner.ops.expert_cache, runner.ops.layer_stream):
             if streamed is not None:
                 streamed.fetch = _streamer(store, model_id, runner.device.raw)
-        session = Session(runner, grammars=_grammars(model_id))
+        # several requests at once (settings.parallel): their decode steps batched, a sequence each
+        session = Session(BatchingRunner(runner) if settings.parallel > 1 else runner, grammars=_grammars(model_id))
         await session.prepare(_progress(emit, "compile"))
     except BaseException:
         runner.close()
         raise
     _state.update(session=session, model_id=model_id, settings=settings)
+    _scheduler.resize(settings.parallel)
     return 1e3 * (time.perf_counter() - t0)
 
 

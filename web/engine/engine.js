@@ -12,6 +12,8 @@
 //   new Engine({expertSlots}) / createEngine({expertSlots}): a mixture of experts keeps that many experts of
 //    each layer on the GPU and streams the rest from the store (null: auto decides from the GPU budget);
 //    {streamedLayers}: the last that many layers stream from the store through two rotating GPU buffers
+//   new Engine({parallel}) / createEngine({parallel}): up to that many requests run at once, a KV cache
+//    each, their decode steps batched on the GPU (continuous batching; null: one at a time)
 //   await engine.chat.completions.create({messages, model, temperature, top_p, max_tokens, stop, seed,
 //                                         stream}, {signal})  -> chat.completion | async iterator of chunks
 //   await engine.completions.create({prompt, ...}, {signal})  -> text_completion | async iterator
@@ -28,9 +30,9 @@
 // tokens read before the first new one). A model only select()ed gets "load" and "compile" in its first
 // request, before "prefill".
 //
-// Requests run one at a time, in the order they were made, so two callers never share a KV cache
-// mid-reply: the queue is the engine Worker's (pyshim/serve/scheduler.py), the one every page of a shared
-// engine goes through. A request is validated before it is posted: bad ones reject at once with an
+// Requests start in the order they were made, each in a KV cache of its own: one at a time, or with
+// {parallel: N} up to N at once (pyshim/serve/batching.py: each reply is the one it gets alone); the queue
+// is the engine Worker's (pyshim/serve/scheduler.py), the one every page of a shared engine goes through. A request is validated before it is posted: bad ones reject at once with an
 // APIError (status 400, OpenAI's error object in `body`), by the rules Python applies (protocol.js).
 
 import { EngineClient } from "./client.js";
@@ -110,7 +112,7 @@ export class Engine {
   // Worker, or with `shared` connects to the origin's SharedWorker (shared.js): one Python, GPU device
   // and model for every page that asks for it. `onProgress`: default listener for download and load.
   constructor({ client = null, context = null, onProgress = null, shared = false, kvType = "auto", arithmetic = null,
-    rope = null, expertSlots = null, streamedLayers = null } = {}) {
+    rope = null, expertSlots = null, streamedLayers = null, parallel = null } = {}) {
     this.client = client ?? new EngineClient(undefined, { shared });
     this.ownsClient = !client;
     this.context = context;
@@ -119,6 +121,7 @@ export class Engine {
     this.rope = rope;
     this.expertSlots = expertSlots;
     this.streamedLayers = streamedLayers;
+    this.parallel = parallel;
     this.onProgress = onProgress;
     this.model = null;   // {id, storeId, name, aliases}
     this.adapter = null;
@@ -149,6 +152,7 @@ export class Engine {
       budget_bytes: this.kvType === "auto" ? Math.round(budgetBytes()) : null,   // what "auto" plans against
       expert_slots: this.expertSlots ?? null,
       streamed_layers: this.streamedLayers ?? null,
+      parallel: this.parallel ?? null,
     };
   }
 
@@ -299,9 +303,10 @@ export class Engine {
 // model and context, or each switch reloads the GPU. `baseURL` (with `apiKey`): `model` is served by
 // that OpenAI-compatible server instead (remote.js): no Worker, no download, the same calls.
 export async function createEngine({ model = null, context = null, onProgress = null, signal = null, shared = false,
-  kvType = "auto", arithmetic = null, rope = null, expertSlots = null, streamedLayers = null, baseURL = null, apiKey = null } = {}) {
+  kvType = "auto", arithmetic = null, rope = null, expertSlots = null, streamedLayers = null, parallel = null, baseURL = null,
+  apiKey = null } = {}) {
   if (baseURL) return createRemoteEngine({ baseURL, apiKey, model });
-  const engine = new Engine({ context, onProgress, shared, kvType, arithmetic, rope, expertSlots, streamedLayers });
+  const engine = new Engine({ context, onProgress, shared, kvType, arithmetic, rope, expertSlots, streamedLayers, parallel });
   if (model) {
     try {
       await engine.load(model, { onProgress, context, signal });
