@@ -129,3 +129,35 @@ def test_parallel_requests_are_decoded_together_each_as_alone():
     assert batched >= min(tokens) - 2 and stats == {"running": 0, "queued": 0, "done": 6, "sequences": 3}
     with pytest.raises(BadRequestError, match="parallel"):
         run(load("smollm2", backend="cpu", parallel=2))
+
+
+def test_a_system_prompt_a_running_request_holds_is_prefilled_once():
+    """`parallel=2`: a request arriving while another runs under the same ~200-token system prompt copies
+    that prompt's keys from the other's cache (usage says so) and answers as it does alone."""
+    system = {"role": "system", "content": " ".join(["You answer questions about geography briefly and exactly, "
+                                                     "in one short sentence, without any preamble."] * 10)}
+    first = [system, {"role": "user", "content": "What is the capital of France?"}]
+    second = [system, {"role": "user", "content": "What is the capital of Italy?"}]
+
+    async def scene():
+        engine = await load("smollm2", backend="gpu", n_ctx=512, parallel=2)
+        try:
+            stream = await engine.chat.completions.create(messages=first, temperature=0, max_tokens=8, stream=True)
+            texts, late = [], None
+            async for chunk in stream:
+                texts.append(chunk["choices"][0]["delta"].get("content") or "")
+                if late is None and "".join(texts):     # the first has its first words: the second arrives
+                    late = asyncio.ensure_future(engine.chat.completions.create(messages=second, temperature=0, max_tokens=8))
+            reply = await late
+            engine.session.runner.reset(0)
+            engine.session.runner.reset(1)
+            alone = await engine.chat.completions.create(messages=second, temperature=0, max_tokens=8)
+            return reply, alone
+        finally:
+            engine.close()
+
+    reply, alone = run(scene())
+    assert reply["choices"][0]["message"]["content"] == alone["choices"][0]["message"]["content"]
+    cached = reply["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= 200 and reply["usage"]["prompt_tokens"] - cached < 20, reply["usage"]
+    assert alone["usage"]["prompt_tokens_details"]["cached_tokens"] == 0

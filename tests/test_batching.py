@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from gguf import GGMLQuantizationType as QT
 
 import tiny_models
@@ -19,9 +20,9 @@ MAX_TOKENS = [9, 6, 12, 8]
 GREEDY = SamplingParams(temperature=0.0)
 
 
-def load(tmp_path, loop, device, seqs: int = 4):
+def load(tmp_path, loop, device, seqs: int = 4, kv_type: str = "f32"):
     path = tiny_models.write_tiny_model(tmp_path, "llama", QT.Q4_0)
-    return loop.run_until_complete(gpu(path, context=tiny_models.N_CTX, device=device, max_seqs=seqs))
+    return loop.run_until_complete(gpu(path, context=tiny_models.N_CTX, device=device, max_seqs=seqs, kv_type=kv_type))
 
 
 def alone(loop, runner) -> list[list[int]]:
@@ -82,3 +83,38 @@ def test_a_late_request_and_an_aborted_one_leave_the_others_unchanged(tmp_path, 
     a, b, c, d = loop.run_until_complete(scene())
     assert a.token_ids == want[0] and c.token_ids == want[2] and d.token_ids == want[3]
     assert b.finish_reason == "abort" and b.token_ids == want[1][:len(b.token_ids)] and len(b.token_ids) < 50
+
+
+@pytest.mark.parametrize("kv_type", ["f32", "f16", "q8", "q4"])
+def test_a_prompt_another_sequence_holds_is_copied_not_run_again(tmp_path, loop, device, kv_type):
+    """A request whose prompt starts with what a running request's sequence holds (a shared system
+    prompt) gets those keys copied into its own cache: it runs only its own tail, and its reply and the
+    running one's are what they are alone."""
+    runner = load(tmp_path, loop, device, seqs=2, kv_type=kv_type)
+    system = [(7 * i + 3) % 300 + 1 for i in range(40)]
+    first, second = system + [5, 77, 300], system + [41, 42, 43, 44]
+    want = [loop.run_until_complete(generate(runner, p, GREEDY, 10, seq=0, reuse=False)).token_ids for p in (first, second)]
+    batching = BatchingRunner(runner)
+    runner.reset(0)
+
+    async def scene():
+        started = asyncio.Event()
+
+        class Ids:
+            def add(self, token):
+                started.set()
+                return "x"
+
+            def finish(self):
+                return ""
+
+        async def late():
+            await started.wait()
+            return await generate(batching, second, GREEDY, 10, seq=1)
+
+        return await asyncio.gather(generate(batching, first, GREEDY, 10, seq=0, reuse=False, decoder=Ids()), late())
+
+    a, b = loop.run_until_complete(scene())
+    assert a.token_ids == want[0] and b.token_ids == want[1]
+    assert b.cached_tokens == len(system) and b.prompt_tokens == len(second)
+    assert runner.held.tokens(1)[:len(system)] == system

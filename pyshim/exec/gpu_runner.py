@@ -10,6 +10,7 @@ logits fit one storage binding).
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from contextlib import ExitStack
 from pathlib import Path
@@ -25,6 +26,7 @@ from pyshim.gpu.program import Program, physical
 from pyshim.plan import auto
 from pyshim.plan.memory import per_token
 from pyshim.plan.settings import RunSettings
+from pyshim.plan.settings import kv_type as kv_type_named
 
 KEEP_PROGRAMS = 8       # step shapes (other than one token) kept built; more are rebuilt on use
 DECODE_WANTS = (Want.LOGITS, Want.ARGMAX)   # the one-token programs prepare() builds
@@ -93,6 +95,24 @@ class GpuRunner:
         for done, key in enumerate(missing, 1):
             await kernels.get(key)
             await report(progress, done, len(missing))
+
+    def share(self, src: int, dst: int, n: int) -> bool:
+        """Sequence `dst` takes `src`'s keys and values for positions [0, n) — a copy of each layer's rows on
+        the device instead of running those tokens again (a system prompt that concurrent requests share).
+        Full-attention caches only (False otherwise): a sliding window's ring reuses its slots."""
+        if self.held.window or src == dst or n < 1:
+            return False
+        kv, spec = self.ops.kv, self.spec
+        per_value = kv_type_named(kv.kv_type).bytes_per_value
+        copies = []
+        for il in range(spec.n_layers):
+            a, b = kv.layer(il, src), kv.layer(il, dst)
+            for src_buf, dst_buf, head_dim in ((a.k, b.k, spec.head_dim_k), (a.v, b.v, spec.head_dim_v)):
+                nbytes = math.ceil(n * spec.n_kv_heads * head_dim * per_value)     # positions [0, n): the first rows
+                copies.append((src_buf, 0, dst_buf, 0, min(int(src_buf.size), -(-nbytes // 4) * 4)))
+        self.device.copy(copies)
+        self.held.copied(src, dst, n)
+        return True
 
     def reset(self, seq: int = 0) -> None:
         """Only `held` forgets: a step's attention reads only positions up to its own, all written before."""

@@ -174,6 +174,20 @@ class HeldTokens:
         self._tokens.pop(seq, None)
         self._top.pop(seq, None)
 
+    def best_source(self, prompt: Sequence[int], seq: int) -> tuple[int, int]:
+        """(another sequence, how many leading tokens of `prompt` its cache holds): the one holding the
+        most, for `seq` to copy instead of running them again ((seq, 0) when none holds any)."""
+        best = (seq, 0)
+        for other in self._tokens:
+            if other != seq and (n := self.reusable(prompt, other)) > best[1]:
+                best = (other, n)
+        return best
+
+    def copied(self, src: int, dst: int, n: int) -> None:
+        """Sequence `dst`'s cache was given `src`'s keys for positions [0, n)."""
+        self._tokens[dst] = self._tokens.get(src, [])[:n]
+        self._top[dst] = n
+
 
 class Runner(Protocol):
     spec: ModelSpec

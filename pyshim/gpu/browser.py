@@ -122,6 +122,12 @@ class BrowserDevice(GPUDevice):
         if body < len(view):
             self._device.queue.writeBuffer(buffer, offset + body, to_js(memoryview(bytes(view[body:]).ljust(4, b"\0"))))
 
+    def copy(self, copies) -> None:
+        encoder = self._device.createCommandEncoder()
+        for src, src_offset, dst, dst_offset, size in copies:     # a few dozen FFI calls, once a shared prompt
+            encoder.copyBufferToBuffer(src, src_offset, dst, dst_offset, size)
+        self._device.queue.submit(to_js([encoder.finish()]))
+
     async def pipeline(self, wgsl: str, *, label: str, entry: str = "main"):
         module = self._device.createShaderModule(_js({"label": label, "code": wgsl}))
         info = await module.getCompilationInfo()

@@ -87,6 +87,11 @@ class GPUDevice(ABC):
         """Queue a write of bytes or a contiguous NumPy array at `offset`."""
 
     @abstractmethod
+    def copy(self, copies: Sequence[tuple[Any, int, Any, int, int]]) -> None:
+        """Queue copies (src, src_offset, dst, dst_offset, size: multiples of 4) between buffers, as one
+        command buffer in order with the work around it."""
+
+    @abstractmethod
     async def pipeline(self, wgsl: str, *, label: str, entry: str = "main") -> Any:
         """A compute pipeline; a WGSL error raises ShaderError with the compiler's messages."""
 

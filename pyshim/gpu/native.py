@@ -147,6 +147,14 @@ class NativeDevice(GPUDevice):
             if body < len(view):
                 self._device.queue.write_buffer(buffer, offset + body, bytes(view[body:]).ljust(4, b"\0"))
 
+    def copy(self, copies) -> None:
+        self._check()
+        with _gpu_errors(f"{len(copies)} buffer copies"):
+            encoder = self._device.create_command_encoder()
+            for src, src_offset, dst, dst_offset, size in copies:
+                encoder.copy_buffer_to_buffer(src, src_offset, dst, dst_offset, size)
+            self._device.queue.submit([encoder.finish()])
+
     async def pipeline(self, wgsl: str, *, label: str, entry: str = "main"):
         self._check()
         try:

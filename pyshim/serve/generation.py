@@ -5,7 +5,8 @@ A prompt runs in chunks of the runner's largest step; the chunks before the last
 (nothing is read back). What the sequence's cache already holds of it is not run again: a prompt that
 starts with the tokens of an earlier request in the same sequence (the conversation so far, with the reply
 as the model wrote it) keeps their keys (the runner's `held`, pyshim.exec.runner.HeldTokens) and runs
-from the first token that differs; `usage()` counts the kept ones as OpenAI's cached_tokens. Then each step decodes one token and asks the runner for as little as sampling
+from the first token that differs; where another sequence holds more of it (a system prompt that
+concurrent requests share) and the runner can `share`, those keys are copied from there instead; `usage()` counts the kept ones as OpenAI's cached_tokens. Then each step decodes one token and asks the runner for as little as sampling
 needs: the argmax when decoding greedily without penalties (4 bytes from a GPU), the k largest logits
 for top-k sampling without penalties, the vocabulary's logits otherwise. Text streams out UTF-8-safe,
 with stop strings held back until they are ruled out; stop ids end the reply and are not part of it;
@@ -200,6 +201,12 @@ async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams
                     await maybe
 
     kept = runner.held.reusable(prompt, seq) if reuse else 0
+    if reuse and hasattr(runner, "share"):
+        # another sequence holding more of the prompt (a system prompt a concurrent request runs under):
+        # its keys are copied, not computed again
+        src, n = runner.held.best_source(prompt, seq)
+        if n > kept and runner.share(src, seq, n):
+            kept = n
     if not kept:
         runner.reset(seq)     # a new conversation: no key of the previous one may be attended to
     out.cached_tokens = kept
