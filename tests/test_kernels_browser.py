@@ -21,7 +21,8 @@ from pyshim.gpu.kernels import (ARGMAX_CHUNK, GROUPED_TYPES, I8_ACTIVATIONS, I8_
                                 argmax_pass1, attention_keys, groups, matvec_grid, matvec_i8_key, matvec_key, quantize_key,
                                 rmsnorm_grid, rmsnorm_key, rope_theta, shader_block, xq_row_words,
                                 REPACK_GROUP_BYTES, embed_key, repack_bytes, repack_grid,
-                                I8_TOKEN_ROWS, I8_TOKEN_TYPES, I8_TOKENS, matvec_i8_grid)
+                                I8_TOKEN_TYPES, I8_TOKENS, matvec_i8_grid)
+from pyshim.gpu.policy import TOKEN_ROWS_NARROW
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.exec.reference import dequantize_rows
 from pyshim.models.rope import RopeSpec
@@ -289,10 +290,10 @@ def add_int8_cases(c: Cases, rng) -> None:
         k, m, n = 288 if fmt == "q8_0" else 768, 67, 11
         raw = random_weight(qtype, m, k, rng)
         q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), fmt)
-        c.add(f"matvec_i8 {qtype.name} tokens", matvec_i8_key(qtype, rows=I8_TOKEN_ROWS, tokens=I8_TOKENS),
+        c.add(f"matvec_i8 {qtype.name} tokens", matvec_i8_key(qtype, rows=TOKEN_ROWS_NARROW, tokens=I8_TOKENS),
               [raw, i8_emulation.pack(q, info)], [n * m * 4],
               dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
-                   x_row_words=xq_row_words(k, fmt)), matvec_i8_grid(m, n, I8_TOKEN_ROWS, I8_TOKENS),
+                   x_row_words=xq_row_words(k, fmt)), matvec_i8_grid(m, n, TOKEN_ROWS_NARROW, I8_TOKENS),
               close(i8_emulation.matvec(raw, qtype, q, info).astype(np.float32), rel=1e-5))
     for qtype in sorted(I8_PAIR_TYPES):            # two blocks per call: rows of an even block count
         k, m = 320, 37
@@ -325,7 +326,7 @@ def add_grouped_cases(c: Cases, rng) -> None:
         np.testing.assert_array_equal(np.frombuffer(outs[0], np.uint8)[:want.size], want)
     c.add("repack Q8_0", ShaderKey.of("repack", WG=WG), [], [file_bytes], dict(groups=nbytes // REPACK_GROUP_BYTES, first=0),
           repack_grid(nbytes // REPACK_GROUP_BYTES), is_grouped)
-    for n, uniform, rows, tokens in ((2, False, 4, 1), (1, True, 4, 1), (11, False, I8_TOKEN_ROWS, I8_TOKENS)):
+    for n, uniform, rows, tokens in ((2, False, 4, 1), (1, True, 4, 1), (11, False, TOKEN_ROWS_NARROW, I8_TOKENS)):
         q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), "q8_0")
         c.add(f"matvec_i8 Q8_0 grouped uniform={uniform} tokens={tokens}",
               matvec_i8_key(QT.Q8_0, uniform_x=uniform, rows=rows, tokens=tokens if tokens > 1 else None),

@@ -16,7 +16,7 @@ I8_TOKEN_TYPES); other steps run every pair through the one-row-per-pair matvec.
 from __future__ import annotations
 
 from pyshim.errors import TensorShapeError, UnsupportedError
-from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_ROWS, I8_TOKEN_TYPES, I8_TOKENS, MATVEC_WG, MAX_EXPERTS,
+from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_TYPES, I8_TOKENS, MATVEC_WG, MAX_EXPERTS,
                                 UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, groups, i8_pairs, matvec_grid, matvec_i8_grid,
                                 matvec_i8_key, matvec_key, moe_key, router_key)
 from pyshim.gpu.pool import Activation
@@ -72,12 +72,12 @@ class ExpertOps:
         if int8 and n > 1 and w.ref.qtype in I8_TOKEN_TYPES:
             xq, row_words = self._quantize(x, fmt)
             table = self._expert_groups(ids, n_experts)
-            key = matvec_i8_key(w.ref.qtype, rows=I8_TOKEN_ROWS, tokens=I8_TOKENS, grouped=True)
+            key = matvec_i8_key(w.ref.qtype, rows=self.policy.token_rows, tokens=I8_TOKENS, grouped=True)
             tiles = groups(n, I8_TOKENS)            # an expert has at most n pairs (a token picks it once)
             common.update(x_off=0, x_row_words=row_words, e_tiles=tiles, n_experts=n_experts)
             for part in w.parts:
                 self._record("matvec_i8", key, [part, xq, table, out.buf],
-                             (groups(m, MATVEC_WG * I8_TOKEN_ROWS), part.rows // m * tiles, 1),
+                             (groups(m, MATVEC_WG * self.policy.token_rows), part.rows // m * tiles, 1),
                              e_first=part.row0 // m, e_count=part.rows // m, **common)
             return out
         if int8:

@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType as QT
 from pyshim.errors import ShaderError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.policy import (ATTN_LANES_GPU, ATTN_SPLITS_GPU, MATMUL_TILE, MATMUL_TILE_CPU, MATVEC_ROWS, NARROW_SIMD_ROWS,
-                               REDUCE_WG)
+                               REDUCE_WG, TOKEN_ROWS, TOKEN_ROWS_NARROW)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.models.ops import ACTIVATIONS
 from pyshim.plan.memory import GROUPED_TYPES as GROUPED_TENSOR_TYPES
@@ -86,10 +86,9 @@ assert set(GROUPED_TYPES) == set(GROUPED_TENSOR_TYPES)
 # (playwright/bench_prefill_kernels.py), ms against one token and 4 rows per invocation: Q4_1 1536x576 101
 # -> 60 (rows x tokens 8x8; 4x8 72, 8x16 56, 16x8 55), Q5_0 2048x640 172 -> 92 (4x8 108, 8x16 84, 16x8 84);
 # larger tiles waste more on short prompts and narrow matrices. lavapipe, Gemma 3 64-token prefill: 2060 ->
-# 1550-1640 ms for 4x4, 8x2 and 8x8 alike.
+# 1550-1640 ms for 4x4, 8x2 and 8x8 alike; the rows are the policy's (pyshim.gpu.policy TOKEN_ROWS_*).
 I8_TOKEN_TYPES = frozenset({QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K})
 I8_TOKENS = 8
-I8_TOKEN_ROWS = 8
 # Types whose 2-byte-offset blocks (18, 22 bytes) matvec_i8 can take two at a time (PAIRS) when a row
 # has an even block count: every row then starts word-aligned and the shifts become constants.
 I8_PAIR_TYPES = frozenset({QT.Q4_0, QT.Q5_0})
@@ -454,8 +453,8 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
                  for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
         keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows, pairs=True) for q in I8_PAIR_TYPES
                  for bias in (False, True) for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
-        keys += [matvec_i8_key(q, bias=bias, rows=I8_TOKEN_ROWS, tokens=I8_TOKENS) for q in I8_TOKEN_TYPES
-                 for bias in (False, True)]
+        keys += [matvec_i8_key(q, bias=bias, rows=rows, tokens=I8_TOKENS) for q in I8_TOKEN_TYPES
+                 for bias in (False, True) for rows in (TOKEN_ROWS_NARROW, TOKEN_ROWS)]
         keys.append(ShaderKey.of("repack", WG=WG))
     # mixtures of experts: the router, the expert matvecs (one token's or a step's pairs alike), their ends
     keys += [router_key(g, norm) for g in ("softmax", "sigmoid") for norm in (False, True)]
@@ -469,7 +468,8 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
         keys += [matvec_i8_key(q, uniform_x=ux, rows=rows, pairs=pairs, experts=True) for q in I8_ACTIVATIONS
                  for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)
                  for pairs in ((False, True) if q in I8_PAIR_TYPES else (False,))]
-        keys += [matvec_i8_key(q, rows=I8_TOKEN_ROWS, tokens=I8_TOKENS, grouped=True) for q in I8_TOKEN_TYPES]
+        keys += [matvec_i8_key(q, rows=rows, tokens=I8_TOKENS, grouped=True) for q in I8_TOKEN_TYPES
+                 for rows in (TOKEN_ROWS_NARROW, TOKEN_ROWS)]
     keys += [rmsnorm_key(residual=r) for r in (False, True)] + [rmsnorm_key(reduce=True, residual=r) for r in (False, True)]
     keys += [kv_write_key(t, rope=rope, neox=neox, k_norm=norm) for t in KV_TYPES for rope, neox, norm in
              [(False, False, False), (True, False, False), (True, True, False), (True, False, True), (True, True, True)]]

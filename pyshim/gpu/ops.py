@@ -25,7 +25,7 @@ from pyshim.gpu.expert_cache import ExpertCache
 from pyshim.gpu.experts import ExpertOps
 from pyshim.gpu.fused import Attention, FusedOps, Norm, Rope, drop_unread
 from pyshim.gpu.layer_stream import LayerStream
-from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_ROWS, I8_TOKEN_TYPES, I8_TOKENS, PARAMS, glu_key,
+from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_TYPES, I8_TOKENS, PARAMS, glu_key,
                                 TOPK, TOPK_CHUNK, UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, GROUPED_TYPES, KernelCache,
                                 argmax_keys, argmax_pass1, attention_combine_grid, attention_grid, attention_keys,
                                 attention_prefill_grid, attention_prefill_key, attention_record_bytes, embed_key, groups,
@@ -268,7 +268,7 @@ class GpuOps(FusedOps, ExpertOps):
         tokens = I8_TOKENS if n > 1 and w.ref.qtype in I8_TOKEN_TYPES else 1
         if tokens > 1 and self._seqs is not None:
             tokens = min(tokens, n)
-        rows_per = I8_TOKEN_ROWS if tokens > 1 else self.policy.matvec_rows
+        rows_per = self.policy.token_rows if tokens > 1 else self.policy.matvec_rows
         key = matvec_i8_key(w.ref.qtype, bias=add is not None, uniform_x=uniform_x, rows=rows_per,
                             pairs=tokens == 1 and self.policy.i8_pairs and i8_pairs(w.ref.qtype, k),
                             tokens=tokens if tokens > 1 else None)

@@ -31,6 +31,14 @@ MATVEC_ROWS = 2
 # playwright/bench_kernels.py (and FACTS.md's f32 matvec), though that machine's noise is large.
 NARROW_SIMD_ROWS = 4
 NARROW_SIMD_LANES = 4
+# Rows per invocation of the int8 kernels that unpack a block once for several tokens (matvec_i8 TOKENS:
+# prefill, a batched decode step). lavapipe since the K-quants' pieces (include/pieces_i8.wgsl): 128-token
+# prefill, 8 -> 4 rows, SmolLM2-135M (Q4_0) 46 -> 63-67 tok/s, Gemma 3 42 -> 50, Qwen2.5-0.5B 14.0 -> 18.5
+# (2 rows 50, 3 rows 58, 6 rows 46 on the first), a batched decode step of 4 SmolLM2 sequences 225 -> 150-155
+# ms. SwiftShader keeps 8 (32-token prefill in Chromium, SmolLM2 / Gemma 3: 8.4 / 6.8 tok/s with 8 rows,
+# 7.4 / 6.3 with 4; kernels.py has the tiles it was chosen from).
+TOKEN_ROWS = 4
+TOKEN_ROWS_NARROW = 8
 # Splits of the key range per (head, token) in decode attention: on real GPUs a handful of heads would
 # otherwise keep only a handful of invocations busy over the whole context (untuned: no GPU at hand);
 # CPU adapters have few cores and skip the combine pass.
@@ -90,6 +98,7 @@ class KernelPolicy:
     f16: bool = False            # the f32 route's matvecs, tiled matmul, decode attention and activation in f16
     reduce_wg: int = REDUCE_WG   # invocations of a reduction matvec's workgroup
     norm_in_quantize: bool = True   # the int8 route's quantize norms its input itself (one pass fewer a norm)
+    token_rows: int = TOKEN_ROWS    # rows per invocation of the int8 kernels that take several tokens
 
     @property
     def arithmetic(self) -> Arithmetic:
@@ -125,6 +134,7 @@ class KernelPolicy:
             # (the int8 route keeps one invocation a head: its quantize may be folded into that pass)
             attn_lanes=0 if cpu or (int8 and not reduce) else ATTN_LANES_GPU,
             f16=caps.has_f16 and not cpu, reduce_wg=reduce_wg(caps), norm_in_quantize=narrow,
+            token_rows=TOKEN_ROWS_NARROW if narrow else TOKEN_ROWS,
         )
         if overrides.get("f16") and not caps.has_f16:
             raise UnsupportedError("this device has no shader-f16", hint="leave f16 unset")
