@@ -1,12 +1,16 @@
-"""`pyshim bench --batch`: several sequences decoded together, natively. One runner holds a KV cache per
-sequence (`load_gpu(max_seqs=...)`); each batched decode step runs one token of every sequence in one
+"""`pyshim bench --batch`: several sequences decoded together. Natively (`gpu`) one runner holds a KV cache
+per sequence (`load_gpu(max_seqs=...)`); each batched decode step runs one token of every sequence in one
 program, so the weights a step reads serve all of them. For 1, 2, 4 (`--batches`) sequences with prompts
 of different lengths: the aggregate decode tok/s (tokens of all sequences per second), each sequence's,
 the speed-up over one sequence, and whether every sequence's greedy tokens equal the ones it gets alone.
 Timed from the second batched step on (the first records and builds the step's program).
 
+In Chromium (`--backends browser`, a catalog model such as smollm2) the page makes an engine with
+{parallel: N} and sends N completions at once through the JS API, twice: with one new token (their
+prompts alone) and with `--tokens`; the aggregate decode tok/s is the extra tokens over the extra time.
+
 Writes batch-<stamp>.json and .md. Usage:
-  pyshim bench --batch [--models smollm2-135m] [--batches 1,2,4] [--tokens 16]
+  pyshim bench --batch [--models smollm2-135m] [--batches 1,2,4] [--tokens 16] [--backends gpu,browser]
 """
 
 from __future__ import annotations
@@ -33,7 +37,30 @@ class BatchConfig:
     models: list[str] = field(default_factory=lambda: ["smollm2-135m"])
     batches: list[int] = field(default_factory=lambda: [1, 2, 4])
     tokens: int = 16
+    backends: list[str] = field(default_factory=lambda: ["gpu"])
     out: Path | None = None
+
+
+# In the page: an engine with {parallel: n}, n completions at once (one new token, then `tokens`), timed.
+BROWSER_JS = """async ([model, context, n, prompts, tokens]) => {
+  const { createEngine } = await import('/pyshim.js');
+  const engine = await createEngine({model, context, parallel: n});
+  try {
+    const run = async (max) => {
+      const t0 = performance.now();
+      const replies = await Promise.all(prompts.slice(0, n).map((prompt) =>
+        engine.completions.create({prompt, max_tokens: max, temperature: 0, ignore_eos: true})));
+      return {ms: performance.now() - t0, texts: replies.map((r) => r.choices[0].text)};
+    };
+    await run(2);                                   // the step programs built, the pipelines compiled
+    const prefill = await run(1);
+    const whole = await run(tokens);
+    const worker = await engine.client.request('stats', {});
+    return {prefill_ms: prefill.ms, whole_ms: whole.ms, texts: whole.texts, worker, adapter: engine.adapter?.summary ?? null};
+  } finally {
+    engine.terminate();
+  }
+}"""
 
 
 async def _decode(runner, prompts: list[list[int]], tokens: int):
@@ -88,14 +115,47 @@ async def _run_model(path: Path, config: BatchConfig) -> dict:
         runner.close()
 
 
+def _run_browser(name: str, config: BatchConfig) -> dict:
+    import harness
+    from playwright.sync_api import sync_playwright
+
+    from pyshim.setup import vendoring
+
+    vendoring.refresh_pyshim()              # the page installs pyshim from this checkout's wheel
+    rows, one, alone, adapter = [], None, None, None
+    with harness.DevServer(isolated=True) as server, sync_playwright() as p:
+        browser = harness.launch_chromium(p)
+        context = browser.new_context()
+        page, _ = harness.open_page(context, server.url + "examples/api.html")
+        page.set_default_timeout(3_600_000)
+        for b in config.batches:
+            r = page.evaluate(BROWSER_JS, [name, CONTEXT, b, PROMPTS, config.tokens])
+            seconds = (r["whole_ms"] - r["prefill_ms"]) / 1e3
+            aggregate = b * (config.tokens - 1) / seconds
+            one = one or (aggregate if b == 1 else None)
+            alone = alone or (r["texts"] if b == 1 else None)
+            adapter = adapter or r["adapter"]
+            rows.append({"sequences": b, "aggregate_tok_s": round(aggregate, 3), "per_sequence_tok_s": round(aggregate / b, 3),
+                         "speedup": round(aggregate / one, 2) if one else None,
+                         "ms_per_step": round(1e3 * seconds / (config.tokens - 1), 1),
+                         "same_tokens": r["texts"][:1] == (alone or [])[:1], "batched_steps": r["worker"]["batching"]
+                         and r["worker"]["batching"]["batched_steps"]})
+        context.close()
+        browser.close()
+    return {"adapter": f"Chromium: {adapter}", "arithmetic": "the adapter's default", "kv_mb": None, "rows": rows}
+
+
 def run(config: BatchConfig, log=print) -> dict:
     from pyshim.setup.catalog import resolve_model
 
     report = {"stamp": datetime.datetime.now().strftime("%Y%m%d-%H%M%S"), "tokens": config.tokens, "context": CONTEXT,
               "models": {}}
     for name in config.models:
-        log(f"[batch] {name}: {', '.join(map(str, config.batches))} sequences, {config.tokens} tokens each")
-        report["models"][name] = asyncio.run(_run_model(resolve_model(name), config))
+        for backend in config.backends:
+            log(f"[batch] {name} ({backend}): {', '.join(map(str, config.batches))} sequences, {config.tokens} tokens each")
+            key = name if backend == "gpu" else f"{name} (browser)"
+            report["models"][key] = (asyncio.run(_run_model(resolve_model(name), config)) if backend == "gpu"
+                                     else _run_browser(name, config))
     return report
 
 
@@ -103,7 +163,8 @@ def markdown(report: dict) -> str:
     lines = [f"Sequences decoded together (greedy, {report['tokens']} tokens each, context {report['context']}; "
              "aggregate = tokens of all sequences per second)", ""]
     for name, m in report["models"].items():
-        lines += [f"**{name}** on {m['adapter']}, {m['arithmetic']} route, KV caches {m['kv_mb']} MB", "",
+        kv = "" if m["kv_mb"] is None else f", KV caches {m['kv_mb']} MB"
+        lines += [f"**{name}** on {m['adapter']}, {m['arithmetic']} route{kv}", "",
                   "| sequences | aggregate tok/s | per sequence tok/s | × one sequence | ms a step | same tokens as alone |",
                   "|---|---|---|---|---|---|"]
         for r in m["rows"]:
