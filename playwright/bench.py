@@ -414,32 +414,29 @@ def _csv(value: str | None, cast=str) -> list | None:
     return None if not value else [cast(v) for v in value.split(",") if v]
 
 
-def stream_config(args) -> "bench_stream.StreamConfig":
-    config = bench_stream.StreamConfig(out=args.out)
+def _own_config(args, config, mode: str):
+    """A benchmark of its own: the models, tokens and backends (gpu and browser) its flags name, else its defaults."""
     config.models = _csv(args.models) or config.models
-    config.budgets_mb = _csv(args.budgets_mb, float) or config.budgets_mb
     if args.tokens:
         config.tokens = max(2, args.tokens)
     if args.backends != ",".join(BACKENDS):
         config.backends = [b for b in args.backends.split(",") if b]
     unknown = [b for b in config.backends if b not in ("gpu", "browser")]
     if unknown:
-        raise SystemExit(f"--stream runs on the gpu and browser backends, not {unknown}")
+        raise SystemExit(f"--{mode} runs on the gpu and browser backends, not {unknown}")
+    return config
+
+
+def stream_config(args) -> "bench_stream.StreamConfig":
+    config = _own_config(args, bench_stream.StreamConfig(out=args.out), "stream")
+    config.budgets_mb = _csv(args.budgets_mb, float) or config.budgets_mb
     return config
 
 
 def grammar_config(args) -> "bench_grammar.GrammarConfig":
-    config = bench_grammar.GrammarConfig(out=args.out)
-    config.models = _csv(args.models) or config.models
-    if args.backends != ",".join(BACKENDS):
-        config.backends = [b for b in args.backends.split(",") if b]
-    unknown = [b for b in config.backends if b not in ("gpu", "browser")]
-    if unknown:
-        raise SystemExit(f"--grammar runs on the gpu and browser backends, not {unknown}")
+    config = _own_config(args, bench_grammar.GrammarConfig(out=args.out), "grammar")
     if args.schemas:
         config.schemas = max(1, args.schemas)
-    if args.tokens:
-        config.tokens = max(2, args.tokens)
     return config
 
 
@@ -457,16 +454,8 @@ def needle_config(args) -> "bench_needle.NeedleConfig":
 
 
 def batch_config(args) -> "bench_batch.BatchConfig":
-    config = bench_batch.BatchConfig(out=args.out)
-    config.models = _csv(args.models) or config.models
+    config = _own_config(args, bench_batch.BatchConfig(out=args.out), "batch")
     config.batches = _csv(args.batches, int) or config.batches
-    if args.tokens:
-        config.tokens = max(2, args.tokens)
-    if args.backends != ",".join(BACKENDS):
-        config.backends = [b for b in args.backends.split(",") if b]
-    unknown = [b for b in config.backends if b not in ("gpu", "browser")]
-    if unknown:
-        raise SystemExit(f"--batch runs on the gpu and browser backends, not {unknown}")
     return config
 
 
