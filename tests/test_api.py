@@ -133,7 +133,8 @@ def test_parallel_requests_are_decoded_together_each_as_alone():
 
 def test_a_system_prompt_a_running_request_holds_is_prefilled_once():
     """`parallel=2`: a request arriving while another runs under the same ~200-token system prompt copies
-    that prompt's keys from the other's cache (usage says so) and answers as it does alone."""
+    that prompt's keys from the other's cache (usage says so) and answers as it does alone; two arriving
+    together run it once."""
     system = {"role": "system", "content": " ".join(["You answer questions about geography briefly and exactly, "
                                                      "in one short sentence, without any preamble."] * 10)}
     first = [system, {"role": "user", "content": "What is the capital of France?"}]
@@ -161,3 +162,16 @@ def test_a_system_prompt_a_running_request_holds_is_prefilled_once():
     cached = reply["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached >= 200 and reply["usage"]["prompt_tokens"] - cached < 20, reply["usage"]
     assert alone["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+    async def at_once():        # arriving together: one runs the system prompt, the other waits and copies it
+        engine = await load("smollm2", backend="gpu", n_ctx=512, parallel=2)
+        try:
+            return await asyncio.gather(*(engine.chat.completions.create(messages=m, temperature=0, max_tokens=8)
+                                          for m in (first, second)))
+        finally:
+            engine.close()
+
+    a, b = run(at_once())
+    assert b["choices"][0]["message"]["content"] == alone["choices"][0]["message"]["content"]
+    kept = [r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in (a, b)]
+    assert kept[0] == 0 and kept[1] >= 200, kept

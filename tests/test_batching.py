@@ -118,3 +118,23 @@ def test_a_prompt_another_sequence_holds_is_copied_not_run_again(tmp_path, loop,
     assert a.token_ids == want[0] and b.token_ids == want[1]
     assert b.cached_tokens == len(system) and b.prompt_tokens == len(second)
     assert runner.held.tokens(1)[:len(system)] == system
+
+
+def test_requests_arriving_together_under_one_system_prompt_run_it_once(tmp_path, loop, device):
+    """Three requests at once under the same 40-token opening: the first runs it, the others wait for its
+    keys and copy them (their prompts' own tails only), and every reply is what it is alone."""
+    runner = load(tmp_path, loop, device, seqs=3)
+    system = [(11 * i + 5) % 300 + 1 for i in range(40)]
+    prompts = [system + [5, 77, 300], system + [41, 42, 43, 44], system + [9]]
+    want = [loop.run_until_complete(generate(runner, p, GREEDY, 8, seq=0, reuse=False)).token_ids for p in prompts]
+    for seq in range(3):
+        runner.reset(seq)
+    batching = BatchingRunner(runner)
+
+    async def together():
+        return await asyncio.gather(*(generate(batching, p, GREEDY, 8, seq=seq) for seq, p in enumerate(prompts)))
+
+    done = loop.run_until_complete(together())
+    assert [c.token_ids for c in done] == want
+    assert [c.cached_tokens for c in done] == [0, len(system), len(system)]
+    assert batching.batch_stats.steps >= 5

@@ -19,6 +19,7 @@ planned — a WebAssembly CPU engine. pyshim.serve.generation is the one loop on
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -120,6 +121,9 @@ class HeldTokens:
         self.window = window         # the sliding window when the model has one shorter than its context, else 0
         self._tokens: dict[int, list[int]] = {}
         self._top: dict[int, int] = {}    # the end of the highest position written since the last reset
+        # prompts being run right now (sequence -> (prompt, set once its keys are in)): a request arriving
+        # meanwhile under the same opening waits for them and copies, rather than runs it too
+        self._running: dict[int, tuple[tuple[int, ...], asyncio.Event]] = {}
 
     @classmethod
     def for_spec(cls, spec: ModelSpec, n_ctx: int) -> "HeldTokens":
@@ -181,6 +185,31 @@ class HeldTokens:
         for other in self._tokens:
             if other != seq and (n := self.reusable(prompt, other)) > best[1]:
                 best = (other, n)
+        return best
+
+    @contextmanager
+    def prefilling(self, seq: int, prompt: Sequence[int]):
+        """Around running `prompt` in sequence `seq`: others may wait for its keys (`pending_source`)."""
+        done = asyncio.Event()
+        self._running[seq] = (tuple(prompt), done)
+        try:
+            yield
+        finally:
+            self._running.pop(seq, None)
+            done.set()
+
+    def pending_source(self, prompt: Sequence[int], seq: int) -> tuple[asyncio.Event | None, int]:
+        """(set once its keys are in, how many leading tokens of `prompt` it shares): the prompt another
+        sequence is running now that shares the most with `prompt` ((None, 0) when none does)."""
+        best: tuple[asyncio.Event | None, int] = (None, 0)
+        for other, (running, done) in self._running.items():
+            n = 0
+            for a, b in zip(running, prompt[:len(prompt) - 1]):
+                if a != b:
+                    break
+                n += 1
+            if other != seq and n > best[1]:
+                best = (done, n)
         return best
 
     def copied(self, src: int, dst: int, n: int) -> None:

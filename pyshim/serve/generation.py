@@ -31,6 +31,7 @@ during decode.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Sequence
 
@@ -43,6 +44,9 @@ from pyshim.text.grammar import Matcher, allowed, mask_logits
 from pyshim.text.stops import StopStrings
 
 MAX_SCORE_TOP_K = 100         # a score row holds k ids and k floats per position
+# A prompt sharing at least this many leading tokens with one another sequence is running waits for its
+# keys and copies them (fewer: a chat template's opening, which every prompt shares, is not worth a wait).
+SHARE_WAIT_MIN = 32
 
 OnText = Callable[[str, int], "Awaitable[None] | None"]
 
@@ -201,9 +205,13 @@ async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams
                     await maybe
 
     kept = runner.held.reusable(prompt, seq) if reuse else 0
-    if reuse and hasattr(runner, "share"):
+    sharing = reuse and hasattr(runner, "share")
+    if sharing:
         # another sequence holding more of the prompt (a system prompt a concurrent request runs under):
-        # its keys are copied, not computed again
+        # its keys are copied, not computed again — once it has them, if it is running them now
+        running, n = runner.held.pending_source(prompt, seq)
+        if running is not None and n > kept and n >= SHARE_WAIT_MIN:
+            await running.wait()
         src, n = runner.held.best_source(prompt, seq)
         if n > kept and runner.share(src, seq, n):
             kept = n
@@ -212,7 +220,8 @@ async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams
     out.cached_tokens = kept
     await report(on_prefill, kept, len(prompt))
     t0 = time.perf_counter()
-    token = await next_token(*await keys_but_the_last_step(prompt[kept:], kept, on_prefill))
+    with runner.held.prefilling(seq, prompt) if sharing else nullcontext():
+        token = await next_token(*await keys_but_the_last_step(prompt[kept:], kept, on_prefill))
     await report(on_prefill, len(prompt), len(prompt))    # before t_first: counted in prefill_ms, not decode_ms
     t_first = time.perf_counter()
     out.prefill_ms = 1e3 * (t_first - t0)
