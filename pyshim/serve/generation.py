@@ -6,7 +6,8 @@ A prompt runs in chunks of the runner's largest step; the chunks before the last
 starts with the tokens of an earlier request in the same sequence (the conversation so far, with the reply
 as the model wrote it) keeps their keys (the runner's `held`, pyshim.exec.runner.HeldTokens) and runs
 from the first token that differs; where another sequence holds more of it (a system prompt that
-concurrent requests share) and the runner can `share`, those keys are copied from there instead; `usage()` counts the kept ones as OpenAI's cached_tokens. Then each step decodes one token and asks the runner for as little as sampling
+concurrent requests share) and the runner can `share`, those keys are copied from there instead — after
+waiting for them when that sequence is running its prompt right now (SHARE_WAIT_MIN tokens in common); `usage()` counts the kept ones as OpenAI's cached_tokens. Then each step decodes one token and asks the runner for as little as sampling
 needs: the argmax when decoding greedily without penalties (4 bytes from a GPU), the k largest logits
 for top-k sampling without penalties, the vocabulary's logits otherwise. Text streams out UTF-8-safe,
 with stop strings held back until they are ruled out; stop ids end the reply and are not part of it;
