@@ -49,9 +49,13 @@ class Scheduler:
         self._changed = asyncio.Condition()
         self._aborted: OrderedDict[int, None] = OrderedDict()
         self._ids = itertools.count(-1, -1)      # ids for callers that bring none (negative: never the page's)
-        self.running: dict[int, int] = {}        # request id -> its sequence
-        self._held: dict[int, list[int]] = {}    # request id -> the sequences it holds (an exclusive job: all)
+        self._held: dict[int, list[int]] = {}    # running request id -> the sequences it holds (exclusive: all)
         self.done = 0
+
+    @property
+    def running(self) -> dict[int, int]:
+        """Running request id -> its sequence."""
+        return {rid: held[0] for rid, held in self._held.items()}
 
     @property
     def queued(self) -> int:
@@ -74,9 +78,8 @@ class Scheduler:
             if rid in self._aborted:
                 self._aborted.pop(rid, None)
                 raise AbortedError("the request was aborted before it started")
-            held = [self._free.pop() for _ in range(need)]
-            self.running[rid], self._held[rid] = held[0], held
-        token = _SEQ.set(held[0])
+            self._held[rid] = [self._free.pop() for _ in range(need)]
+        token = _SEQ.set(self._held[rid][0])
         try:
             if on_start is not None:
                 on_start()
@@ -84,7 +87,6 @@ class Scheduler:
         finally:
             _SEQ.reset(token)
             async with self._changed:
-                del self.running[rid]
                 self._aborted.pop(rid, None)
                 self.done += 1
                 self._free.extend(reversed(self._held.pop(rid)))
@@ -93,12 +95,12 @@ class Scheduler:
     def resize(self, slots: int) -> None:
         """From the one running request, which just loaded a model holding `slots` sequences: it keeps
         sequence 0 (all of them if it runs exclusive), the rest are free for the next requests."""
-        if len(self.running) != 1:
+        if len(self._held) != 1:
             raise RuntimeError("the sequences change only while one request runs: the one that loads the model")
-        (rid,) = self.running
+        (rid,) = self._held
         exclusive = len(self._held[rid]) == self.slots
         self.slots = slots
-        self.running[rid], self._held[rid] = 0, list(range(slots)) if exclusive else [0]
+        self._held[rid] = list(range(slots)) if exclusive else [0]
         self._free = [] if exclusive else list(range(slots - 1, 0, -1))
         _SEQ.set(0)
         asyncio.ensure_future(self._wake())
@@ -110,11 +112,11 @@ class Scheduler:
             self._aborted.popitem(last=False)
         if request_id in self._order:
             asyncio.ensure_future(self._wake())
-        return request_id in self.running or request_id in self._order
+        return request_id in self._held or request_id in self._order
 
     async def _wake(self) -> None:
         async with self._changed:
             self._changed.notify_all()
 
     def stats(self) -> dict:
-        return {"running": len(self.running), "queued": self.queued, "done": self.done, "sequences": self.slots}
+        return {"running": len(self._held), "queued": self.queued, "done": self.done, "sequences": self.slots}
