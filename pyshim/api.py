@@ -31,7 +31,7 @@ from pyshim.serve.protocol import Sampling, validate
 from pyshim.serve.scheduler import Scheduler
 
 IN_PYODIDE = sys.platform == "emscripten"
-BACKENDS = ("gpu", "cpu", "browser")
+BACKENDS = ("gpu", "cpu", "wasm", "browser")
 
 
 async def load(model: str, *, backend: str | None = None, n_ctx: int | None = None, kv_type: str = "auto",
@@ -40,7 +40,8 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
                streamed_layers: int | None = None, on_progress=None, js_module=None,
                base_url: str | None = None, api_key: str | None = None, parallel: int = 1) -> "Engine":
     """An engine for a model path or short name (`smollm2`, `gemma3`, `qwen2.5`); backend "gpu" (native
-    WebGPU through wgpu), "cpu" (the NumPy reference) or, in Pyodide, "browser" (the default there: the
+    WebGPU through wgpu), "cpu" (the NumPy reference), "wasm" (the WebAssembly SIMD CPU engine under
+    wasmtime) or, in Pyodide, "browser" (the default there: the
     site's JavaScript engine; `on_progress(dict)` gets its download/load progress, `js_module` is
     web/pyshim.js or its URL when the PyScript config does not name it). `kv_type` (auto — the default: the
     type and, without `n_ctx`, the context that fit the GPU budget, pyshim.plan.auto —, f32, f16, q8, q4) and
@@ -71,7 +72,7 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
         return Engine(session, model_id=str(model))
     backend = backend or ("browser" if IN_PYODIDE else "gpu")
     if backend not in BACKENDS:
-        raise BadRequestError(f"unknown backend {backend!r}", hint="use 'gpu' or 'cpu' ('browser' in Pyodide)")
+        raise BadRequestError(f"unknown backend {backend!r}", hint="use 'gpu', 'cpu' or 'wasm' ('browser' in Pyodide)")
     if backend == "browser":
         if not IN_PYODIDE:
             raise BadRequestError("backend 'browser' runs only inside Pyodide (a PyScript page)",

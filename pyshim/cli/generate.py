@@ -15,7 +15,7 @@ from pathlib import Path
 # when the user set no thread count and numpy is not loaded yet.
 BLAS_THREADS = "1"
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-BACKENDS = ("cpu", "gpu", "browser")
+BACKENDS = ("cpu", "gpu", "wasm", "browser")
 ARITHMETIC = ("f32", "int8", "llama.cpp-exact")      # pyshim.plan.settings.Arithmetic (kept light: no import)
 KV_TYPES = ("auto", "f32", "f16", "q8", "q4")        # "auto" and pyshim.plan.settings.KV_TYPES (a test checks they agree)
 ROPE_SCALINGS = ("none", "linear", "yarn")            # pyshim.plan.settings.ROPE_SCALINGS (likewise)
@@ -62,8 +62,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """--backend, --ctx, --arithmetic, --kv-type, --prefill-chunk and the rope overrides: where and how the
     model runs (shared with `pyshim score`)."""
     parser.add_argument("--backend", choices=BACKENDS, default="cpu",
-                        help="cpu (the NumPy reference executor), gpu (WGSL kernels through native wgpu) or browser "
-                             "(the site's engine Worker in headless Chromium, WebGPU from Pyodide)")
+                        help="cpu (the NumPy reference executor), gpu (WGSL kernels through native wgpu), wasm (the "
+                             "WebAssembly SIMD CPU engine under wasmtime) or browser (the site's engine Worker in headless "
+                             "Chromium, WebGPU from Pyodide)")
     parser.add_argument("--ctx", type=int, default=None,
                         help="context length (default: with --kv-type auto the longest that fits the budget, up to the "
                              "model's training context or 32768; else min(model's, 4096))")
@@ -159,6 +160,8 @@ async def _generate(args, path, settings, sampling) -> dict:
             report.update(runner.memory())
             report["expert_cache"] = _per_token(runner.expert_cache_stats(), len(prompt) + len(done.token_ids))
             report["layer_stream"] = runner.layer_stream_stats()
+        if args.backend == "wasm":
+            report.update(runner.memory())
         return report
     finally:
         runner.close()

@@ -2,7 +2,8 @@
 
 Every check that can fail (architecture, tensor names, shapes, types, context size) happens here,
 before any tensor data is read. `load` picks the executor by backend: "cpu" (the NumPy reference, in
-the arithmetic the settings name) or "gpu" (WGSL through the device face where Python runs).
+the arithmetic the settings name), "gpu" (WGSL through the device face where Python runs) or "wasm" (the
+WebAssembly SIMD engine).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from pyshim.models import build_model
 from pyshim.plan import auto
 from pyshim.plan.settings import Arithmetic, RunSettings
 
-BACKENDS = ("cpu", "gpu")   # gpu: the WebGPU executor (pyshim.gpu) through native wgpu or, in Pyodide, navigator.gpu
+# gpu: the WebGPU executor (pyshim.gpu) through native wgpu or, in Pyodide, navigator.gpu; wasm: the
+# WebAssembly CPU engine (pyshim.exec.wasm_runner), natively under wasmtime
+BACKENDS = ("cpu", "gpu", "wasm")
 
 
 def load_reference(path: str | Path | None = None, *, header: GGUFHeader | None = None, source: ByteSource | None = None,
@@ -50,4 +53,8 @@ async def load(path: str | Path | None = None, *, header: GGUFHeader | None = No
         return await load_gpu(path, header=header, source=source, settings=settings, **gpu_options)
     if gpu_options:
         raise BadRequestError(f"{', '.join(sorted(gpu_options))}: gpu-backend options")
+    if backend == "wasm":
+        from pyshim.exec.wasm_runner import load_wasm
+
+        return load_wasm(path, header=header, source=source, settings=settings)
     return load_reference(path, header=header, source=source, settings=settings)

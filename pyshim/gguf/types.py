@@ -90,7 +90,7 @@ class TensorType(enum.IntEnum):
 # kernel catalog read (a test checks that every type listed for "gpu" has a kernel). A tensor of any other
 # type is refused by name before a weight is read. BF16 and Q5_1 would be cheap additions (a shift; Q5_0
 # plus a min); the IQ*/TQ*/FP4 types need lookup tables not written yet.
-EXECUTORS = ("cpu", "gpu")
+EXECUTORS = ("cpu", "gpu", "wasm")
 RUNS_ON: dict[TensorType, frozenset[str]] = {t: frozenset(EXECUTORS) for t in (
     TensorType.F32, TensorType.F16,
     TensorType.Q4_0, TensorType.Q4_1, TensorType.Q5_0, TensorType.Q8_0,

@@ -1,0 +1,156 @@
+"""The CPU engine's WebAssembly module (shaders/wasm/engine.c): where it is built, and its native face.
+
+`pyshim setup` compiles the C source with `zig cc` (the `ziglang` package) to `web/vendor/pyshim-cpu.wasm`:
+SIMD128, the wasm32-wasi reactor model (wasi-libc's math, no imports, one exported memory). The executor
+(pyshim.exec.wasm_runner) sees the module through one small face — `alloc`, `write`, `read`, `call`,
+`run` — so that the same recorder drives wasmtime natively (`NativeModule`, here) and, in the browser,
+the page's WebAssembly instance.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from pyshim.errors import OutOfMemoryError, SetupError, UnsupportedError
+from pyshim.paths import VENDOR_DIR, shaders_dir
+
+MODULE_NAME = "pyshim-cpu.wasm"
+# SIMD128 only (every browser with WebAssembly SIMD: Chrome 91+, Firefox 89+, Safari 16.4+); -O3 so the
+# loops vectorize beyond the intrinsics
+CFLAGS = ("--target=wasm32-wasi", "-mexec-model=reactor", "-O3", "-msimd128", "-s", "-Wall", "-Wextra",
+          "-Wno-unused-parameter", "-Werror")
+PAGE = 65536
+
+
+def source_path() -> Path:
+    return shaders_dir() / "wasm" / "engine.c"
+
+
+def module_path() -> Path:
+    return VENDOR_DIR / MODULE_NAME
+
+
+def _fingerprint() -> str:
+    """What the module was built from: the source and the flags (a rebuild when either changes)."""
+    return hashlib.sha256(source_path().read_bytes() + " ".join(CFLAGS).encode()).hexdigest()
+
+
+def build_step() -> str:
+    """`pyshim setup`'s step: the module built (or found up to date), described."""
+    path = build()
+    return f"{path.name}, {path.stat().st_size / 1024:.0f} KB"
+
+
+def build(out: Path | None = None, *, force: bool = False) -> Path:
+    """Compile the engine to `out` (default web/vendor/pyshim-cpu.wasm) unless a build of the same source and
+    flags is there; returns the module's path. Needs the `ziglang` package (pip install ziglang)."""
+    out = out or module_path()
+    stamp = out.with_suffix(".sha256")
+    want = _fingerprint()
+    if not force and out.is_file() and stamp.is_file() and stamp.read_text().strip() == want:
+        return out
+    try:
+        import ziglang  # noqa: F401
+    except ImportError:
+        raise UnsupportedError("the CPU engine is built with zig cc, which is not installed",
+                               hint="pip install ziglang (or pip install -e '.[dev]'), then pyshim setup") from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    cmd = [sys.executable, "-m", "ziglang", "cc", *CFLAGS, "-o", str(tmp), str(source_path())]
+    cache = str(Path(tempfile.gettempdir()) / "pyshim-zig-cache")      # (not under web/: the site serves that)
+    env = dict(os.environ, ZIG_GLOBAL_CACHE_DIR=cache, ZIG_LOCAL_CACHE_DIR=cache)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise SetupError(f"building the CPU engine failed:\n{done.stderr.strip()}", hint="see shaders/wasm/engine.c")
+    tmp.replace(out)
+    stamp.write_text(want + "\n")
+    return out
+
+
+class Module(Protocol):
+    """What the executor needs of an instantiated engine module."""
+
+    def alloc(self, nbytes: int) -> int:
+        """A fresh, 64-byte aligned block of the module's memory (never freed); raises when memory is full."""
+
+    def write(self, ptr: int, data) -> None:
+        """Bytes (any buffer) into the module's memory at `ptr`."""
+
+    def read(self, ptr: int, nbytes: int) -> bytes: ...
+
+    def call(self, name: str, *args) -> int | float | None:
+        """An exported kernel, pointers and sizes as ints, floats as floats."""
+
+    @property
+    def memory_bytes(self) -> int: ...
+
+
+class NativeModule:
+    """The engine under wasmtime in CPython (tests, `pyshim generate --backend wasm`)."""
+
+    def __init__(self, path: Path | None = None):
+        try:
+            import wasmtime
+        except ImportError:
+            raise UnsupportedError("the CPU engine runs natively under wasmtime, which is not installed",
+                                   hint="pip install wasmtime (or pip install -e '.[dev]')") from None
+        path = path or module_path()
+        if not path.is_file():
+            raise UnsupportedError(f"the CPU engine is not built ({path} is missing)", hint="run `pyshim setup`")
+        config = wasmtime.Config()
+        config.cranelift_opt_level = "speed"
+        self._engine = wasmtime.Engine(config)
+        self._store = wasmtime.Store(self._engine)
+        module = wasmtime.Module.from_file(self._engine, str(path))
+        self._instance = wasmtime.Instance(self._store, module, [])
+        self._exports = self._instance.exports(self._store)
+        self._memory = self._exports["memory"]
+        self._funcs: dict = {}
+        self.call("_initialize")
+
+    def _func(self, name: str):
+        if name not in self._funcs:
+            self._funcs[name] = self._exports[name]
+        return self._funcs[name]
+
+    def call(self, name: str, *args):
+        return self._func(name)(self._store, *args)
+
+    def alloc(self, nbytes: int) -> int:
+        ptr = self.call("alloc", int(nbytes))
+        if ptr == 0 or nbytes >= 2**32:
+            raise out_of_memory(nbytes, self.memory_bytes)
+        return ptr
+
+    def _view(self) -> np.ndarray:
+        """The module's memory as a uint8 array (valid until the memory next grows)."""
+        import ctypes
+
+        size = self._memory.data_len(self._store)
+        base = self._memory.data_ptr(self._store)
+        return np.ctypeslib.as_array(ctypes.cast(base, ctypes.POINTER(ctypes.c_uint8)), shape=(size,))
+
+    def write(self, ptr: int, data) -> None:
+        src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+        self._view()[ptr:ptr + src.size] = src
+
+    def read(self, ptr: int, nbytes: int) -> bytes:
+        return self._view()[ptr:ptr + nbytes].tobytes()
+
+    @property
+    def memory_bytes(self) -> int:
+        return self._memory.data_len(self._store)
+
+
+def out_of_memory(nbytes: int, have: int) -> OutOfMemoryError:
+    return OutOfMemoryError(f"the CPU engine's memory cannot grow by {nbytes / 2**20:.0f} MB (it holds {have / 2**20:.0f} MB; "
+                            "WebAssembly's 32-bit memory ends at 4 GB)",
+                            hint="use a smaller model or a shorter context (--ctx)")

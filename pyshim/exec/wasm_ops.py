@@ -1,0 +1,362 @@
+"""The ops interface recorded as a program for the CPU engine (shaders/wasm/engine.c).
+
+Like the GPU executor, a forward pass is recorded once per step shape and replayed: each op becomes
+OP_WORDS int32 words (opcode, then pointers, sizes, floats as their bits) that the module's `run`
+executes in one call. Tensors are places in one activation arena shared by every program (only one runs
+at a time); after recording, each tensor gets an offset by first fit, freed after its last use, so a
+512-token prefill needs a few of its activations at once, not all of them. Weights are copied into the
+module's memory once, as GGUF blocks (the norms' and biases' as f32), and KV caches are allocated per
+sequence on first use: [n_ctx, kv heads, head dim] f32 per layer, indexed by position.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+from gguf import GGMLQuantizationType as QT
+
+from pyshim.errors import UnsupportedError
+from pyshim.exec.wasm_module import Module
+from pyshim.gguf.tensors import WeightStore, dequantize_rows
+from pyshim.gguf.types import check_runnable
+from pyshim.models.ops import ACTIVATIONS, AttnSpec, RouterSpec
+from pyshim.models.rope import RopeSpec, pair_tables
+from pyshim.plan.settings import Arithmetic
+
+OP_WORDS = 18
+OP = {name: i for i, name in enumerate(("embed", "matmul", "rmsnorm", "rope", "attention", "glu", "add", "scale",
+                                         "softcap", "copy_cols", "argmax"), start=1)}
+F32_ROUTE = 0x100                # or-ed into a matmul's type word (engine.c)
+GLU_ACT = {"silu": 0, "gelu_tanh": 1}
+GELU_LLAMA_CPP = 2               # tanh-GELU through f16, as llama.cpp's CPU backend (the int8 route's)
+ALIGN = 64
+
+
+class Buf:
+    """A region of the activation arena; its offset is set once the program is laid out."""
+
+    def __init__(self, nbytes: int):
+        self.nbytes = -(-nbytes // ALIGN) * ALIGN
+        self.offset: int | None = None
+
+
+@dataclass
+class Tensor:
+    buf: Buf
+    shape: tuple[int, ...]
+    off: int = 0                 # bytes into buf
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass
+class Fixed:
+    """Memory outside the arena (weights, caches, inputs): a pointer already known."""
+
+    ptr: int
+    shape: tuple[int, ...] = ()
+
+
+@dataclass
+class Weight:
+    ptr: int
+    qtype: QT
+    shape: tuple[int, ...]
+
+
+@dataclass
+class F:
+    """A float argument (stored as its bits)."""
+
+    value: float
+
+
+@dataclass
+class WasmProgram:
+    ops: list[list] = field(default_factory=list)      # [opcode, args...] with Tensors, Fixed, Weights, F, ints
+    output: Tensor | None = None
+    argmax: Fixed | None = None
+    arena_bytes: int = 0
+    ptr: int = 0                 # the encoded ops in the module's memory
+    count: int = 0
+
+    def bufs(self, op: list) -> list[Buf]:
+        return [a.buf for a in op[1:] if isinstance(a, Tensor)]
+
+
+class WasmOps:
+    """`pyshim.models.ops.Ops` recorded for the CPU engine; `begin(n, seq)` ... `end()` around a forward."""
+
+    def __init__(self, module: Module, store: WeightStore, spec, n_ctx: int, arithmetic: Arithmetic, *, max_seqs: int,
+                 max_step: int):
+        if arithmetic not in (Arithmetic.INT8, Arithmetic.F32):
+            raise UnsupportedError(f"the CPU engine runs the int8 route or f32, not {arithmetic.value}",
+                                   hint="use arithmetic 'int8' (the default) or 'f32'")
+        self.module, self.store, self.spec, self.n_ctx = module, store, spec, n_ctx
+        self.arithmetic, self.max_seqs, self.max_step = arithmetic, max_seqs, max_step
+        self._bound: dict[str, Weight] = {}
+        self._ropes: dict[tuple, tuple[int, float]] = {}
+        self._caches: dict[int, list[tuple[int, int]]] = {}        # seq -> per layer (k ptr, v ptr)
+        self.tokens_ptr = module.alloc(4 * max_step)
+        self.positions_ptr = module.alloc(4 * max_step)
+        self.argmax_ptr = module.alloc(4 * max_step)
+        self.arena_ptr, self.arena_bytes = 0, 0
+        self.weight_bytes = 0
+        self._program: WasmProgram | None = None
+        self._seq = 0
+
+    # --- weights ---
+    def has_weight(self, name: str) -> bool:
+        return name in self.store
+
+    def weights(self, named: Sequence[tuple[str, Sequence[int]]]) -> list[Weight]:
+        return [self.weight(name, shape) for name, shape in named]
+
+    def weight(self, name: str, shape: Sequence[int]) -> Weight:
+        if name in self._bound:
+            return self._bound[name]
+        ref = self.store.checked(name, shape)
+        check_runnable(name, ref.qtype, "wasm")
+        if len(shape) == 1 or len(shape) >= 3:
+            if len(shape) >= 3:
+                raise UnsupportedError(f"{name}: the CPU engine does not run mixtures of experts yet",
+                                       hint="use the gpu backend for this model")
+            values = dequantize_rows(self.store.raw(name), ref.qtype).astype(np.float32).reshape(-1)
+            w = Weight(self._upload(values), QT.F32, tuple(shape))
+        else:
+            w = Weight(self._upload(self.store.raw(name)), ref.qtype, tuple(shape))
+        self._bound[name] = w
+        return w
+
+    def _upload(self, data: np.ndarray) -> int:
+        data = np.ascontiguousarray(data)
+        ptr = self.module.alloc(data.nbytes)
+        for at in range(0, data.nbytes, 1 << 26):        # 64 MiB at a time: the source may be a memory map
+            self.module.write(ptr + at, data.reshape(-1).view(np.uint8)[at:at + (1 << 26)])
+        self.weight_bytes += data.nbytes
+        return ptr
+
+    def float_values(self, w: Weight) -> np.ndarray:
+        return np.frombuffer(self.module.read(w.ptr, 4 * math.prod(w.shape)), dtype=np.float32)
+
+    # --- caches ---
+    def cache(self, seq: int) -> list[tuple[int, int]]:
+        """Sequence `seq`'s KV cache: per layer (keys, values), f32 [n_ctx, kv heads, head dim], made on first use."""
+        if seq not in self._caches:
+            spec = self.spec
+            self._caches[seq] = [(self.module.alloc(4 * self.n_ctx * spec.n_kv_heads * spec.head_dim_k),
+                                  self.module.alloc(4 * self.n_ctx * spec.n_kv_heads * spec.head_dim_v))
+                                 for _ in range(spec.n_layers)]
+        return self._caches[seq]
+
+    def kv_bytes(self) -> int:
+        spec = self.spec
+        return 4 * self.n_ctx * spec.n_kv_heads * (spec.head_dim_k + spec.head_dim_v) * spec.n_layers * len(self._caches)
+
+    # --- recording ---
+    def begin(self, n: int, seq: int) -> WasmProgram:
+        self._program, self._seq = WasmProgram(), seq
+        self.cache(seq)
+        return self._program
+
+    def tokens(self, n: int) -> Fixed:
+        return Fixed(self.tokens_ptr, (n,))
+
+    def positions(self, n: int) -> Fixed:
+        return Fixed(self.positions_ptr, (n,))
+
+    def _new(self, shape: Sequence[int]) -> Tensor:
+        shape = tuple(int(s) for s in shape)
+        return Tensor(Buf(4 * math.prod(shape)), shape)
+
+    def _op(self, name: str, *args) -> None:
+        assert len(args) < OP_WORDS
+        self._program.ops.append([OP[name], *args])
+
+    def record_argmax(self, x: Tensor, rows: int = 1) -> Fixed:
+        rows_at = x.shape[0] - rows
+        src = Tensor(x.buf, (rows, x.shape[1]), x.off + 4 * rows_at * x.shape[1])
+        self._op("argmax", src, rows, x.shape[1], Fixed(self.argmax_ptr))
+        return Fixed(self.argmax_ptr, (rows,))
+
+    def end(self) -> WasmProgram:
+        """Lay the program's tensors out in the arena (first fit, each freed after its last use) and encode it."""
+        program, self._program = self._program, None
+        last_use: dict[int, int] = {}
+        for i, op in enumerate(program.ops):
+            for buf in program.bufs(op):
+                last_use[id(buf)] = i
+        if program.output is not None:
+            last_use[id(program.output.buf)] = len(program.ops)          # read after the run
+        free: list[tuple[int, int]] = []       # (offset, nbytes), sorted by offset
+        top = 0
+        for i, op in enumerate(program.ops):
+            for buf in program.bufs(op):
+                if buf.offset is None:
+                    buf.offset, top = _place(free, buf.nbytes, top)
+            for buf in {id(b): b for b in program.bufs(op)}.values():
+                if last_use[id(buf)] == i:
+                    _release(free, buf.offset, buf.nbytes)
+        program.arena_bytes = top
+        if top > self.arena_bytes:            # a larger arena for this shape (the old one is left unused)
+            self.arena_ptr, self.arena_bytes = self.module.alloc(top), top
+        words = np.zeros((len(program.ops), OP_WORDS), dtype=np.int32)
+        for i, op in enumerate(program.ops):
+            words[i, :len(op)] = [self._word(a) for a in op]
+        program.ptr, program.count = self.module.alloc(words.nbytes), len(program.ops)
+        self.module.write(program.ptr, words)
+        return program
+
+    def _word(self, a) -> int:
+        if isinstance(a, Tensor):
+            return _i32(self.arena_ptr + a.buf.offset + a.off)
+        if isinstance(a, (Fixed, Weight)):
+            return _i32(a.ptr)
+        if isinstance(a, F):
+            return struct.unpack("<i", struct.pack("<f", a.value))[0]
+        if a is None:
+            return 0
+        return int(a)
+
+    # --- ops ---
+    def embed(self, table: Weight, tokens: Fixed) -> Tensor:
+        n, d = tokens.shape[0], table.shape[1]
+        out = self._new((n, d))
+        self._op("embed", table, int(table.qtype), d, tokens, n, out)
+        return out
+
+    def matmul(self, x: Tensor, w: Weight, bias: Weight | None = None, residual: Tensor | None = None) -> Tensor:
+        n, k = x.shape
+        m = w.shape[0]
+        out = self._new((n, m))
+        qtype = int(w.qtype) | (F32_ROUTE if self.arithmetic is Arithmetic.F32 else 0)
+        scratch = self.module.call("matmul_scratch", qtype, n, k)
+        self._op("matmul", x, n, k, w, qtype, m, out, bias, residual, Tensor(Buf(max(scratch, 4)), (scratch,)))
+        return out
+
+    def matmuls(self, x: Tensor, ws: Sequence[Weight], biases: Sequence[Weight | None]) -> list[Tensor]:
+        return [self.matmul(x, w, b) for w, b in zip(ws, biases)]
+
+    def glu_matmul(self, x: Tensor, gate: Weight, up: Weight, act: str) -> Tensor:
+        return self.glu(self.matmul(x, gate), self.matmul(x, up), act)
+
+    def rmsnorm(self, x: Tensor, w: Weight, eps: float, residual: Tensor | None = None) -> Tensor:
+        d = x.shape[-1]
+        out = self._new(x.shape)
+        self._op("rmsnorm", x, x.size // d, d, w, F(eps), out, residual)
+        return out
+
+    def view(self, x: Tensor, shape: Sequence[int]) -> Tensor:
+        shape = tuple(int(s) for s in shape)
+        assert math.prod(shape) == x.size, (x.shape, shape)
+        return Tensor(x.buf, shape, x.off)
+
+    def split(self, x: Tensor, sizes: Sequence[int]) -> list[Tensor]:
+        n, total = x.shape
+        outs, at = [], 0
+        for size in sizes:
+            if n == 1:
+                outs.append(Tensor(x.buf, (1, size), x.off + 4 * at))
+            else:
+                out = self._new((n, size))
+                self._op("copy_cols", Tensor(x.buf, x.shape, x.off + 4 * at), n, total, size, out)
+                outs.append(out)
+            at += size
+        return outs
+
+    def rope(self, x: Tensor, positions: Fixed, spec: RopeSpec, freq_factors: Weight | None = None) -> Tensor:
+        n, heads, hd = x.shape
+        per_pair, mscale = self._rope_table(spec, freq_factors)
+        out = self._new(x.shape)
+        self._op("rope", x, out, n, heads, hd, positions, Fixed(per_pair), spec.dims, int(spec.neox), F(mscale))
+        return out
+
+    def _rope_table(self, spec: RopeSpec, freq_factors: Weight | None) -> tuple[int, float]:
+        key = (spec, None if freq_factors is None else freq_factors.ptr)
+        if key not in self._ropes:
+            ff = None if freq_factors is None else self.float_values(freq_factors)
+            inv_freq, mix, mscale = pair_tables(spec, ff)
+            per_pair = (inv_freq * (spec.freq_scale * (1.0 - mix) + mix)).astype(np.float64)
+            ptr = self.module.alloc(per_pair.nbytes)
+            self.module.write(ptr, per_pair)
+            self._ropes[key] = (ptr, float(mscale))
+        return self._ropes[key]
+
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, positions: Fixed, spec: AttnSpec) -> Tensor:
+        n = q.shape[0]
+        out = self._new((n, spec.n_heads * spec.head_dim_v))
+        kc, vc = self.cache(self._seq)[spec.layer]
+        scores = Tensor(Buf(4 * self.n_ctx), (self.n_ctx,))
+        self._op("attention", q, k, v, positions, n, spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.head_dim_v,
+                 Fixed(kc), Fixed(vc), F(spec.scale), spec.window, F(spec.softcap), out, scores)
+        return out
+
+    def glu(self, gate: Tensor, up: Tensor, act: str) -> Tensor:
+        if act not in ACTIVATIONS:
+            raise UnsupportedError(f"activation {act!r} is not one of {ACTIVATIONS}")
+        code = GELU_LLAMA_CPP if act == "gelu_tanh" and self.arithmetic is Arithmetic.INT8 else GLU_ACT[act]
+        out = self._new(gate.shape)
+        self._op("glu", gate, up, gate.size, code, out)
+        return out
+
+    def route(self, logits: Tensor, spec: RouterSpec):
+        raise UnsupportedError("the CPU engine does not run mixtures of experts yet", hint="use the gpu backend for this model")
+
+    expert_matmul = expert_sum = sigmoid_gate = route
+
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        out = self._new(a.shape)
+        self._op("add", a, b, a.size, out)
+        return out
+
+    def scale(self, x: Tensor, s: float) -> Tensor:
+        out = self._new(x.shape)
+        self._op("scale", x, x.size, F(s), out)
+        return out
+
+    def softcap(self, x: Tensor, cap: float) -> Tensor:
+        out = self._new(x.shape)
+        self._op("softcap", x, x.size, F(cap), out)
+        return out
+
+    def last(self, x: Tensor) -> Tensor:
+        n, d = x.shape
+        return Tensor(x.buf, (1, d), x.off + 4 * (n - 1) * d)
+
+
+def _i32(ptr: int) -> int:
+    """A pointer as the int32 word that holds it (addresses above 2 GiB wrap to negative)."""
+    return ptr - (1 << 32) if ptr >= (1 << 31) else ptr
+
+
+def _place(free: list[tuple[int, int]], nbytes: int, top: int) -> tuple[int, int]:
+    """(offset, new top): the first free hole that fits, else the arena's top."""
+    for i, (at, size) in enumerate(free):
+        if size >= nbytes:
+            if size == nbytes:
+                free.pop(i)
+            else:
+                free[i] = (at + nbytes, size - nbytes)
+            return at, top
+    if free and free[-1][0] + free[-1][1] == top:       # the last hole grows into the top
+        at, _ = free.pop()
+        return at, at + nbytes
+    return top, top + nbytes
+
+
+def _release(free: list[tuple[int, int]], at: int, nbytes: int) -> None:
+    """Return [at, at + nbytes) to the free list, merged with its neighbours."""
+    import bisect
+
+    i = bisect.bisect(free, (at, 0))
+    free.insert(i, (at, nbytes))
+    if i + 1 < len(free) and free[i][0] + free[i][1] == free[i + 1][0]:
+        free[i] = (at, nbytes + free.pop(i + 1)[1])
+    if i > 0 and free[i - 1][0] + free[i - 1][1] == free[i][0]:
+        free[i - 1] = (free[i - 1][0], free[i - 1][1] + free.pop(i)[1])

@@ -1,0 +1,147 @@
+"""The CPU engine behind the Runner contract: WebAssembly SIMD kernels (shaders/wasm/engine.c) driven by a
+program recorded once per step shape (pyshim.exec.wasm_ops) — natively under wasmtime, for visitors
+without a usable GPU in the page.
+
+A step's slices run one after another, each its sequence's program for (tokens in the slice, what comes
+back): greedy ids are picked inside the module (4 bytes read back), logits are read when asked for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from pyshim.errors import UnsupportedError
+from pyshim.exec.runner import Capacity, HeldTokens, Output, Progress, RunnerStats, Step, Want, answer, check_step
+from pyshim.exec.wasm_module import Module, NativeModule
+from pyshim.exec.wasm_ops import WasmOps, WasmProgram
+from pyshim.plan.memory import per_token
+from pyshim.plan.settings import Arithmetic, RunSettings
+
+MAX_SEQS = 8            # sequences held at once (each KV cache is made on first use)
+KEEP_PROGRAMS = 8       # step shapes (other than one token) kept recorded
+
+
+class WasmRunner:
+    auto: dict | None = None
+
+    def __init__(self, spec, header, ops: WasmOps, model, settings: RunSettings, n_ctx: int):
+        self.spec, self.header, self.ops, self.model, self.settings = spec, header, ops, model, settings
+        self.arithmetic = ops.arithmetic
+        self.capacity = Capacity(n_ctx=n_ctx, max_seqs=ops.max_seqs, max_step_tokens=ops.max_step)
+        self.stats = RunnerStats()
+        self.held = HeldTokens()      # caches are indexed by position, windows included: no ring to wrap
+        self._programs: OrderedDict[tuple[int, bool, bool, int], WasmProgram] = OrderedDict()
+        self.run_s = 0.0              # time inside the module's `run`
+
+    @property
+    def n_ctx(self) -> int:
+        return self.capacity.n_ctx
+
+    @property
+    def module(self) -> Module:
+        return self.ops.module
+
+    @property
+    def weight_bytes(self) -> int:
+        return per_token(self.spec, self.header.tensors).read_bytes
+
+    async def prepare(self, progress: Progress | None = None) -> None:
+        """Record the one-token programs (nothing to compile: the module was built at setup)."""
+        for want_argmax in (True, False):
+            self.program(1, want_argmax, False, 0)
+
+    def program(self, n: int, want_argmax: bool, all_logits: bool, seq: int) -> WasmProgram:
+        key = (n, want_argmax, all_logits, seq)
+        if key not in self._programs:
+            ops = self.ops
+            program = ops.begin(n, seq)
+            logits = self.model.forward(ops, ops.tokens(n), ops.positions(n), all_logits)
+            program.output = logits
+            if want_argmax:
+                program.argmax = ops.record_argmax(logits)
+            self._programs[key] = ops.end()
+            others = [k for k in self._programs if k[0] != 1]
+            for old in others[:max(0, len(others) - KEEP_PROGRAMS)]:
+                del self._programs[old]
+        self._programs.move_to_end(key)
+        return self._programs[key]
+
+    async def step(self, step: Step) -> list[Output]:
+        return self.run(step)
+
+    def run(self, step: Step) -> list[Output]:
+        check_step(step, self.capacity, self.spec.n_vocab)
+        outputs = []
+        for s in step.slices:
+            with self.held.writing(s):
+                outputs.append(self._slice(s.tokens, s.start, s.seq, step))
+        self.stats.steps += 1
+        return outputs
+
+    def _slice(self, tokens, start: int, seq: int, step: Step) -> Output:
+        want_argmax, all_logits = step.want is Want.ARGMAX, step.want is Want.ALL_LOGITS
+        program = self.program(len(tokens), want_argmax, all_logits, seq)
+        module, ops = self.module, self.ops
+        module.write(ops.tokens_ptr, np.asarray(tokens, dtype=np.int32))
+        module.write(ops.positions_ptr, np.arange(start, start + len(tokens), dtype=np.int32))
+        began = time.perf_counter()
+        bad = module.call("run", program.ptr, program.count)
+        self.run_s += time.perf_counter() - began
+        if bad:
+            raise UnsupportedError(f"the CPU engine does not know op {program.count and bad - 1} of its program",
+                                   hint="rebuild it: pyshim setup")
+        if want_argmax:
+            self.stats.bytes_read += 4
+            return Output(token=int(np.frombuffer(module.read(ops.argmax_ptr, 4), dtype=np.int32)[0]))
+        if step.want is Want.NONE:
+            return Output()
+        out = program.output
+        ptr = ops.arena_ptr + out.buf.offset + out.off
+        logits = np.frombuffer(module.read(ptr, 4 * out.size), dtype=np.float32).reshape(out.shape)
+        self.stats.bytes_read += 4 * out.size
+        return answer(logits if all_logits else logits[-1], step)
+
+    def logits(self, ids, start: int = 0, *, seq: int = 0, all_logits: bool = False) -> np.ndarray:
+        """The last token's logits [vocab] (or every token's, [n, vocab]) for ids at positions start...,
+        in steps of at most max_step_tokens (tests' shorthand for run())."""
+        chunk = self.capacity.max_step_tokens
+        rows = []
+        for at in range(0, len(ids), chunk):
+            want = Want.ALL_LOGITS if all_logits else Want.LOGITS
+            rows.append(self.run(Step.of(ids[at:at + chunk], start + at, seq=seq, want=want))[0].logits)
+        return np.concatenate(rows) if all_logits else rows[-1]
+
+    def reset(self, seq: int = 0) -> None:
+        """Only `held` forgets: a step's attention reads only positions up to its own, all written before."""
+        self.held.forget(seq)
+
+    def close(self) -> None:
+        self._programs.clear()
+
+    def memory(self) -> dict:
+        return {"module_bytes": self.module.memory_bytes, "weight_bytes": self.ops.weight_bytes,
+                "kv_bytes": self.ops.kv_bytes(), "arena_bytes": self.ops.arena_bytes}
+
+
+def load_wasm(path: str | Path | None = None, *, header=None, source=None, settings: RunSettings = RunSettings(),
+              module: Module | None = None) -> WasmRunner:
+    """A WasmRunner for a GGUF file (or a parsed header plus a byte source), its weights copied into the
+    module's memory. `module`: an instantiated engine (default: the built one under wasmtime)."""
+    from pyshim.gguf.model import open_model
+    from pyshim.gguf.tensors import WeightStore, tensor_refs_from_header
+    from pyshim.models import build_model
+
+    header, source, spec = open_model(path, header=header, source=source)
+    spec = settings.spec_for(spec)
+    if settings.kv_type not in ("auto", "f32"):
+        raise UnsupportedError(f"the CPU engine keeps an f32 KV cache, not {settings.kv_type}", hint="use kv_type 'f32' or 'auto'")
+    settings = replace(settings, kv_type="f32")       # (the memory plan's choice of cache types is the GPU's)
+    n_ctx = settings.context_for(spec.context_length)
+    ops = WasmOps(module or NativeModule(), WeightStore(tensor_refs_from_header(header), source), spec, n_ctx,
+                  settings.arithmetic or Arithmetic.INT8, max_seqs=MAX_SEQS, max_step=settings.prefill_chunk)
+    return WasmRunner(spec, header, ops, build_model(spec, ops), settings, n_ctx)

@@ -1,0 +1,563 @@
+// pyshim's CPU engine: the kernels of a forward pass in C, built to WebAssembly with SIMD128
+// (`pyshim setup`: zig cc, target wasm32-wasi as a reactor: no imports, only its memory).
+//
+// Python records a forward pass once per step shape as a program: an array of ops of OP_WORDS i32
+// words each (an opcode, then pointers into this module's memory, sizes, and floats as their bits),
+// the same recording the GPU executor makes of its dispatches. `run` executes a program in one call,
+// so a step costs one crossing from Python (or from the page's JS) into this module.
+//
+// The arithmetic is the GPU int8 route's, itself llama.cpp's CPU rounding: a quantized matmul rounds
+// its activations to int8 blocks first (Q8_0 blocks of 32 against Q4_0/Q5_0/Q8_0, Q8_1 against Q4_1,
+// Q8_K blocks of 256 against the k-quants, f16 against F16), multiplies integers, and scales per block.
+// pyshim.exec.llama_cpp.Int8Ops is its oracle; sums run in another order, so results agree to float
+// rounding, not bit for bit.
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <wasm_simd128.h>
+
+#define EXPORT(name) __attribute__((export_name(#name)))
+
+// ------------------------------------------------------------------ memory
+
+extern unsigned char __heap_base;
+static uintptr_t heap_top = 0;
+
+// Bytes from the top of the heap, 64-aligned, growing the memory as needed; 0 when it cannot grow.
+// Nothing is freed: Python allocates weights, caches and arenas once and reuses them.
+EXPORT(alloc) uint32_t alloc(uint32_t nbytes) {
+    if (!heap_top) heap_top = (uintptr_t)&__heap_base;
+    uintptr_t at = (heap_top + 63) & ~(uintptr_t)63;
+    uint64_t end = (uint64_t)at + nbytes;
+    uint64_t have = (uint64_t)__builtin_wasm_memory_size(0) * 65536;
+    if (end > have) {
+        uint64_t pages = (end - have + 65535) / 65536;
+        if (__builtin_wasm_memory_grow(0, (uintptr_t)pages) == (uintptr_t)-1) return 0;
+    }
+    heap_top = (uintptr_t)end;
+    return (uint32_t)at;
+}
+
+EXPORT(heap_used) uint32_t heap_used(void) { return heap_top ? (uint32_t)heap_top : (uint32_t)(uintptr_t)&__heap_base; }
+
+// ------------------------------------------------------------------ helpers
+
+static inline float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) { bits = sign; }
+        else {                                    // subnormal: normalize
+            int e = -1;
+            do { e++; man <<= 1; } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) { bits = sign | 0x7f800000 | (man << 13); }
+    else { bits = sign | ((exp + 127 - 15) << 23) | (man << 13); }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+// f32 -> f16 bits, rounded to nearest even (as NumPy's astype(float16) and F16C do)
+static inline uint16_t f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffff;
+    if (ax >= 0x7f800000) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000 ? 0x200 : 0));
+    if (ax >= 0x477ff000) return (uint16_t)(sign | 0x7c00);            // rounds past 65504: infinity
+    if (ax < 0x38800000) {                                               // below f16's smallest normal
+        float a;
+        memcpy(&a, &ax, 4);
+        // a * 2^24 is the subnormal's integer mantissa; rintf rounds half to even
+        return (uint16_t)(sign | (uint32_t)rintf(a * 16777216.0f));
+    }
+    uint32_t man = ax & 0x7fffff, exp = (ax >> 23) - 127 + 15;
+    uint32_t h = (exp << 10) | (man >> 13), rest = man & 0x1fff;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+static inline float round_f16(float f) { return f16_to_f32(f32_to_f16(f)); }
+
+static inline uint16_t load_u16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+
+static inline float hsum_f32x4(v128_t v) {
+    return (wasm_f32x4_extract_lane(v, 0) + wasm_f32x4_extract_lane(v, 1)) +
+           (wasm_f32x4_extract_lane(v, 2) + wasm_f32x4_extract_lane(v, 3));
+}
+
+static inline int32_t hsum_i32x4(v128_t v) {
+    return wasm_i32x4_extract_lane(v, 0) + wasm_i32x4_extract_lane(v, 1) + wasm_i32x4_extract_lane(v, 2) +
+           wasm_i32x4_extract_lane(v, 3);
+}
+
+// 16 int8 x 16 int8 -> 4 int32 partial sums
+static inline v128_t dot_i8x16(v128_t a, v128_t b) {
+    v128_t lo = wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(a), wasm_i16x8_extend_low_i8x16(b));
+    v128_t hi = wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(a), wasm_i16x8_extend_high_i8x16(b));
+    return wasm_i32x4_add(lo, hi);
+}
+
+static float dot_f32(const float *a, const float *b, int n) {
+    v128_t acc0 = wasm_f32x4_splat(0.0f), acc1 = wasm_f32x4_splat(0.0f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        acc0 = wasm_f32x4_add(acc0, wasm_f32x4_mul(wasm_v128_load(a + i), wasm_v128_load(b + i)));
+        acc1 = wasm_f32x4_add(acc1, wasm_f32x4_mul(wasm_v128_load(a + i + 4), wasm_v128_load(b + i + 4)));
+    }
+    float s = hsum_f32x4(wasm_f32x4_add(acc0, acc1));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+// ------------------------------------------------------------------ weight types (GGUF numbers)
+
+enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14 };
+
+static int block_values(int t) { return t == T_F32 || t == T_F16 ? 1 : (t >= T_Q4_K ? 256 : 32); }
+static int block_bytes(int t) {
+    switch (t) {
+    case T_F32: return 4;   case T_F16: return 2;   case T_Q4_0: return 18;  case T_Q4_1: return 20;
+    case T_Q5_0: return 22; case T_Q8_0: return 34; case T_Q4_K: return 144; case T_Q5_K: return 176;
+    case T_Q6_K: return 210;
+    }
+    return 0;
+}
+
+EXPORT(row_bytes) uint32_t row_bytes(int t, int k) { return (uint32_t)(k / block_values(t) * block_bytes(t)); }
+
+// The 6-bit scale and min of sub-block j of a Q4_K / Q5_K super-block (ggml's get_scale_min_k4)
+static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
+    if (j < 4) { *sc = q[j] & 63; *m = q[j + 4] & 63; }
+    else { *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4); *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4); }
+}
+
+// One row of `k` values of type t, dequantized to f32 (embedding lookups and the f32 route).
+static void dequant_row(int t, const uint8_t *w, float *y, int k) {
+    switch (t) {
+    case T_F32: memcpy(y, w, (size_t)k * 4); return;
+    case T_F16: for (int i = 0; i < k; i++) y[i] = f16_to_f32(load_u16(w + 2 * i)); return;
+    case T_Q4_0: case T_Q4_1: case T_Q5_0: case T_Q8_0:
+        for (int b = 0; b < k / 32; b++, y += 32) {
+            const uint8_t *p = w + b * block_bytes(t);
+            float d = f16_to_f32(load_u16(p));
+            if (t == T_Q8_0) { for (int j = 0; j < 32; j++) y[j] = d * (int8_t)p[2 + j]; continue; }
+            if (t == T_Q4_1) {
+                float m = f16_to_f32(load_u16(p + 2));
+                for (int j = 0; j < 16; j++) { y[j] = d * (p[4 + j] & 0xF) + m; y[j + 16] = d * (p[4 + j] >> 4) + m; }
+                continue;
+            }
+            if (t == T_Q4_0) {
+                for (int j = 0; j < 16; j++) { y[j] = d * ((p[2 + j] & 0xF) - 8); y[j + 16] = d * ((p[2 + j] >> 4) - 8); }
+                continue;
+            }
+            uint32_t qh;
+            memcpy(&qh, p + 2, 4);
+            for (int j = 0; j < 16; j++) {
+                int lo = (p[6 + j] & 0xF) | (((qh >> j) << 4) & 0x10), hi = (p[6 + j] >> 4) | ((qh >> (j + 12)) & 0x10);
+                y[j] = d * (lo - 16);
+                y[j + 16] = d * (hi - 16);
+            }
+        }
+        return;
+    case T_Q4_K: case T_Q5_K:
+        for (int b = 0; b < k / 256; b++) {
+            const uint8_t *p = w + b * block_bytes(t);
+            float d = f16_to_f32(load_u16(p)), dmin = f16_to_f32(load_u16(p + 2));
+            const uint8_t *sc = p + 4, *qh = p + 16, *qs = p + (t == T_Q5_K ? 48 : 16);
+            for (int j = 0; j < 4; j++, y += 64, qs += 32) {
+                int s1, m1, s2, m2;
+                scale_min_k4(2 * j, sc, &s1, &m1);
+                scale_min_k4(2 * j + 1, sc, &s2, &m2);
+                for (int l = 0; l < 32; l++) {
+                    int h1 = t == T_Q5_K ? ((qh[l] >> (2 * j)) & 1) << 4 : 0;
+                    int h2 = t == T_Q5_K ? ((qh[l] >> (2 * j + 1)) & 1) << 4 : 0;
+                    y[l] = d * s1 * ((qs[l] & 0xF) + h1) - dmin * m1;
+                    y[l + 32] = d * s2 * ((qs[l] >> 4) + h2) - dmin * m2;
+                }
+            }
+        }
+        return;
+    case T_Q6_K:
+        for (int b = 0; b < k / 256; b++) {
+            const uint8_t *p = w + b * 210, *ql = p, *qh = p + 128;
+            const int8_t *sc = (const int8_t *)(p + 192);
+            float d = f16_to_f32(load_u16(p + 208));
+            for (int half = 0; half < 2; half++, y += 128, ql += 64, qh += 32, sc += 8) {
+                for (int l = 0; l < 32; l++) {
+                    int is = l / 16;
+                    y[l] = d * sc[is] * (((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32);
+                    y[l + 32] = d * sc[is + 2] * (((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                    y[l + 64] = d * sc[is + 4] * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                    y[l + 96] = d * sc[is + 6] * (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+                }
+            }
+        }
+        return;
+    }
+}
+
+// ------------------------------------------------------------------ activations rounded to int8
+
+// Q8_0 / Q8_1 blocks of 32: int8 values, the scale rounded to f16 (as f32), and for Q8_1 the f16 of
+// d * sum(q) (llama.cpp multiplies a Q4_1 block's min by that, not by the exact sum).
+typedef struct { float d, s; } Q8Meta;
+
+static void quantize_q8_0(const float *x, int k, int8_t *q, Q8Meta *meta) {
+    for (int b = 0; b < k / 32; b++, x += 32, q += 32) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float d = amax / 127.0f, inv = amax == 0.0f ? 0.0f : 127.0f / amax;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) { q[j] = (int8_t)rintf(x[j] * inv); sum += q[j]; }
+        meta[b].d = round_f16(d);
+        meta[b].s = round_f16(d * (float)sum);
+    }
+}
+
+// Q8_K blocks of 256: scale so that the largest magnitude becomes -127 (ggml's quantize_row_q8_K),
+// the scale kept in f32, and each 16 values' sum (the k-quants' mins multiply them).
+typedef struct { float d; int16_t bsums[16]; } Q8KMeta;
+
+static void quantize_q8_k(const float *x, int k, int8_t *q, Q8KMeta *meta) {
+    for (int b = 0; b < k / 256; b++, x += 256, q += 256) {
+        float amax = 0.0f, biggest = 0.0f;
+        for (int j = 0; j < 256; j++) if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); biggest = x[j]; }
+        if (amax == 0.0f) {
+            memset(q, 0, 256);
+            memset(&meta[b], 0, sizeof(Q8KMeta));
+            continue;
+        }
+        float iscale = -127.0f / biggest;
+        for (int j = 0; j < 256; j++) {
+            float v = rintf(iscale * x[j]);
+            q[j] = (int8_t)(v > 127.0f ? 127.0f : v);
+        }
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++) s += q[16 * g + j];
+            meta[b].bsums[g] = (int16_t)s;
+        }
+        meta[b].d = 1.0f / iscale;
+    }
+}
+
+// ------------------------------------------------------------------ dot products of one weight row
+
+// Q4_0 / Q4_1 / Q5_0 / Q8_0 row . Q8_0-rounded activations
+static float dot_q8_0_family(int t, const uint8_t *w, const int8_t *q, const Q8Meta *meta, int k) {
+    v128_t acc = wasm_f32x4_splat(0.0f);
+    float mins = 0.0f;
+    const v128_t low4 = wasm_i8x16_splat(0x0F);
+    int bb = block_bytes(t);
+    for (int b = 0; b < k / 32; b++, w += bb, q += 32) {
+        v128_t lo, hi;
+        float d = f16_to_f32(load_u16(w));
+        if (t == T_Q8_0) {
+            lo = wasm_v128_load(w + 2);
+            hi = wasm_v128_load(w + 18);
+        } else if (t == T_Q5_0) {
+            uint32_t qh;
+            memcpy(&qh, w + 2, 4);
+            uint8_t bits[32];
+            for (int j = 0; j < 32; j++) bits[j] = (uint8_t)(((qh >> j) & 1) << 4);
+            v128_t packed = wasm_v128_load(w + 6);
+            lo = wasm_i8x16_sub(wasm_v128_or(wasm_v128_and(packed, low4), wasm_v128_load(bits)), wasm_i8x16_splat(16));
+            hi = wasm_i8x16_sub(wasm_v128_or(wasm_u8x16_shr(packed, 4), wasm_v128_load(bits + 16)), wasm_i8x16_splat(16));
+        } else {
+            v128_t packed = wasm_v128_load(w + (t == T_Q4_1 ? 4 : 2));
+            lo = wasm_v128_and(packed, low4);
+            hi = wasm_u8x16_shr(packed, 4);
+            if (t == T_Q4_0) { lo = wasm_i8x16_sub(lo, wasm_i8x16_splat(8)); hi = wasm_i8x16_sub(hi, wasm_i8x16_splat(8)); }
+            else mins += f16_to_f32(load_u16(w + 2)) * meta[b].s;
+        }
+        v128_t isum = wasm_i32x4_add(dot_i8x16(lo, wasm_v128_load(q)), dot_i8x16(hi, wasm_v128_load(q + 16)));
+        acc = wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(isum), wasm_f32x4_splat(d * meta[b].d)));
+    }
+    return hsum_f32x4(acc) + mins;
+}
+
+// Q4_K / Q5_K row . Q8_K-rounded activations
+static float dot_q45_k(int t, const uint8_t *w, const int8_t *q, const Q8KMeta *meta, int k) {
+    float total = 0.0f;
+    const v128_t low4 = wasm_i8x16_splat(0x0F), one = wasm_i8x16_splat(1);
+    int bb = block_bytes(t);
+    for (int b = 0; b < k / 256; b++, w += bb, q += 256) {
+        float d = f16_to_f32(load_u16(w)) * meta[b].d, dmin = f16_to_f32(load_u16(w + 2)) * meta[b].d;
+        const uint8_t *sc = w + 4, *qh = w + 16, *qs = w + (t == T_Q5_K ? 48 : 16);
+        int32_t sum = 0, summ = 0;
+        for (int j = 0; j < 4; j++, qs += 32) {
+            int s1, m1, s2, m2;
+            scale_min_k4(2 * j, sc, &s1, &m1);
+            scale_min_k4(2 * j + 1, sc, &s2, &m2);
+            v128_t p0 = wasm_v128_load(qs), p1 = wasm_v128_load(qs + 16);
+            v128_t a0 = wasm_v128_and(p0, low4), a1 = wasm_v128_and(p1, low4);
+            v128_t b0 = wasm_u8x16_shr(p0, 4), b1 = wasm_u8x16_shr(p1, 4);
+            if (t == T_Q5_K) {
+                v128_t h0 = wasm_v128_load(qh), h1 = wasm_v128_load(qh + 16);
+                a0 = wasm_v128_or(a0, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h0, 2 * j), one), 4));
+                a1 = wasm_v128_or(a1, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h1, 2 * j), one), 4));
+                b0 = wasm_v128_or(b0, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h0, 2 * j + 1), one), 4));
+                b1 = wasm_v128_or(b1, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h1, 2 * j + 1), one), 4));
+            }
+            const int8_t *x = q + 64 * j;
+            sum += s1 * hsum_i32x4(wasm_i32x4_add(dot_i8x16(a0, wasm_v128_load(x)), dot_i8x16(a1, wasm_v128_load(x + 16))));
+            sum += s2 * hsum_i32x4(wasm_i32x4_add(dot_i8x16(b0, wasm_v128_load(x + 32)), dot_i8x16(b1, wasm_v128_load(x + 48))));
+            const int16_t *bs = meta[b].bsums + 4 * j;
+            summ += m1 * (bs[0] + bs[1]) + m2 * (bs[2] + bs[3]);
+        }
+        total += d * (float)sum - dmin * (float)summ;
+    }
+    return total;
+}
+
+// Q6_K row . Q8_K-rounded activations
+static float dot_q6_k(const uint8_t *w, const int8_t *q, const Q8KMeta *meta, int k) {
+    float total = 0.0f;
+    const v128_t low4 = wasm_i8x16_splat(0x0F), three = wasm_i8x16_splat(3), m32 = wasm_i8x16_splat(32);
+    for (int b = 0; b < k / 256; b++, w += 210, q += 256) {
+        const uint8_t *ql = w, *qh = w + 128;
+        const int8_t *sc = (const int8_t *)(w + 192);
+        float d = f16_to_f32(load_u16(w + 208)) * meta[b].d;
+        int32_t sum = 0;
+        for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8) {
+            const int8_t *x = q + 128 * half;
+            for (int l = 0; l < 32; l += 16) {       // two groups of 16: scale index l / 16
+                v128_t a = wasm_v128_load(ql + l), c = wasm_v128_load(ql + 32 + l), h = wasm_v128_load(qh + l);
+                v128_t v0 = wasm_i8x16_sub(wasm_v128_or(wasm_v128_and(a, low4), wasm_i8x16_shl(wasm_v128_and(h, three), 4)), m32);
+                v128_t v1 = wasm_i8x16_sub(wasm_v128_or(wasm_v128_and(c, low4), wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h, 2), three), 4)), m32);
+                v128_t v2 = wasm_i8x16_sub(wasm_v128_or(wasm_u8x16_shr(a, 4), wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h, 4), three), 4)), m32);
+                v128_t v3 = wasm_i8x16_sub(wasm_v128_or(wasm_u8x16_shr(c, 4), wasm_i8x16_shl(wasm_u8x16_shr(h, 6), 4)), m32);
+                int is = l / 16;
+                sum += sc[is] * hsum_i32x4(dot_i8x16(v0, wasm_v128_load(x + l)));
+                sum += sc[is + 2] * hsum_i32x4(dot_i8x16(v1, wasm_v128_load(x + 32 + l)));
+                sum += sc[is + 4] * hsum_i32x4(dot_i8x16(v2, wasm_v128_load(x + 64 + l)));
+                sum += sc[is + 6] * hsum_i32x4(dot_i8x16(v3, wasm_v128_load(x + 96 + l)));
+            }
+        }
+        total += d * (float)sum;
+    }
+    return total;
+}
+
+static float dot_f16(const uint8_t *w, const float *x, int k) {
+    float s = 0.0f;
+    for (int i = 0; i < k; i++) s += f16_to_f32(load_u16(w + 2 * i)) * x[i];
+    return s;
+}
+
+// Scratch bytes `matmul` needs to round n rows of k activations against a weight of type t.
+#define F32_ROUTE 0x100      // or-ed into a matmul's type: f32 activations against dequantized rows
+
+EXPORT(matmul_scratch) uint32_t matmul_scratch(int t, int n, int k) {
+    if (t & F32_ROUTE) return (uint32_t)(k * 4);
+    if (t == T_F32) return 0;
+    if (t == T_F16) return (uint32_t)(n * k * 4);
+    if (t >= T_Q4_K) return (uint32_t)(n * k + n * (k / 256) * sizeof(Q8KMeta));
+    return (uint32_t)(n * k + n * (k / 32) * sizeof(Q8Meta));
+}
+
+// y[n, m] = x[n, k] . W[m, k]^T (+ bias[m]) (+ residual[n, m]), W in GGUF blocks of type t (the int8
+// route), or with F32_ROUTE in t each row dequantized and multiplied in f32.
+EXPORT(matmul) void matmul(const float *x, int n, int k, const uint8_t *w, int t, int m, float *y,
+                           const float *bias, const float *residual, uint8_t *scratch) {
+    uint32_t rb = row_bytes(t & 0xff, k);
+    if ((t & F32_ROUTE) && (t & 0xff) != T_F32) {
+        float *row = (float *)scratch;
+        for (int r = 0; r < m; r++) {
+            dequant_row(t & 0xff, w + (size_t)r * rb, row, k);
+            for (int i = 0; i < n; i++) {
+                float v = dot_f32(row, x + i * k, k);
+                if (bias) v += bias[r];
+                if (residual) v += residual[(size_t)i * m + r];
+                y[(size_t)i * m + r] = v;
+            }
+        }
+        return;
+    }
+    t &= 0xff;
+    int8_t *q = (int8_t *)scratch;
+    void *meta = scratch + n * k;
+    float *xh = (float *)scratch;
+    for (int i = 0; i < n; i++) {            // the activations rounded once, for every row
+        if (t == T_F16) for (int j = 0; j < k; j++) xh[i * k + j] = round_f16(x[i * k + j]);
+        else if (t >= T_Q4_K) quantize_q8_k(x + i * k, k, q + i * k, (Q8KMeta *)meta + i * (k / 256));
+        else if (t != T_F32) quantize_q8_0(x + i * k, k, q + i * k, (Q8Meta *)meta + i * (k / 32));
+    }
+    for (int r = 0; r < m; r++) {
+        const uint8_t *row = w + (size_t)r * rb;
+        for (int i = 0; i < n; i++) {
+            float v;
+            switch (t) {
+            case T_F32: v = dot_f32((const float *)row, x + i * k, k); break;
+            case T_F16: v = dot_f16(row, xh + i * k, k); break;
+            case T_Q4_K: case T_Q5_K: v = dot_q45_k(t, row, q + i * k, (Q8KMeta *)meta + i * (k / 256), k); break;
+            case T_Q6_K: v = dot_q6_k(row, q + i * k, (Q8KMeta *)meta + i * (k / 256), k); break;
+            default: v = dot_q8_0_family(t, row, q + i * k, (Q8Meta *)meta + i * (k / 32), k);
+            }
+            if (bias) v += bias[r];
+            if (residual) v += residual[(size_t)i * m + r];
+            y[(size_t)i * m + r] = v;
+        }
+    }
+}
+
+// ------------------------------------------------------------------ the other ops
+
+// rows of table [vocab, d] (type t) picked by tokens[n] -> y[n, d]
+EXPORT(embed) void embed(const uint8_t *table, int t, int d, const int32_t *tokens, int n, float *y) {
+    for (int i = 0; i < n; i++) dequant_row(t, table + (size_t)tokens[i] * row_bytes(t, d), y + (size_t)i * d, d);
+}
+
+// y = x / rms(x) * w per row of d (+ residual); the mean square summed in double, as the reference does
+EXPORT(rmsnorm) void rmsnorm(const float *x, int rows, int d, const float *w, float eps, float *y, const float *residual) {
+    for (int r = 0; r < rows; r++, x += d, y += d) {
+        double ss = 0.0;
+        for (int j = 0; j < d; j++) ss += (double)x[j] * x[j];
+        float inv = (float)(1.0 / sqrt(ss / d + eps));
+        for (int j = 0; j < d; j++) {
+            float v = x[j] * inv * w[j];
+            y[j] = residual ? residual[(size_t)r * d + j] + v : v;
+        }
+    }
+}
+
+// Rope of x [n, heads, hd] into y (which may be x): pair i of the first `dims` turns by pos * per_pair[i] (f64, YaRN and
+// frequency factors folded in, pyshim.models.rope.pair_tables), cos and sin scaled by mscale.
+EXPORT(rope) void rope(const float *x, float *y, int n, int heads, int hd, const int32_t *pos, const double *per_pair, int dims,
+                       int neox, float mscale) {
+    if (y != x)                               // the dims past `dims` pass through
+        for (size_t i = 0; i < (size_t)n * heads; i++) memcpy(y + i * hd + dims, x + i * hd + dims, (size_t)(hd - dims) * 4);
+    for (int t = 0; t < n; t++) {
+        for (int i = 0; i < dims / 2; i++) {
+            double angle = (double)pos[t] * per_pair[i];
+            float c = (float)(cos(angle) * mscale), s = (float)(sin(angle) * mscale);
+            for (int h = 0; h < heads; h++) {
+                const float *v = x + ((size_t)t * heads + h) * hd;
+                float *out = y + ((size_t)t * heads + h) * hd;
+                int a = neox ? i : 2 * i, b = neox ? i + dims / 2 : 2 * i + 1;
+                float x1 = v[a], x2 = v[b];
+                out[a] = x1 * c - x2 * s;
+                out[b] = x2 * c + x1 * s;
+            }
+        }
+    }
+}
+
+// This step's k [n, hkv, hd] and v [n, hkv, hdv] stored in the layer's cache at their positions, then
+// each query attends over positions <= its own (and within `window` when > 0): scores scaled, soft-capped
+// when softcap > 0, softmax, values summed. q [n, hq, hd] -> y [n, hq * hdv]. Caches: [n_ctx, hkv, hd(v)]
+// f32. scratch: one row of n_ctx scores.
+EXPORT(attention) void attention(const float *q, const float *k, const float *v, const int32_t *pos, int n, int hq,
+                                 int hkv, int hd, int hdv, float *kc, float *vc, float scale, int window, float softcap,
+                                 float *y, float *scores) {
+    for (int t = 0; t < n; t++) {
+        memcpy(kc + (size_t)pos[t] * hkv * hd, k + (size_t)t * hkv * hd, (size_t)hkv * hd * 4);
+        memcpy(vc + (size_t)pos[t] * hkv * hdv, v + (size_t)t * hkv * hdv, (size_t)hkv * hdv * 4);
+    }
+    int group = hq / hkv;
+    for (int t = 0; t < n; t++) {
+        int last = pos[t], first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
+        for (int h = 0; h < hq; h++) {
+            const float *qh = q + ((size_t)t * hq + h) * hd;
+            int g = h / group;
+            float best = -INFINITY;
+            for (int p = first; p <= last; p++) {
+                float s = dot_f32(qh, kc + ((size_t)p * hkv + g) * hd, hd) * scale;
+                if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+                scores[p] = s;
+                if (s > best) best = s;
+            }
+            float total = 0.0f;
+            for (int p = first; p <= last; p++) { scores[p] = expf(scores[p] - best); total += scores[p]; }
+            float *out = y + ((size_t)t * hq + h) * hdv;
+            v128_t inv = wasm_f32x4_splat(1.0f / total);
+            for (int j = 0; j + 4 <= hdv; j += 4) wasm_v128_store(out + j, wasm_f32x4_splat(0.0f));
+            for (int p = first; p <= last; p++) {
+                const float *vr = vc + ((size_t)p * hkv + g) * hdv;
+                v128_t w = wasm_f32x4_splat(scores[p]);
+                for (int j = 0; j + 4 <= hdv; j += 4)
+                    wasm_v128_store(out + j, wasm_f32x4_add(wasm_v128_load(out + j), wasm_f32x4_mul(w, wasm_v128_load(vr + j))));
+            }
+            for (int j = 0; j + 4 <= hdv; j += 4) wasm_v128_store(out + j, wasm_f32x4_mul(wasm_v128_load(out + j), inv));
+        }
+    }
+}
+
+#define GELU_COEF_A 0.044715f
+#define SQRT_2_OVER_PI 0.79788456080286535588f
+#define GELU_TABLE_LIMIT 10.0f
+
+static inline float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * x * (1.0f + GELU_COEF_A * x * x)));
+}
+
+// act(gate) * up over `count` values. act 0: SiLU; 1: tanh-GELU; 2: tanh-GELU as llama.cpp's CPU backend
+// computes it (its input and output rounded to f16, exact outside (-10, 10): the int8 route's)
+EXPORT(glu) void glu(const float *gate, const float *up, int count, int act, float *y) {
+    for (int i = 0; i < count; i++) {
+        float g = gate[i], a;
+        if (act == 0) a = g / (1.0f + expf(-g));
+        else if (act == 1) a = gelu_tanh(g);
+        else a = g <= -GELU_TABLE_LIMIT ? 0.0f : g >= GELU_TABLE_LIMIT ? g : round_f16(gelu_tanh(round_f16(g)));
+        y[i] = a * up[i];
+    }
+}
+
+// y = a + b; y = x * s; y = cap * tanh(x / cap); cols `cols` of each of `rows` rows of `stride` copied
+EXPORT(add) void add(const float *a, const float *b, int count, float *y) { for (int i = 0; i < count; i++) y[i] = a[i] + b[i]; }
+EXPORT(scale) void scale(const float *x, int count, float s, float *y) { for (int i = 0; i < count; i++) y[i] = x[i] * s; }
+EXPORT(softcap) void softcap(const float *x, int count, float cap, float *y) {
+    for (int i = 0; i < count; i++) y[i] = tanhf(x[i] / cap) * cap;
+}
+EXPORT(copy_cols) void copy_cols(const float *x, int rows, int stride, int cols, float *y) {
+    for (int r = 0; r < rows; r++) memcpy(y + (size_t)r * cols, x + (size_t)r * stride, (size_t)cols * 4);
+}
+
+// each row's largest value's index (the first of equals) -> out[rows]
+EXPORT(argmax) void argmax(const float *x, int rows, int cols, int32_t *out) {
+    for (int r = 0; r < rows; r++, x += cols) {
+        int best = 0;
+        for (int j = 1; j < cols; j++) if (x[j] > x[best]) best = j;
+        out[r] = best;
+    }
+}
+
+// ------------------------------------------------------------------ programs
+
+enum {
+    OP_EMBED = 1, OP_MATMUL, OP_RMSNORM, OP_ROPE, OP_ATTENTION, OP_GLU, OP_ADD, OP_SCALE, OP_SOFTCAP,
+    OP_COPY_COLS, OP_ARGMAX,
+};
+#define OP_WORDS 18
+
+typedef union { int32_t i; float f; } Word;
+
+#define P(j) ((void *)(uintptr_t)(uint32_t)a[j].i)
+#define I(j) (a[j].i)
+#define F(j) (a[j].f)
+
+// Run `count` ops of OP_WORDS words each from `prog`; returns the index of an unknown op + 1, else 0.
+EXPORT(run) int run(const Word *prog, int count) {
+    for (int at = 0; at < count; at++, prog += OP_WORDS) {
+        const Word *a = prog + 1;
+        switch (prog[0].i) {
+        case OP_EMBED: embed(P(0), I(1), I(2), P(3), I(4), P(5)); break;
+        case OP_MATMUL: matmul(P(0), I(1), I(2), P(3), I(4), I(5), P(6), P(7), P(8), P(9)); break;
+        case OP_RMSNORM: rmsnorm(P(0), I(1), I(2), P(3), F(4), P(5), P(6)); break;
+        case OP_ROPE: rope(P(0), P(1), I(2), I(3), I(4), P(5), P(6), I(7), I(8), F(9)); break;
+        case OP_ATTENTION:
+            attention(P(0), P(1), P(2), P(3), I(4), I(5), I(6), I(7), I(8), P(9), P(10), F(11), I(12), F(13), P(14), P(15));
+            break;
+        case OP_GLU: glu(P(0), P(1), I(2), I(3), P(4)); break;
+        case OP_ADD: add(P(0), P(1), I(2), P(3)); break;
+        case OP_SCALE: scale(P(0), I(1), F(2), P(3)); break;
+        case OP_SOFTCAP: softcap(P(0), I(1), F(2), P(3)); break;
+        case OP_COPY_COLS: copy_cols(P(0), I(1), I(2), I(3), P(4)); break;
+        case OP_ARGMAX: argmax(P(0), I(1), I(2), P(3)); break;
+        default: return at + 1;
+        }
+    }
+    return 0;
+}

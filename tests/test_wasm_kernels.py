@@ -1,0 +1,225 @@
+"""The CPU engine's kernels (shaders/wasm/engine.c) under wasmtime, each against the NumPy reference's
+arithmetic: the int8 route's matmuls against pyshim.exec.llama_cpp's activation rounding (summed in f64,
+so only the engine's f32 summation order differs), the f32 route and every other op against
+pyshim.exec.reference. Odd sizes, outliers, zero blocks; one module for the file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+
+from gpu_helpers import random_weight
+from pyshim.exec import wasm_module
+from pyshim.exec.llama_cpp import _q8_0_roundtrip, gelu_llama_cpp, llama_cpp_activations, q8_1_sum_correction
+from pyshim.exec.reference import gelu_tanh, rotate
+from pyshim.exec.wasm_ops import F32_ROUTE, GELU_LLAMA_CPP
+from pyshim.gguf.tensors import dequantize_rows
+from pyshim.models.rope import RopeSpec, cos_sin, pair_tables
+
+TYPES = [QT.F32, QT.F16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K]
+
+
+class Engine:
+    """The built module with NumPy arrays in and out."""
+
+    def __init__(self):
+        self.m = wasm_module.NativeModule(wasm_module.build())
+
+    def put(self, a) -> int:
+        a = np.ascontiguousarray(a)
+        ptr = self.m.alloc(max(a.nbytes, 4))
+        self.m.write(ptr, a)
+        return ptr
+
+    def empty(self, nbytes: int) -> int:
+        return self.m.alloc(max(nbytes, 4))
+
+    def get(self, ptr: int, shape, dtype=np.float32) -> np.ndarray:
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        return np.frombuffer(self.m.read(ptr, n), dtype=dtype).reshape(shape)
+
+    def matmul(self, x, raw, qtype: int, m: int, bias=None, residual=None) -> np.ndarray:
+        n, k = x.shape
+        y = self.empty(4 * n * m)
+        scratch = self.empty(self.m.call("matmul_scratch", qtype, n, k))
+        self.m.call("matmul", self.put(x), n, k, self.put(raw), qtype, m, y,
+                    0 if bias is None else self.put(bias), 0 if residual is None else self.put(residual), scratch)
+        return self.get(y, (n, m))
+
+
+@pytest.fixture(scope="module")
+def eng():
+    return Engine()
+
+
+def activations(rng, n: int, k: int) -> np.ndarray:
+    """Rows with the shapes real activations have: a large outlier, an all-zero block, exact ties."""
+    x = rng.standard_normal((n, k), dtype=np.float32)
+    x[:, 5] *= 40.0
+    x[0, :256] = 0.0                          # a zero block of every block size
+    x[-1, 40:44] = [1.0, -0.5, 0.25, 127.0]
+    return x
+
+
+def check(got, want, rel=2e-6):
+    """f32 summation-order tolerance, relative to the largest output."""
+    scale = float(np.max(np.abs(want))) or 1.0
+    np.testing.assert_allclose(got, want, rtol=0, atol=rel * scale)
+
+
+def int8_reference(x: np.ndarray, raw: np.ndarray, qtype: QT) -> np.ndarray:
+    """pyshim.exec.llama_cpp.Int8Ops's matmul, summed in f64."""
+    m = raw.shape[0]
+    w = dequantize_rows(raw, qtype).reshape(m, -1).astype(np.float64)
+    out = llama_cpp_activations(x, qtype).astype(np.float64) @ w.T
+    if qtype == QT.Q4_1:
+        mins = raw.reshape(m, -1, 20)[:, :, 2:4].copy().view(np.float16)[:, :, 0].astype(np.float32)
+        out += q8_1_sum_correction(x, mins)
+    return out
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_matmul_int8_route(eng, qtype):
+    rng = np.random.default_rng(int(qtype))
+    n, k, m = 3, 768, 37
+    raw = random_weight(qtype, m, k, rng)
+    x = activations(rng, n, k)
+    check(eng.matmul(x, raw, int(qtype), m), int8_reference(x, raw, qtype))
+
+
+@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_K], ids=lambda t: t.name)
+def test_matmul_bias_and_residual(eng, qtype):
+    rng = np.random.default_rng(7)
+    n, k, m = 2, 512, 24
+    raw, x = random_weight(qtype, m, k, rng), activations(rng, n, k)
+    bias, residual = rng.standard_normal(m, dtype=np.float32), rng.standard_normal((n, m), dtype=np.float32)
+    check(eng.matmul(x, raw, int(qtype), m, bias=bias, residual=residual), int8_reference(x, raw, qtype) + bias + residual)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_matmul_f32_route(eng, qtype):
+    rng = np.random.default_rng(100 + int(qtype))
+    n, k, m = 2, 512, 19
+    raw, x = random_weight(qtype, m, k, rng), activations(rng, n, k)
+    want = x.astype(np.float64) @ dequantize_rows(raw, qtype).reshape(m, k).T.astype(np.float64)
+    check(eng.matmul(x, raw, int(qtype) | F32_ROUTE, m), want)
+
+
+def test_activation_rounding_matches(eng):
+    """The Q8_0 rounding itself, through a Q8_0 identity: each output is one activation block's dot with a
+    one-hot weight row, so any rounding difference shows whole."""
+    rng = np.random.default_rng(3)
+    k = 64
+    x = activations(rng, 1, k) * 3.7
+    eye = np.zeros((k, 34 * (k // 32)), np.uint8)
+    for i in range(k):
+        block = np.zeros(34, np.uint8)
+        block[0:2] = np.array([1.0], np.float16).view(np.uint8)
+        block[2 + i % 32] = 1
+        eye[i, 34 * (i // 32):34 * (i // 32 + 1)] = block
+    got = eng.matmul(x, eye, int(QT.Q8_0), k)
+    np.testing.assert_array_equal(got[0], _q8_0_roundtrip(x)[0][0])
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_embed(eng, qtype):
+    rng = np.random.default_rng(200 + int(qtype))
+    vocab, d = 11, 512
+    raw = random_weight(qtype, vocab, d, rng)
+    tokens = np.array([3, 0, 10, 3], np.int32)
+    y = eng.empty(4 * len(tokens) * d)
+    eng.m.call("embed", eng.put(raw), int(qtype), d, eng.put(tokens), len(tokens), y)
+    np.testing.assert_array_equal(eng.get(y, (len(tokens), d)), dequantize_rows(raw[tokens], qtype).reshape(len(tokens), d))
+
+
+def test_rmsnorm_with_residual(eng):
+    rng = np.random.default_rng(4)
+    rows, d = 5, 96
+    x, w, res = (rng.standard_normal((rows, d), dtype=np.float32) * 3, rng.standard_normal(d, dtype=np.float32),
+                 rng.standard_normal((rows, d), dtype=np.float32))
+    y = eng.empty(4 * rows * d)
+    eng.m.call("rmsnorm", eng.put(x), rows, d, eng.put(w), 1e-6, y, eng.put(res))
+    ms = np.mean(np.square(x, dtype=np.float64), axis=-1, keepdims=True)
+    check(eng.get(y, (rows, d)), res + (x / np.sqrt(ms + 1e-6)).astype(np.float32) * w)
+
+
+@pytest.mark.parametrize("spec", [
+    RopeSpec(dims=64, base=10000.0, neox=True),
+    RopeSpec(dims=64, base=500000.0, neox=False),
+    RopeSpec(dims=32, base=10000.0, neox=True),                    # partial rotation: the rest passes through
+    RopeSpec(dims=64, base=1e6, neox=True, scaling="yarn", factor=4.0, n_ctx_orig=4096),
+], ids=["neox", "normal", "partial", "yarn"])
+def test_rope(eng, spec):
+    rng = np.random.default_rng(5)
+    n, heads, hd = 3, 4, 64
+    x = rng.standard_normal((n, heads, hd), dtype=np.float32)
+    pos = np.array([0, 17, 9000], np.int32)
+    inv_freq, mix, mscale = pair_tables(spec)
+    per_pair = (inv_freq * (spec.freq_scale * (1.0 - mix) + mix)).astype(np.float64)
+    y = eng.empty(x.nbytes)
+    eng.m.call("rope", eng.put(x), y, n, heads, hd, eng.put(pos), eng.put(per_pair), spec.dims, int(spec.neox), float(mscale))
+    cos, sin = cos_sin(spec, pos.astype(np.int64))
+    check(eng.get(y, x.shape), rotate(x, cos, sin, spec), rel=1e-6)
+
+
+@pytest.mark.parametrize("hq, hkv, window, softcap", [(4, 2, 0, 0.0), (3, 1, 5, 0.0), (2, 2, 0, 30.0)])
+def test_attention(eng, hq, hkv, window, softcap):
+    """A 3-token step after 9 cached positions: keys written at their positions, then causal (windowed,
+    soft-capped) softmax attention with GQA."""
+    rng = np.random.default_rng(hq + 10 * window)
+    n_ctx, hd, hdv, past, n = 16, 32, 32, 9, 3
+    keys = rng.standard_normal((past + n, hkv, hd), dtype=np.float32)
+    vals = rng.standard_normal((past + n, hkv, hdv), dtype=np.float32)
+    q = rng.standard_normal((n, hq, hd), dtype=np.float32)
+    kc, vc = np.zeros((n_ctx, hkv, hd), np.float32), np.zeros((n_ctx, hkv, hdv), np.float32)
+    kc[:past], vc[:past] = keys[:past], vals[:past]
+    kc_ptr, vc_ptr = eng.put(kc), eng.put(vc)
+    pos = np.arange(past, past + n, dtype=np.int32)
+    y = eng.empty(4 * n * hq * hdv)
+    scale = 1 / np.sqrt(hd)
+    eng.m.call("attention", eng.put(q), eng.put(keys[past:]), eng.put(vals[past:]), eng.put(pos), n, hq, hkv, hd, hdv,
+               kc_ptr, vc_ptr, float(scale), window, float(softcap), y, eng.empty(4 * n_ctx))
+    np.testing.assert_array_equal(eng.get(kc_ptr, (n_ctx, hkv, hd))[:past + n], keys)
+    want = np.zeros((n, hq, hdv))
+    for t in range(n):
+        for h in range(hq):
+            g = h // (hq // hkv)
+            s = keys[:pos[t] + 1, g].astype(np.float64) @ q[t, h] * scale
+            if softcap:
+                s = softcap * np.tanh(s / softcap)
+            if window:
+                s[:max(0, pos[t] - window + 1)] = -np.inf
+            p = np.exp(s - s.max())
+            want[t, h] = (p / p.sum()) @ vals[:pos[t] + 1, g]
+    check(eng.get(y, (n, hq * hdv)), want.reshape(n, -1), rel=1e-5)
+
+
+@pytest.mark.parametrize("act", [0, 1, GELU_LLAMA_CPP], ids=["silu", "gelu", "gelu_llama_cpp"])
+def test_glu(eng, act):
+    rng = np.random.default_rng(6)
+    g = rng.standard_normal(300).astype(np.float32) * 4
+    g[:4] = [-12.0, 12.0, 0.0, -0.0]
+    u = rng.standard_normal(300).astype(np.float32)
+    y = eng.empty(4 * g.size)
+    eng.m.call("glu", eng.put(g), eng.put(u), g.size, act, y)
+    want = {0: g / (1 + np.exp(-g.astype(np.float64))), 1: gelu_tanh(g.astype(np.float64)), GELU_LLAMA_CPP: gelu_llama_cpp(g)}[act] * u
+    check(eng.get(y, g.shape), want, rel=1e-6)
+
+
+def test_eltwise_and_argmax(eng):
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((3, 10), dtype=np.float32), rng.standard_normal((3, 10), dtype=np.float32)
+    y = eng.empty(4 * a.size)
+    eng.m.call("add", eng.put(a), eng.put(b), a.size, y)
+    np.testing.assert_array_equal(eng.get(y, a.shape), a + b)
+    eng.m.call("scale", eng.put(a), a.size, 0.5, y)
+    np.testing.assert_array_equal(eng.get(y, a.shape), a * np.float32(0.5))
+    eng.m.call("softcap", eng.put(a * 40), a.size, 30.0, y)
+    check(eng.get(y, a.shape), np.tanh(a * 40 / 30.0) * 30.0, rel=1e-6)
+    eng.m.call("copy_cols", eng.put(a), 3, 10, 4, y)
+    np.testing.assert_array_equal(eng.get(y, (3, 4)), a[:, :4])
+    a[1, 7] = a[1, 2] = a[1].max() + 1           # ties: the first
+    out = eng.empty(12)
+    eng.m.call("argmax", eng.put(a), 3, 10, out)
+    np.testing.assert_array_equal(eng.get(out, (3,), np.int32), [a[0].argmax(), 2, a[2].argmax()])
