@@ -13,8 +13,8 @@ chat, a tool call's result, a regenerated reply) runs only what is new. Its `sta
 spent waiting for the device and bytes read back from it.
 
 Three executors implement it: the NumPy reference (pyshim.exec.reference, with the llama.cpp emulations
-of pyshim.exec.llama_cpp), the GPU executor natively and in the browser (pyshim.exec.gpu_runner), and —
-planned — a WebAssembly CPU engine. pyshim.serve.generation is the one loop on top of it.
+of pyshim.exec.llama_cpp), the GPU executor natively and in the browser (pyshim.exec.gpu_runner), and the
+WebAssembly SIMD CPU engine (pyshim.exec.wasm_runner). pyshim.serve.generation is the one loop on top of it.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from pyshim.plan.settings import Arithmetic, RunSettings
 
 MAX_SEQS = 8            # sequences held at once (each KV cache is made on first use)
 KEEP_PROGRAMS = 8       # step shapes (other than one token) kept recorded
+TOP_K = 64              # the largest k a top-k step answers (picked from the logits, read back whole)
 
 
 class WasmRunner:
@@ -32,7 +33,7 @@ class WasmRunner:
     def __init__(self, spec, header, ops: WasmOps, model, settings: RunSettings, n_ctx: int):
         self.spec, self.header, self.ops, self.model, self.settings = spec, header, ops, model, settings
         self.arithmetic = ops.arithmetic
-        self.capacity = Capacity(n_ctx=n_ctx, max_seqs=ops.max_seqs, max_step_tokens=ops.max_step)
+        self.capacity = Capacity(n_ctx=n_ctx, max_seqs=ops.max_seqs, max_step_tokens=ops.max_step, top_k=TOP_K)
         self.stats = RunnerStats()
         self.held = HeldTokens()      # caches are indexed by position, windows included: no ring to wrap
         self._programs: OrderedDict[tuple[int, bool, bool, int], WasmProgram] = OrderedDict()

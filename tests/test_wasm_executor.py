@@ -1,0 +1,153 @@
+"""The CPU engine (pyshim.exec.wasm_runner, under wasmtime) against the NumPy reference on whole models:
+tiny random models of every architecture and weight type, and the real test models' greedy tokens and
+scores (llama.cpp's fixtures); the Runner contract's other answers; what it refuses, and how.
+
+The same two arithmetics as the GPU executor: f32 against the plain reference, the int8 route against
+the reference's emulation of llama.cpp's rounding (pyshim.exec.llama_cpp.Int8Ops)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+
+import tiny_models
+from pyshim.errors import UnsupportedError
+from pyshim.exec.runner import Slice, Step, Want
+from pyshim.exec.wasm_runner import load_wasm
+from pyshim.plan.settings import Arithmetic, RunSettings
+from runners import Drive, assert_greedy_like_reference, reference
+from test_gpu_executor import CASES, assert_like_emulation, ref_logits
+
+F32, INT8 = Arithmetic.F32, Arithmetic.INT8
+ROOT = Path(__file__).resolve().parent.parent
+FX = json.loads((ROOT / "tests" / "fixtures" / "real_llamacpp.json").read_text())
+
+
+def wasm(path, *, arithmetic=INT8, context=tiny_models.N_CTX, chunk=None, **settings) -> Drive:
+    extra = {} if chunk is None else {"prefill_chunk": chunk}
+    return Drive(load_wasm(path, settings=RunSettings(context=context, arithmetic=arithmetic, **extra, **settings)))
+
+
+def tiny(tmp_path_factory, arch, qtype_name):
+    return tiny_models.write_tiny_model(tmp_path_factory.mktemp(arch), arch, QT[qtype_name])
+
+
+def real(name: str) -> tuple[dict, Path]:
+    m = FX["models"][name]
+    path = ROOT / m["file"]
+    if not path.is_file():
+        pytest.skip(f"{path.name} is not in models/ (pyshim setup --test-models)")
+    return m, path
+
+
+@pytest.mark.parametrize("arch, qtype", CASES, ids=[f"{a}-{q}" for a, q in CASES])
+def test_f32_all_logits_match_reference(tmp_path_factory, arch, qtype):
+    path = tiny(tmp_path_factory, arch, qtype)
+    want = ref_logits(path)
+    got = wasm(path, arithmetic=F32).logits(tiny_models.test_ids(), all_logits=True)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=2e-4 * np.abs(want).max(), rtol=1e-3)
+
+
+@pytest.mark.parametrize("arch, qtype", CASES, ids=[f"{a}-{q}" for a, q in CASES])
+def test_int8_all_logits_match_llama_cpp_emulation(tmp_path_factory, arch, qtype):
+    path = tiny(tmp_path_factory, arch, qtype)
+    want, plain = ref_logits(path, INT8), ref_logits(path)
+    got = wasm(path).logits(tiny_models.test_ids(), all_logits=True)
+    if qtype == "F32":          # nothing to round: the int8 route is the f32 one
+        np.testing.assert_allclose(got, want, atol=2e-4 * np.abs(want).max(), rtol=1e-3)
+    else:
+        assert_like_emulation(got, want, plain)
+
+
+@pytest.mark.parametrize("arch, qtype", [("gemma3", "Q4_K"), ("phi3", "Q8_0"), ("qwen2", "Q4_1")])
+def test_small_steps_then_decode_equal_one_step(tmp_path_factory, arch, qtype):
+    """Prompt chunks of 4 (Gemma's window of 4 passed many times), then one token at a time: each step's
+    last logits equal those of the whole sequence run at once."""
+    path = tiny(tmp_path_factory, arch, qtype)
+    ids = tiny_models.test_ids() + [5, 77, 300, 9, 12, 41, 42, 43]
+    whole = wasm(path, arithmetic=F32).logits(ids, all_logits=True)
+    drive = wasm(path, arithmetic=F32, chunk=4)
+    got = [drive.logits(ids[:11])] + [drive.logits([t], i) for i, t in enumerate(ids[11:], 11)]
+    np.testing.assert_allclose(np.stack(got), whole[10:], atol=2e-4 * np.abs(whole).max(), rtol=1e-3)
+
+
+@pytest.mark.parametrize("name, arithmetic", [("smollm2", INT8), ("smollm2", F32), ("gemma3", F32)])
+def test_greedy_32_like_reference(name, arithmetic):
+    """32 greedy tokens, each the reference's argmax in the same arithmetic."""
+    _, path = real(name)
+    prompt = FX["models"][name]["passage"]["ids"][:24]
+    ref = reference(path, context=256, arithmetic=arithmetic)
+    assert_greedy_like_reference(ref, wasm(path, arithmetic=arithmetic, context=256).runner, prompt, n=32)
+
+
+@pytest.mark.parametrize("name", ["smollm2", "gemma3", "qwen2.5"])
+def test_int8_scores_as_close_to_llama_cpp_as_llama_cpp_is_to_itself(name):
+    """The issue's bar for the int8 route, as the GPU's: top-1 agreement with llama.cpp's batch run at
+    least llama.cpp's own batch-vs-sequential agreement, llama.cpp's top-1 always in the top 5."""
+    m, path = real(name)
+    top_ids, _ = wasm(path, context=512).scores(m["passage"]["ids"], 10)
+    want = np.array(m["passage"]["top_ids"])[:, 0]
+    top1 = float(np.mean(top_ids[:, 0] == want))
+    self_top1 = float(np.mean(want == np.array(m["passage_sequential"]["top_ids"])[:, 0]))
+    assert all(want[i] in top_ids[i, :5] for i in range(len(want)))
+    assert top1 >= self_top1, f"wasm int8 {top1:.4f} vs llama.cpp batch/sequential {self_top1:.4f}"
+
+
+def test_answers_and_sequences(tmp_path_factory):
+    """Top-k, argmax and nothing agree with the logits; two sequences interleaved keep their own caches;
+    a step of two slices answers each."""
+    path = tiny(tmp_path_factory, "llama", "Q4_0")
+    drive = wasm(path)
+    runner = drive.runner
+    a, b = [5, 9, 77, 12, 3], [300, 2, 41]
+    alone_a = wasm(path).logits(a, all_logits=True)
+    alone_b = wasm(path).logits(b, all_logits=True)
+    got_a0 = runner.run(Step.of(a[:3], 0, seq=0))[0].logits
+    got_b = runner.run(Step.of(b, 0, seq=1, want=Want.ALL_LOGITS))[0].logits
+    out = runner.run(Step((Slice(tuple(a[3:]), 3, 0), Slice((7,), 3, 1)), Want.TOP_K, k=5))
+    np.testing.assert_allclose(got_a0, alone_a[2], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_b, alone_b, rtol=1e-5, atol=1e-5)
+    want_ids = np.argsort(-alone_a[-1], kind="stable")[:5]
+    np.testing.assert_array_equal(out[0].ids, want_ids)
+    np.testing.assert_allclose(out[0].values, alone_a[-1][want_ids], rtol=1e-5, atol=1e-5)
+    assert runner.run(Step.of([7], 4, seq=1, want=Want.NONE))[0].logits is None
+    assert runner.run(Step.of([8], 5, seq=1, want=Want.ARGMAX))[0].token == int(np.argmax(wasm(path).logits(b + [7, 7, 8])))
+    assert runner.held.tokens(1) == b + [7, 7, 8]
+
+
+def test_activations_share_the_arena(tmp_path_factory):
+    """A prefill program's tensors are laid out by lifetime: its arena is a small part of what they add up to."""
+    path = tiny(tmp_path_factory, "qwen2", "Q8_0")
+    runner = wasm(path).runner
+    program = runner.program(32, False, True, 0)
+    total = sum(a.buf.nbytes for op in program.ops for a in op[1:] if hasattr(a, "buf"))
+    assert program.arena_bytes < total / 4, (program.arena_bytes, total)
+    assert runner.ops.arena_bytes >= program.arena_bytes
+
+
+@pytest.mark.parametrize("settings, match", [
+    (dict(kv_type="q8"), "f32 KV cache"),
+    (dict(arithmetic=Arithmetic.EXACT), "int8 route or f32"),
+])
+def test_refuses_what_it_does_not_run(tmp_path_factory, settings, match):
+    path = tiny(tmp_path_factory, "llama", "Q4_0")
+    with pytest.raises(UnsupportedError, match=match):
+        load_wasm(path, settings=RunSettings(context=64, **settings))
+
+
+def test_refuses_mixtures_of_experts_by_name(tmp_path_factory):
+    path = tiny(tmp_path_factory, "qwen3moe", "Q4_K")
+    with pytest.raises(UnsupportedError, match="mixtures of experts.*gpu backend"):
+        load_wasm(path, settings=RunSettings(context=64))
+
+
+def test_missing_module_says_how_to_build_it(tmp_path):
+    from pyshim.exec.wasm_module import NativeModule
+
+    with pytest.raises(UnsupportedError, match="pyshim setup"):
+        NativeModule(tmp_path / "pyshim-cpu.wasm")
