@@ -19,6 +19,7 @@ BACKENDS = ("cpu", "gpu", "wasm", "browser")
 ARITHMETIC = ("f32", "int8", "llama.cpp-exact")      # pyshim.plan.settings.Arithmetic (kept light: no import)
 KV_TYPES = ("auto", "f32", "f16", "q8", "q4")        # "auto" and pyshim.plan.settings.KV_TYPES (a test checks they agree)
 ROPE_SCALINGS = ("none", "linear", "yarn")            # pyshim.plan.settings.ROPE_SCALINGS (likewise)
+DEVICES = ("auto", "gpu", "cpu")                      # pyshim.plan.settings.DEVICES (likewise)
 
 
 def limit_blas_threads() -> None:
@@ -65,6 +66,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cpu (the NumPy reference executor), gpu (WGSL kernels through native wgpu), wasm (the "
                              "WebAssembly SIMD CPU engine under wasmtime) or browser (the site's engine Worker in headless "
                              "Chromium, WebGPU from Pyodide)")
+    parser.add_argument("--device", choices=DEVICES, default="auto",
+                        help="browser backend: where the page runs the model — gpu (WebGPU), cpu (the WebAssembly "
+                             "engine) or auto (the GPU when the browser gives an adapter; default)")
     parser.add_argument("--ctx", type=int, default=None,
                         help="context length (default: with --kv-type auto the longest that fits the budget, up to the "
                              "model's training context or 32768; else min(model's, 4096))")
@@ -108,7 +112,7 @@ def run_settings(args: argparse.Namespace):
                        prefill_chunk=PREFILL_CHUNK if args.prefill_chunk is None else args.prefill_chunk,
                        rope_scaling=args.rope_scaling, rope_scale=args.rope_scale, yarn_orig_ctx=args.yarn_orig_ctx,
                        budget_bytes=None if args.budget_mb is None else int(args.budget_mb * 2**20),
-                       expert_slots=args.expert_slots, streamed_layers=args.streamed_layers)
+                       expert_slots=args.expert_slots, streamed_layers=args.streamed_layers, device=args.device)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -283,5 +287,5 @@ def _run_in_browser(args: argparse.Namespace, path, settings, sampling) -> int:
                   "bytes_per_decode_step": t["bytes_per_decode_step"], "arithmetic": r["arithmetic"],
                   "generated": len(r["token_ids"]), "context": r.get("context"), "kv_type": r.get("kv_type"),
                   "auto": r.get("auto"), "expert_cache": _per_token(r.get("expert_cache"), len(prompt_ids) + len(r["token_ids"])),
-                  "layer_stream": r.get("layer_stream")})
+                  "layer_stream": r.get("layer_stream"), "device": r.get("device")})
     return 0

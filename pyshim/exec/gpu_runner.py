@@ -34,6 +34,7 @@ DECODE_WANTS = (Want.LOGITS, Want.ARGMAX)   # the one-token programs prepare() b
 
 class GpuRunner:
     auto: dict | None = None     # set by the loader when kv_type was "auto" (pyshim.exec.runner.Runner)
+    runs_on = "gpu"              # what the page's `device` setting calls it
 
     def __init__(self, spec, header, ops: GpuOps, model, settings: RunSettings, n_ctx: int, *, owns_device: bool = True):
         self.spec, self.header, self.ops, self.model, self.settings = spec, header, ops, model, settings

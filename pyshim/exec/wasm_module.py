@@ -150,6 +150,33 @@ class NativeModule:
         return self._memory.data_len(self._store)
 
 
+class PageModule:
+    """The engine in the page: web/engine/cpu.js's instance, reached through Pyodide's proxies by duck typing
+    (so no `js` import here). Python buffers go over as proxies the JS side copies from without a conversion."""
+
+    def __init__(self, engine):
+        self.engine = engine        # the JS object cpu.js's instantiate() made
+
+    def alloc(self, nbytes: int) -> int:
+        ptr = int(self.engine.alloc(int(nbytes))) if nbytes < 2**32 else 0
+        if ptr == 0:
+            raise out_of_memory(nbytes, self.memory_bytes)
+        return ptr
+
+    def write(self, ptr: int, data) -> None:
+        self.engine.write(int(ptr), np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+
+    def read(self, ptr: int, nbytes: int) -> bytes:
+        return self.engine.read(int(ptr), int(nbytes)).to_bytes()
+
+    def call(self, name: str, *args):
+        return self.engine.call(name, *args)
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.engine.memoryBytes())
+
+
 def out_of_memory(nbytes: int, have: int) -> OutOfMemoryError:
     return OutOfMemoryError(f"the CPU engine's memory cannot grow by {nbytes / 2**20:.0f} MB (it holds {have / 2**20:.0f} MB; "
                             "WebAssembly's 32-bit memory ends at 4 GB)",

@@ -94,7 +94,7 @@ class WasmOps:
     """`pyshim.models.ops.Ops` recorded for the CPU engine; `begin(n, seq)` ... `end()` around a forward."""
 
     def __init__(self, module: Module, store: WeightStore, spec, n_ctx: int, arithmetic: Arithmetic, *, max_seqs: int,
-                 max_step: int):
+                 max_step: int, upload_now: bool = True):
         if arithmetic not in (Arithmetic.INT8, Arithmetic.F32):
             raise UnsupportedError(f"the CPU engine runs the int8 route or f32, not {arithmetic.value}",
                                    hint="use arithmetic 'int8' (the default) or 'f32'")
@@ -108,6 +108,10 @@ class WasmOps:
         self.argmax_ptr = module.alloc(4 * max_step)
         self.arena_ptr, self.arena_bytes = 0, 0
         self.weight_bytes = 0
+        # upload_now=False (the page): matrices get their place in memory but not their bytes, which the
+        # caller copies from the store along `uploads` (file offset, bytes, pointer)
+        self.upload_now = upload_now
+        self.uploads: list[tuple[int, int, int]] = []
         self._program: WasmProgram | None = None
         self._seq = 0
 
@@ -129,8 +133,12 @@ class WasmOps:
                                        hint="use the gpu backend for this model")
             values = dequantize_rows(self.store.raw(name), ref.qtype).astype(np.float32).reshape(-1)
             w = Weight(self._upload(values), QT.F32, tuple(shape))
-        else:
+        elif self.upload_now:
             w = Weight(self._upload(self.store.raw(name)), ref.qtype, tuple(shape))
+        else:
+            w = Weight(self.module.alloc(ref.nbytes), ref.qtype, tuple(shape))
+            self.uploads.append((ref.offset, ref.nbytes, w.ptr))
+            self.weight_bytes += ref.nbytes
         self._bound[name] = w
         return w
 

@@ -29,6 +29,7 @@ TOP_K = 64              # the largest k a top-k step answers (picked from the lo
 
 class WasmRunner:
     auto: dict | None = None
+    runs_on = "cpu"               # what the page's `device` setting calls it
 
     def __init__(self, spec, header, ops: WasmOps, model, settings: RunSettings, n_ctx: int):
         self.spec, self.header, self.ops, self.model, self.settings = spec, header, ops, model, settings
@@ -124,15 +125,22 @@ class WasmRunner:
     def close(self) -> None:
         self._programs.clear()
 
+    def expert_cache_stats(self) -> None:
+        """None: the CPU engine streams no experts (the GPU executor's report has the same fields)."""
+
+    def layer_stream_stats(self) -> None:
+        """None: the CPU engine streams no layers."""
+
     def memory(self) -> dict:
         return {"module_bytes": self.module.memory_bytes, "weight_bytes": self.ops.weight_bytes,
                 "kv_bytes": self.ops.kv_bytes(), "arena_bytes": self.ops.arena_bytes}
 
 
 def load_wasm(path: str | Path | None = None, *, header=None, source=None, settings: RunSettings = RunSettings(),
-              module: Module | None = None) -> WasmRunner:
+              module: Module | None = None, upload_now: bool = True) -> WasmRunner:
     """A WasmRunner for a GGUF file (or a parsed header plus a byte source), its weights copied into the
-    module's memory. `module`: an instantiated engine (default: the built one under wasmtime)."""
+    module's memory. `module`: an instantiated engine (default: the built one under wasmtime);
+    `upload_now=False` leaves the matrices' bytes to the caller (`runner.ops.uploads`: the page)."""
     from pyshim.gguf.model import open_model
     from pyshim.gguf.tensors import WeightStore, tensor_refs_from_header
     from pyshim.models import build_model
@@ -144,5 +152,6 @@ def load_wasm(path: str | Path | None = None, *, header=None, source=None, setti
     settings = replace(settings, kv_type="f32")       # (the memory plan's choice of cache types is the GPU's)
     n_ctx = settings.context_for(spec.context_length)
     ops = WasmOps(module or NativeModule(), WeightStore(tensor_refs_from_header(header), source), spec, n_ctx,
-                  settings.arithmetic or Arithmetic.INT8, max_seqs=MAX_SEQS, max_step=settings.prefill_chunk)
+                  settings.arithmetic or Arithmetic.INT8, max_seqs=MAX_SEQS, max_step=settings.prefill_chunk,
+                  upload_now=upload_now)
     return WasmRunner(spec, header, ops, build_model(spec, ops), settings, n_ctx)

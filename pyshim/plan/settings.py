@@ -22,6 +22,9 @@ DEFAULT_CONTEXT = 4096
 DEFAULT_BUDGET_BYTES = 4 << 30
 AUTO = "auto"         # kv_type "auto": the KV type and context chosen from the budget (pyshim.plan.auto)
 ROPE_SCALINGS = ("none", "linear", "yarn")   # what a rope override may ask for (llama.cpp's --rope-scaling)
+# Where the page runs a model: "gpu" (WebGPU), "cpu" (the WebAssembly engine), or "auto" (the GPU when the
+# browser gives an adapter, else the CPU engine)
+DEVICES = ("auto", "gpu", "cpu")
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,7 @@ class RunSettings:
     expert_slots: int | None = None     # routed experts streamed into a GPU cache of this many per MoE layer
     streamed_layers: int | None = None  # the last this many layers' matrices streamed through two rotating sets
     parallel: int = 1                   # sequences run together (continuous batching), a KV cache each
+    device: str = "auto"                # where the page runs it (DEVICES); natively the backend decides
 
     def __post_init__(self):
         if self.kv_type != AUTO:
@@ -130,6 +134,8 @@ class RunSettings:
         if isinstance(self.parallel, bool) or not isinstance(self.parallel, int) or not 1 <= self.parallel <= MAX_PARALLEL:
             raise BadRequestError(f"parallel must be a number of sequences in [1, {MAX_PARALLEL}], got {self.parallel!r}",
                                   param="parallel")
+        if self.device not in DEVICES:
+            raise BadRequestError(f"unknown device {self.device!r}", hint=f"use one of: {', '.join(DEVICES)}", param="device")
         if self.budget_bytes is not None and (isinstance(self.budget_bytes, bool) or not isinstance(self.budget_bytes, int)
                                               or self.budget_bytes < 1):
             raise BadRequestError(f"the GPU memory budget must be a positive number of bytes, got {self.budget_bytes!r}",

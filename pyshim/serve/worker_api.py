@@ -4,10 +4,12 @@ nothing else of pyshim (no Python source lives in the JS).
 Requests arrive as JSON text whose shapes pyshim.serve.protocol defines (the page validated them against
 the same schemas before posting); results go back as JSON text. The model lives in the site's store
 (IndexedDB), which only JS can read, so a request that needs a model hands over `store`, a JS object
-with three async methods the loader calls:
+with the async methods the loader calls:
     readPrefix(model_id, length) -> Uint8Array       the file's first bytes (the header grows as needed)
     readRanges(model_id, ranges_json) -> [Uint8Array] the few small tensors Python keeps (norms, biases)
     upload(model_id, device, uploads)                every weight, store -> GPU buffer, chunk by chunk
+    cpuEngine() -> engine                            without WebGPU: a fresh WebAssembly CPU engine (cpu.js)
+    uploadCpu(model_id, engine, uploads)             every matrix, store -> the engine's memory
 so weights go from IndexedDB into GPU buffers without passing through Python (or Pyodide's heap). The
 one model loaded and its settings live here; requests queue in one Scheduler; `emit(event, data_json)`
 streams events to the request's caller: "started" (it left the queue), "token" {text, token, index},
@@ -139,7 +141,8 @@ def abort(request_json: str) -> str:
 
 def _effective(session) -> RunSettings:
     runner = session.runner
-    return dataclasses.replace(runner.settings, context=runner.capacity.n_ctx, arithmetic=runner.arithmetic)
+    return dataclasses.replace(runner.settings, context=runner.capacity.n_ctx, arithmetic=runner.arithmetic,
+                               device=runner.runs_on)
 
 
 def _matches(model_id: str, wanted: RunSettings) -> bool:
@@ -154,7 +157,7 @@ def _matches(model_id: str, wanted: RunSettings) -> bool:
     return ((wanted.context is None or wanted.context == have.context) and wanted.kv_type == have.kv_type
             and (wanted.arithmetic is None or wanted.arithmetic == have.arithmetic) and wanted.prefill_chunk == have.prefill_chunk
             and (wanted.rope_scaling, wanted.rope_scale, wanted.yarn_orig_ctx) == (have.rope_scaling, have.rope_scale, have.yarn_orig_ctx)
-            and wanted.parallel == have.parallel)
+            and wanted.parallel == have.parallel and wanted.device in ("auto", have.device))
 
 
 async def _read_header(store, model_id: str, file_size: int):
@@ -182,7 +185,8 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
         raise BadRequestError(f"{len(_scheduler.running) - 1} other request(s) are running on the loaded model, which this "
                               "request would replace (another model, or other load settings)",
                               hint="wait for them to finish, or send it with the settings they use")
-    from pyshim.exec.gpu_runner import load_gpu
+    from pyshim.errors import GPUUnavailableError
+    from pyshim.exec.gpu_runner import GpuRunner, load_gpu
     from pyshim.serve.batching import BatchingRunner
     from pyshim.serve.session import Session
 
@@ -192,13 +196,22 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     small = [(t.offset, t.nbytes) for t in header.tensors if len(t.shape) == 1]
     pieces = await store.readRanges(model_id, _dump([[o, n] for o, n in small]))
     source = _Ranges({offset: _bytes(piece) for (offset, _), piece in zip(small, pieces)})
-    runner = await load_gpu(header=header, source=source, settings=settings, upload_now=False)
+    runner = None
+    if settings.device != "cpu":
+        try:
+            runner = await load_gpu(header=header, source=source, settings=settings, upload_now=False)
+        except GPUUnavailableError:
+            if settings.device == "gpu":
+                raise
+    if runner is None:          # no WebGPU here (or the CPU engine asked for): the WebAssembly engine
+        runner = await _load_cpu(header, source, settings, store, model_id)
     try:
-        uploads = [(u.file_offset, u.nbytes, u.buffer, u.buffer_offset) for u in runner.ops.uploads]
-        await store.upload(model_id, runner.device.raw, uploads)
-        for streamed in (runner.ops.expert_cache, runner.ops.layer_stream):
-            if streamed is not None:
-                streamed.fetch = _streamer(store, model_id, runner.device.raw)
+        if isinstance(runner, GpuRunner):
+            uploads = [(u.file_offset, u.nbytes, u.buffer, u.buffer_offset) for u in runner.ops.uploads]
+            await store.upload(model_id, runner.device.raw, uploads)
+            for streamed in (runner.ops.expert_cache, runner.ops.layer_stream):
+                if streamed is not None:
+                    streamed.fetch = _streamer(store, model_id, runner.device.raw)
         # several requests at once (settings.parallel): their decode steps batched, a sequence each
         session = Session(BatchingRunner(runner) if settings.parallel > 1 else runner, grammars=_grammars(model_id))
         await session.prepare(_progress(emit, "compile"))
@@ -208,6 +221,18 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     _state.update(session=session, model_id=model_id, settings=settings)
     _scheduler.resize(settings.parallel)
     return 1e3 * (time.perf_counter() - t0)
+
+
+async def _load_cpu(header, source, settings: RunSettings, store, model_id: str):
+    """The WebAssembly engine (web/engine/cpu.js's instance of vendor/pyshim-cpu.wasm) with the model's
+    matrices copied store -> its memory in JS, chunk by chunk, never through Python."""
+    from pyshim.exec.wasm_module import PageModule
+    from pyshim.exec.wasm_runner import load_wasm
+
+    module = PageModule(await store.cpuEngine())
+    runner = load_wasm(header=header, source=source, settings=settings, module=module, upload_now=False)
+    await store.uploadCpu(model_id, module.engine, runner.ops.uploads)
+    return runner
 
 
 def _streamer(store, model_id: str, device):
@@ -338,7 +363,7 @@ async def complete(request_json: str, file_size: int, store, request_id: int, em
         runner = session.runner
         return {**_result(done, load_ms), "arithmetic": runner.arithmetic.value, "context": runner.n_ctx,
                 "kv_type": runner.settings.kv_type, "auto": runner.auto, "expert_cache": runner.expert_cache_stats(),
-                "layer_stream": runner.layer_stream_stats()}
+                "layer_stream": runner.layer_stream_stats(), "device": runner.runs_on}
 
     return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
 
@@ -374,13 +399,15 @@ async def bench(request_json: str, file_size: int, store, request_id: int, emit)
         prompt = session.prompt_ids(request.get("prompt"), request.get("prompt_ids"))
         from pyshim.exec.runner import Want
 
-        decode = (await runner.program(1, Want.ARGMAX)).encoded
-        encoded_before = runner.device.encoding_ms(decode)
+        gpu = runner.runs_on == "gpu"
+        if gpu:
+            decode = (await runner.program(1, Want.ARGMAX)).encoded
+            encoded_before = runner.device.encoding_ms(decode)
         done = await session.bench(prompt, request["max_tokens"], ignore_eos=request["ignore_eos"])
         # the part of a step's CPU side spent encoding its dispatches in JavaScript (before the GPU starts)
-        encode_ms = (runner.device.encoding_ms(decode) - encoded_before) / done.decode_steps if done.decode_steps else None
+        encode_ms = (runner.device.encoding_ms(decode) - encoded_before) / done.decode_steps if gpu and done.decode_steps else None
         profile = {}
-        if request["kernels"]:
+        if request["kernels"] and gpu:
             from pyshim.exec.profile import kernel_times
 
             times = await kernel_times(runner, reps=KERNEL_REPS, rounds=1)
@@ -391,8 +418,8 @@ async def bench(request_json: str, file_size: int, store, request_id: int, emit)
                 "cpu_ms_per_step": done.cpu_ms / done.decode_steps if done.decode_steps else None,
                 "encode_ms_per_step": encode_ms,
                 "decode_tok_per_s": done.decode_tok_per_s, "bytes_per_decode_step": done.bytes_per_decode_step,
-                "dispatches_per_token": await runner.dispatches_per_token(), "text": done.text,
-                "arithmetic": runner.arithmetic.value, **runner.memory()}
+                "dispatches_per_token": await runner.dispatches_per_token() if gpu else None, "text": done.text,
+                "arithmetic": runner.arithmetic.value, "device": runner.runs_on, **runner.memory()}
 
     return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}"), exclusive=True))
 

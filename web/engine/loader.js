@@ -1,9 +1,11 @@
 // The store side of loading a model in the engine Worker. Python (pyshim/serve/worker_api.py) decides what
 // to read; this module reads it from IndexedDB: the header prefix and the few small tensors for Python,
 // and every weight tensor IndexedDB chunk → queue.writeBuffer straight into the GPU buffer Python created
-// for it, so weights never pass through the wasm heap (memory stays near one chunk).
+// for it (or, on the CPU engine, into its WebAssembly memory), so weights never pass through Pyodide's
+// heap (memory stays near one chunk).
 
 import * as store from "../store/store.js";
+import * as cpu from "./cpu.js";
 
 const WRITE_ALIGN = 4;          // writeBuffer wants offsets and sizes in whole 4-byte words
 const PROGRESS_EVERY_MS = 100;
@@ -48,6 +50,23 @@ export function storeAccess(emit) {
         }
       }
       await device.queue.onSubmittedWorkDone();
+    },
+    cpuEngine: () => cpu.instantiate(),
+    async uploadCpu(modelId, engine, uploadsProxy) {
+      // [file offset, size, pointer] each: the CPU engine's matrices, store -> its memory
+      const slices = uploadsProxy.toJs({ depth: 2 }).map(([offset, size, ptr]) => ({ offset, size, ptr }));
+      const total = slices.reduce((n, s) => n + s.size, 0);
+      const t0 = performance.now();
+      let done = 0;
+      let lastReport = 0;
+      await engine.uploadFrom(store.slicePieces(modelId, slices), (n) => {
+        done += n;
+        const now = performance.now();
+        if (now - lastReport > PROGRESS_EVERY_MS || done === total) {
+          lastReport = now;
+          emit("load-progress", { done_bytes: done, total_bytes: total, elapsed_ms: now - t0 });
+        }
+      });
     },
     async stream(modelId, device, uploadsProxy) {
       // A streamed expert's ranges (pyshim.gpu.expert_cache), between GPU steps: only those bytes are read
