@@ -124,11 +124,14 @@ def chromium_flags(*, gpu: bool = False) -> list[str]:
     return CHROMIUM_FLAGS + (CHROMIUM_GPU_FLAGS if gpu else [])
 
 
-def launch_chromium(playwright, *, extra_flags: list[str] | None = None, headless: bool = True):
+def launch_chromium(playwright, *, extra_flags: list[str] | None = None, headless: bool = True, webgpu: bool = True):
+    """Debian's Chromium with CHROMIUM_FLAGS; `webgpu=False`: a browser without WebGPU (no navigator.gpu:
+    the unsafe-WebGPU switch left out, the feature turned off), as visitors with it blocklisted have."""
     if not Path(CHROMIUM).exists():
         raise HarnessError(f"{CHROMIUM} not found: install Debian's chromium (apt-get install -y chromium); "
                            "never `playwright install`, it downloads a browser and fails offline")
-    return playwright.chromium.launch(executable_path=CHROMIUM, headless=headless, args=CHROMIUM_FLAGS + (extra_flags or []))
+    flags = CHROMIUM_FLAGS if webgpu else [f for f in CHROMIUM_FLAGS if f != "--enable-unsafe-webgpu"] + ["--disable-features=WebGPU"]
+    return playwright.chromium.launch(executable_path=CHROMIUM, headless=headless, args=flags + (extra_flags or []))
 
 
 def launch_persistent(playwright, user_data_dir, *, extra_flags: list[str] | None = None, headless: bool = True, **context):

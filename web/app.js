@@ -82,8 +82,9 @@ async function bootEngine() {
     $("fact-gpu").textContent = `${gpu.adapter.summary} — WGSL self-test ${gpu.ok ? "passed" : "FAILED"}`;
   } catch (err) {
     resolveAdapter(null);
-    setStatus("nogpu", `Python ready · no WebGPU here: models can be stored, not run`, err.hint ?? err.message);
-    $("fact-gpu").textContent = `${err.message}${err.hint ? ` (${err.hint})` : ""}`;
+    // No WebGPU (turned off, blocklisted, an old browser): models run on the WebAssembly CPU engine instead
+    setStatus("cpu", `Python ready · no WebGPU here: models run on the CPU (WebAssembly)`, err.hint ?? err.message);
+    $("fact-gpu").textContent = `none — ${err.message}${err.hint ? ` (${err.hint})` : ""}; the CPU engine runs models`;
   }
   const caps = await engine.request("capabilities");
   setEngine(engine, caps.generate);

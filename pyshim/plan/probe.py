@@ -11,8 +11,9 @@ import time
 from pyshim.errors import PyshimError
 from pyshim.gguf.header import GGUFHeader, NeedMoreBytes, read_header
 from pyshim.plan import auto
-from pyshim.plan.memory import estimate, fits, per_token, unrunnable_reason, weights_by_type
-from pyshim.plan.settings import AUTO, DEFAULT_BUDGET_BYTES
+from pyshim.plan.memory import (WASM_MEMORY_BYTES, cpu_engine_bytes, cpu_engine_fit, estimate, fits, per_token,
+                                 unrunnable_reason, weights_by_type)
+from pyshim.plan.settings import AUTO, DEFAULT_BUDGET_BYTES, DEFAULT_CONTEXT
 
 
 def quant_summary(header: GGUFHeader) -> str:
@@ -22,15 +23,13 @@ def quant_summary(header: GGUFHeader) -> str:
     return ", ".join(f"{name} {100 * t.nbytes / total:.0f}%" for name, t in by_type.items())
 
 
-NO_ADAPTER = "this browser gives no WebGPU adapter, so nothing can run on the GPU here"
-
-
 def probe(prefix, file_size: int | None = None, *, context: int | None = None, kv_type: str = "f32",
           budget_bytes: int | None = None, limits: dict | None = None, judge: bool = False) -> dict:
     """The header's summary at `context` positions (capped at the training context) with a `kv_type`
     cache. With `judge`, also the verdict `fit` {ok, reasons, need_bytes, budget_bytes}: the model against
-    the GPU memory the page may use (`budget_bytes`) and the adapter's `limits` (None: there is no
-    adapter), by the executor's own layout rules (pyshim.plan.memory.fits).
+    the GPU memory the page may use (`budget_bytes`) and the adapter's `limits` by the executor's own
+    layout rules (pyshim.plan.memory.fits); with no adapter (`limits` None), against the WebAssembly CPU
+    engine, which then runs models (pyshim.plan.memory.cpu_engine_fit). `fit.engine` says which.
     `kv_type` "auto": the summary is at what pyshim.plan.auto picks for `budget_bytes` (None: the default
     budget), and `auto` says what it picked and why {context, kv_type, total_bytes, reason} (null: nothing fits)."""
     start = time.perf_counter()
@@ -58,6 +57,8 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
         return {**summary, "supported": False, "reason": str(exc),
                 **({"fit": _verdict([str(exc)], None, budget_bytes)} if judge else {})}
     binding = None if limits is None else limits.get("max_storage_buffer_binding_size")
+    # the CPU engine keeps an f32 cache of the context asked for, else of the default (RunSettings.context_for)
+    cpu_context = min(spec.context_length, context or DEFAULT_CONTEXT)
     choice, asked_auto = None, kv_type == AUTO
     if asked_auto:      # the context (unless named) and KV type pyshim.plan.auto picks for the budget
         named = None if context is None else min(context, spec.context_length)
@@ -91,12 +92,13 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
         **({"auto": choice.as_dict() if choice else None} if asked_auto else {}),
     }
     if judge:
-        if limits is None:
-            reasons = ([unrunnable] if unrunnable else []) + [NO_ADAPTER]
+        if limits is None:      # no WebGPU adapter: the WebAssembly CPU engine runs it, in its 4 GiB
+            out["fit"] = {**_verdict(list(cpu_engine_fit(spec, est, cpu_context).reasons),
+                                     cpu_engine_bytes(spec, est, cpu_context), WASM_MEMORY_BYTES), "engine": "cpu"}
         else:
             reasons = list(fits(est, budget_bytes=budget_bytes, max_binding_bytes=binding,
                                 max_buffer_bytes=limits.get("max_buffer_size")).reasons)
-        out["fit"] = _verdict(reasons, est.total_bytes, budget_bytes)
+            out["fit"] = {**_verdict(reasons, est.total_bytes, budget_bytes), "engine": "gpu"}
     return out
 
 

@@ -331,7 +331,7 @@ def _on_text(emit):
 async def generate(request_json: str, file_size: int, store, request_id: int, emit) -> str:
     """A chat reply: {model_id, messages, settings, sampling} -> {text, token_ids, finish_reason, usage,
     timings: {load_ms, prefill_ms, ttft_ms, decode_ms, decode_tok_per_s, cpu_ms, bytes_per_decode_step},
-    compacted}; "token" events stream the text, "progress" events the loading and the prompt's prefill."""
+    compacted, device ("gpu" or "cpu": which engine ran it)}; "token" events stream the text, "progress" events the loading and the prompt's prefill."""
     request = validate("generate", json.loads(request_json))
     sampling = Sampling.of(request["sampling"])
 
@@ -340,7 +340,7 @@ async def generate(request_json: str, file_size: int, store, request_id: int, em
         with _compiles_reported(emit):
             done = await _state["session"].chat(request["messages"], sampling, on_text=_on_text(emit), should_stop=should_stop,
                                                 on_prefill=_progress(emit, "prefill"))
-        return _result(done, load_ms)
+        return {**_result(done, load_ms), "device": _state["session"].runner.runs_on}
 
     return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
 

@@ -14,11 +14,14 @@
 //    {streamedLayers}: the last that many layers stream from the store through two rotating GPU buffers
 //   new Engine({parallel}) / createEngine({parallel}): up to that many requests run at once, a KV cache
 //    each, their decode steps batched on the GPU (continuous batching; null: one at a time)
+//   new Engine({device}) / createEngine({device}): "gpu" (WebGPU), "cpu" (the WebAssembly engine,
+//    web/engine/cpu.js) or "auto"/null (the GPU when the browser gives an adapter, else the CPU engine);
+//    select(model, {device}) changes it (the model reloads); stats().device says which runs
 //   await engine.chat.completions.create({messages, model, temperature, top_p, max_tokens, stop, seed,
 //                                         stream}, {signal})  -> chat.completion | async iterator of chunks
 //   await engine.completions.create({prompt, ...}, {signal})  -> text_completion | async iterator
 //   engine.abort()      stops the running request and everything queued behind it
-//   engine.stats()      {model, context, kv_type, arithmetic, running, queued, requests, last, load}
+//   engine.stats()      {model, context, kv_type, arithmetic, device, running, queued, requests, last, load}
 //   await engine.models.list()   OpenAI's model list
 //   await engine.unload()        frees the GPU;  engine.terminate()  ends a Worker this engine started
 //
@@ -112,7 +115,7 @@ export class Engine {
   // Worker, or with `shared` connects to the origin's SharedWorker (shared.js): one Python, GPU device
   // and model for every page that asks for it. `onProgress`: default listener for download and load.
   constructor({ client = null, context = null, onProgress = null, shared = false, kvType = "auto", arithmetic = null,
-    rope = null, expertSlots = null, streamedLayers = null, parallel = null } = {}) {
+    rope = null, expertSlots = null, streamedLayers = null, parallel = null, device = null } = {}) {
     this.client = client ?? new EngineClient(undefined, { shared });
     this.ownsClient = !client;
     this.context = context;
@@ -122,6 +125,7 @@ export class Engine {
     this.expertSlots = expertSlots;
     this.streamedLayers = streamedLayers;
     this.parallel = parallel;
+    this.device = device;
     this.onProgress = onProgress;
     this.model = null;   // {id, storeId, name, aliases}
     this.adapter = null;
@@ -134,7 +138,15 @@ export class Engine {
   ready() {
     this.#ready ??= (async () => {
       await this.client.request("boot");
-      const gpu = await this.client.request("gpu-selftest");
+      if (this.device === "cpu") return null;
+      let gpu;
+      try {
+        gpu = await this.client.request("gpu-selftest");
+      } catch (err) {
+        if (this.device === "gpu") throw err;
+        this.adapter = null;      // no WebGPU here: models run on the CPU engine
+        return null;
+      }
       if (!gpu.ok) throw Object.assign(new Error("the GPU self-test failed: this adapter computes wrong results"), { name: "GPUError" });
       this.adapter = gpu.adapter;
       return gpu;
@@ -153,6 +165,7 @@ export class Engine {
       expert_slots: this.expertSlots ?? null,
       streamed_layers: this.streamedLayers ?? null,
       parallel: this.parallel ?? null,
+      device: this.device ?? null,
     };
   }
 
@@ -178,9 +191,10 @@ export class Engine {
 
   // Uses stored model `manifest` (or its id) from now on, without loading it yet: the Worker loads
   // it on the first request. `id` is the name requests and responses use (default: the store id).
-  select(manifest, { context = this.context, id = null, kvType = this.kvType, arithmetic = this.arithmetic } = {}) {
+  select(manifest, { context = this.context, id = null, kvType = this.kvType, arithmetic = this.arithmetic, device = this.device } = {}) {
     const storeId = typeof manifest === "string" ? manifest : manifest.id;
     const name = typeof manifest === "string" ? null : manifest.name;
+    this.device = device;
     this.context = context;
     this.kvType = kvType;
     this.arithmetic = arithmetic;
@@ -200,7 +214,7 @@ export class Engine {
   stats() {
     return {
       model: this.model?.id ?? null, context: this.context, kv_type: this.kvType, arithmetic: this.arithmetic,
-      running: this.#started.size > 0, queued: this.#pending.size - this.#started.size,
+      device: this.#last?.device ?? this.device ?? null, running: this.#started.size > 0, queued: this.#pending.size - this.#started.size,
       requests: this.#requests, last: this.#last, load: this.#loadInfo,
     };
   }
@@ -236,7 +250,7 @@ export class Engine {
         },
       });
       this.#requests++;
-      this.#last = { finish_reason: result.finish_reason, usage: openai.usageOf(result.usage), timings: result.timings ?? {}, compacted: Boolean(result.compacted) };
+      this.#last = { finish_reason: result.finish_reason, usage: openai.usageOf(result.usage), timings: result.timings ?? {}, compacted: Boolean(result.compacted), device: result.device ?? null };
       return result;
     } catch (err) {
       if (err?.name === "AbortedError") throw abortError();

@@ -69,7 +69,10 @@ export async function checkFit(client, adapter, context, prefix, size, kvType = 
     throw Object.assign(new StoreError(name, text, hint), { refusal: true });
   }
   const { fit } = summary;
-  return { ok: fit.ok, reasons: fit.reasons, needBytes: fit.need_bytes, budgetBytes: budget, limits: adapter?.limits ?? null, summary };
+  // engine "cpu": no adapter, so the WebAssembly engine runs it, judged against its own memory (Python's budget_bytes)
+  const engine = fit.engine ?? "gpu";
+  return { ok: fit.ok, reasons: fit.reasons, needBytes: fit.need_bytes, budgetBytes: engine === "cpu" ? fit.budget_bytes : budget,
+    limits: adapter?.limits ?? null, engine, summary };
 }
 
 // Progress in one shape for every phase: {phase, loaded, total, fraction, bytesPerSec, etaSec}.

@@ -16,7 +16,7 @@ import * as chats from "../store/conversations.js";
 const SETTINGS_KEY = "pyshim.chatSettings";     // the settings a new chat starts with
 export const DEFAULT_SETTINGS = {
   system: "You are a helpful assistant.", temperature: 0.7, top_p: 0.95, top_k: 40, max_tokens: 512, seed: "", context: "",
-  kv_type: "auto", arithmetic: "auto",
+  kv_type: "auto", arithmetic: "auto", device: "auto",
 };
 
 let state = {
@@ -326,7 +326,8 @@ export function forgetConversation(id) {
 
 // The engine's setup from the settings (engine/engine.js select()).
 function setupOf(s) {
-  return { context: s.context, kvType: s.kv_type, arithmetic: s.arithmetic === "auto" ? null : s.arithmetic };
+  return { context: s.context, kvType: s.kv_type, arithmetic: s.arithmetic === "auto" ? null : s.arithmetic,
+    device: s.device === "auto" ? null : s.device };
 }
 
 export function setModel(manifest) {

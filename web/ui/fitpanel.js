@@ -19,7 +19,8 @@ export function renderFit(manifest) {
   }
   panel.hidden = false;
   panel.dataset.verdict = fit?.ok ? "fits" : "refused";
-  const gpu = fit?.needBytes ? ` ${formatBytes(fit.needBytes)} of ${formatBytes(fit.budgetBytes)} GPU memory at ${probe?.context} tokens.` : "";
+  const memory = fit?.engine === "cpu" ? "CPU engine memory (no WebGPU here: it runs on the CPU)" : "GPU memory";
+  const gpu = fit?.needBytes ? ` ${formatBytes(fit.needBytes)} of ${formatBytes(fit.budgetBytes)} ${memory} at ${probe?.context} tokens.` : "";
   const verdict = fit?.ok
     ? h("summary", { class: "verdict ok" }, h("span", { class: "badge ok", text: "Fits" }), ` Will it fit? Yes:${gpu}`)
     : h("summary", { class: "verdict bad" }, h("span", { class: "badge bad", text: "Won't run here" }), " ", (fit?.reasons ?? []).join(" "));
@@ -32,7 +33,11 @@ export function renderFit(manifest) {
       facts.append(...row("KV cache", formatBytes(probe.kv_bytes), `${probe.context} tokens, ${probe.kv_type} (trained on ${probe.context_length})`));
       // what "auto" picked, in Python's words (pyshim/plan/auto.py)
       if (probe.auto) facts.append(...row("Settings", `${probe.auto.kv_type} cache, ${probe.auto.context} tokens`, probe.auto.reason));
-      if (fit) facts.append(...row("GPU memory", `${formatBytes(fit.needBytes)} of ${formatBytes(fit.budgetBytes)}`, "assumed budget", fit.needBytes > fit.budgetBytes));
+      if (fit) {
+        facts.append(...(fit.engine === "cpu"
+          ? row("CPU engine memory", `${formatBytes(fit.needBytes)} of ${formatBytes(fit.budgetBytes)}`, "WebAssembly's limit (no WebGPU here)", fit.needBytes > fit.budgetBytes)
+          : row("GPU memory", `${formatBytes(fit.needBytes)} of ${formatBytes(fit.budgetBytes)}`, "assumed budget", fit.needBytes > fit.budgetBytes)));
+      }
       // A weight larger than a storage binding is split by rows (pyshim/plan/memory.py): a row must fit one.
       const binding = fit?.limits?.max_storage_buffer_binding_size;
       if (probe.largest_tensor) {
