@@ -10,7 +10,7 @@ head, plus the f32 KV cache at the mean decode position), achieved GB/s, and % o
 streaming roofline measured in the same run. Writes bench-<stamp>.json (machine, browser, adapter,
 every sample and median), .html (inline SVG charts, opens offline) and .md (the summary table).
 
-Usage: python playwright/bench.py [--models smollm2,gemma3] [--backends browser,gpu,cpu] [--peer wllama]
+Usage: python playwright/bench.py [--models smollm2,gemma3] [--backends browser,wasm,gpu,cpu] [--peer wllama]
                                   [--runs N] [--out DIR] [--quick]          (or `pyshim bench ...`)
 """
 
@@ -38,7 +38,7 @@ import bench_stream  # noqa: E402
 import bench_report  # noqa: E402
 import harness  # noqa: E402
 
-BACKENDS = ("browser", "gpu", "cpu")
+BACKENDS = ("browser", "wasm", "gpu", "cpu")    # wasm: pyshim's WebAssembly CPU engine in Chromium (row wasm-1t)
 PEERS = ("wllama",)
 PEER_THREADS = (1, 2)
 WEBGPU_PEER = "wllama-webgpu"      # the peer on llama.cpp's WebGPU backend (shader-f16 only; bench_report.refusals)
@@ -246,11 +246,11 @@ def run_bench(config: BenchConfig) -> dict:
     report["generate_cli"] = {"backends": sorted(cli["backends"]), "ignore_eos": "--ignore-eos" in cli["flags"]}
     config.out.mkdir(parents=True, exist_ok=True)
     _run_native(report, config, facts, cli)
-    if "browser" in config.backends or config.peer:    # native engines alone need neither Chromium nor Playwright
+    if "browser" in config.backends or "wasm" in config.backends or config.peer:    # native engines alone need no Chromium
         _run_in_browser(report, config, facts)
-    order = list(BACKENDS) + [f"{peer}-{t}t" for peer in ("wllama", "llamacpp") for t in PEER_THREADS] + [WEBGPU_PEER]
+    order = ["browser", "wasm-1t", "gpu", "cpu"] + [f"{peer}-{t}t" for peer in ("wllama", "llamacpp") for t in PEER_THREADS] + [WEBGPU_PEER]
     report["results"].sort(key=lambda r: (config.models.index(r["model"]), order.index(r["engine"])))
-    report["rooflines"]["host"] = report["rooflines"].get("cpu") or _host_roofline()
+    report["rooflines"]["host"] = report["rooflines"].get("cpu") or report["rooflines"].get("host") or _host_roofline()
     _peer_ratios(report)
     report["machine"]["load_average_end"] = list(os.getloadavg())
     report["elapsed_s"] = time.perf_counter() - started
@@ -287,7 +287,7 @@ def _run_in_browser(report: dict, config: BenchConfig, facts: dict) -> None:
     from playwright.sync_api import sync_playwright
 
     settings = config.settings
-    if "browser" in config.backends:
+    if "browser" in config.backends or "wasm" in config.backends:
         # The page installs pyshim from its vendored wheel: rebuild it so the browser runs this checkout.
         from pyshim.setup import vendoring
 
@@ -306,6 +306,11 @@ def _run_in_browser(report: dict, config: BenchConfig, facts: dict) -> None:
                 if res["samples"] and res["samples"][0].get("adapter"):
                     report["adapter"] = res["samples"][0]["adapter"]
                 _add(report, name, "browser", res, f, None)
+            if "wasm" in config.backends:     # the same page and requests, the model on the CPU engine
+                res = _measure(f"{name} wasm 1t", settings.runs, lambda: bench_engines.browser_run(
+                    p, server.url, f["url"], f["workload"], roofline_mib=settings.roofline_mib, extra_flags=extra, device="cpu"))
+                host = report["rooflines"].setdefault("host", _host_roofline())
+                _add(report, name, "wasm-1t", res, f, host)
             if config.peer == "wllama":
                 for threads in PEER_THREADS:
                     res = _measure(f"{name} wllama {threads}t", settings.runs, lambda: bench_engines.peer_run(
@@ -380,7 +385,7 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", default=None, help="comma-separated short names (default smollm2,gemma3; --quick: smollm2)")
-    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated: browser,gpu,cpu")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated: browser,wasm,gpu,cpu")
     parser.add_argument("--peer", default="wllama", choices=PEERS + ("none",), help="the peer engine in the same browser")
     parser.add_argument("--runs", type=int, default=None, help=f"runs per model and engine, medians kept (default {FULL.runs}; --quick: 1)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for bench-<time>.json/.html/.md")

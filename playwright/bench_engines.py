@@ -227,10 +227,11 @@ STORE_CONTEXT = 1024
 
 
 def browser_run(playwright, base_url: str, model_url: str, workload: list[dict], *, roofline_mib: int,
-                extra_flags: list[str] | None = None, budget_mb: float | None = None) -> dict:
+                extra_flags: list[str] | None = None, budget_mb: float | None = None, device: str | None = None) -> dict:
     """One run of pyshim in a Chromium of its own with a fresh on-disk profile (as a visitor's browser
     keeps IndexedDB on disk; an incognito-like context keeps it in memory and refuses multi-GB models).
-    `budget_mb`: the GPU memory the page plans for, as a visitor's setting gives it (None: the page's 4 GiB)."""
+    `budget_mb`: the GPU memory the page plans for, as a visitor's setting gives it (None: the page's 4 GiB);
+    `device` "cpu": the model on the WebAssembly CPU engine (no adapter roofline then: the host's applies)."""
     profile = tempfile.mkdtemp(prefix="pyshim-bench-")
     context = harness.launch_persistent(playwright, profile, service_workers="block", extra_flags=extra_flags)
     try:
@@ -248,8 +249,9 @@ def browser_run(playwright, base_url: str, model_url: str, workload: list[dict],
         sample["header_ms"] = 1e3 * (time.perf_counter() - t0)
         sample["header_parse_ms"] = header.get("parse_ms")
         try:
-            roof = harness.engine_request(page, "exec", {"code": _roofline_code(roofline_mib)}, timeout_ms=RUN_TIMEOUT_MS)
-            sample["roofline_GBps"], sample["roofline_Gelem_s"] = roof["GBps"], roof["Gelem_s"]
+            if device != "cpu":
+                roof = harness.engine_request(page, "exec", {"code": _roofline_code(roofline_mib)}, timeout_ms=RUN_TIMEOUT_MS)
+                sample["roofline_GBps"], sample["roofline_Gelem_s"] = roof["GBps"], roof["Gelem_s"]
         except harness.HarnessError as exc:  # the other figures still count; % of roofline stays empty
             sample["roofline_error"] = str(exc)[:300]
         # Stored first, as the site does, so the bench request's load_ms is IndexedDB → GPU alone.
@@ -257,7 +259,8 @@ def browser_run(playwright, base_url: str, model_url: str, workload: list[dict],
         stored = page.evaluate(harness.STORE_JS, [model_url, STORE_CONTEXT])
         sample["store_ms"] = stored["ms"]
         sample["store_MBps"] = stored["bytes"] / 1e6 / (stored["ms"] / 1e3)
-        settings = None if budget_mb is None else {"kv_type": "auto", "budget_bytes": int(budget_mb * 2**20)}
+        settings = {} if budget_mb is None else {"kv_type": "auto", "budget_bytes": int(budget_mb * 2**20)}
+        settings = {**settings, **({"device": device} if device else {})} or None
         sample.update(_worker_generation(page, model_url, workload, settings))
         sample["page_problems"] = watch.console_errors + watch.page_errors + watch.outside_requests
         return sample

@@ -82,7 +82,7 @@ def int8_reference(x: np.ndarray, raw: np.ndarray, qtype: QT) -> np.ndarray:
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_matmul_int8_route(eng, qtype):
     rng = np.random.default_rng(int(qtype))
-    n, k, m = 3, 768, 37
+    n, k, m = 6, 768, 37          # a group of 4 tokens and a remainder of 2 (engine.c TOKENS)
     raw = random_weight(qtype, m, k, rng)
     x = activations(rng, n, k)
     check(eng.matmul(x, raw, int(qtype), m), int8_reference(x, raw, qtype))

@@ -92,13 +92,6 @@ static inline int32_t hsum_i32x4(v128_t v) {
            wasm_i32x4_extract_lane(v, 3);
 }
 
-// 16 int8 x 16 int8 -> 4 int32 partial sums
-static inline v128_t dot_i8x16(v128_t a, v128_t b) {
-    v128_t lo = wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(a), wasm_i16x8_extend_low_i8x16(b));
-    v128_t hi = wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(a), wasm_i16x8_extend_high_i8x16(b));
-    return wasm_i32x4_add(lo, hi);
-}
-
 static float dot_f32(const float *a, const float *b, int n) {
     v128_t acc0 = wasm_f32x4_splat(0.0f), acc1 = wasm_f32x4_splat(0.0f);
     int i = 0;
@@ -245,100 +238,160 @@ static void quantize_q8_k(const float *x, int k, int8_t *q, Q8KMeta *meta) {
 
 // ------------------------------------------------------------------ dot products of one weight row
 
+// Each kernel takes one weight row against up to TOKENS tokens' rounded activations (token j's at
+// q + j * k, its block factors at meta + j * blocks): a block is unpacked once for all of them, which is
+// what makes a prompt's step cheaper per token than decoding. Integer sums stay integer per block (or
+// per super-block for the k-quants) and are scaled into f32x4 lanes; one horizontal sum per token ends.
+#define TOKENS 4
+
 // Q4_0 / Q4_1 / Q5_0 / Q8_0 row . Q8_0-rounded activations
-static float dot_q8_0_family(int t, const uint8_t *w, const int8_t *q, const Q8Meta *meta, int k) {
-    v128_t acc = wasm_f32x4_splat(0.0f);
-    float mins = 0.0f;
+static void dot_q8_0_family(int t, const uint8_t *w, const int8_t *q, const Q8Meta *meta, int k, int nt, float *out) {
+    v128_t acc[TOKENS];
+    float mins[TOKENS];
+    for (int j = 0; j < nt; j++) { acc[j] = wasm_f32x4_splat(0.0f); mins[j] = 0.0f; }
     const v128_t low4 = wasm_i8x16_splat(0x0F);
-    int bb = block_bytes(t);
-    for (int b = 0; b < k / 32; b++, w += bb, q += 32) {
+    int bb = block_bytes(t), nb = k / 32;
+    for (int b = 0; b < nb; b++, w += bb) {
         v128_t lo, hi;
-        float d = f16_to_f32(load_u16(w));
+        float d = f16_to_f32(load_u16(w)), m = 0.0f;
         if (t == T_Q8_0) {
             lo = wasm_v128_load(w + 2);
             hi = wasm_v128_load(w + 18);
         } else if (t == T_Q5_0) {
             uint32_t qh;
             memcpy(&qh, w + 2, 4);
-            uint8_t bits[32];
-            for (int j = 0; j < 32; j++) bits[j] = (uint8_t)(((qh >> j) & 1) << 4);
+            // bit i of qh is value i's fifth bit: spread each of 16 bits to a byte's bit 4
+            const v128_t sel = wasm_i8x16_const(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+            v128_t hl = wasm_i8x16_make(qh, qh, qh, qh, qh, qh, qh, qh, qh >> 8, qh >> 8, qh >> 8, qh >> 8, qh >> 8, qh >> 8, qh >> 8, qh >> 8);
+            v128_t hh = wasm_i8x16_make(qh >> 16, qh >> 16, qh >> 16, qh >> 16, qh >> 16, qh >> 16, qh >> 16, qh >> 16,
+                                        qh >> 24, qh >> 24, qh >> 24, qh >> 24, qh >> 24, qh >> 24, qh >> 24, qh >> 24);
+            v128_t bit = wasm_i8x16_splat(0x10);
+            hl = wasm_v128_and(wasm_i8x16_eq(wasm_v128_and(hl, sel), sel), bit);
+            hh = wasm_v128_and(wasm_i8x16_eq(wasm_v128_and(hh, sel), sel), bit);
             v128_t packed = wasm_v128_load(w + 6);
-            lo = wasm_i8x16_sub(wasm_v128_or(wasm_v128_and(packed, low4), wasm_v128_load(bits)), wasm_i8x16_splat(16));
-            hi = wasm_i8x16_sub(wasm_v128_or(wasm_u8x16_shr(packed, 4), wasm_v128_load(bits + 16)), wasm_i8x16_splat(16));
+            lo = wasm_i8x16_sub(wasm_v128_or(wasm_v128_and(packed, low4), hl), wasm_i8x16_splat(16));
+            hi = wasm_i8x16_sub(wasm_v128_or(wasm_u8x16_shr(packed, 4), hh), wasm_i8x16_splat(16));
         } else {
             v128_t packed = wasm_v128_load(w + (t == T_Q4_1 ? 4 : 2));
             lo = wasm_v128_and(packed, low4);
             hi = wasm_u8x16_shr(packed, 4);
             if (t == T_Q4_0) { lo = wasm_i8x16_sub(lo, wasm_i8x16_splat(8)); hi = wasm_i8x16_sub(hi, wasm_i8x16_splat(8)); }
-            else mins += f16_to_f32(load_u16(w + 2)) * meta[b].s;
+            else m = f16_to_f32(load_u16(w + 2));
         }
-        v128_t isum = wasm_i32x4_add(dot_i8x16(lo, wasm_v128_load(q)), dot_i8x16(hi, wasm_v128_load(q + 16)));
-        acc = wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(isum), wasm_f32x4_splat(d * meta[b].d)));
+        // int16 lanes once per block: each token's dot is then 4 i32x4.dot_i16x8
+        v128_t l0 = wasm_i16x8_extend_low_i8x16(lo), l1 = wasm_i16x8_extend_high_i8x16(lo);
+        v128_t h0 = wasm_i16x8_extend_low_i8x16(hi), h1 = wasm_i16x8_extend_high_i8x16(hi);
+        for (int j = 0; j < nt; j++) {
+            const int8_t *x = q + (size_t)j * k + 32 * b;
+            const Q8Meta *mj = meta + (size_t)j * nb + b;
+            v128_t xa = wasm_v128_load(x), xb = wasm_v128_load(x + 16);
+            v128_t isum = wasm_i32x4_add(
+                wasm_i32x4_add(wasm_i32x4_dot_i16x8(l0, wasm_i16x8_extend_low_i8x16(xa)), wasm_i32x4_dot_i16x8(l1, wasm_i16x8_extend_high_i8x16(xa))),
+                wasm_i32x4_add(wasm_i32x4_dot_i16x8(h0, wasm_i16x8_extend_low_i8x16(xb)), wasm_i32x4_dot_i16x8(h1, wasm_i16x8_extend_high_i8x16(xb))));
+            acc[j] = wasm_f32x4_add(acc[j], wasm_f32x4_mul(wasm_f32x4_convert_i32x4(isum), wasm_f32x4_splat(d * mj->d)));
+            if (t == T_Q4_1) mins[j] += m * mj->s;
+        }
     }
-    return hsum_f32x4(acc) + mins;
+    for (int j = 0; j < nt; j++) out[j] = hsum_f32x4(acc[j]) + mins[j];
 }
 
 // Q4_K / Q5_K row . Q8_K-rounded activations
-static float dot_q45_k(int t, const uint8_t *w, const int8_t *q, const Q8KMeta *meta, int k) {
-    float total = 0.0f;
+static void dot_q45_k(int t, const uint8_t *w, const int8_t *q, const Q8KMeta *meta, int k, int nt, float *out) {
+    float total[TOKENS] = {0};
     const v128_t low4 = wasm_i8x16_splat(0x0F), one = wasm_i8x16_splat(1);
-    int bb = block_bytes(t);
-    for (int b = 0; b < k / 256; b++, w += bb, q += 256) {
-        float d = f16_to_f32(load_u16(w)) * meta[b].d, dmin = f16_to_f32(load_u16(w + 2)) * meta[b].d;
+    int bb = block_bytes(t), nb = k / 256;
+    for (int b = 0; b < nb; b++, w += bb) {
+        float d = f16_to_f32(load_u16(w)), dmin = f16_to_f32(load_u16(w + 2));
         const uint8_t *sc = w + 4, *qh = w + 16, *qs = w + (t == T_Q5_K ? 48 : 16);
-        int32_t sum = 0, summ = 0;
-        for (int j = 0; j < 4; j++, qs += 32) {
+        v128_t isum[TOKENS];
+        int32_t summ[TOKENS];
+        for (int j = 0; j < nt; j++) { isum[j] = wasm_i32x4_splat(0); summ[j] = 0; }
+        for (int c = 0; c < 4; c++, qs += 32) {
             int s1, m1, s2, m2;
-            scale_min_k4(2 * j, sc, &s1, &m1);
-            scale_min_k4(2 * j + 1, sc, &s2, &m2);
+            scale_min_k4(2 * c, sc, &s1, &m1);
+            scale_min_k4(2 * c + 1, sc, &s2, &m2);
             v128_t p0 = wasm_v128_load(qs), p1 = wasm_v128_load(qs + 16);
             v128_t a0 = wasm_v128_and(p0, low4), a1 = wasm_v128_and(p1, low4);
             v128_t b0 = wasm_u8x16_shr(p0, 4), b1 = wasm_u8x16_shr(p1, 4);
             if (t == T_Q5_K) {
-                v128_t h0 = wasm_v128_load(qh), h1 = wasm_v128_load(qh + 16);
-                a0 = wasm_v128_or(a0, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h0, 2 * j), one), 4));
-                a1 = wasm_v128_or(a1, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h1, 2 * j), one), 4));
-                b0 = wasm_v128_or(b0, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h0, 2 * j + 1), one), 4));
-                b1 = wasm_v128_or(b1, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h1, 2 * j + 1), one), 4));
+                v128_t q0 = wasm_v128_load(qh), q1 = wasm_v128_load(qh + 16);
+                a0 = wasm_v128_or(a0, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(q0, 2 * c), one), 4));
+                a1 = wasm_v128_or(a1, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(q1, 2 * c), one), 4));
+                b0 = wasm_v128_or(b0, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(q0, 2 * c + 1), one), 4));
+                b1 = wasm_v128_or(b1, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(q1, 2 * c + 1), one), 4));
             }
-            const int8_t *x = q + 64 * j;
-            sum += s1 * hsum_i32x4(wasm_i32x4_add(dot_i8x16(a0, wasm_v128_load(x)), dot_i8x16(a1, wasm_v128_load(x + 16))));
-            sum += s2 * hsum_i32x4(wasm_i32x4_add(dot_i8x16(b0, wasm_v128_load(x + 32)), dot_i8x16(b1, wasm_v128_load(x + 48))));
-            const int16_t *bs = meta[b].bsums + 4 * j;
-            summ += m1 * (bs[0] + bs[1]) + m2 * (bs[2] + bs[3]);
+            // the sub-block scales folded into the int16 weights (6-bit scale x 5-bit value < 2^11)
+            v128_t k1 = wasm_i16x8_splat(s1), k2 = wasm_i16x8_splat(s2);
+            v128_t a0l = wasm_i16x8_mul(wasm_u16x8_extend_low_u8x16(a0), k1), a0h = wasm_i16x8_mul(wasm_u16x8_extend_high_u8x16(a0), k1);
+            v128_t a1l = wasm_i16x8_mul(wasm_u16x8_extend_low_u8x16(a1), k1), a1h = wasm_i16x8_mul(wasm_u16x8_extend_high_u8x16(a1), k1);
+            v128_t b0l = wasm_i16x8_mul(wasm_u16x8_extend_low_u8x16(b0), k2), b0h = wasm_i16x8_mul(wasm_u16x8_extend_high_u8x16(b0), k2);
+            v128_t b1l = wasm_i16x8_mul(wasm_u16x8_extend_low_u8x16(b1), k2), b1h = wasm_i16x8_mul(wasm_u16x8_extend_high_u8x16(b1), k2);
+            for (int j = 0; j < nt; j++) {
+                const int8_t *x = q + (size_t)j * k + 256 * b + 64 * c;
+                v128_t x0 = wasm_v128_load(x), x1 = wasm_v128_load(x + 16), x2 = wasm_v128_load(x + 32), x3 = wasm_v128_load(x + 48);
+                v128_t s = wasm_i32x4_dot_i16x8(a0l, wasm_i16x8_extend_low_i8x16(x0));
+                s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(a0h, wasm_i16x8_extend_high_i8x16(x0)));
+                s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(a1l, wasm_i16x8_extend_low_i8x16(x1)));
+                s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(a1h, wasm_i16x8_extend_high_i8x16(x1)));
+                s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(b0l, wasm_i16x8_extend_low_i8x16(x2)));
+                s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(b0h, wasm_i16x8_extend_high_i8x16(x2)));
+                s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(b1l, wasm_i16x8_extend_low_i8x16(x3)));
+                s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(b1h, wasm_i16x8_extend_high_i8x16(x3)));
+                isum[j] = wasm_i32x4_add(isum[j], s);
+                const int16_t *bs = meta[(size_t)j * nb + b].bsums + 4 * c;
+                summ[j] += m1 * (bs[0] + bs[1]) + m2 * (bs[2] + bs[3]);
+            }
         }
-        total += d * (float)sum - dmin * (float)summ;
+        for (int j = 0; j < nt; j++) {
+            float dx = meta[(size_t)j * nb + b].d;
+            total[j] += d * dx * (float)hsum_i32x4(isum[j]) - dmin * dx * (float)summ[j];
+        }
     }
-    return total;
+    for (int j = 0; j < nt; j++) out[j] = total[j];
 }
 
 // Q6_K row . Q8_K-rounded activations
-static float dot_q6_k(const uint8_t *w, const int8_t *q, const Q8KMeta *meta, int k) {
-    float total = 0.0f;
+static void dot_q6_k(const uint8_t *w, const int8_t *q, const Q8KMeta *meta, int k, int nt, float *out) {
+    float total[TOKENS] = {0};
     const v128_t low4 = wasm_i8x16_splat(0x0F), three = wasm_i8x16_splat(3), m32 = wasm_i8x16_splat(32);
-    for (int b = 0; b < k / 256; b++, w += 210, q += 256) {
+    int nb = k / 256;
+    for (int b = 0; b < nb; b++, w += 210) {
         const uint8_t *ql = w, *qh = w + 128;
         const int8_t *sc = (const int8_t *)(w + 192);
-        float d = f16_to_f32(load_u16(w + 208)) * meta[b].d;
-        int32_t sum = 0;
+        float d = f16_to_f32(load_u16(w + 208));
+        v128_t isum[TOKENS];
+        for (int j = 0; j < nt; j++) isum[j] = wasm_i32x4_splat(0);
         for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8) {
-            const int8_t *x = q + 128 * half;
             for (int l = 0; l < 32; l += 16) {       // two groups of 16: scale index l / 16
                 v128_t a = wasm_v128_load(ql + l), c = wasm_v128_load(ql + 32 + l), h = wasm_v128_load(qh + l);
-                v128_t v0 = wasm_i8x16_sub(wasm_v128_or(wasm_v128_and(a, low4), wasm_i8x16_shl(wasm_v128_and(h, three), 4)), m32);
-                v128_t v1 = wasm_i8x16_sub(wasm_v128_or(wasm_v128_and(c, low4), wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h, 2), three), 4)), m32);
-                v128_t v2 = wasm_i8x16_sub(wasm_v128_or(wasm_u8x16_shr(a, 4), wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h, 4), three), 4)), m32);
-                v128_t v3 = wasm_i8x16_sub(wasm_v128_or(wasm_u8x16_shr(c, 4), wasm_i8x16_shl(wasm_u8x16_shr(h, 6), 4)), m32);
-                int is = l / 16;
-                sum += sc[is] * hsum_i32x4(dot_i8x16(v0, wasm_v128_load(x + l)));
-                sum += sc[is + 2] * hsum_i32x4(dot_i8x16(v1, wasm_v128_load(x + 32 + l)));
-                sum += sc[is + 4] * hsum_i32x4(dot_i8x16(v2, wasm_v128_load(x + 64 + l)));
-                sum += sc[is + 6] * hsum_i32x4(dot_i8x16(v3, wasm_v128_load(x + 96 + l)));
+                v128_t v[4] = {
+                    wasm_i8x16_sub(wasm_v128_or(wasm_v128_and(a, low4), wasm_i8x16_shl(wasm_v128_and(h, three), 4)), m32),
+                    wasm_i8x16_sub(wasm_v128_or(wasm_v128_and(c, low4), wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h, 2), three), 4)), m32),
+                    wasm_i8x16_sub(wasm_v128_or(wasm_u8x16_shr(a, 4), wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h, 4), three), 4)), m32),
+                    wasm_i8x16_sub(wasm_v128_or(wasm_u8x16_shr(c, 4), wasm_i8x16_shl(wasm_u8x16_shr(h, 6), 4)), m32),
+                };
+                // int8 scale x 6-bit value fits int16: the scales folded into the weights
+                v128_t lo[4], hi[4];
+                for (int g = 0; g < 4; g++) {
+                    v128_t kk = wasm_i16x8_splat(sc[l / 16 + 2 * g]);
+                    lo[g] = wasm_i16x8_mul(wasm_i16x8_extend_low_i8x16(v[g]), kk);
+                    hi[g] = wasm_i16x8_mul(wasm_i16x8_extend_high_i8x16(v[g]), kk);
+                }
+                for (int j = 0; j < nt; j++) {
+                    const int8_t *x = q + (size_t)j * k + 256 * b + 128 * half + l;
+                    v128_t s = wasm_i32x4_splat(0);
+                    for (int g = 0; g < 4; g++) {
+                        v128_t xv = wasm_v128_load(x + 32 * g);
+                        s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(lo[g], wasm_i16x8_extend_low_i8x16(xv)));
+                        s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(hi[g], wasm_i16x8_extend_high_i8x16(xv)));
+                    }
+                    isum[j] = wasm_i32x4_add(isum[j], s);
+                }
             }
         }
-        total += d * (float)sum;
+        for (int j = 0; j < nt; j++) total[j] += d * meta[(size_t)j * nb + b].d * (float)hsum_i32x4(isum[j]);
     }
-    return total;
+    for (int j = 0; j < nt; j++) out[j] = total[j];
 }
 
 static float dot_f16(const uint8_t *w, const float *x, int k) {
@@ -387,18 +440,24 @@ EXPORT(matmul) void matmul(const float *x, int n, int k, const uint8_t *w, int t
     }
     for (int r = 0; r < m; r++) {
         const uint8_t *row = w + (size_t)r * rb;
-        for (int i = 0; i < n; i++) {
-            float v;
+        for (int i = 0; i < n; i += TOKENS) {
+            int nt = n - i < TOKENS ? n - i : TOKENS;
+            float v[TOKENS];
             switch (t) {
-            case T_F32: v = dot_f32((const float *)row, x + i * k, k); break;
-            case T_F16: v = dot_f16(row, xh + i * k, k); break;
-            case T_Q4_K: case T_Q5_K: v = dot_q45_k(t, row, q + i * k, (Q8KMeta *)meta + i * (k / 256), k); break;
-            case T_Q6_K: v = dot_q6_k(row, q + i * k, (Q8KMeta *)meta + i * (k / 256), k); break;
-            default: v = dot_q8_0_family(t, row, q + i * k, (Q8Meta *)meta + i * (k / 32), k);
+            case T_F32: for (int j = 0; j < nt; j++) v[j] = dot_f32((const float *)row, x + (size_t)(i + j) * k, k); break;
+            case T_F16: for (int j = 0; j < nt; j++) v[j] = dot_f16(row, xh + (size_t)(i + j) * k, k); break;
+            case T_Q4_K: case T_Q5_K:
+                dot_q45_k(t, row, q + (size_t)i * k, (Q8KMeta *)meta + (size_t)i * (k / 256), k, nt, v);
+                break;
+            case T_Q6_K: dot_q6_k(row, q + (size_t)i * k, (Q8KMeta *)meta + (size_t)i * (k / 256), k, nt, v); break;
+            default: dot_q8_0_family(t, row, q + (size_t)i * k, (Q8Meta *)meta + (size_t)i * (k / 32), k, nt, v);
             }
-            if (bias) v += bias[r];
-            if (residual) v += residual[(size_t)i * m + r];
-            y[(size_t)i * m + r] = v;
+            for (int j = 0; j < nt; j++) {
+                float out = v[j];
+                if (bias) out += bias[r];
+                if (residual) out += residual[(size_t)(i + j) * m + r];
+                y[(size_t)(i + j) * m + r] = out;
+            }
         }
     }
 }
