@@ -38,7 +38,7 @@ import bench_stream  # noqa: E402
 import bench_report  # noqa: E402
 import harness  # noqa: E402
 
-BACKENDS = ("browser", "wasm", "gpu", "cpu")    # wasm: pyshim's WebAssembly CPU engine in Chromium (row wasm-1t)
+BACKENDS = ("browser", "wasm", "gpu", "cpu")    # wasm: pyshim's WebAssembly CPU engine in Chromium (rows wasm-1t, wasm-2t)
 PEERS = ("wllama",)
 PEER_THREADS = (1, 2)
 WEBGPU_PEER = "wllama-webgpu"      # the peer on llama.cpp's WebGPU backend (shader-f16 only; bench_report.refusals)
@@ -248,7 +248,7 @@ def run_bench(config: BenchConfig) -> dict:
     _run_native(report, config, facts, cli)
     if "browser" in config.backends or "wasm" in config.backends or config.peer:    # native engines alone need no Chromium
         _run_in_browser(report, config, facts)
-    order = ["browser", "wasm-1t", "gpu", "cpu"] + [f"{peer}-{t}t" for peer in ("wllama", "llamacpp") for t in PEER_THREADS] + [WEBGPU_PEER]
+    order = ["browser", "wasm-1t", "wasm-2t", "gpu", "cpu"] + [f"{peer}-{t}t" for peer in ("wllama", "llamacpp") for t in PEER_THREADS] + [WEBGPU_PEER]
     report["results"].sort(key=lambda r: (config.models.index(r["model"]), order.index(r["engine"])))
     report["rooflines"]["host"] = report["rooflines"].get("cpu") or report["rooflines"].get("host") or _host_roofline()
     _peer_ratios(report)
@@ -306,11 +306,12 @@ def _run_in_browser(report: dict, config: BenchConfig, facts: dict) -> None:
                 if res["samples"] and res["samples"][0].get("adapter"):
                     report["adapter"] = res["samples"][0]["adapter"]
                 _add(report, name, "browser", res, f, None)
-            if "wasm" in config.backends:     # the same page and requests, the model on the CPU engine
-                res = _measure(f"{name} wasm 1t", settings.runs, lambda: bench_engines.browser_run(
-                    p, server.url, f["url"], f["workload"], roofline_mib=settings.roofline_mib, extra_flags=extra, device="cpu"))
+            for threads in PEER_THREADS if "wasm" in config.backends else ():   # the same page, the CPU engine
+                res = _measure(f"{name} wasm {threads}t", settings.runs, lambda: bench_engines.browser_run(
+                    p, server.url, f["url"], f["workload"], roofline_mib=settings.roofline_mib, extra_flags=extra, device="cpu",
+                    threads=threads))
                 host = report["rooflines"].setdefault("host", _host_roofline())
-                _add(report, name, "wasm-1t", res, f, host)
+                _add(report, name, f"wasm-{threads}t", res, f, host)
             if config.peer == "wllama":
                 for threads in PEER_THREADS:
                     res = _measure(f"{name} wllama {threads}t", settings.runs, lambda: bench_engines.peer_run(

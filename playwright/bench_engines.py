@@ -227,11 +227,13 @@ STORE_CONTEXT = 1024
 
 
 def browser_run(playwright, base_url: str, model_url: str, workload: list[dict], *, roofline_mib: int,
-                extra_flags: list[str] | None = None, budget_mb: float | None = None, device: str | None = None) -> dict:
+                extra_flags: list[str] | None = None, budget_mb: float | None = None, device: str | None = None,
+                threads: int | None = None) -> dict:
     """One run of pyshim in a Chromium of its own with a fresh on-disk profile (as a visitor's browser
     keeps IndexedDB on disk; an incognito-like context keeps it in memory and refuses multi-GB models).
     `budget_mb`: the GPU memory the page plans for, as a visitor's setting gives it (None: the page's 4 GiB);
-    `device` "cpu": the model on the WebAssembly CPU engine (no adapter roofline then: the host's applies)."""
+    `device` "cpu": the model on the WebAssembly CPU engine on `threads` threads (no adapter roofline then:
+    the host's applies)."""
     profile = tempfile.mkdtemp(prefix="pyshim-bench-")
     context = harness.launch_persistent(playwright, profile, service_workers="block", extra_flags=extra_flags)
     try:
@@ -260,7 +262,7 @@ def browser_run(playwright, base_url: str, model_url: str, workload: list[dict],
         sample["store_ms"] = stored["ms"]
         sample["store_MBps"] = stored["bytes"] / 1e6 / (stored["ms"] / 1e3)
         settings = {} if budget_mb is None else {"kv_type": "auto", "budget_bytes": int(budget_mb * 2**20)}
-        settings = {**settings, **({"device": device} if device else {})} or None
+        settings = {**settings, **({"device": device} if device else {}), **({"threads": threads} if threads else {})} or None
         sample.update(_worker_generation(page, model_url, workload, settings))
         sample["page_problems"] = watch.console_errors + watch.page_errors + watch.outside_requests
         return sample

@@ -10,7 +10,7 @@ from pathlib import Path
 from bench_engines import KERNEL_PREFIX
 
 ENGINE_COLOURS = {
-    "browser": "#2f6fd6", "wasm-1t": "#e07b39", "gpu": "#1f9e89", "cpu": "#8c6bb1",
+    "browser": "#2f6fd6", "wasm-1t": "#e07b39", "wasm-2t": "#b8541a", "gpu": "#1f9e89", "cpu": "#8c6bb1",
     "wllama-1t": "#e0892b", "wllama-2t": "#c2452d", "wllama-webgpu": "#d4a017", "llamacpp-1t": "#9a9a9a", "llamacpp-2t": "#5a5a5a",
 }
 FALLBACK_COLOUR = "#777777"
@@ -112,7 +112,7 @@ def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
         if decode == "–" and r.get("refused"):
             decode = "refused"
         elif decode == "–" and not r["status"].startswith("error"):
-            decode = "n/a (not built yet)" if r["engine"] in ("browser", "wasm-1t", "gpu", "cpu") else "–"
+            decode = "n/a (not built yet)" if r["engine"] in ("browser", "wasm-1t", "wasm-2t", "gpu", "cpu") else "–"
         row = [r["model"], r["engine"], _status_cell(r), _fmt(m.get("ready_ms"), 1, 1e-3), _fmt(m.get("header_ms"), 0),
                _fmt(m.get("store_MBps"), 0), _load_cell(m), _fmt(m.get("ttft_ms"), 0)]
         row += [_fmt(m.get(f"prefill_{n}_tok_s"), 1) for n in prompts]

@@ -146,6 +146,24 @@ def test_refuses_mixtures_of_experts_by_name(tmp_path_factory):
         load_wasm(path, settings=RunSettings(context=64))
 
 
+def test_threads_give_the_same_logits(tmp_path_factory):
+    """Two threads (the threaded build over a shared memory, a helper on a Python thread): each row is
+    computed as one thread computes it, so the logits are identical; closing ends the helper."""
+    import threading
+
+    path = tiny(tmp_path_factory, "gemma3", "Q4_K")
+    ids = tiny_models.test_ids()
+    want = wasm(path).logits(ids, all_logits=True)
+    drive = wasm(path, threads=2)
+    assert drive.runner.module.threads == 2
+    got = drive.logits(ids, all_logits=True)
+    token = drive.greedy(ids[:5])
+    np.testing.assert_array_equal(got, want)
+    assert token == int(np.argmax(want[4]))
+    drive.runner.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("pyshim-cpu-")]
+
+
 def test_missing_module_says_how_to_build_it(tmp_path):
     from pyshim.exec.wasm_module import NativeModule
 

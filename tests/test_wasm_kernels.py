@@ -179,7 +179,7 @@ def test_attention(eng, hq, hkv, window, softcap):
     y = eng.empty(4 * n * hq * hdv)
     scale = 1 / np.sqrt(hd)
     eng.m.call("attention", eng.put(q), eng.put(keys[past:]), eng.put(vals[past:]), eng.put(pos), n, hq, hkv, hd, hdv,
-               kc_ptr, vc_ptr, float(scale), window, float(softcap), y, eng.empty(4 * n_ctx))
+               kc_ptr, vc_ptr, float(scale), window, float(softcap), y, eng.empty(4 * n_ctx), n_ctx)
     np.testing.assert_array_equal(eng.get(kc_ptr, (n_ctx, hkv, hd))[:past + n], keys)
     want = np.zeros((n, hq, hdv))
     for t in range(n):

@@ -69,6 +69,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=DEVICES, default="auto",
                         help="browser backend: where the page runs the model — gpu (WebGPU), cpu (the WebAssembly "
                              "engine) or auto (the GPU when the browser gives an adapter; default)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="the CPU engine's threads (wasm backend: default 1; browser with --device cpu: default the "
+                             "cores, where the page is cross-origin isolated)")
     parser.add_argument("--ctx", type=int, default=None,
                         help="context length (default: with --kv-type auto the longest that fits the budget, up to the "
                              "model's training context or 32768; else min(model's, 4096))")
@@ -112,7 +115,8 @@ def run_settings(args: argparse.Namespace):
                        prefill_chunk=PREFILL_CHUNK if args.prefill_chunk is None else args.prefill_chunk,
                        rope_scaling=args.rope_scaling, rope_scale=args.rope_scale, yarn_orig_ctx=args.yarn_orig_ctx,
                        budget_bytes=None if args.budget_mb is None else int(args.budget_mb * 2**20),
-                       expert_slots=args.expert_slots, streamed_layers=args.streamed_layers, device=args.device)
+                       expert_slots=args.expert_slots, streamed_layers=args.streamed_layers, device=args.device,
+                       threads=args.threads)
 
 
 def run(args: argparse.Namespace) -> int:

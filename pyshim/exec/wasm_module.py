@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Protocol
 
@@ -23,10 +24,17 @@ from pyshim.errors import OutOfMemoryError, SetupError, UnsupportedError
 from pyshim.paths import VENDOR_DIR, shaders_dir
 
 MODULE_NAME = "pyshim-cpu.wasm"
+THREADED_NAME = "pyshim-cpu-mt.wasm"
 # SIMD128 only (every browser with WebAssembly SIMD: Chrome 91+, Firefox 89+, Safari 16.4+); -O3 so the
 # loops vectorize beyond the intrinsics
 CFLAGS = ("--target=wasm32-wasi", "-mexec-model=reactor", "-O3", "-msimd128", "-s", "-Wall", "-Wextra",
           "-Wno-unused-parameter", "-Werror")
+# The threaded build for cross-origin isolated pages: atomics and a shared memory the page makes and
+# every Web Worker's instance imports (at most 4 GiB less a page: wasm32's largest); each helper gets its
+# own stack and thread-local block, so the stack pointer and TLS initializer are exported.
+THREADED_FLAGS = ("-mcpu=generic+simd128+atomics+bulk_memory", "-Wl,--shared-memory", "-Wl,--import-memory",
+                  "-Wl,--max-memory=4294901760", "-Wl,--export=__stack_pointer", "-Wl,--export=__wasm_init_tls",
+                  "-Wl,--export=__tls_size", "-Wl,--export=__tls_align")
 PAGE = 65536
 
 
@@ -38,23 +46,24 @@ def module_path() -> Path:
     return VENDOR_DIR / MODULE_NAME
 
 
-def _fingerprint() -> str:
-    """What the module was built from: the source and the flags (a rebuild when either changes)."""
-    return hashlib.sha256(source_path().read_bytes() + " ".join(CFLAGS).encode()).hexdigest()
+def _fingerprint(flags: tuple[str, ...]) -> str:
+    """What a module was built from: the source and the flags (a rebuild when either changes)."""
+    return hashlib.sha256(source_path().read_bytes() + " ".join(flags).encode()).hexdigest()
 
 
 def build_step() -> str:
-    """`pyshim setup`'s step: the module built (or found up to date), described."""
-    path = build()
-    return f"{path.name}, {path.stat().st_size / 1024:.0f} KB"
+    """`pyshim setup`'s step: both modules built (or found up to date), described."""
+    paths = [build(), build(threaded=True)]
+    return ", ".join(f"{p.name} {p.stat().st_size / 1024:.0f} KB" for p in paths)
 
 
-def build(out: Path | None = None, *, force: bool = False) -> Path:
-    """Compile the engine to `out` (default web/vendor/pyshim-cpu.wasm) unless a build of the same source and
-    flags is there; returns the module's path. Needs the `ziglang` package (pip install ziglang)."""
-    out = out or module_path()
+def build(out: Path | None = None, *, force: bool = False, threaded: bool = False) -> Path:
+    """Compile the engine to `out` (default web/vendor/pyshim-cpu.wasm, or -mt.wasm `threaded`) unless a
+    build of the same source and flags is there; returns the module's path. Needs the `ziglang` package."""
+    flags = CFLAGS + (THREADED_FLAGS if threaded else ())
+    out = out or (VENDOR_DIR / THREADED_NAME if threaded else module_path())
     stamp = out.with_suffix(".sha256")
-    want = _fingerprint()
+    want = _fingerprint(flags)
     if not force and out.is_file() and stamp.is_file() and stamp.read_text().strip() == want:
         return out
     try:
@@ -64,7 +73,7 @@ def build(out: Path | None = None, *, force: bool = False) -> Path:
                                hint="pip install ziglang (or pip install -e '.[dev]'), then pyshim setup") from None
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
-    cmd = [sys.executable, "-m", "ziglang", "cc", *CFLAGS, "-o", str(tmp), str(source_path())]
+    cmd = [sys.executable, "-m", "ziglang", "cc", *flags, "-o", str(tmp), str(source_path())]
     cache = str(Path(tempfile.gettempdir()) / "pyshim-zig-cache")      # (not under web/: the site serves that)
     env = dict(os.environ, ZIG_GLOBAL_CACHE_DIR=cache, ZIG_LOCAL_CACHE_DIR=cache)
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -92,29 +101,59 @@ class Module(Protocol):
     @property
     def memory_bytes(self) -> int: ...
 
+    threads: int                # threads a program runs on
+
+    def close(self) -> None:
+        """End the engine's helper threads."""
+
 
 class NativeModule:
-    """The engine under wasmtime in CPython (tests, `pyshim generate --backend wasm`)."""
+    """The engine under wasmtime in CPython (tests, `pyshim generate --backend wasm`). With `threads` > 1
+    the threaded build over a shared memory, its helpers on Python threads (wasmtime's calls release the
+    GIL, so they run in parallel), each in a store and instance of its own with its own stack."""
 
-    def __init__(self, path: Path | None = None):
+    def __init__(self, path: Path | None = None, *, threads: int = 1):
         try:
             import wasmtime
         except ImportError:
             raise UnsupportedError("the CPU engine runs natively under wasmtime, which is not installed",
                                    hint="pip install wasmtime (or pip install -e '.[dev]')") from None
-        path = path or module_path()
+        self.threads = max(1, min(int(threads), MAX_THREADS))
+        path = path or (VENDOR_DIR / THREADED_NAME if self.threads > 1 else module_path())
         if not path.is_file():
             raise UnsupportedError(f"the CPU engine is not built ({path} is missing)", hint="run `pyshim setup`")
         config = wasmtime.Config()
         config.cranelift_opt_level = "speed"
+        config.wasm_threads = config.shared_memory = self.threads > 1
         self._engine = wasmtime.Engine(config)
         self._store = wasmtime.Store(self._engine)
         module = wasmtime.Module.from_file(self._engine, str(path))
-        self._instance = wasmtime.Instance(self._store, module, [])
+        imports = []
+        if self.threads > 1:        # the memory the module imports, at least as large as it asks for
+            want = next(i.type for i in module.imports if i.name == "memory")
+            self._memory = _SharedMemory(self._engine, wasmtime.MemoryType(wasmtime.Limits(want.limits.min, want.limits.max), shared=True))
+            imports = [self._memory]
+        self._instance = wasmtime.Instance(self._store, module, imports)
         self._exports = self._instance.exports(self._store)
-        self._memory = self._exports["memory"]
+        if self.threads == 1:
+            self._memory = self._exports["memory"]
         self._funcs: dict = {}
         self.call("_initialize")
+        self._helpers = []
+        for tid in range(1, self.threads):
+            stack = self.alloc(HELPER_STACK) + HELPER_STACK
+            helper = threading.Thread(target=_helper, args=(self._engine, module, self._memory, tid, stack), daemon=True,
+                                      name=f"pyshim-cpu-{tid}")
+            helper.start()
+            self._helpers.append(helper)
+
+    def close(self) -> None:
+        """End the helper threads (they hold the shared memory)."""
+        if self._helpers:
+            self.call("stop_workers")
+            for helper in self._helpers:
+                helper.join(timeout=5)
+            self._helpers = []
 
     def _func(self, name: str):
         if name not in self._funcs:
@@ -122,6 +161,8 @@ class NativeModule:
         return self._funcs[name]
 
     def call(self, name: str, *args):
+        if name == "run" and self.threads > 1:
+            return self._func("run_mt")(self._store, *args, self.threads)
         return self._func(name)(self._store, *args)
 
     def alloc(self, nbytes: int) -> int:
@@ -130,13 +171,15 @@ class NativeModule:
             raise out_of_memory(nbytes, self.memory_bytes)
         return ptr
 
+    def _size(self) -> int:
+        return self._memory.data_len() if self.threads > 1 else self._memory.data_len(self._store)
+
     def _view(self) -> np.ndarray:
         """The module's memory as a uint8 array (valid until the memory next grows)."""
         import ctypes
 
-        size = self._memory.data_len(self._store)
-        base = self._memory.data_ptr(self._store)
-        return np.ctypeslib.as_array(ctypes.cast(base, ctypes.POINTER(ctypes.c_uint8)), shape=(size,))
+        base = self._memory.data_ptr() if self.threads > 1 else self._memory.data_ptr(self._store)
+        return np.ctypeslib.as_array(ctypes.cast(base, ctypes.POINTER(ctypes.c_uint8)), shape=(self._size(),))
 
     def write(self, ptr: int, data) -> None:
         src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
@@ -147,7 +190,39 @@ class NativeModule:
 
     @property
     def memory_bytes(self) -> int:
-        return self._memory.data_len(self._store)
+        return self._size()
+
+
+HELPER_STACK = 1 << 20      # a helper thread's C stack (the kernels' frames are small)
+MAX_THREADS = 8             # engine.c's MAX_THREADS
+
+
+def _helper(engine, module, memory, tid: int, stack_top: int) -> None:
+    """A helper thread: its own store and instance over the shared memory, its own stack, then the module's
+    worker loop (which sleeps between runs until NativeModule.close stops it)."""
+    import wasmtime
+
+    store = wasmtime.Store(engine)
+    exports = wasmtime.Instance(store, module, [memory]).exports(store)
+    exports["__stack_pointer"].set_value(store, wasmtime.Val.i32(stack_top))
+    exports["worker"](store, tid)
+
+
+def _shared_memory_class():
+    import wasmtime
+    from wasmtime import _ffi as ffi
+
+    class SharedMemory(wasmtime.SharedMemory):
+        """wasmtime-py 51's SharedMemory as an import: its own _as_extern wraps the pointer once too often."""
+
+        def _as_extern(self):
+            return ffi.wasmtime_extern_t(ffi.WASMTIME_EXTERN_SHAREDMEMORY, ffi.wasmtime_extern_union(sharedmemory=self.ptr()))
+
+    return SharedMemory
+
+
+def _SharedMemory(engine, memory_type):
+    return _shared_memory_class()(engine, memory_type)
 
 
 class PageModule:
@@ -175,6 +250,13 @@ class PageModule:
     @property
     def memory_bytes(self) -> int:
         return int(self.engine.memoryBytes())
+
+    @property
+    def threads(self) -> int:
+        return int(self.engine.threads)
+
+    def close(self) -> None:
+        self.engine.close()
 
 
 def out_of_memory(nbytes: int, have: int) -> OutOfMemoryError:

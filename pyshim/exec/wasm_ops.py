@@ -31,6 +31,7 @@ OP_WORDS = 18
 OP = {name: i for i, name in enumerate(("embed", "matmul", "rmsnorm", "rope", "attention", "glu", "add", "scale",
                                          "softcap", "copy_cols", "argmax"), start=1)}
 F32_ROUTE = 0x100                # or-ed into a matmul's type word (engine.c)
+MAX_THREADS = 8                  # threads a program may run on (engine.c: per-thread scratch rows)
 GLU_ACT = {"silu": 0, "gelu_tanh": 1}
 GELU_LLAMA_CPP = 2               # tanh-GELU through f16, as llama.cpp's CPU backend (the int8 route's)
 ALIGN = 64
@@ -300,9 +301,9 @@ class WasmOps:
         n = q.shape[0]
         out = self._new((n, spec.n_heads * spec.head_dim_v))
         kc, vc = self.cache(self._seq)[spec.layer]
-        scores = Tensor(Buf(4 * self.n_ctx), (self.n_ctx,))
+        scores = Tensor(Buf(4 * self.n_ctx * MAX_THREADS), (MAX_THREADS, self.n_ctx))     # a row per thread
         self._op("attention", q, k, v, positions, n, spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.head_dim_v,
-                 Fixed(kc), Fixed(vc), F(spec.scale), spec.window, F(spec.softcap), out, scores)
+                 Fixed(kc), Fixed(vc), F(spec.scale), spec.window, F(spec.softcap), out, scores, self.n_ctx)
         return out
 
     def glu(self, gate: Tensor, up: Tensor, act: str) -> Tensor:

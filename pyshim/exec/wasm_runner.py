@@ -124,6 +124,7 @@ class WasmRunner:
 
     def close(self) -> None:
         self._programs.clear()
+        self.module.close()
 
     def expert_cache_stats(self) -> None:
         """None: the CPU engine streams no experts (the GPU executor's report has the same fields)."""
@@ -132,7 +133,7 @@ class WasmRunner:
         """None: the CPU engine streams no layers."""
 
     def memory(self) -> dict:
-        return {"module_bytes": self.module.memory_bytes, "weight_bytes": self.ops.weight_bytes,
+        return {"module_bytes": self.module.memory_bytes, "threads": self.module.threads, "weight_bytes": self.ops.weight_bytes,
                 "kv_bytes": self.ops.kv_bytes(), "arena_bytes": self.ops.arena_bytes}
 
 
@@ -140,7 +141,8 @@ def load_wasm(path: str | Path | None = None, *, header=None, source=None, setti
               module: Module | None = None, upload_now: bool = True) -> WasmRunner:
     """A WasmRunner for a GGUF file (or a parsed header plus a byte source), its weights copied into the
     module's memory. `module`: an instantiated engine (default: the built one under wasmtime);
-    `upload_now=False` leaves the matrices' bytes to the caller (`runner.ops.uploads`: the page)."""
+    `upload_now=False` leaves the matrices' bytes to the caller (`runner.ops.uploads`: the page).
+    Natively `settings.threads` (default 1) runs programs on that many threads."""
     from pyshim.gguf.model import open_model
     from pyshim.gguf.tensors import WeightStore, tensor_refs_from_header
     from pyshim.models import build_model
@@ -151,7 +153,7 @@ def load_wasm(path: str | Path | None = None, *, header=None, source=None, setti
         raise UnsupportedError(f"the CPU engine keeps an f32 KV cache, not {settings.kv_type}", hint="use kv_type 'f32' or 'auto'")
     settings = replace(settings, kv_type="f32")       # (the memory plan's choice of cache types is the GPU's)
     n_ctx = settings.context_for(spec.context_length)
-    ops = WasmOps(module or NativeModule(), WeightStore(tensor_refs_from_header(header), source), spec, n_ctx,
+    ops = WasmOps(module or NativeModule(threads=settings.threads or 1), WeightStore(tensor_refs_from_header(header), source), spec, n_ctx,
                   settings.arithmetic or Arithmetic.INT8, max_seqs=MAX_SEQS, max_step=settings.prefill_chunk,
                   upload_now=upload_now)
     return WasmRunner(spec, header, ops, build_model(spec, ops), settings, n_ctx)

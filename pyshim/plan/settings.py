@@ -25,6 +25,7 @@ ROPE_SCALINGS = ("none", "linear", "yarn")   # what a rope override may ask for 
 # Where the page runs a model: "gpu" (WebGPU), "cpu" (the WebAssembly engine), or "auto" (the GPU when the
 # browser gives an adapter, else the CPU engine)
 DEVICES = ("auto", "gpu", "cpu")
+MAX_THREADS = 8        # the CPU engine's threads at most (shaders/wasm/engine.c)
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,7 @@ class RunSettings:
     streamed_layers: int | None = None  # the last this many layers' matrices streamed through two rotating sets
     parallel: int = 1                   # sequences run together (continuous batching), a KV cache each
     device: str = "auto"                # where the page runs it (DEVICES); natively the backend decides
+    threads: int | None = None          # the CPU engine's threads (None: the page's cores, or 1 natively)
 
     def __post_init__(self):
         if self.kv_type != AUTO:
@@ -134,6 +136,9 @@ class RunSettings:
         if isinstance(self.parallel, bool) or not isinstance(self.parallel, int) or not 1 <= self.parallel <= MAX_PARALLEL:
             raise BadRequestError(f"parallel must be a number of sequences in [1, {MAX_PARALLEL}], got {self.parallel!r}",
                                   param="parallel")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or not 1 <= self.threads <= MAX_THREADS):
+            raise BadRequestError(f"threads must be in [1, {MAX_THREADS}], got {self.threads!r}", param="threads")
         if self.device not in DEVICES:
             raise BadRequestError(f"unknown device {self.device!r}", hint=f"use one of: {', '.join(DEVICES)}", param="device")
         if self.budget_bytes is not None and (isinstance(self.budget_bytes, bool) or not isinstance(self.budget_bytes, int)

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from pyshim.errors import BadRequestError
-from pyshim.plan.settings import AUTO, DEFAULT_CONTEXT, DEVICES, KV_TYPES, MAX_PARALLEL, PREFILL_CHUNK, ROPE_SCALINGS, Arithmetic
+from pyshim.plan.settings import AUTO, DEFAULT_CONTEXT, DEVICES, KV_TYPES, MAX_PARALLEL, MAX_THREADS, PREFILL_CHUNK, ROPE_SCALINGS, Arithmetic
 from pyshim.serve.sampling import SamplingParams
 from pyshim.text.grammar import Format, response_format
 from pyshim.text.tools import ToolSpec, tool_spec
@@ -124,7 +124,7 @@ TOKEN_IDS = {"type": "array", "minItems": 1, "items": {"type": "integer", "minim
              "description": "a non-empty list of token ids"}
 KV_CHOICES = [AUTO, *KV_TYPES]
 SETTINGS = {"type": "object", "description": "load settings {context, kv_type, arithmetic, prefill_chunk, rope_scaling, "
-            "rope_scale, yarn_orig_ctx, budget_bytes, expert_slots, streamed_layers, parallel, device}", "properties": {
+            "rope_scale, yarn_orig_ctx, budget_bytes, expert_slots, streamed_layers, parallel, device, threads}", "properties": {
     "context": {"type": ["integer", "null"], "minimum": 1, "default": None, "description": "a positive number of tokens"},
     "kv_type": {"enum": KV_CHOICES, "default": AUTO, "description": f"one of {', '.join(KV_CHOICES)}"},
     "arithmetic": {"enum": [a.value for a in Arithmetic] + [None], "default": None,
@@ -143,6 +143,8 @@ SETTINGS = {"type": "object", "description": "load settings {context, kv_type, a
                  "description": f"requests decoded together, a KV cache each: an integer in [1, {MAX_PARALLEL}], or null (1)"},
     "device": {"enum": [*DEVICES, None], "default": None,
                "description": "gpu (WebGPU), cpu (the WebAssembly engine), auto or null (the GPU when the browser has one)"},
+    "threads": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_THREADS, "default": None,
+                "description": f"the CPU engine's threads: an integer in [1, {MAX_THREADS}], or null (the cores; one where the page is not cross-origin isolated)"},
 }}
 MODEL_ID = {"type": "string", "minLength": 1, "description": "a stored model's id"}
 # raw-prompt kinds may name the model by URL instead: the Worker stores it first, then names it by id

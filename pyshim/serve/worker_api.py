@@ -8,7 +8,7 @@ with the async methods the loader calls:
     readPrefix(model_id, length) -> Uint8Array       the file's first bytes (the header grows as needed)
     readRanges(model_id, ranges_json) -> [Uint8Array] the few small tensors Python keeps (norms, biases)
     upload(model_id, device, uploads)                every weight, store -> GPU buffer, chunk by chunk
-    cpuEngine() -> engine                            without WebGPU: a fresh WebAssembly CPU engine (cpu.js)
+    cpuEngine(threads) -> engine                     without WebGPU: a fresh WebAssembly CPU engine (cpu.js)
     uploadCpu(model_id, engine, uploads)             every matrix, store -> the engine's memory
 so weights go from IndexedDB into GPU buffers without passing through Python (or Pyodide's heap). The
 one model loaded and its settings live here; requests queue in one Scheduler; `emit(event, data_json)`
@@ -229,7 +229,7 @@ async def _load_cpu(header, source, settings: RunSettings, store, model_id: str)
     from pyshim.exec.wasm_module import PageModule
     from pyshim.exec.wasm_runner import load_wasm
 
-    module = PageModule(await store.cpuEngine())
+    module = PageModule(await store.cpuEngine(settings.threads))
     runner = load_wasm(header=header, source=source, settings=settings, module=module, upload_now=False)
     await store.uploadCpu(model_id, module.engine, runner.ops.uploads)
     return runner

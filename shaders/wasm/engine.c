@@ -41,6 +41,38 @@ EXPORT(alloc) uint32_t alloc(uint32_t nbytes) {
 
 EXPORT(heap_used) uint32_t heap_used(void) { return heap_top ? (uint32_t)heap_top : (uint32_t)(uintptr_t)&__heap_base; }
 
+// ------------------------------------------------------------------ threads
+//
+// The threaded build (`pyshim-cpu-mt.wasm`: atomics, a shared memory the page imports) runs a program
+// on several Web Workers at once: each calls the same ops with its thread index `tid` of `nth`, each op
+// does its share (a matmul's rows, attention's heads; thread 0 alone the cheap ops) and every op ends
+// in a barrier. The single-threaded build compiles the same code with nth = 1 and no waiting.
+
+#ifdef __wasm_atomics__
+#define SPINS 200000        // checks before sleeping in a wait (~0.1 ms): waking a sleeper costs more than that
+static volatile int32_t bar_count = 0, bar_gen = 0;
+
+static void barrier(int nth) {
+    if (nth == 1) return;
+    int32_t gen = __atomic_load_n(&bar_gen, __ATOMIC_ACQUIRE);
+    if (__atomic_fetch_add(&bar_count, 1, __ATOMIC_ACQ_REL) == nth - 1) {
+        __atomic_store_n(&bar_count, 0, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&bar_gen, 1, __ATOMIC_RELEASE);
+        __builtin_wasm_memory_atomic_notify((int *)&bar_gen, 0xffffffffu);
+        return;
+    }
+    for (int spin = 0; spin < SPINS; spin++)
+        if (__atomic_load_n(&bar_gen, __ATOMIC_ACQUIRE) != gen) return;
+    while (__atomic_load_n(&bar_gen, __ATOMIC_ACQUIRE) == gen)
+        __builtin_wasm_memory_atomic_wait32((int *)&bar_gen, gen, -1);
+}
+#else
+static void barrier(int nth) { (void)nth; }
+#endif
+
+// [lo, hi) of `total` items for thread tid of nth
+static inline int share_lo(int total, int tid, int nth) { return (int)((int64_t)total * tid / nth); }
+
 // ------------------------------------------------------------------ helpers
 
 static inline float f16_to_f32(uint16_t h) {
@@ -401,24 +433,35 @@ static float dot_f16(const uint8_t *w, const float *x, int k) {
 }
 
 // Scratch bytes `matmul` needs to round n rows of k activations against a weight of type t.
+#define MAX_THREADS 8        // threads a program may run on (scratch is sized for them)
 #define F32_ROUTE 0x100      // or-ed into a matmul's type: f32 activations against dequantized rows
 
-EXPORT(matmul_scratch) uint32_t matmul_scratch(int t, int n, int k) {
-    if (t & F32_ROUTE) return (uint32_t)(k * 4);
-    if (t == T_F32) return 0;
-    if (t == T_F16) return (uint32_t)(n * k * 4);
-    if (t >= T_Q4_K) return (uint32_t)(n * k + n * (k / 256) * sizeof(Q8KMeta));
-    return (uint32_t)(n * k + n * (k / 32) * sizeof(Q8Meta));
+// Scratch bytes one thread of `matmul` needs: a dequantized row (the f32 route), or the n rows of k
+// activations rounded against a weight of type t. Each thread rounds them itself, into its own part:
+// a cheap repetition (n x k against the n x k x m/threads of the products) that saves a barrier.
+static uint32_t thread_scratch(int t, int n, int k) {
+    uint32_t bytes;
+    if (t & F32_ROUTE) bytes = (uint32_t)(k * 4);
+    else if (t == T_F32) bytes = 0;
+    else if (t == T_F16) bytes = (uint32_t)(n * k * 4);
+    else if (t >= T_Q4_K) bytes = (uint32_t)(n * k + n * (k / 256) * sizeof(Q8KMeta));
+    else bytes = (uint32_t)(n * k + n * (k / 32) * sizeof(Q8Meta));
+    return (bytes + 63) & ~63u;
 }
 
+EXPORT(matmul_scratch) uint32_t matmul_scratch(int t, int n, int k) { return thread_scratch(t, n, k) * MAX_THREADS; }
+
 // y[n, m] = x[n, k] . W[m, k]^T (+ bias[m]) (+ residual[n, m]), W in GGUF blocks of type t (the int8
-// route), or with F32_ROUTE in t each row dequantized and multiplied in f32.
-EXPORT(matmul) void matmul(const float *x, int n, int k, const uint8_t *w, int t, int m, float *y,
-                           const float *bias, const float *residual, uint8_t *scratch) {
+// route), or with F32_ROUTE in t each row dequantized and multiplied in f32. Thread tid of nth takes its
+// share of the rows.
+static void matmul_part(const float *x, int n, int k, const uint8_t *w, int t, int m, float *y,
+                        const float *bias, const float *residual, uint8_t *scratch, int tid, int nth) {
     uint32_t rb = row_bytes(t & 0xff, k);
+    int r0 = share_lo(m, tid, nth), r1 = share_lo(m, tid + 1, nth);
+    scratch += (size_t)tid * thread_scratch(t, n, k);
     if ((t & F32_ROUTE) && (t & 0xff) != T_F32) {
         float *row = (float *)scratch;
-        for (int r = 0; r < m; r++) {
+        for (int r = r0; r < r1; r++) {
             dequant_row(t & 0xff, w + (size_t)r * rb, row, k);
             for (int i = 0; i < n; i++) {
                 float v = dot_f32(row, x + i * k, k);
@@ -433,12 +476,12 @@ EXPORT(matmul) void matmul(const float *x, int n, int k, const uint8_t *w, int t
     int8_t *q = (int8_t *)scratch;
     void *meta = scratch + n * k;
     float *xh = (float *)scratch;
-    for (int i = 0; i < n; i++) {            // the activations rounded once, for every row
+    for (int i = 0; i < n; i++) {            // the activations rounded once, for all of this thread's rows
         if (t == T_F16) for (int j = 0; j < k; j++) xh[i * k + j] = round_f16(x[i * k + j]);
         else if (t >= T_Q4_K) quantize_q8_k(x + i * k, k, q + i * k, (Q8KMeta *)meta + i * (k / 256));
         else if (t != T_F32) quantize_q8_0(x + i * k, k, q + i * k, (Q8Meta *)meta + i * (k / 32));
     }
-    for (int r = 0; r < m; r++) {
+    for (int r = r0; r < r1; r++) {
         const uint8_t *row = w + (size_t)r * rb;
         for (int i = 0; i < n; i += TOKENS) {
             int nt = n - i < TOKENS ? n - i : TOKENS;
@@ -460,6 +503,11 @@ EXPORT(matmul) void matmul(const float *x, int n, int k, const uint8_t *w, int t
             }
         }
     }
+}
+
+EXPORT(matmul) void matmul(const float *x, int n, int k, const uint8_t *w, int t, int m, float *y,
+                           const float *bias, const float *residual, uint8_t *scratch) {
+    matmul_part(x, n, k, w, t, m, y, bias, residual, scratch, 0, 1);
 }
 
 // ------------------------------------------------------------------ the other ops
@@ -507,41 +555,51 @@ EXPORT(rope) void rope(const float *x, float *y, int n, int heads, int hd, const
 // This step's k [n, hkv, hd] and v [n, hkv, hdv] stored in the layer's cache at their positions, then
 // each query attends over positions <= its own (and within `window` when > 0): scores scaled, soft-capped
 // when softcap > 0, softmax, values summed. q [n, hq, hd] -> y [n, hq * hdv]. Caches: [n_ctx, hkv, hd(v)]
-// f32. scratch: one row of n_ctx scores.
-EXPORT(attention) void attention(const float *q, const float *k, const float *v, const int32_t *pos, int n, int hq,
-                                 int hkv, int hd, int hdv, float *kc, float *vc, float scale, int window, float softcap,
-                                 float *y, float *scores) {
-    for (int t = 0; t < n; t++) {
-        memcpy(kc + (size_t)pos[t] * hkv * hd, k + (size_t)t * hkv * hd, (size_t)hkv * hd * 4);
-        memcpy(vc + (size_t)pos[t] * hkv * hdv, v + (size_t)t * hkv * hdv, (size_t)hkv * hdv * 4);
-    }
-    int group = hq / hkv;
-    for (int t = 0; t < n; t++) {
-        int last = pos[t], first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
-        for (int h = 0; h < hq; h++) {
-            const float *qh = q + ((size_t)t * hq + h) * hd;
-            int g = h / group;
-            float best = -INFINITY;
-            for (int p = first; p <= last; p++) {
-                float s = dot_f32(qh, kc + ((size_t)p * hkv + g) * hd, hd) * scale;
-                if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
-                scores[p] = s;
-                if (s > best) best = s;
-            }
-            float total = 0.0f;
-            for (int p = first; p <= last; p++) { scores[p] = expf(scores[p] - best); total += scores[p]; }
-            float *out = y + ((size_t)t * hq + h) * hdv;
-            v128_t inv = wasm_f32x4_splat(1.0f / total);
-            for (int j = 0; j + 4 <= hdv; j += 4) wasm_v128_store(out + j, wasm_f32x4_splat(0.0f));
-            for (int p = first; p <= last; p++) {
-                const float *vr = vc + ((size_t)p * hkv + g) * hdv;
-                v128_t w = wasm_f32x4_splat(scores[p]);
-                for (int j = 0; j + 4 <= hdv; j += 4)
-                    wasm_v128_store(out + j, wasm_f32x4_add(wasm_v128_load(out + j), wasm_f32x4_mul(w, wasm_v128_load(vr + j))));
-            }
-            for (int j = 0; j + 4 <= hdv; j += 4) wasm_v128_store(out + j, wasm_f32x4_mul(wasm_v128_load(out + j), inv));
+// f32. scratch: a row of n_ctx scores per thread. Thread tid of nth takes its share of (token, head) pairs
+// once thread 0 has stored the keys.
+static void attention_part(const float *q, const float *k, const float *v, const int32_t *pos, int n, int hq,
+                           int hkv, int hd, int hdv, float *kc, float *vc, float scale, int window, float softcap,
+                           float *y, float *scores, int n_ctx, int tid, int nth) {
+    if (tid == 0) {
+        for (int t = 0; t < n; t++) {
+            memcpy(kc + (size_t)pos[t] * hkv * hd, k + (size_t)t * hkv * hd, (size_t)hkv * hd * 4);
+            memcpy(vc + (size_t)pos[t] * hkv * hdv, v + (size_t)t * hkv * hdv, (size_t)hkv * hdv * 4);
         }
     }
+    barrier(nth);
+    scores += (size_t)tid * n_ctx;
+    int group = hq / hkv, p0 = share_lo(n * hq, tid, nth), p1 = share_lo(n * hq, tid + 1, nth);
+    for (int pair = p0; pair < p1; pair++) {
+        int t = pair / hq, h = pair % hq;
+        int last = pos[t], first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
+        const float *qh = q + ((size_t)t * hq + h) * hd;
+        int g = h / group;
+        float best = -INFINITY;
+        for (int p = first; p <= last; p++) {
+            float s = dot_f32(qh, kc + ((size_t)p * hkv + g) * hd, hd) * scale;
+            if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+            scores[p] = s;
+            if (s > best) best = s;
+        }
+        float total = 0.0f;
+        for (int p = first; p <= last; p++) { scores[p] = expf(scores[p] - best); total += scores[p]; }
+        float *out = y + ((size_t)t * hq + h) * hdv;
+        v128_t inv = wasm_f32x4_splat(1.0f / total);
+        for (int j = 0; j + 4 <= hdv; j += 4) wasm_v128_store(out + j, wasm_f32x4_splat(0.0f));
+        for (int p = first; p <= last; p++) {
+            const float *vr = vc + ((size_t)p * hkv + g) * hdv;
+            v128_t w = wasm_f32x4_splat(scores[p]);
+            for (int j = 0; j + 4 <= hdv; j += 4)
+                wasm_v128_store(out + j, wasm_f32x4_add(wasm_v128_load(out + j), wasm_f32x4_mul(w, wasm_v128_load(vr + j))));
+        }
+        for (int j = 0; j + 4 <= hdv; j += 4) wasm_v128_store(out + j, wasm_f32x4_mul(wasm_v128_load(out + j), inv));
+    }
+}
+
+EXPORT(attention) void attention(const float *q, const float *k, const float *v, const int32_t *pos, int n, int hq,
+                                 int hkv, int hd, int hdv, float *kc, float *vc, float scale, int window, float softcap,
+                                 float *y, float *scores, int n_ctx) {
+    attention_part(q, k, v, pos, n, hq, hkv, hd, hdv, kc, vc, scale, window, softcap, y, scores, n_ctx, 0, 1);
 }
 
 #define GELU_COEF_A 0.044715f
@@ -597,26 +655,78 @@ typedef union { int32_t i; float f; } Word;
 #define I(j) (a[j].i)
 #define F(j) (a[j].f)
 
-// Run `count` ops of OP_WORDS words each from `prog`; returns the index of an unknown op + 1, else 0.
-EXPORT(run) int run(const Word *prog, int count) {
+// Thread tid's part of `count` ops of OP_WORDS words each from `prog`; the index of an unknown op + 1, else 0.
+static inline int is_parallel(int op) { return op == OP_MATMUL || op == OP_ATTENTION; }
+
+static int run_ops(const Word *prog, int count, int tid, int nth) {
     for (int at = 0; at < count; at++, prog += OP_WORDS) {
         const Word *a = prog + 1;
-        switch (prog[0].i) {
-        case OP_EMBED: embed(P(0), I(1), I(2), P(3), I(4), P(5)); break;
-        case OP_MATMUL: matmul(P(0), I(1), I(2), P(3), I(4), I(5), P(6), P(7), P(8), P(9)); break;
-        case OP_RMSNORM: rmsnorm(P(0), I(1), I(2), P(3), F(4), P(5), P(6)); break;
-        case OP_ROPE: rope(P(0), P(1), I(2), I(3), I(4), P(5), P(6), I(7), I(8), F(9)); break;
-        case OP_ATTENTION:
-            attention(P(0), P(1), P(2), P(3), I(4), I(5), I(6), I(7), I(8), P(9), P(10), F(11), I(12), F(13), P(14), P(15));
-            break;
-        case OP_GLU: glu(P(0), P(1), I(2), I(3), P(4)); break;
-        case OP_ADD: add(P(0), P(1), I(2), P(3)); break;
-        case OP_SCALE: scale(P(0), I(1), F(2), P(3)); break;
-        case OP_SOFTCAP: softcap(P(0), I(1), F(2), P(3)); break;
-        case OP_COPY_COLS: copy_cols(P(0), I(1), I(2), I(3), P(4)); break;
-        case OP_ARGMAX: argmax(P(0), I(1), I(2), P(3)); break;
-        default: return at + 1;
+        int op = prog[0].i;
+        if (op == OP_MATMUL) {
+            matmul_part(P(0), I(1), I(2), P(3), I(4), I(5), P(6), P(7), P(8), P(9), tid, nth);
+        } else if (op == OP_ATTENTION) {
+            attention_part(P(0), P(1), P(2), P(3), I(4), I(5), I(6), I(7), I(8), P(9), P(10), F(11), I(12), F(13), P(14),
+                           P(15), I(16), tid, nth);
+        } else if (tid == 0) {
+            switch (op) {
+            case OP_EMBED: embed(P(0), I(1), I(2), P(3), I(4), P(5)); break;
+            case OP_RMSNORM: rmsnorm(P(0), I(1), I(2), P(3), F(4), P(5), P(6)); break;
+            case OP_ROPE: rope(P(0), P(1), I(2), I(3), I(4), P(5), P(6), I(7), I(8), F(9)); break;
+            case OP_GLU: glu(P(0), P(1), I(2), I(3), P(4)); break;
+            case OP_ADD: add(P(0), P(1), I(2), P(3)); break;
+            case OP_SCALE: scale(P(0), I(1), F(2), P(3)); break;
+            case OP_SOFTCAP: softcap(P(0), I(1), F(2), P(3)); break;
+            case OP_COPY_COLS: copy_cols(P(0), I(1), I(2), I(3), P(4)); break;
+            case OP_ARGMAX: argmax(P(0), I(1), I(2), P(3)); break;
+            default: return at + 1;
+            }
+        } else if (op < OP_EMBED || op > OP_ARGMAX) {
+            return at + 1;                  // (as thread 0 does, before the barrier it would wait in)
         }
+        // every thread sees the op's results before the next op starts; between two of thread 0's own
+        // ops nobody else runs, so it needs none (the decision is the program's: the same on every thread)
+        if (is_parallel(op) || at + 1 == count || is_parallel(prog[OP_WORDS].i)) barrier(nth);
     }
     return 0;
 }
+
+// Run a program on this thread alone.
+EXPORT(run) int run(const Word *prog, int count) { return run_ops(prog, count, 0, 1); }
+
+#ifdef __wasm_atomics__
+// The threaded build: thread 0 (the caller) starts the helpers, which sleep in `worker`, and runs its part.
+static volatile int32_t go_gen = 0, go_count = 0, go_threads = 1, go_quit = 0;
+static const Word *volatile go_prog = 0;
+
+EXPORT(run_mt) int run_mt(const Word *prog, int count, int nth) {
+    if (nth > MAX_THREADS) nth = MAX_THREADS;
+    go_prog = prog;
+    go_count = count;
+    go_threads = nth;
+    __atomic_fetch_add(&go_gen, 1, __ATOMIC_RELEASE);
+    __builtin_wasm_memory_atomic_notify((int *)&go_gen, 0xffffffffu);
+    return run_ops(prog, count, 0, nth);
+}
+
+// The helpers leave their loop (natively, where a thread cannot be terminated from outside).
+EXPORT(stop_workers) void stop_workers(void) {
+    go_quit = 1;
+    __atomic_fetch_add(&go_gen, 1, __ATOMIC_RELEASE);
+    __builtin_wasm_memory_atomic_notify((int *)&go_gen, 0xffffffffu);
+}
+
+// A helper thread's life (a Web Worker calls it once): each run's part, then sleep, until stop_workers.
+EXPORT(worker) void worker(int tid) {
+    int32_t seen = __atomic_load_n(&go_gen, __ATOMIC_ACQUIRE);
+    for (;;) {
+        for (int spin = 0; spin < SPINS && __atomic_load_n(&go_gen, __ATOMIC_ACQUIRE) == seen; spin++) {}
+        while (__atomic_load_n(&go_gen, __ATOMIC_ACQUIRE) == seen)
+            __builtin_wasm_memory_atomic_wait32((int *)&go_gen, seen, -1);
+        seen = __atomic_load_n(&go_gen, __ATOMIC_ACQUIRE);
+        if (go_quit) return;
+        const Word *prog = go_prog;
+        int count = go_count, nth = go_threads;
+        if (tid < nth) run_ops(prog, count, tid, nth);
+    }
+}
+#endif

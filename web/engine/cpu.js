@@ -4,27 +4,70 @@
 // step is a few calls: its token ids and positions written, one `run` of the recorded program, 4 bytes
 // (a greedy id) or the logits read back. Weights never pass through Python: `uploadFrom` copies store
 // pieces straight into the module's memory.
+//
+// Threads: in a cross-origin isolated page (the dev server's --isolated; the service worker adds
+// COOP/COEP for static hosting) the threaded build (pyshim-cpu-mt.wasm) runs over a shared memory, with
+// `threads - 1` helper Workers (cpu-thread.js) each holding an instance of its own; `run` then runs the
+// program on all of them. Elsewhere one thread.
 
-const MODULE_URL = new URL("../vendor/pyshim-cpu.wasm", import.meta.url);
+const MODULE_URLS = {
+  single: new URL("../vendor/pyshim-cpu.wasm", import.meta.url),
+  threaded: new URL("../vendor/pyshim-cpu-mt.wasm", import.meta.url),
+};
+export const MAX_THREADS = 8;               // engine.c's MAX_THREADS
+const HELPER_STACK = 1 << 20;               // a helper's C stack
+const HELPER_READY_MS = 30_000;
 
-let compiled = null;     // the module compiled once per Worker; each load gets a fresh instance (fresh memory)
+const compiled = {};     // each build compiled once per Worker; each load gets a fresh instance (fresh memory)
 
-async function compile() {
-  compiled ??= (async () => {
-    const response = await fetch(MODULE_URL);
+async function compile(kind) {
+  compiled[kind] ??= (async () => {
+    const response = await fetch(MODULE_URLS[kind]);
     if (!response.ok) {
-      throw Object.assign(new Error(`vendor/pyshim-cpu.wasm: HTTP ${response.status}`), {
+      throw Object.assign(new Error(`${MODULE_URLS[kind].pathname}: HTTP ${response.status}`), {
         name: "SetupError", hint: "run `pyshim setup` on the server (it builds the CPU engine), then reload",
       });
     }
     return WebAssembly.compile(await response.arrayBuffer());
   })();
   try {
-    return await compiled;
+    return await compiled[kind];
   } catch (err) {
-    compiled = null;     // a later load may try again
+    delete compiled[kind];     // a later load may try again
     throw err;
   }
+}
+
+// The threads a load gets: the number asked for (null: the machine's cores, at most MAX_THREADS), one
+// where the page cannot share memory between Workers.
+export function threadsFor(asked) {
+  if (!globalThis.crossOriginIsolated || typeof SharedArrayBuffer === "undefined") return 1;
+  const cores = globalThis.navigator?.hardwareConcurrency || 1;
+  return Math.max(1, Math.min(MAX_THREADS, asked ?? cores));
+}
+
+// `threads - 1` helpers over `memory`, each started in the module's worker loop; resolves once all are in it.
+async function startHelpers(module, memory, exports, threads) {
+  const helpers = [];
+  const ready = [];
+  for (let tid = 1; tid < threads; tid++) {
+    const worker = new Worker(new URL("./cpu-thread.js", import.meta.url), { type: "module", name: `pyshim-cpu-${tid}` });
+    const stackTop = exports.alloc(HELPER_STACK) + HELPER_STACK;
+    ready.push(new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(Object.assign(new Error(`CPU engine thread ${tid} did not start`), { name: "SetupError" })), HELPER_READY_MS);
+      worker.onmessage = (e) => { clearTimeout(timer); e.data?.error ? reject(new Error(e.data.error)) : resolve(); };
+      worker.onerror = (e) => { clearTimeout(timer); reject(new Error(`CPU engine thread ${tid}: ${e.message}`)); };
+    }));
+    worker.postMessage({ module, memory, tid, stackTop });
+    helpers.push(worker);
+  }
+  try {
+    await Promise.all(ready);
+  } catch (err) {
+    for (const w of helpers) w.terminate();
+    throw err;
+  }
+  return helpers;
 }
 
 // Whether this browser runs WebAssembly SIMD128 (the module needs it): a module of one function,
@@ -35,18 +78,31 @@ export function simdSupported() {
   return WebAssembly.validate(probe);
 }
 
-// A fresh engine: its own memory, grown as Python allocates weights, caches and activations.
-export async function instantiate() {
+// A fresh engine: its own memory, grown as Python allocates weights, caches and activations; `threads`
+// (null: the cores) where the page is cross-origin isolated.
+export async function instantiate(asked = null) {
   if (!simdSupported()) {
     throw Object.assign(new Error("this browser's WebAssembly has no SIMD, which pyshim's CPU engine needs"), {
       name: "UnsupportedError", hint: "use a current Chrome, Edge, Firefox or Safari (16.4+)",
     });
   }
-  const instance = await WebAssembly.instantiate(await compile(), {});
+  const threads = threadsFor(asked);
+  let instance, memory, helpers = [], module;
+  if (threads > 1) {
+    module = await compile("threaded");
+    // (at least the module's own minimum, 257 pages; at most wasm32's 4 GiB less a page, as it was linked)
+    memory = new WebAssembly.Memory({ initial: 512, maximum: 65535, shared: true });
+    instance = await WebAssembly.instantiate(module, { env: { memory } });
+  } else {
+    instance = await WebAssembly.instantiate(await compile("single"), {});
+  }
   const exports = instance.exports;
   exports._initialize();
-  const bytes = () => new Uint8Array(exports.memory.buffer);     // a new view after each memory growth
+  memory ??= exports.memory;
+  if (threads > 1) helpers = await startHelpers(module, memory, exports, threads);
+  const bytes = () => new Uint8Array(memory.buffer);     // a new view after each memory growth
   return {
+    threads,
     alloc(nbytes) {
       return exports.alloc(nbytes) >>> 0;
     },
@@ -67,10 +123,15 @@ export async function instantiate() {
       return bytes().slice(ptr, ptr + nbytes);
     },
     call(name, ...args) {
+      if (name === "run" && threads > 1) return exports.run_mt(...args, threads);
       return exports[name](...args);
     },
+    close() {     // the helpers end with the engine (a Worker blocked in Atomics.wait is terminated)
+      for (const w of helpers) w.terminate();
+      helpers = [];
+    },
     memoryBytes() {
-      return exports.memory.buffer.byteLength;
+      return memory.buffer.byteLength;
     },
     // Store pieces ({slice: {ptr}, at, bytes}) from an async iterator into memory.
     async uploadFrom(pieces, onBytes = () => {}) {

@@ -51,7 +51,7 @@ export function storeAccess(emit) {
       }
       await device.queue.onSubmittedWorkDone();
     },
-    cpuEngine: () => cpu.instantiate(),
+    cpuEngine: (threads) => cpu.instantiate(threads ?? null),
     async uploadCpu(modelId, engine, uploadsProxy) {
       // [file offset, size, pointer] each: the CPU engine's matrices, store -> its memory
       const slices = uploadsProxy.toJs({ depth: 2 }).map(([offset, size, ptr]) => ({ offset, size, ptr }));
