@@ -77,6 +77,30 @@ def test_greedy_32_tokens_in_the_browser_equal_the_cpu_reference_gemma3(capsys):
     assert browser["ids"] == cpu["ids"] and len(cpu["ids"]) == GREEDY_TOKENS
 
 
+@pytest.mark.parametrize("name, threads", [("smollm2", 1), ("gemma3", 2)])
+def test_cpu_engine_in_the_browser_greedy_32_tokens_equal_the_reference(capsys, name, threads):
+    """The WebAssembly engine in the page (--device cpu; two threads in a cross-origin isolated page): in
+    f32 its greedy tokens are the reference's."""
+    argv = ["generate", _model(name), "--prompt", PROMPT, "--max-tokens", str(GREEDY_TOKENS), "--ignore-eos", "--ctx", "256",
+            "--arithmetic", "f32", "--json"]
+    browser = _json(capsys, argv + ["--backend", "browser", "--device", "cpu", "--threads", str(threads)])
+    cpu = _json(capsys, argv)
+    print({k: v for k, v in browser.items() if k not in ("ids", "prompt_ids")})
+    assert browser["device"] == "cpu" and browser["threads"] == threads and browser["arithmetic"] == "f32"
+    assert browser["ids"] == cpu["ids"] and len(cpu["ids"]) == GREEDY_TOKENS
+
+
+def test_cpu_engine_in_the_browser_is_the_native_one(capsys):
+    """The same module under V8 and under wasmtime computes the same bits (WebAssembly's arithmetic is
+    deterministic without relaxed SIMD): its int8 route's greedy tokens in the page equal --backend wasm's."""
+    argv = ["generate", _model("smollm2"), "--prompt", PROMPT, "--max-tokens", str(GREEDY_TOKENS), "--ignore-eos", "--ctx", "256",
+            "--json"]
+    browser = _json(capsys, argv + ["--backend", "browser", "--device", "cpu"])
+    native = _json(capsys, argv + ["--backend", "wasm"])
+    assert browser["arithmetic"] == native["arithmetic"] == "int8"
+    assert browser["ids"] == native["ids"]
+
+
 def test_score_in_the_browser_agrees_with_the_cpu_reference(capsys):
     argv = ["score", _model("smollm2"), "--text", SCORE_TEXT, "--top-k", "5", "--ctx", "256", "--json"]
     browser = _json(capsys, argv + ["--backend", "browser"])

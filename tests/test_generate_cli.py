@@ -149,3 +149,14 @@ def test_score_like_llama_cpp_is_llama_cpp_bit_for_bit(capsys):
     assert np.abs(np.array(got["top_logits"]) - np.array(fx["passage"]["top_logits"][:n])).max() < 1e-3
     rounded = _json(capsys, ["score", str(path), "--text", sentence, "--arithmetic", "int8", "--json"])
     assert np.abs(np.array(rounded["top_logits"])[:, 0] - np.array(fx["passage"]["top_logits"][:n])[:, 0]).max() > 1e-3
+
+
+def test_the_flags_choices_are_the_settings():
+    """The command's choice lists (kept free of imports so `pyshim --help` is fast) name what the settings accept."""
+    from pyshim.cli import generate
+    from pyshim.plan import settings
+
+    assert set(generate.KV_TYPES) == {settings.AUTO, *settings.KV_TYPES}
+    assert set(generate.ROPE_SCALINGS) == set(settings.ROPE_SCALINGS)
+    assert set(generate.DEVICES) == set(settings.DEVICES)
+    assert set(generate.ARITHMETIC) == {a.value for a in settings.Arithmetic}

@@ -33,6 +33,17 @@ def test_service_worker_takes_over(site):
     assert not any("/models/" in u for u in cached)
 
 
+def test_a_controlled_page_is_cross_origin_isolated(site, dev_server):
+    """The dev server here sends no COOP/COEP (no --isolated), as a static host would not: the service
+    worker adds them, so a second visit can share memory between Workers (the CPU engine's threads)."""
+    context, page, _ = site
+    assert page.evaluate("() => navigator.serviceWorker.controller !== null")
+    second = context.new_page()
+    second.goto(dev_server.url)
+    assert second.evaluate("() => self.crossOriginIsolated && typeof SharedArrayBuffer === 'function'")
+    second.close()
+
+
 def test_import_local_file_through_the_file_input(site):
     _, page, watch = site
     page.click("[aria-controls=tab-file]")

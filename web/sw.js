@@ -6,6 +6,9 @@
 // precaches the app shell and everything Python needs (Pyodide runtime, its packages, the wheels).
 // Model files (IndexedDB holds them), /api/ and Range requests are never cached here.
 //
+// The files it serves carry COOP/COEP (cross-origin isolation, for the CPU engine's threads) wherever the
+// site is hosted, from the visit after the one that installed it.
+//
 // It also answers the same-origin OpenAI endpoint under /v1/ by relaying to a page that serves an
 // engine (engine/endpoint.js); it is a module worker for that import: register it with {type: "module"}.
 //
@@ -14,7 +17,7 @@
 
 import { handleEndpoint, handleMessage } from "./engine/endpoint.js";
 
-const CACHE_VERSION = "v8";
+const CACHE_VERSION = "v9";
 const CACHE = `pyshim-shell-${CACHE_VERSION}`;
 const CACHE_PREFIX = "pyshim-shell-";
 const SCOPE = new URL(self.registration.scope);
@@ -72,15 +75,31 @@ function bypass(request, url) {
   return path.startsWith("models/") || path.startsWith("api/");
 }
 
+// Cross-origin isolation for static hosting: the site's own files go out with COOP/COEP, as the dev
+// server's --isolated sends them, so a page this worker controls may share memory between Workers (the
+// CPU engine's threads, web/engine/cpu.js) on any host. Everything it loads is same-origin.
+const ISOLATION = {
+  "Cross-Origin-Opener-Policy": "same-origin",
+  "Cross-Origin-Embedder-Policy": "require-corp",
+  "Cross-Origin-Resource-Policy": "same-origin",
+};
+
+function isolated(response) {
+  if (response.type !== "basic" && response.type !== "default") return response;     // opaque: as it came
+  const headers = new Headers(response.headers);
+  for (const [name, value] of Object.entries(ISOLATION)) if (!headers.has(name)) headers.set(name, value);
+  return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
+}
+
 async function networkFirst(request) {
   const cache = await caches.open(CACHE);
   try {
     const response = await fetch(request);
     if (response.status === 200 && response.type === "basic") await cache.put(request, response.clone());
-    return response;
+    return isolated(response);
   } catch (err) {
     const cached = await cache.match(request, { ignoreSearch: true });
-    if (cached) return cached;
+    if (cached) return isolated(cached);
     throw err;
   }
 }

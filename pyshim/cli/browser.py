@@ -119,8 +119,11 @@ def session(model: Path, settings: dict | None = None):
     if not (VENDOR_DIR / "manifest.json").is_file():
         raise SetupError("web/vendor is missing (Pyodide and the wheels the page loads)", hint="run `pyshim setup` first")
     vendoring.refresh_pyshim()          # the Worker installs pyshim from this wheel: make it this checkout's code
+    on_cpu = settings.get("device") == "cpu"
     try:
-        with harness.DevServer() as server, sync_playwright() as p, tempfile.TemporaryDirectory(prefix="pyshim-chromium-") as profile:
+        # the CPU engine's threads share memory between Workers: the page must be cross-origin isolated
+        with harness.DevServer(isolated=on_cpu) as server, sync_playwright() as p, \
+                tempfile.TemporaryDirectory(prefix="pyshim-chromium-") as profile:
             try:
                 # an on-disk profile: an incognito-like one keeps IndexedDB in memory and refuses a
                 # multi-GB model. Service workers blocked: the site's precaching would compete for the cores.
@@ -130,9 +133,11 @@ def session(model: Path, settings: dict | None = None):
             try:
                 page, _ = harness.open_page(context, server.url)
                 try:
-                    harness.require_adapter(page)
+                    if not on_cpu:
+                        harness.require_adapter(page)
                 except harness.HarnessError as exc:
-                    raise GPUUnavailableError(str(exc), hint="try --backend gpu (native wgpu) or --backend cpu") from None
+                    raise GPUUnavailableError(str(exc), hint="try --device cpu (the WebAssembly engine), --backend gpu "
+                                                             "(native wgpu) or --backend cpu") from None
                 harness.wait_for_boot(page)
                 if model.is_relative_to(MODELS_DIR.resolve()):
                     url = server.url + "models/" + model.relative_to(MODELS_DIR.resolve()).as_posix()

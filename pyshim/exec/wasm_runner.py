@@ -49,6 +49,10 @@ class WasmRunner:
         return self.ops.module
 
     @property
+    def threads(self) -> int:
+        return self.module.threads
+
+    @property
     def weight_bytes(self) -> int:
         return per_token(self.spec, self.header.tensors).read_bytes
 
