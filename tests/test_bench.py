@@ -176,7 +176,7 @@ def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
     done, files, report = _bench_cli(tmp_path, "--quick")
     assert report["machine"]["cpu_count"] >= 1 and report["browser"]["version"]
     engines = {r["engine"]: r for r in report["results"]}
-    assert set(engines) == {"browser", "gpu", "cpu", "wllama-1t", "wllama-2t", "wllama-webgpu"}
+    assert set(engines) == {"browser", "wasm-1t", "wasm-2t", "gpu", "cpu", "wllama-1t", "wllama-2t", "wllama-webgpu"}
     # What exists today must have measured: Python ready in the Worker, the header, the adapter's roofline
     # in a cross-origin-isolated page (WebGPU still works there), and the peer's speeds on both thread counts.
     browser = engines["browser"]["median"]
@@ -198,6 +198,14 @@ def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
     for engine in ("browser", "gpu"):     # the GPU executor's peak allocation is what the memory plan predicted
         m = engines[engine]["median"]
         assert abs(m["peak_gpu_bytes"] - m["planned_gpu_bytes"]) <= 0.05 * m["planned_gpu_bytes"], (engine, m)
+    # the CPU engine in the same page, on 1 and 2 threads: its tokens, ratios to the peer at the same threads
+    for threads in (1, 2):
+        row = engines[f"wasm-{threads}t"]
+        assert row["status"] == "ok", row["status"]
+        m = row["median"]
+        assert m["decode_tokens"] == 8 and m["decode_tok_s"] > 0 and m["prefill_32_tok_s"] > 0 and m["text"]
+        assert m["cross_origin_isolated"] is True and m["roofline_GBps"] > 0       # the host's, for a CPU engine
+        assert row["vs_peer"][f"decode_tok_s_vs_wllama-{threads}t"] > 0
     for peer in ("wllama-1t", "wllama-2t"):
         assert engines[peer]["status"] == "ok", engines[peer]["status"]
         m = engines[peer]["median"]

@@ -7,9 +7,6 @@ the reference's emulation of llama.cpp's rounding (pyshim.exec.llama_cpp.Int8Ops
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
@@ -21,10 +18,9 @@ from pyshim.exec.wasm_runner import load_wasm
 from pyshim.plan.settings import Arithmetic, RunSettings
 from runners import Drive, assert_greedy_like_reference, reference
 from test_gpu_executor import CASES, assert_like_emulation, ref_logits
+from test_gpu_llama_cpp import FX, _model
 
 F32, INT8 = Arithmetic.F32, Arithmetic.INT8
-ROOT = Path(__file__).resolve().parent.parent
-FX = json.loads((ROOT / "tests" / "fixtures" / "real_llamacpp.json").read_text())
 
 
 def wasm(path, *, arithmetic=INT8, context=tiny_models.N_CTX, chunk=None, **settings) -> Drive:
@@ -34,14 +30,6 @@ def wasm(path, *, arithmetic=INT8, context=tiny_models.N_CTX, chunk=None, **sett
 
 def tiny(tmp_path_factory, arch, qtype_name):
     return tiny_models.write_tiny_model(tmp_path_factory.mktemp(arch), arch, QT[qtype_name])
-
-
-def real(name: str) -> tuple[dict, Path]:
-    m = FX["models"][name]
-    path = ROOT / m["file"]
-    if not path.is_file():
-        pytest.skip(f"{path.name} is not in models/ (pyshim setup --test-models)")
-    return m, path
 
 
 @pytest.mark.parametrize("arch, qtype", CASES, ids=[f"{a}-{q}" for a, q in CASES])
@@ -79,7 +67,7 @@ def test_small_steps_then_decode_equal_one_step(tmp_path_factory, arch, qtype):
 @pytest.mark.parametrize("name, arithmetic", [("smollm2", INT8), ("smollm2", F32), ("gemma3", F32)])
 def test_greedy_32_like_reference(name, arithmetic):
     """32 greedy tokens, each the reference's argmax in the same arithmetic."""
-    _, path = real(name)
+    _, path = _model(name)
     prompt = FX["models"][name]["passage"]["ids"][:24]
     ref = reference(path, context=256, arithmetic=arithmetic)
     assert_greedy_like_reference(ref, wasm(path, arithmetic=arithmetic, context=256).runner, prompt, n=32)
@@ -89,7 +77,7 @@ def test_greedy_32_like_reference(name, arithmetic):
 def test_int8_scores_as_close_to_llama_cpp_as_llama_cpp_is_to_itself(name):
     """The issue's bar for the int8 route, as the GPU's: top-1 agreement with llama.cpp's batch run at
     least llama.cpp's own batch-vs-sequential agreement, llama.cpp's top-1 always in the top 5."""
-    m, path = real(name)
+    m, path = _model(name)
     top_ids, _ = wasm(path, context=512).scores(m["passage"]["ids"], 10)
     want = np.array(m["passage"]["top_ids"])[:, 0]
     top1 = float(np.mean(top_ids[:, 0] == want))

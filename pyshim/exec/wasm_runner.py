@@ -112,16 +112,6 @@ class WasmRunner:
         self.stats.bytes_read += 4 * out.size
         return answer(logits if all_logits else logits[-1], step)
 
-    def logits(self, ids, start: int = 0, *, seq: int = 0, all_logits: bool = False) -> np.ndarray:
-        """The last token's logits [vocab] (or every token's, [n, vocab]) for ids at positions start...,
-        in steps of at most max_step_tokens (tests' shorthand for run())."""
-        chunk = self.capacity.max_step_tokens
-        rows = []
-        for at in range(0, len(ids), chunk):
-            want = Want.ALL_LOGITS if all_logits else Want.LOGITS
-            rows.append(self.run(Step.of(ids[at:at + chunk], start + at, seq=seq, want=want))[0].logits)
-        return np.concatenate(rows) if all_logits else rows[-1]
-
     def reset(self, seq: int = 0) -> None:
         """Only `held` forgets: a step's attention reads only positions up to its own, all written before."""
         self.held.forget(seq)

@@ -142,7 +142,7 @@ def abort(request_json: str) -> str:
 def _effective(session) -> RunSettings:
     runner = session.runner
     return dataclasses.replace(runner.settings, context=runner.capacity.n_ctx, arithmetic=runner.arithmetic,
-                               device=runner.runs_on)
+                               device=runner.runs_on, threads=getattr(runner, "threads", None))
 
 
 def _matches(model_id: str, wanted: RunSettings) -> bool:
@@ -157,7 +157,8 @@ def _matches(model_id: str, wanted: RunSettings) -> bool:
     return ((wanted.context is None or wanted.context == have.context) and wanted.kv_type == have.kv_type
             and (wanted.arithmetic is None or wanted.arithmetic == have.arithmetic) and wanted.prefill_chunk == have.prefill_chunk
             and (wanted.rope_scaling, wanted.rope_scale, wanted.yarn_orig_ctx) == (have.rope_scaling, have.rope_scale, have.yarn_orig_ctx)
-            and wanted.parallel == have.parallel and wanted.device in ("auto", have.device))
+            and wanted.parallel == have.parallel and wanted.device in ("auto", have.device)
+            and (wanted.threads is None or wanted.threads == have.threads))
 
 
 async def _read_header(store, model_id: str, file_size: int):

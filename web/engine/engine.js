@@ -16,7 +16,8 @@
 //    each, their decode steps batched on the GPU (continuous batching; null: one at a time)
 //   new Engine({device}) / createEngine({device}): "gpu" (WebGPU), "cpu" (the WebAssembly engine,
 //    web/engine/cpu.js) or "auto"/null (the GPU when the browser gives an adapter, else the CPU engine);
-//    select(model, {device}) changes it (the model reloads); stats().device says which runs
+//    select(model, {device}) changes it (the model reloads); stats().device says which runs; {threads}:
+//    the CPU engine's threads (null: the cores, in a cross-origin isolated page; else one)
 //   await engine.chat.completions.create({messages, model, temperature, top_p, max_tokens, stop, seed,
 //                                         stream}, {signal})  -> chat.completion | async iterator of chunks
 //   await engine.completions.create({prompt, ...}, {signal})  -> text_completion | async iterator
@@ -115,7 +116,7 @@ export class Engine {
   // Worker, or with `shared` connects to the origin's SharedWorker (shared.js): one Python, GPU device
   // and model for every page that asks for it. `onProgress`: default listener for download and load.
   constructor({ client = null, context = null, onProgress = null, shared = false, kvType = "auto", arithmetic = null,
-    rope = null, expertSlots = null, streamedLayers = null, parallel = null, device = null } = {}) {
+    rope = null, expertSlots = null, streamedLayers = null, parallel = null, device = null, threads = null } = {}) {
     this.client = client ?? new EngineClient(undefined, { shared });
     this.ownsClient = !client;
     this.context = context;
@@ -126,6 +127,7 @@ export class Engine {
     this.streamedLayers = streamedLayers;
     this.parallel = parallel;
     this.device = device;
+    this.threads = threads;
     this.onProgress = onProgress;
     this.model = null;   // {id, storeId, name, aliases}
     this.adapter = null;
@@ -166,6 +168,7 @@ export class Engine {
       streamed_layers: this.streamedLayers ?? null,
       parallel: this.parallel ?? null,
       device: this.device ?? null,
+      threads: this.threads ?? null,
     };
   }
 
@@ -318,9 +321,9 @@ export class Engine {
 // that OpenAI-compatible server instead (remote.js): no Worker, no download, the same calls.
 export async function createEngine({ model = null, context = null, onProgress = null, signal = null, shared = false,
   kvType = "auto", arithmetic = null, rope = null, expertSlots = null, streamedLayers = null, parallel = null, baseURL = null,
-  apiKey = null } = {}) {
+  apiKey = null, device = null, threads = null } = {}) {
   if (baseURL) return createRemoteEngine({ baseURL, apiKey, model });
-  const engine = new Engine({ context, onProgress, shared, kvType, arithmetic, rope, expertSlots, streamedLayers, parallel });
+  const engine = new Engine({ context, onProgress, shared, kvType, arithmetic, rope, expertSlots, streamedLayers, parallel, device, threads });
   if (model) {
     try {
       await engine.load(model, { onProgress, context, signal });
