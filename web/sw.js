@@ -32,7 +32,8 @@ const SHELL = [
   "pyshim.js", "pyshim-chat.js", "engine/engine.js", "engine/openai.js", "engine/resolve.js", "engine/shared.js",
   "examples/element.html", "examples/api.html",
   "engine/endpoint.js", "engine/host.js", "examples/openai.html", "examples/pyscript.html",
-  "engine/grammar.js", "engine/remote.js", "engine/gpu.js", "engine/cpu.js", "vendor/pyshim-cpu.wasm", "vendor/xgrammar/index.js",
+  "engine/grammar.js", "engine/remote.js", "engine/gpu.js", "engine/cpu.js", "engine/cpu-thread.js",
+  "vendor/pyshim-cpu.wasm", "vendor/pyshim-cpu-mt.wasm", "vendor/xgrammar/index.js",
   "vendor/manifest.json", "vendor/definitions.js",
 ];
 const PYODIDE_CORE = ["pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json"];
