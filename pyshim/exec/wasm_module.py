@@ -22,6 +22,7 @@ import numpy as np
 
 from pyshim.errors import OutOfMemoryError, SetupError, UnsupportedError
 from pyshim.paths import VENDOR_DIR, shaders_dir
+from pyshim.plan.settings import MAX_THREADS
 
 MODULE_NAME = "pyshim-cpu.wasm"
 THREADED_NAME = "pyshim-cpu-mt.wasm"
@@ -194,7 +195,6 @@ class NativeModule:
 
 
 HELPER_STACK = 1 << 20      # a helper thread's C stack (the kernels' frames are small)
-MAX_THREADS = 8             # engine.c's MAX_THREADS
 
 
 def _helper(engine, module, memory, tid: int, stack_top: int) -> None:
@@ -208,21 +208,17 @@ def _helper(engine, module, memory, tid: int, stack_top: int) -> None:
     exports["worker"](store, tid)
 
 
-def _shared_memory_class():
+def _SharedMemory(engine, memory_type):
+    """A wasmtime SharedMemory usable as an import (wasmtime-py 51's own _as_extern wraps its pointer once
+    too often)."""
     import wasmtime
     from wasmtime import _ffi as ffi
 
     class SharedMemory(wasmtime.SharedMemory):
-        """wasmtime-py 51's SharedMemory as an import: its own _as_extern wraps the pointer once too often."""
-
         def _as_extern(self):
             return ffi.wasmtime_extern_t(ffi.WASMTIME_EXTERN_SHAREDMEMORY, ffi.wasmtime_extern_union(sharedmemory=self.ptr()))
 
-    return SharedMemory
-
-
-def _SharedMemory(engine, memory_type):
-    return _shared_memory_class()(engine, memory_type)
+    return SharedMemory(engine, memory_type)
 
 
 class PageModule:

@@ -25,13 +25,12 @@ from pyshim.gguf.tensors import WeightStore, dequantize_rows
 from pyshim.gguf.types import check_runnable
 from pyshim.models.ops import ACTIVATIONS, AttnSpec, RouterSpec
 from pyshim.models.rope import RopeSpec, pair_tables
-from pyshim.plan.settings import Arithmetic
+from pyshim.plan.settings import MAX_THREADS, Arithmetic
 
 OP_WORDS = 18
 OP = {name: i for i, name in enumerate(("embed", "matmul", "rmsnorm", "rope", "attention", "glu", "add", "scale",
                                          "softcap", "copy_cols", "argmax"), start=1)}
 F32_ROUTE = 0x100                # or-ed into a matmul's type word (engine.c)
-MAX_THREADS = 8                  # threads a program may run on (engine.c: per-thread scratch rows)
 GLU_ACT = {"silu": 0, "gelu_tanh": 1}
 GELU_LLAMA_CPP = 2               # tanh-GELU through f16, as llama.cpp's CPU backend (the int8 route's)
 ALIGN = 64
@@ -82,7 +81,6 @@ class F:
 class WasmProgram:
     ops: list[list] = field(default_factory=list)      # [opcode, args...] with Tensors, Fixed, Weights, F, ints
     output: Tensor | None = None
-    argmax: Fixed | None = None
     arena_bytes: int = 0
     ptr: int = 0                 # the encoded ops in the module's memory
     count: int = 0
@@ -106,7 +104,7 @@ class WasmOps:
         self._caches: dict[int, list[tuple[int, int]]] = {}        # seq -> per layer (k ptr, v ptr)
         self.tokens_ptr = module.alloc(4 * max_step)
         self.positions_ptr = module.alloc(4 * max_step)
-        self.argmax_ptr = module.alloc(4 * max_step)
+        self.argmax_ptr = module.alloc(4)           # a greedy step's one id
         self.arena_ptr, self.arena_bytes = 0, 0
         self.weight_bytes = 0
         # upload_now=False (the page): matrices get their place in memory but not their bytes, which the
@@ -188,11 +186,10 @@ class WasmOps:
         assert len(args) < OP_WORDS
         self._program.ops.append([OP[name], *args])
 
-    def record_argmax(self, x: Tensor, rows: int = 1) -> Fixed:
-        rows_at = x.shape[0] - rows
-        src = Tensor(x.buf, (rows, x.shape[1]), x.off + 4 * rows_at * x.shape[1])
-        self._op("argmax", src, rows, x.shape[1], Fixed(self.argmax_ptr))
-        return Fixed(self.argmax_ptr, (rows,))
+    def record_argmax(self, x: Tensor) -> None:
+        """The last row's greedy id into `argmax_ptr`."""
+        self._op("argmax", Tensor(x.buf, (1, x.shape[1]), x.off + 4 * (x.shape[0] - 1) * x.shape[1]), 1, x.shape[1],
+                 Fixed(self.argmax_ptr))
 
     def end(self) -> WasmProgram:
         """Lay the program's tensors out in the arena (first fit, each freed after its last use) and encode it."""

@@ -8,7 +8,6 @@ back): greedy ids are picked inside the module (4 bytes read back), logits are r
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
@@ -38,7 +37,6 @@ class WasmRunner:
         self.stats = RunnerStats()
         self.held = HeldTokens()      # caches are indexed by position, windows included: no ring to wrap
         self._programs: OrderedDict[tuple[int, bool, bool, int], WasmProgram] = OrderedDict()
-        self.run_s = 0.0              # time inside the module's `run`
 
     @property
     def n_ctx(self) -> int:
@@ -69,7 +67,7 @@ class WasmRunner:
             logits = self.model.forward(ops, ops.tokens(n), ops.positions(n), all_logits)
             program.output = logits
             if want_argmax:
-                program.argmax = ops.record_argmax(logits)
+                ops.record_argmax(logits)
             self._programs[key] = ops.end()
             others = [k for k in self._programs if k[0] != 1]
             for old in others[:max(0, len(others) - KEEP_PROGRAMS)]:
@@ -95,11 +93,9 @@ class WasmRunner:
         module, ops = self.module, self.ops
         module.write(ops.tokens_ptr, np.asarray(tokens, dtype=np.int32))
         module.write(ops.positions_ptr, np.arange(start, start + len(tokens), dtype=np.int32))
-        began = time.perf_counter()
         bad = module.call("run", program.ptr, program.count)
-        self.run_s += time.perf_counter() - began
         if bad:
-            raise UnsupportedError(f"the CPU engine does not know op {program.count and bad - 1} of its program",
+            raise UnsupportedError(f"the CPU engine does not know op {bad - 1} of its program",
                                    hint="rebuild it: pyshim setup")
         if want_argmax:
             self.stats.bytes_read += 4
