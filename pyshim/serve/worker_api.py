@@ -205,7 +205,7 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
             if settings.device == "gpu":
                 raise
     if runner is None:          # no WebGPU here (or the CPU engine asked for): the WebAssembly engine
-        runner = await _load_cpu(header, source, settings, store, model_id)
+        runner = await _load_cpu(header, source, settings, store)
     try:
         if isinstance(runner, GpuRunner):
             uploads = [(u.file_offset, u.nbytes, u.buffer, u.buffer_offset) for u in runner.ops.uploads]
@@ -213,6 +213,8 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
             for streamed in (runner.ops.expert_cache, runner.ops.layer_stream):
                 if streamed is not None:
                     streamed.fetch = _streamer(store, model_id, runner.device.raw)
+        else:       # the CPU engine's matrices, store -> its memory in JS, chunk by chunk, never through Python
+            await store.uploadCpu(model_id, runner.module.engine, runner.ops.uploads)
         # several requests at once (settings.parallel): their decode steps batched, a sequence each
         session = Session(BatchingRunner(runner) if settings.parallel > 1 else runner, grammars=_grammars(model_id))
         await session.prepare(_progress(emit, "compile"))
@@ -224,16 +226,18 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     return 1e3 * (time.perf_counter() - t0)
 
 
-async def _load_cpu(header, source, settings: RunSettings, store, model_id: str):
-    """The WebAssembly engine (web/engine/cpu.js's instance of vendor/pyshim-cpu.wasm) with the model's
-    matrices copied store -> its memory in JS, chunk by chunk, never through Python."""
+async def _load_cpu(header, source, settings: RunSettings, store):
+    """The WebAssembly engine (web/engine/cpu.js's instance of vendor/pyshim-cpu.wasm), its matrices placed
+    but not uploaded yet; its helper threads end when loading fails."""
     from pyshim.exec.wasm_module import PageModule
     from pyshim.exec.wasm_runner import load_wasm
 
     module = PageModule(await store.cpuEngine(settings.threads))
-    runner = load_wasm(header=header, source=source, settings=settings, module=module, upload_now=False)
-    await store.uploadCpu(model_id, module.engine, runner.ops.uploads)
-    return runner
+    try:
+        return load_wasm(header=header, source=source, settings=settings, module=module, upload_now=False)
+    except BaseException:
+        module.close()
+        raise
 
 
 def _streamer(store, model_id: str, device):
