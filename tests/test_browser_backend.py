@@ -92,12 +92,14 @@ def test_cpu_engine_in_the_browser_greedy_32_tokens_equal_the_reference(capsys, 
 
 def test_cpu_engine_in_the_browser_is_the_native_one(capsys):
     """The same module under V8 and under wasmtime computes the same bits (WebAssembly's arithmetic is
-    deterministic without relaxed SIMD): its int8 route's greedy tokens in the page equal --backend wasm's."""
+    deterministic, and the relaxed-SIMD build's one relaxed instruction is only given operands whose result
+    every CPU agrees on): its int8 route's greedy tokens in the page equal --backend wasm's, both relaxed."""
     argv = ["generate", _model("smollm2"), "--prompt", PROMPT, "--max-tokens", str(GREEDY_TOKENS), "--ignore-eos", "--ctx", "256",
             "--json"]
     browser = _json(capsys, argv + ["--backend", "browser", "--device", "cpu"])
     native = _json(capsys, argv + ["--backend", "wasm"])
     assert browser["arithmetic"] == native["arithmetic"] == "int8"
+    assert browser["relaxed_simd"] is native["relaxed_simd"] is True
     assert browser["ids"] == native["ids"]
 
 

@@ -67,3 +67,24 @@ def test_a_type_no_executor_decodes_is_refused_by_name(tmp_path):
 
     with pytest.raises(UnsupportedError, match="BF16"):
         load_reference(header=header, source=NoBytes())
+
+
+def test_cpu_engine_fit_counts_the_kv_type_asked_for(tmp_path):
+    """With no WebGPU adapter the verdict is the CPU engine's 4 GiB: 96 layers of 4096 positions in f32
+    (3.2 GB of cache beside 1.4 GB of weights) do not fit and the reason names the smaller caches; in q8
+    they fit, the need counted with the q8 cache."""
+    from pyshim.plan.memory import WASM_MEMORY_BYTES, kv_cache_bytes
+    from pyshim.plan.probe import probe
+    from site_helpers import header_only_gguf
+
+    data, total = header_only_gguf(tmp_path / "deep.gguf", n_vocab=1000, n_embd=1024, n_layers=96, n_ff=1024)
+    f32 = probe(data, total, context=4096, kv_type="f32", judge=True)["fit"]
+    q8 = probe(data, total, context=4096, kv_type="q8", judge=True)["fit"]
+    assert f32["engine"] == q8["engine"] == "cpu" and f32["budget_bytes"] == WASM_MEMORY_BYTES
+    assert not f32["ok"] and any("kv_type q8 or q4" in r and "4096-token f32 KV cache" in r for r in f32["reasons"])
+    assert q8["ok"], q8["reasons"]
+    from pyshim.gguf.header import read_header
+    from pyshim.gguf.spec import ModelSpec
+
+    spec = ModelSpec.from_header(read_header(data, file_size=total))
+    assert f32["need_bytes"] - q8["need_bytes"] == kv_cache_bytes(spec, 4096, "f32") - kv_cache_bytes(spec, 4096, "q8")

@@ -12,8 +12,9 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 import tiny_models
-from pyshim.errors import UnsupportedError
+from pyshim.errors import BadRequestError, UnsupportedError
 from pyshim.exec.runner import Slice, Step, Want
+from pyshim.exec.wasm_module import NativeModule
 from pyshim.exec.wasm_runner import load_wasm
 from pyshim.plan.settings import Arithmetic, RunSettings
 from runners import Drive, assert_greedy_like_reference, reference
@@ -23,9 +24,11 @@ from test_gpu_llama_cpp import FX, _model
 F32, INT8 = Arithmetic.F32, Arithmetic.INT8
 
 
-def wasm(path, *, arithmetic=INT8, context=tiny_models.N_CTX, chunk=None, **settings) -> Drive:
+def wasm(path, *, arithmetic=INT8, context=tiny_models.N_CTX, chunk=None, relaxed=None, **settings) -> Drive:
+    """`relaxed`: the relaxed-SIMD build or the plain one (None: the default, relaxed where built)."""
     extra = {} if chunk is None else {"prefill_chunk": chunk}
-    return Drive(load_wasm(path, settings=RunSettings(context=context, arithmetic=arithmetic, **extra, **settings)))
+    module = None if relaxed is None else NativeModule(relaxed=relaxed)
+    return Drive(load_wasm(path, settings=RunSettings(context=context, arithmetic=arithmetic, **extra, **settings), module=module))
 
 
 def tiny(tmp_path_factory, arch, qtype_name):
@@ -64,21 +67,26 @@ def test_small_steps_then_decode_equal_one_step(tmp_path_factory, arch, qtype):
     np.testing.assert_allclose(np.stack(got), whole[10:], atol=2e-4 * np.abs(whole).max(), rtol=1e-3)
 
 
-@pytest.mark.parametrize("name, arithmetic", [("smollm2", INT8), ("smollm2", F32), ("gemma3", F32)])
+@pytest.mark.parametrize("name, arithmetic", [("smollm2", F32), ("gemma3", F32)])
 def test_greedy_32_like_reference(name, arithmetic):
-    """32 greedy tokens, each the reference's argmax in the same arithmetic."""
+    """32 greedy tokens, each the reference's argmax in the same arithmetic. f32 only: on a deep model the
+    int8 route cannot equal any other run token for token (a 1-ulp difference upstream moves an activation
+    across a rounding boundary, and the step after it differs by up to what int8 rounding itself does; the
+    relaxed-SIMD build's other summation order turns SmolLM2's 0.14-logit near-tie at token 23 of this
+    prompt), so the int8 route is held to llama.cpp below, as the GPU's is."""
     _, path = _model(name)
     prompt = FX["models"][name]["passage"]["ids"][:24]
     ref = reference(path, context=256, arithmetic=arithmetic)
     assert_greedy_like_reference(ref, wasm(path, arithmetic=arithmetic, context=256).runner, prompt, n=32)
 
 
+@pytest.mark.parametrize("relaxed", [False, True], ids=["simd128", "relaxed"])
 @pytest.mark.parametrize("name", ["smollm2", "gemma3", "qwen2.5"])
-def test_int8_scores_as_close_to_llama_cpp_as_llama_cpp_is_to_itself(name):
+def test_int8_scores_as_close_to_llama_cpp_as_llama_cpp_is_to_itself(name, relaxed):
     """The issue's bar for the int8 route, as the GPU's: top-1 agreement with llama.cpp's batch run at
-    least llama.cpp's own batch-vs-sequential agreement, llama.cpp's top-1 always in the top 5."""
+    least llama.cpp's own batch-vs-sequential agreement, llama.cpp's top-1 always in the top 5; both builds."""
     m, path = _model(name)
-    top_ids, _ = wasm(path, context=512).scores(m["passage"]["ids"], 10)
+    top_ids, _ = wasm(path, context=512, relaxed=relaxed).scores(m["passage"]["ids"], 10)
     want = np.array(m["passage"]["top_ids"])[:, 0]
     top1 = float(np.mean(top_ids[:, 0] == want))
     self_top1 = float(np.mean(want == np.array(m["passage_sequential"]["top_ids"])[:, 0]))
@@ -118,13 +126,34 @@ def test_activations_share_the_arena(tmp_path_factory):
     assert runner.ops.arena_bytes >= program.arena_bytes
 
 
-@pytest.mark.parametrize("settings, match", [
-    (dict(kv_type="q8"), "f32 KV cache"),
-    (dict(arithmetic=Arithmetic.EXACT), "int8 route or f32"),
+@pytest.mark.parametrize("kv_type", ["f16", "q8", "q4"])
+@pytest.mark.parametrize("arch", ["gemma3", "qwen2", "llama"])
+def test_kv_cache_types_match_reference(tmp_path_factory, arch, kv_type):
+    """The smaller caches as tests/test_kv_types.py checks the GPU's: prompt chunks of 4, then one token at
+    a time, nearer the reference with this cache than the f32 reference is, and the same greedy tokens."""
+    path = tiny(tmp_path_factory, arch, "F32")
+    ids = tiny_models.test_ids() + [5, 77, 300, 9, 12, 41, 42, 43]
+    want = Drive(reference(path, context=tiny_models.N_CTX, kv_type=kv_type)).logits(ids, all_logits=True)
+    f32 = Drive(reference(path, context=tiny_models.N_CTX)).logits(ids, all_logits=True)
+    drive = wasm(path, arithmetic=F32, chunk=4, kv_type=kv_type)
+    runner = drive.runner
+    rows = [runner.run(Step.of(ids[at:min(at + 4, 9)], at, want=Want.ALL_LOGITS))[0].logits for at in range(0, 9, 4)]
+    rows += [runner.run(Step.of([ids[pos]], pos))[0].logits[None] for pos in range(9, len(ids))]
+    got = np.concatenate(rows)
+    err, effect = np.abs(got - want).max(), np.abs(f32 - want).max()
+    assert err < effect * 0.5, (err, effect)
+    assert np.array_equal(got.argmax(-1), want.argmax(-1))
+    f32_bytes = wasm(path, context=64).runner.memory()["kv_bytes"]
+    assert wasm(path, context=64, kv_type=kv_type).runner.memory()["kv_bytes"] == f32_bytes * {"f16": 64, "q8": 36, "q4": 20}[kv_type] // 128
+
+
+@pytest.mark.parametrize("settings, error, match", [
+    (dict(arithmetic=Arithmetic.EXACT), UnsupportedError, "int8 route or f32"),
+    (dict(kv_type="q3"), BadRequestError, "unknown KV cache type"),
 ])
-def test_refuses_what_it_does_not_run(tmp_path_factory, settings, match):
+def test_refuses_what_it_does_not_run(tmp_path_factory, settings, error, match):
     path = tiny(tmp_path_factory, "llama", "Q4_0")
-    with pytest.raises(UnsupportedError, match=match):
+    with pytest.raises(error, match=match):
         load_wasm(path, settings=RunSettings(context=64, **settings))
 
 

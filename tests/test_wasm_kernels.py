@@ -13,7 +13,8 @@ from gpu_helpers import random_weight
 from pyshim.exec import wasm_module
 from pyshim.exec.llama_cpp import _q8_0_roundtrip, gelu_llama_cpp, llama_cpp_activations, q8_1_sum_correction
 from pyshim.exec.reference import gelu_tanh, rotate
-from pyshim.exec.wasm_ops import F32_ROUTE, GELU_LLAMA_CPP
+from pyshim.exec.kvcache import ROUNDING, q4_round, q8_round
+from pyshim.exec.wasm_ops import F32_ROUTE, GELU_LLAMA_CPP, KV_CODE
 from pyshim.gguf.tensors import dequantize_rows
 from pyshim.models.rope import RopeSpec, cos_sin, pair_tables
 
@@ -23,8 +24,9 @@ TYPES = [QT.F32, QT.F16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_K, Q
 class Engine:
     """The built module with NumPy arrays in and out."""
 
-    def __init__(self):
-        self.m = wasm_module.NativeModule(wasm_module.build())
+    def __init__(self, relaxed: bool):
+        self.m = wasm_module.NativeModule(wasm_module.build(relaxed=relaxed))
+        assert self.m.relaxed == relaxed
 
     def put(self, a) -> int:
         a = np.ascontiguousarray(a)
@@ -48,9 +50,10 @@ class Engine:
         return self.get(y, (n, m))
 
 
-@pytest.fixture(scope="module")
-def eng():
-    return Engine()
+@pytest.fixture(scope="module", params=[False, True], ids=["simd128", "relaxed"])
+def eng(request):
+    """The plain SIMD128 build and its relaxed-SIMD twin (their integer dot products are the same sums)."""
+    return Engine(request.param)
 
 
 def activations(rng, n: int, k: int) -> np.ndarray:
@@ -163,24 +166,50 @@ def test_rope(eng, spec):
     check(eng.get(y, x.shape), rotate(x, cos, sin, spec), rel=1e-6)
 
 
+def kv_rows(kv_type: str, x: np.ndarray) -> np.ndarray:
+    """x [..., hd] as engine.c's kv_store_row lays a row out (q8/q4: an f32 scale, then the levels), from
+    the reference's rounding: what the cache must hold, byte for byte."""
+    if kv_type == "f32":
+        return x.view(np.uint8)
+    if kv_type == "f16":
+        return x.astype(np.float16).view(np.uint8)
+    blocks = x.reshape(-1, 32)
+    if kv_type == "q8":
+        d = np.abs(blocks).max(-1, keepdims=True) / np.float32(127)
+        q = np.rint(q8_round(blocks) / np.where(d > 0, d, 1)).astype(np.int8)
+        packed = q.view(np.uint8)
+    else:
+        first = np.abs(blocks).argmax(-1)[:, None]
+        d = np.take_along_axis(blocks, first, -1) / np.float32(-8)
+        q = (np.rint(q4_round(blocks) / np.where(d != 0, d, 1)) + 8).astype(np.uint8)
+        packed = q[:, :16] | q[:, 16:] << 4
+    return np.concatenate([d.astype(np.float32).view(np.uint8), packed], axis=1).reshape(*x.shape[:-1], -1)
+
+
+@pytest.mark.parametrize("kv_type", ["f32", "f16", "q8", "q4"])
 @pytest.mark.parametrize("hq, hkv, window, softcap", [(4, 2, 0, 0.0), (3, 1, 5, 0.0), (2, 2, 0, 30.0)])
-def test_attention(eng, hq, hkv, window, softcap):
-    """A 3-token step after 9 cached positions: keys written at their positions, then causal (windowed,
-    soft-capped) softmax attention with GQA."""
+def test_attention(eng, hq, hkv, window, softcap, kv_type):
+    """A 3-token step after 9 cached positions: keys stored at their positions as the cache type holds
+    them (the reference's rounding, byte for byte), then causal (windowed, soft-capped) softmax attention
+    with GQA over the stored values."""
     rng = np.random.default_rng(hq + 10 * window)
-    n_ctx, hd, hdv, past, n = 16, 32, 32, 9, 3
+    n_ctx, hd, hdv, past, n = 16, 64, 32, 9, 3
     keys = rng.standard_normal((past + n, hkv, hd), dtype=np.float32)
     vals = rng.standard_normal((past + n, hkv, hdv), dtype=np.float32)
+    keys[2, 0, :32] = 0.0                     # an all-zero block
     q = rng.standard_normal((n, hq, hd), dtype=np.float32)
-    kc, vc = np.zeros((n_ctx, hkv, hd), np.float32), np.zeros((n_ctx, hkv, hdv), np.float32)
-    kc[:past], vc[:past] = keys[:past], vals[:past]
+    kc = np.zeros((n_ctx, *kv_rows(kv_type, keys[0]).shape), np.uint8)
+    vc = np.zeros((n_ctx, *kv_rows(kv_type, vals[0]).shape), np.uint8)
+    kc[:past], vc[:past] = kv_rows(kv_type, keys[:past]), kv_rows(kv_type, vals[:past])
     kc_ptr, vc_ptr = eng.put(kc), eng.put(vc)
     pos = np.arange(past, past + n, dtype=np.int32)
     y = eng.empty(4 * n * hq * hdv)
     scale = 1 / np.sqrt(hd)
     eng.m.call("attention", eng.put(q), eng.put(keys[past:]), eng.put(vals[past:]), eng.put(pos), n, hq, hkv, hd, hdv,
-               kc_ptr, vc_ptr, float(scale), window, float(softcap), y, eng.empty(4 * n_ctx), n_ctx)
-    np.testing.assert_array_equal(eng.get(kc_ptr, (n_ctx, hkv, hd))[:past + n], keys)
+               kc_ptr, vc_ptr, float(scale), window, float(softcap), y, eng.empty(4 * n_ctx), n_ctx, KV_CODE[kv_type])
+    np.testing.assert_array_equal(eng.get(kc_ptr, kc.shape, np.uint8)[:past + n], kv_rows(kv_type, keys))
+    np.testing.assert_array_equal(eng.get(vc_ptr, vc.shape, np.uint8)[:past + n], kv_rows(kv_type, vals))
+    keys, vals = ROUNDING[kv_type](keys), ROUNDING[kv_type](vals)
     want = np.zeros((n, hq, hdv))
     for t in range(n):
         for h in range(hq):

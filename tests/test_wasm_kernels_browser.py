@@ -13,10 +13,10 @@ from test_wasm_kernels import *  # noqa: F401,F403 — the same tests, collected
 
 pytestmark = pytest.mark.browser
 
-INSTANTIATE_JS = """async () => {
+INSTANTIATE_JS = """async (relaxed) => {
   const cpu = await import(new URL("engine/cpu.js", document.baseURI).href);
-  window.__pyshimCpu = await cpu.instantiate(1);
-  return window.__pyshimCpu.threads;
+  window.__pyshimCpu = await cpu.instantiate(1, { relaxed });
+  return [window.__pyshimCpu.threads, window.__pyshimCpu.relaxed, cpu.relaxedSimdSupported()];
 }"""
 WRITE_JS = "([ptr, b64]) => window.__pyshimCpu.write(ptr, Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)))"
 READ_JS = """([ptr, n]) => {
@@ -52,11 +52,12 @@ class PageEngine(test_wasm_kernels.Engine):
         self.m = PageShim(page)
 
 
-@pytest.fixture(scope="module")
-def eng(chromium, dev_server):
+@pytest.fixture(scope="module", params=[False, True], ids=["simd128", "relaxed"])
+def eng(request, chromium, dev_server):
+    """The page's plain build, and its relaxed-SIMD one (Chromium has relaxed SIMD: the probe must say so)."""
     context = chromium.new_context()
     page = context.new_page()
     page.goto(dev_server.url + "manifest.webmanifest")       # any same-origin document: nothing else loads
-    assert page.evaluate(INSTANTIATE_JS) == 1
+    assert page.evaluate(INSTANTIATE_JS, request.param) == [1, request.param, True]
     yield PageEngine(page)
     context.close()

@@ -17,7 +17,7 @@
 
 import { handleEndpoint, handleMessage } from "./engine/endpoint.js";
 
-const CACHE_VERSION = "v9";
+const CACHE_VERSION = "v10";
 const CACHE = `pyshim-shell-${CACHE_VERSION}`;
 const CACHE_PREFIX = "pyshim-shell-";
 const SCOPE = new URL(self.registration.scope);
@@ -33,7 +33,8 @@ const SHELL = [
   "examples/element.html", "examples/api.html",
   "engine/endpoint.js", "engine/host.js", "examples/openai.html", "examples/pyscript.html",
   "engine/grammar.js", "engine/remote.js", "engine/gpu.js", "engine/cpu.js", "engine/cpu-thread.js",
-  "vendor/pyshim-cpu.wasm", "vendor/pyshim-cpu-mt.wasm", "vendor/xgrammar/index.js",
+  "vendor/pyshim-cpu.wasm", "vendor/pyshim-cpu-mt.wasm", "vendor/pyshim-cpu-relaxed.wasm", "vendor/pyshim-cpu-mt-relaxed.wasm",
+  "vendor/xgrammar/index.js",
   "vendor/manifest.json", "vendor/definitions.js",
 ];
 const PYODIDE_CORE = ["pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json"];

@@ -291,5 +291,6 @@ def _run_in_browser(args: argparse.Namespace, path, settings, sampling) -> int:
                   "bytes_per_decode_step": t["bytes_per_decode_step"], "arithmetic": r["arithmetic"],
                   "generated": len(r["token_ids"]), "context": r.get("context"), "kv_type": r.get("kv_type"),
                   "auto": r.get("auto"), "expert_cache": _per_token(r.get("expert_cache"), len(prompt_ids) + len(r["token_ids"])),
-                  "layer_stream": r.get("layer_stream"), "device": r.get("device"), "threads": r.get("threads")})
+                  "layer_stream": r.get("layer_stream"), "device": r.get("device"), "threads": r.get("threads"),
+                  "relaxed_simd": r.get("relaxed_simd")})
     return 0

@@ -26,6 +26,7 @@ from pyshim.plan.settings import MAX_THREADS
 
 MODULE_NAME = "pyshim-cpu.wasm"
 THREADED_NAME = "pyshim-cpu-mt.wasm"
+RELAXED_SUFFIX = "-relaxed"     # pyshim-cpu-relaxed.wasm, pyshim-cpu-mt-relaxed.wasm
 # SIMD128 only (every browser with WebAssembly SIMD: Chrome 91+, Firefox 89+, Safari 16.4+); -O3 so the
 # loops vectorize beyond the intrinsics
 CFLAGS = ("--target=wasm32-wasi", "-mexec-model=reactor", "-O3", "-msimd128", "-s", "-Wall", "-Wextra",
@@ -36,6 +37,10 @@ CFLAGS = ("--target=wasm32-wasi", "-mexec-model=reactor", "-O3", "-msimd128", "-
 THREADED_FLAGS = ("-mcpu=generic+simd128+atomics+bulk_memory", "-Wl,--shared-memory", "-Wl,--import-memory",
                   "-Wl,--max-memory=4294901760", "-Wl,--export=__stack_pointer", "-Wl,--export=__wasm_init_tls",
                   "-Wl,--export=__tls_size", "-Wl,--export=__tls_align")
+# Relaxed SIMD (Chrome 114+, wasmtime): the integer dot products of int8 activations against the weights'
+# unsigned levels in one instruction (pmaddubsw, sdot) where SIMD128 needs six; each build has a relaxed
+# twin, used where the runtime validates it (web/engine/cpu.js, NativeModule)
+RELAXED_FLAGS = ("-mrelaxed-simd",)
 PAGE = 65536
 
 
@@ -43,8 +48,11 @@ def source_path() -> Path:
     return shaders_dir() / "wasm" / "engine.c"
 
 
-def module_path() -> Path:
-    return VENDOR_DIR / MODULE_NAME
+def module_path(*, threaded: bool = False, relaxed: bool = False) -> Path:
+    name = THREADED_NAME if threaded else MODULE_NAME
+    if relaxed:
+        name = name.replace(".wasm", RELAXED_SUFFIX + ".wasm")
+    return VENDOR_DIR / name
 
 
 def _fingerprint(flags: tuple[str, ...]) -> str:
@@ -53,16 +61,17 @@ def _fingerprint(flags: tuple[str, ...]) -> str:
 
 
 def build_step() -> str:
-    """`pyshim setup`'s step: both modules built (or found up to date), described."""
-    paths = [build(), build(threaded=True)]
+    """`pyshim setup`'s step: the four modules built (or found up to date), described."""
+    paths = [build(threaded=threaded, relaxed=relaxed) for threaded in (False, True) for relaxed in (False, True)]
     return ", ".join(f"{p.name} {p.stat().st_size / 1024:.0f} KB" for p in paths)
 
 
-def build(out: Path | None = None, *, force: bool = False, threaded: bool = False) -> Path:
-    """Compile the engine to `out` (default web/vendor/pyshim-cpu.wasm, or -mt.wasm `threaded`) unless a
-    build of the same source and flags is there; returns the module's path. Needs the `ziglang` package."""
-    flags = CFLAGS + (THREADED_FLAGS if threaded else ())
-    out = out or (VENDOR_DIR / THREADED_NAME if threaded else module_path())
+def build(out: Path | None = None, *, force: bool = False, threaded: bool = False, relaxed: bool = False) -> Path:
+    """Compile the engine to `out` (default web/vendor/pyshim-cpu[-mt][-relaxed].wasm as `threaded` and
+    `relaxed` say) unless a build of the same source and flags is there; returns the module's path. Needs
+    the `ziglang` package."""
+    flags = CFLAGS + (THREADED_FLAGS if threaded else ()) + (RELAXED_FLAGS if relaxed else ())
+    out = out or module_path(threaded=threaded, relaxed=relaxed)
     stamp = out.with_suffix(".sha256")
     want = _fingerprint(flags)
     if not force and out.is_file() and stamp.is_file() and stamp.read_text().strip() == want:
@@ -103,6 +112,7 @@ class Module(Protocol):
     def memory_bytes(self) -> int: ...
 
     threads: int                # threads a program runs on
+    relaxed: bool               # the relaxed-SIMD build
 
     def close(self) -> None:
         """End the engine's helper threads."""
@@ -111,21 +121,27 @@ class Module(Protocol):
 class NativeModule:
     """The engine under wasmtime in CPython (tests, `pyshim generate --backend wasm`). With `threads` > 1
     the threaded build over a shared memory, its helpers on Python threads (wasmtime's calls release the
-    GIL, so they run in parallel), each in a store and instance of its own with its own stack."""
+    GIL, so they run in parallel), each in a store and instance of its own with its own stack. `relaxed`:
+    the relaxed-SIMD build (None: where it is built; wasmtime runs relaxed SIMD)."""
 
-    def __init__(self, path: Path | None = None, *, threads: int = 1):
+    def __init__(self, path: Path | None = None, *, threads: int = 1, relaxed: bool | None = None):
         try:
             import wasmtime
         except ImportError:
             raise UnsupportedError("the CPU engine runs natively under wasmtime, which is not installed",
                                    hint="pip install wasmtime (or pip install -e '.[dev]')") from None
         self.threads = max(1, min(int(threads), MAX_THREADS))
-        path = path or (VENDOR_DIR / THREADED_NAME if self.threads > 1 else module_path())
+        if path is None:
+            if relaxed is None:
+                relaxed = module_path(threaded=self.threads > 1, relaxed=True).is_file()
+            path = module_path(threaded=self.threads > 1, relaxed=relaxed)
+        self.relaxed = RELAXED_SUFFIX in path.name
         if not path.is_file():
             raise UnsupportedError(f"the CPU engine is not built ({path} is missing)", hint="run `pyshim setup`")
         config = wasmtime.Config()
         config.cranelift_opt_level = "speed"
         config.wasm_threads = config.shared_memory = self.threads > 1
+        config.wasm_relaxed_simd = True
         self._engine = wasmtime.Engine(config)
         self._store = wasmtime.Store(self._engine)
         module = wasmtime.Module.from_file(self._engine, str(path))
@@ -250,6 +266,10 @@ class PageModule:
     @property
     def threads(self) -> int:
         return int(self.engine.threads)
+
+    @property
+    def relaxed(self) -> bool:
+        return bool(self.engine.relaxed)
 
     def close(self) -> None:
         self.engine.close()

@@ -6,7 +6,8 @@ executes in one call. Tensors are places in one activation arena shared by every
 at a time); after recording, each tensor gets an offset by first fit, freed after its last use, so a
 512-token prefill needs a few of its activations at once, not all of them. Weights are copied into the
 module's memory once, as GGUF blocks (the norms' and biases' as f32), and KV caches are allocated per
-sequence on first use: [n_ctx, kv heads, head dim] f32 per layer, indexed by position.
+sequence on first use: per layer [n_ctx, kv heads] rows of a head's values in the cache's type (f32, f16,
+or q8/q4 blocks of 32: engine.c's kv_store_row), indexed by position.
 """
 
 from __future__ import annotations
@@ -25,15 +26,17 @@ from pyshim.gguf.tensors import WeightStore, dequantize_rows
 from pyshim.gguf.types import check_runnable
 from pyshim.models.ops import ACTIVATIONS, AttnSpec, RouterSpec
 from pyshim.models.rope import RopeSpec, pair_tables
-from pyshim.plan.settings import MAX_THREADS, Arithmetic
+from pyshim.plan.settings import MAX_THREADS, Arithmetic, kv_type as kv_type_named
 
-OP_WORDS = 18
+OP_WORDS = 20
 OP = {name: i for i, name in enumerate(("embed", "matmul", "rmsnorm", "rope", "attention", "glu", "add", "scale",
                                          "softcap", "copy_cols", "argmax"), start=1)}
 F32_ROUTE = 0x100                # or-ed into a matmul's type word (engine.c)
 GLU_ACT = {"silu": 0, "gelu_tanh": 1}
 GELU_LLAMA_CPP = 2               # tanh-GELU through f16, as llama.cpp's CPU backend (the int8 route's)
 ALIGN = 64
+KV_CODE = {"f32": 0, "f16": 1, "q8": 2, "q4": 3}   # the cache's type word (engine.c's KV_*)
+MAX_HEAD_DIM = 512               # engine.c: a cached row is read back into a stack buffer of this many values
 
 
 class Buf:
@@ -93,11 +96,22 @@ class WasmOps:
     """`pyshim.models.ops.Ops` recorded for the CPU engine; `begin(n, seq)` ... `end()` around a forward."""
 
     def __init__(self, module: Module, store: WeightStore, spec, n_ctx: int, arithmetic: Arithmetic, *, max_seqs: int,
-                 max_step: int, upload_now: bool = True):
+                 max_step: int, kv_type: str = "f32", upload_now: bool = True):
         if arithmetic not in (Arithmetic.INT8, Arithmetic.F32):
             raise UnsupportedError(f"the CPU engine runs the int8 route or f32, not {arithmetic.value}",
                                    hint="use arithmetic 'int8' (the default) or 'f32'")
-        self.module, self.store, self.spec, self.n_ctx = module, store, spec, n_ctx
+        try:
+            words = module.call("op_words")
+        except Exception:       # (a module older than the export: wasmtime's KeyError, the page's TypeError)
+            words = None
+        if words != OP_WORDS:
+            raise UnsupportedError("the CPU engine's module was built from an older shaders/wasm/engine.c",
+                                   hint="rebuild it: pyshim setup")
+        kv_type_named(kv_type).check_heads(spec.head_dim_k, spec.head_dim_v)
+        if max(spec.head_dim_k, spec.head_dim_v) > MAX_HEAD_DIM:
+            raise UnsupportedError(f"the CPU engine's attention takes heads of up to {MAX_HEAD_DIM} values, not "
+                                   f"{max(spec.head_dim_k, spec.head_dim_v)}", hint="use the gpu backend for this model")
+        self.module, self.store, self.spec, self.n_ctx, self.kv_type = module, store, spec, n_ctx, kv_type
         self.arithmetic, self.max_seqs, self.max_step = arithmetic, max_seqs, max_step
         self._bound: dict[str, Weight] = {}
         self._ropes: dict[tuple, tuple[int, float]] = {}
@@ -153,18 +167,22 @@ class WasmOps:
         return np.frombuffer(self.module.read(w.ptr, 4 * math.prod(w.shape)), dtype=np.float32)
 
     # --- caches ---
+    def _cache_bytes(self, head_dim: int) -> int:
+        """One layer's keys (or values) of one sequence: n_ctx positions × kv heads × a row of the type."""
+        return int(kv_type_named(self.kv_type).bytes_per_value * head_dim) * self.n_ctx * self.spec.n_kv_heads
+
     def cache(self, seq: int) -> list[tuple[int, int]]:
-        """Sequence `seq`'s KV cache: per layer (keys, values), f32 [n_ctx, kv heads, head dim], made on first use."""
+        """Sequence `seq`'s KV cache: per layer (keys, values), made on first use."""
         if seq not in self._caches:
             spec = self.spec
-            self._caches[seq] = [(self.module.alloc(4 * self.n_ctx * spec.n_kv_heads * spec.head_dim_k),
-                                  self.module.alloc(4 * self.n_ctx * spec.n_kv_heads * spec.head_dim_v))
+            self._caches[seq] = [(self.module.alloc(self._cache_bytes(spec.head_dim_k)),
+                                  self.module.alloc(self._cache_bytes(spec.head_dim_v)))
                                  for _ in range(spec.n_layers)]
         return self._caches[seq]
 
     def kv_bytes(self) -> int:
         spec = self.spec
-        return 4 * self.n_ctx * spec.n_kv_heads * (spec.head_dim_k + spec.head_dim_v) * spec.n_layers * len(self._caches)
+        return (self._cache_bytes(spec.head_dim_k) + self._cache_bytes(spec.head_dim_v)) * spec.n_layers * len(self._caches)
 
     # --- recording ---
     def begin(self, n: int, seq: int) -> WasmProgram:
@@ -300,7 +318,8 @@ class WasmOps:
         kc, vc = self.cache(self._seq)[spec.layer]
         scores = Tensor(Buf(4 * self.n_ctx * MAX_THREADS), (MAX_THREADS, self.n_ctx))     # a row per thread
         self._op("attention", q, k, v, positions, n, spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.head_dim_v,
-                 Fixed(kc), Fixed(vc), F(spec.scale), spec.window, F(spec.softcap), out, scores, self.n_ctx)
+                 Fixed(kc), Fixed(vc), F(spec.scale), spec.window, F(spec.softcap), out, scores, self.n_ctx,
+                 KV_CODE[self.kv_type])
         return out
 
     def glu(self, gate: Tensor, up: Tensor, act: str) -> Tensor:

@@ -19,7 +19,7 @@ from pyshim.exec.runner import Capacity, HeldTokens, Output, Progress, RunnerSta
 from pyshim.exec.wasm_module import Module, NativeModule
 from pyshim.exec.wasm_ops import WasmOps, WasmProgram
 from pyshim.plan.memory import per_token
-from pyshim.plan.settings import Arithmetic, RunSettings
+from pyshim.plan.settings import AUTO, Arithmetic, RunSettings
 
 MAX_SEQS = 8            # sequences held at once (each KV cache is made on first use)
 KEEP_PROGRAMS = 8       # step shapes (other than one token) kept recorded
@@ -49,6 +49,11 @@ class WasmRunner:
     @property
     def threads(self) -> int:
         return self.module.threads
+
+    @property
+    def relaxed_simd(self) -> bool:
+        """Whether the module is the relaxed-SIMD build (web/engine/cpu.js and NativeModule pick it where they can)."""
+        return self.module.relaxed
 
     @property
     def weight_bytes(self) -> int:
@@ -123,7 +128,8 @@ class WasmRunner:
         """None: the CPU engine streams no layers."""
 
     def memory(self) -> dict:
-        return {"module_bytes": self.module.memory_bytes, "threads": self.module.threads, "weight_bytes": self.ops.weight_bytes,
+        return {"module_bytes": self.module.memory_bytes, "threads": self.module.threads, "relaxed_simd": self.relaxed_simd,
+                "weight_bytes": self.ops.weight_bytes,
                 "kv_bytes": self.ops.kv_bytes(), "arena_bytes": self.ops.arena_bytes}
 
 
@@ -139,11 +145,17 @@ def load_wasm(path: str | Path | None = None, *, header=None, source=None, setti
 
     header, source, spec = open_model(path, header=header, source=source)
     spec = settings.spec_for(spec)
-    if settings.kv_type not in ("auto", "f32"):
-        raise UnsupportedError(f"the CPU engine keeps an f32 KV cache, not {settings.kv_type}", hint="use kv_type 'f32' or 'auto'")
-    settings = replace(settings, kv_type="f32")       # (the memory plan's choice of cache types is the GPU's)
+    if settings.kv_type == AUTO:
+        settings = replace(settings, kv_type="f32")   # (the memory plan's choice of cache types is the GPU's)
     n_ctx = settings.context_for(spec.context_length)
-    ops = WasmOps(module or NativeModule(threads=settings.threads or 1), WeightStore(tensor_refs_from_header(header), source), spec, n_ctx,
-                  settings.arithmetic or Arithmetic.INT8, max_seqs=MAX_SEQS, max_step=settings.prefill_chunk,
-                  upload_now=upload_now)
-    return WasmRunner(spec, header, ops, build_model(spec, ops), settings, n_ctx)
+    own = module is None
+    module = module or NativeModule(threads=settings.threads or 1)
+    try:
+        ops = WasmOps(module, WeightStore(tensor_refs_from_header(header), source), spec, n_ctx,
+                      settings.arithmetic or Arithmetic.INT8, max_seqs=MAX_SEQS, max_step=settings.prefill_chunk,
+                      kv_type=settings.kv_type, upload_now=upload_now)
+        return WasmRunner(spec, header, ops, build_model(spec, ops), settings, n_ctx)
+    except BaseException:
+        if own:             # (its helper threads end with it; a caller's module is the caller's to close)
+            module.close()
+        raise

@@ -315,28 +315,29 @@ def fits(est: MemoryEstimate, *, budget_bytes: int | None = None, max_binding_by
 WASM_MEMORY_BYTES = 4 << 30
 
 
-def cpu_engine_fit(spec: ModelSpec, est: MemoryEstimate, context: int) -> Fit:
+def cpu_engine_fit(spec: ModelSpec, est: MemoryEstimate, context: int, kv_type: str = "f32") -> Fit:
     """Whether the model runs on the WebAssembly CPU engine (pyshim.exec.wasm_runner: no WebGPU adapter,
-    or the CPU chosen): its tensor types; no mixture of experts yet; weights, an f32 KV cache of `context`
-    positions and the activations within its 4 GiB memory."""
+    or the CPU chosen): its tensor types; no mixture of experts yet; weights, a `kv_type` KV cache of
+    `context` positions and the activations within its 4 GiB memory."""
     reasons = []
     unrunnable = unrunnable_reason(est.unrunnable)
     if unrunnable:
         reasons.append(unrunnable)
     if spec.n_experts:
         reasons.append("mixtures of experts do not run on the CPU engine yet, and this browser gives no WebGPU adapter")
-    kv = kv_cache_bytes(spec, context, "f32")
-    need = cpu_engine_bytes(spec, est, context)
+    kv = kv_cache_bytes(spec, context, kv_type)
+    need = cpu_engine_bytes(spec, est, context, kv_type)
     if need > WASM_MEMORY_BYTES:
+        smaller = "" if kv_type == "q4" else ", a smaller KV cache type (kv_type q8 or q4)"
         reasons.append(f"on the CPU engine (no WebGPU adapter here) weights ({_mib(est.weight_bytes)}), a {context}-token "
-                       f"f32 KV cache ({_mib(kv)}) and activations need {_mib(need)}, more than the {_mib(WASM_MEMORY_BYTES)} "
-                       "a WebAssembly engine can address; try a shorter context or a smaller model")
+                       f"{kv_type} KV cache ({_mib(kv)}) and activations need {_mib(need)}, more than the {_mib(WASM_MEMORY_BYTES)} "
+                       f"a WebAssembly engine can address; try a shorter context{smaller} or a smaller model")
     return Fit(ok=not reasons, reasons=tuple(reasons))
 
 
-def cpu_engine_bytes(spec: ModelSpec, est: MemoryEstimate, context: int) -> int:
-    """The CPU engine's memory for the model: weights, an f32 KV cache of `context` positions, activations."""
-    return est.weight_bytes + kv_cache_bytes(spec, context, "f32") + est.activation_bytes
+def cpu_engine_bytes(spec: ModelSpec, est: MemoryEstimate, context: int, kv_type: str = "f32") -> int:
+    """The CPU engine's memory for the model: weights, a `kv_type` KV cache of `context` positions, activations."""
+    return est.weight_bytes + kv_cache_bytes(spec, context, kv_type) + est.activation_bytes
 
 
 MIN_CONTEXT = 512     # shorter than this a chat assistant is not worth loading (pyshim.plan.auto goes no lower)

@@ -57,8 +57,9 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
         return {**summary, "supported": False, "reason": str(exc),
                 **({"fit": _verdict([str(exc)], None, budget_bytes)} if judge else {})}
     binding = None if limits is None else limits.get("max_storage_buffer_binding_size")
-    # the CPU engine keeps an f32 cache of the context asked for, else of the default (RunSettings.context_for)
-    cpu_context = min(spec.context_length, context or DEFAULT_CONTEXT)
+    # the CPU engine keeps a cache of the type asked for ("auto": f32) and of the context asked for, else of
+    # the default (pyshim.exec.wasm_runner.load_wasm, RunSettings.context_for)
+    cpu_context, cpu_kv = min(spec.context_length, context or DEFAULT_CONTEXT), "f32" if kv_type == AUTO else kv_type
     choice, asked_auto = None, kv_type == AUTO
     if asked_auto:      # the context (unless named) and KV type pyshim.plan.auto picks for the budget
         named = None if context is None else min(context, spec.context_length)
@@ -93,8 +94,8 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
     }
     if judge:
         if limits is None:      # no WebGPU adapter: the WebAssembly CPU engine runs it, in its 4 GiB
-            out["fit"] = {**_verdict(list(cpu_engine_fit(spec, est, cpu_context).reasons),
-                                     cpu_engine_bytes(spec, est, cpu_context), WASM_MEMORY_BYTES), "engine": "cpu"}
+            out["fit"] = {**_verdict(list(cpu_engine_fit(spec, est, cpu_context, cpu_kv).reasons),
+                                     cpu_engine_bytes(spec, est, cpu_context, cpu_kv), WASM_MEMORY_BYTES), "engine": "cpu"}
         else:
             reasons = list(fits(est, budget_bytes=budget_bytes, max_binding_bytes=binding,
                                 max_buffer_bytes=limits.get("max_buffer_size")).reasons)

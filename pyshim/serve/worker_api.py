@@ -368,7 +368,8 @@ async def complete(request_json: str, file_size: int, store, request_id: int, em
         runner = session.runner
         return {**_result(done, load_ms), "arithmetic": runner.arithmetic.value, "context": runner.n_ctx,
                 "kv_type": runner.settings.kv_type, "auto": runner.auto, "expert_cache": runner.expert_cache_stats(),
-                "layer_stream": runner.layer_stream_stats(), "device": runner.runs_on, "threads": getattr(runner, "threads", None)}
+                "layer_stream": runner.layer_stream_stats(), "device": runner.runs_on, "threads": getattr(runner, "threads", None),
+                "relaxed_simd": getattr(runner, "relaxed_simd", None)}
 
     return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
 

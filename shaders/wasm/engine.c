@@ -226,8 +226,9 @@ static void dequant_row(int t, const uint8_t *w, float *y, int k) {
 // ------------------------------------------------------------------ activations rounded to int8
 
 // Q8_0 / Q8_1 blocks of 32: int8 values, the scale rounded to f16 (as f32), and for Q8_1 the f16 of
-// d * sum(q) (llama.cpp multiplies a Q4_1 block's min by that, not by the exact sum).
-typedef struct { float d, s; } Q8Meta;
+// d * sum(q) (llama.cpp multiplies a Q4_1 block's min by that, not by the exact sum); `sum` itself for
+// the relaxed build, whose dot products take the weights' unsigned levels and subtract their offset times it.
+typedef struct { float d, s; int32_t sum; } Q8Meta;
 
 static void quantize_q8_0(const float *x, int k, int8_t *q, Q8Meta *meta) {
     for (int b = 0; b < k / 32; b++, x += 32, q += 32) {
@@ -238,6 +239,7 @@ static void quantize_q8_0(const float *x, int k, int8_t *q, Q8Meta *meta) {
         for (int j = 0; j < 32; j++) { q[j] = (int8_t)rintf(x[j] * inv); sum += q[j]; }
         meta[b].d = round_f16(d);
         meta[b].s = round_f16(d * (float)sum);
+        meta[b].sum = sum;
     }
 }
 
@@ -276,16 +278,25 @@ static void quantize_q8_k(const float *x, int k, int8_t *q, Q8KMeta *meta) {
 // per super-block for the k-quants) and are scaled into f32x4 lanes; one horizontal sum per token ends.
 #define TOKENS 4
 
+#ifdef __wasm_relaxed_simd__
+// x (int8 lanes) . u (lanes in [0, 128)) into acc's i32 lanes, four products a lane: one instruction where
+// the CPU has it. Exact for such u on every CPU (the relaxed part is only what a u >= 128 would give),
+// so the relaxed build's integer sums are the plain build's.
+#define DOT_U(x, u, acc) wasm_i32x4_relaxed_dot_i8x16_i7x16_add((x), (u), (acc))
+#endif
+
 // Q4_0 / Q4_1 / Q5_0 / Q8_0 row . Q8_0-rounded activations
-static void dot_q8_0_family(int t, const uint8_t *w, const int8_t *q, const Q8Meta *meta, int k, int nt, float *out) {
+// (inlined at each call with its type a constant: the type's branches leave the inner loops)
+static inline __attribute__((always_inline)) void dot_q8_0_family(int t, const uint8_t *w, const int8_t *q, const Q8Meta *meta, int k, int nt, float *out) {
     v128_t acc[TOKENS];
     float mins[TOKENS];
     for (int j = 0; j < nt; j++) { acc[j] = wasm_f32x4_splat(0.0f); mins[j] = 0.0f; }
     const v128_t low4 = wasm_i8x16_splat(0x0F);
     int bb = block_bytes(t), nb = k / 32;
     for (int b = 0; b < nb; b++, w += bb) {
-        v128_t lo, hi;
+        v128_t lo, hi;              // the block's 32 levels, unsigned (0..15 or 0..31) but for Q8_0's
         float d = f16_to_f32(load_u16(w)), m = 0.0f;
+        int off = 0;                // what the levels stand for: level - off
         if (t == T_Q8_0) {
             lo = wasm_v128_load(w + 2);
             hi = wasm_v128_load(w + 18);
@@ -301,15 +312,48 @@ static void dot_q8_0_family(int t, const uint8_t *w, const int8_t *q, const Q8Me
             hl = wasm_v128_and(wasm_i8x16_eq(wasm_v128_and(hl, sel), sel), bit);
             hh = wasm_v128_and(wasm_i8x16_eq(wasm_v128_and(hh, sel), sel), bit);
             v128_t packed = wasm_v128_load(w + 6);
-            lo = wasm_i8x16_sub(wasm_v128_or(wasm_v128_and(packed, low4), hl), wasm_i8x16_splat(16));
-            hi = wasm_i8x16_sub(wasm_v128_or(wasm_u8x16_shr(packed, 4), hh), wasm_i8x16_splat(16));
+            lo = wasm_v128_or(wasm_v128_and(packed, low4), hl);
+            hi = wasm_v128_or(wasm_u8x16_shr(packed, 4), hh);
+            off = 16;
         } else {
             v128_t packed = wasm_v128_load(w + (t == T_Q4_1 ? 4 : 2));
             lo = wasm_v128_and(packed, low4);
             hi = wasm_u8x16_shr(packed, 4);
-            if (t == T_Q4_0) { lo = wasm_i8x16_sub(lo, wasm_i8x16_splat(8)); hi = wasm_i8x16_sub(hi, wasm_i8x16_splat(8)); }
+            if (t == T_Q4_0) off = 8;
             else m = f16_to_f32(load_u16(w + 2));
         }
+#ifdef __wasm_relaxed_simd__
+        // Q8_0's levels are signed: their magnitudes against the activations with the levels' signs (the
+        // activations are within +-127, so negating one is exact); a level of -128, which llama.cpp never
+        // writes, has no magnitude below 128: such a block takes the plain route below. For one token the
+        // signs cost more than they save (measured in Chromium: 0.8x), so decoding takes it too.
+        v128_t slo = wasm_i32x4_splat(0), shi = slo;
+        int relaxed = t != T_Q8_0 || nt > 1;
+        if (t == T_Q8_0 && relaxed) {
+            const v128_t min8 = wasm_i8x16_splat(-128);
+            relaxed = !wasm_v128_any_true(wasm_v128_or(wasm_i8x16_eq(lo, min8), wasm_i8x16_eq(hi, min8)));
+            slo = wasm_i8x16_shr(lo, 7);
+            shi = wasm_i8x16_shr(hi, 7);
+        }
+        if (relaxed) {
+            v128_t ulo = t == T_Q8_0 ? wasm_i8x16_abs(lo) : lo, uhi = t == T_Q8_0 ? wasm_i8x16_abs(hi) : hi;
+            for (int j = 0; j < nt; j++) {
+                const int8_t *x = q + (size_t)j * k + 32 * b;
+                const Q8Meta *mj = meta + (size_t)j * nb + b;
+                v128_t xa = wasm_v128_load(x), xb = wasm_v128_load(x + 16);
+                if (t == T_Q8_0) {      // (x ^ s) - s: -x where s = -1
+                    xa = wasm_i8x16_sub(wasm_v128_xor(xa, slo), slo);
+                    xb = wasm_i8x16_sub(wasm_v128_xor(xb, shi), shi);
+                }
+                v128_t isum = DOT_U(xa, ulo, DOT_U(xb, uhi, wasm_i32x4_splat(0)));
+                if (off) isum = wasm_i32x4_sub(isum, wasm_i32x4_make(off * mj->sum, 0, 0, 0));
+                acc[j] = wasm_f32x4_add(acc[j], wasm_f32x4_mul(wasm_f32x4_convert_i32x4(isum), wasm_f32x4_splat(d * mj->d)));
+                if (t == T_Q4_1) mins[j] += m * mj->s;
+            }
+            continue;
+        }
+#endif
+        if (off) { lo = wasm_i8x16_sub(lo, wasm_i8x16_splat(off)); hi = wasm_i8x16_sub(hi, wasm_i8x16_splat(off)); }
         // int16 lanes once per block: each token's dot is then 4 i32x4.dot_i16x8
         v128_t l0 = wasm_i16x8_extend_low_i8x16(lo), l1 = wasm_i16x8_extend_high_i8x16(lo);
         v128_t h0 = wasm_i16x8_extend_low_i8x16(hi), h1 = wasm_i16x8_extend_high_i8x16(hi);
@@ -328,7 +372,7 @@ static void dot_q8_0_family(int t, const uint8_t *w, const int8_t *q, const Q8Me
 }
 
 // Q4_K / Q5_K row . Q8_K-rounded activations
-static void dot_q45_k(int t, const uint8_t *w, const int8_t *q, const Q8KMeta *meta, int k, int nt, float *out) {
+static inline __attribute__((always_inline)) void dot_q45_k(int t, const uint8_t *w, const int8_t *q, const Q8KMeta *meta, int k, int nt, float *out) {
     float total[TOKENS] = {0};
     const v128_t low4 = wasm_i8x16_splat(0x0F), one = wasm_i8x16_splat(1);
     int bb = block_bytes(t), nb = k / 256;
@@ -352,6 +396,19 @@ static void dot_q45_k(int t, const uint8_t *w, const int8_t *q, const Q8KMeta *m
                 b0 = wasm_v128_or(b0, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(q0, 2 * c + 1), one), 4));
                 b1 = wasm_v128_or(b1, wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(q1, 2 * c + 1), one), 4));
             }
+#ifdef __wasm_relaxed_simd__
+            for (int j = 0; j < nt; j++) {
+                const int8_t *x = q + (size_t)j * k + 256 * b + 64 * c;
+                v128_t s = wasm_i32x4_mul(DOT_U(wasm_v128_load(x), a0, DOT_U(wasm_v128_load(x + 16), a1, wasm_i32x4_splat(0))),
+                                          wasm_i32x4_splat(s1));
+                s = wasm_i32x4_add(s, wasm_i32x4_mul(DOT_U(wasm_v128_load(x + 32), b0, DOT_U(wasm_v128_load(x + 48), b1, wasm_i32x4_splat(0))),
+                                                     wasm_i32x4_splat(s2)));
+                isum[j] = wasm_i32x4_add(isum[j], s);
+                const int16_t *bs = meta[(size_t)j * nb + b].bsums + 4 * c;
+                summ[j] += m1 * (bs[0] + bs[1]) + m2 * (bs[2] + bs[3]);
+            }
+            continue;
+#endif
             // the sub-block scales folded into the int16 weights (6-bit scale x 5-bit value < 2^11)
             v128_t k1 = wasm_i16x8_splat(s1), k2 = wasm_i16x8_splat(s2);
             v128_t a0l = wasm_i16x8_mul(wasm_u16x8_extend_low_u8x16(a0), k1), a0h = wasm_i16x8_mul(wasm_u16x8_extend_high_u8x16(a0), k1);
@@ -392,22 +449,38 @@ static void dot_q6_k(const uint8_t *w, const int8_t *q, const Q8KMeta *meta, int
         const int8_t *sc = (const int8_t *)(w + 192);
         float d = f16_to_f32(load_u16(w + 208));
         v128_t isum[TOKENS];
-        for (int j = 0; j < nt; j++) isum[j] = wasm_i32x4_splat(0);
+        int32_t offs[TOKENS];       // the relaxed build's: 32 x scale x the activations' sums, subtracted at the end
+        for (int j = 0; j < nt; j++) { isum[j] = wasm_i32x4_splat(0); offs[j] = 0; }
         for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8) {
             for (int l = 0; l < 32; l += 16) {       // two groups of 16: scale index l / 16
                 v128_t a = wasm_v128_load(ql + l), c = wasm_v128_load(ql + 32 + l), h = wasm_v128_load(qh + l);
-                v128_t v[4] = {
-                    wasm_i8x16_sub(wasm_v128_or(wasm_v128_and(a, low4), wasm_i8x16_shl(wasm_v128_and(h, three), 4)), m32),
-                    wasm_i8x16_sub(wasm_v128_or(wasm_v128_and(c, low4), wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h, 2), three), 4)), m32),
-                    wasm_i8x16_sub(wasm_v128_or(wasm_u8x16_shr(a, 4), wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h, 4), three), 4)), m32),
-                    wasm_i8x16_sub(wasm_v128_or(wasm_u8x16_shr(c, 4), wasm_i8x16_shl(wasm_u8x16_shr(h, 6), 4)), m32),
+                v128_t v[4] = {             // the 6-bit levels 0..63, standing for level - 32
+                    wasm_v128_or(wasm_v128_and(a, low4), wasm_i8x16_shl(wasm_v128_and(h, three), 4)),
+                    wasm_v128_or(wasm_v128_and(c, low4), wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h, 2), three), 4)),
+                    wasm_v128_or(wasm_u8x16_shr(a, 4), wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(h, 4), three), 4)),
+                    wasm_v128_or(wasm_u8x16_shr(c, 4), wasm_i8x16_shl(wasm_u8x16_shr(h, 6), 4)),
                 };
+#ifdef __wasm_relaxed_simd__
+                for (int j = 0; j < nt; j++) {
+                    const int8_t *x = q + (size_t)j * k + 256 * b + 128 * half + l;
+                    const int16_t *bs = meta[(size_t)j * nb + b].bsums + 8 * half + l / 16;   // sums of x + 32 g's 16
+                    v128_t s = wasm_i32x4_splat(0);
+                    for (int g = 0; g < 4; g++) {
+                        int scale = sc[l / 16 + 2 * g];
+                        s = wasm_i32x4_add(s, wasm_i32x4_mul(DOT_U(wasm_v128_load(x + 32 * g), v[g], wasm_i32x4_splat(0)), wasm_i32x4_splat(scale)));
+                        offs[j] += 32 * scale * bs[2 * g];
+                    }
+                    isum[j] = wasm_i32x4_add(isum[j], s);
+                }
+                continue;
+#endif
                 // int8 scale x 6-bit value fits int16: the scales folded into the weights
                 v128_t lo[4], hi[4];
                 for (int g = 0; g < 4; g++) {
                     v128_t kk = wasm_i16x8_splat(sc[l / 16 + 2 * g]);
-                    lo[g] = wasm_i16x8_mul(wasm_i16x8_extend_low_i8x16(v[g]), kk);
-                    hi[g] = wasm_i16x8_mul(wasm_i16x8_extend_high_i8x16(v[g]), kk);
+                    v128_t sv = wasm_i8x16_sub(v[g], m32);
+                    lo[g] = wasm_i16x8_mul(wasm_i16x8_extend_low_i8x16(sv), kk);
+                    hi[g] = wasm_i16x8_mul(wasm_i16x8_extend_high_i8x16(sv), kk);
                 }
                 for (int j = 0; j < nt; j++) {
                     const int8_t *x = q + (size_t)j * k + 256 * b + 128 * half + l;
@@ -421,7 +494,7 @@ static void dot_q6_k(const uint8_t *w, const int8_t *q, const Q8KMeta *meta, int
                 }
             }
         }
-        for (int j = 0; j < nt; j++) total[j] += d * meta[(size_t)j * nb + b].d * (float)hsum_i32x4(isum[j]);
+        for (int j = 0; j < nt; j++) total[j] += d * meta[(size_t)j * nb + b].d * (float)(hsum_i32x4(isum[j]) - offs[j]);
     }
     for (int j = 0; j < nt; j++) out[j] = total[j];
 }
@@ -489,11 +562,18 @@ static void matmul_part(const float *x, int n, int k, const uint8_t *w, int t, i
             switch (t) {
             case T_F32: for (int j = 0; j < nt; j++) v[j] = dot_f32((const float *)row, x + (size_t)(i + j) * k, k); break;
             case T_F16: for (int j = 0; j < nt; j++) v[j] = dot_f16(row, xh + (size_t)(i + j) * k, k); break;
-            case T_Q4_K: case T_Q5_K:
-                dot_q45_k(t, row, q + (size_t)i * k, (Q8KMeta *)meta + (size_t)i * (k / 256), k, nt, v);
-                break;
+// each type's kernel called with its type a constant (so inlined for that type alone)
+#define FAMILY(T) dot_q8_0_family(T, row, q + (size_t)i * k, (Q8Meta *)meta + (size_t)i * (k / 32), k, nt, v)
+#define K_QUANT(T) dot_q45_k(T, row, q + (size_t)i * k, (Q8KMeta *)meta + (size_t)i * (k / 256), k, nt, v)
+            case T_Q4_K: K_QUANT(T_Q4_K); break;
+            case T_Q5_K: K_QUANT(T_Q5_K); break;
             case T_Q6_K: dot_q6_k(row, q + (size_t)i * k, (Q8KMeta *)meta + (size_t)i * (k / 256), k, nt, v); break;
-            default: dot_q8_0_family(t, row, q + (size_t)i * k, (Q8Meta *)meta + (size_t)i * (k / 32), k, nt, v);
+            case T_Q4_0: FAMILY(T_Q4_0); break;
+            case T_Q4_1: FAMILY(T_Q4_1); break;
+            case T_Q5_0: FAMILY(T_Q5_0); break;
+            default: FAMILY(T_Q8_0);
+#undef FAMILY
+#undef K_QUANT
             }
             for (int j = 0; j < nt; j++) {
                 float out = v[j];
@@ -552,22 +632,89 @@ EXPORT(rope) void rope(const float *x, float *y, int n, int heads, int hd, const
     }
 }
 
-// This step's k [n, hkv, hd] and v [n, hkv, hdv] stored in the layer's cache at their positions, then
-// each query attends over positions <= its own (and within `window` when > 0): scores scaled, soft-capped
-// when softcap > 0, softmax, values summed. q [n, hq, hd] -> y [n, hq * hdv]. Caches: [n_ctx, hkv, hd(v)]
-// f32. scratch: a row of n_ctx scores per thread. Thread tid of nth takes its share of (token, head) pairs
-// once thread 0 has stored the keys.
-static void attention_part(const float *q, const float *k, const float *v, const int32_t *pos, int n, int hq,
-                           int hkv, int hd, int hdv, float *kc, float *vc, float scale, int window, float softcap,
-                           float *y, float *scores, int n_ctx, int tid, int nth) {
-    if (tid == 0) {
-        for (int t = 0; t < n; t++) {
-            memcpy(kc + (size_t)pos[t] * hkv * hd, k + (size_t)t * hkv * hd, (size_t)hkv * hd * 4);
-            memcpy(vc + (size_t)pos[t] * hkv * hdv, v + (size_t)t * hkv * hdv, (size_t)hkv * hdv * 4);
+// The KV cache's types (pyshim.plan.settings.KV_TYPES; pyshim.exec.kvcache rounds as these store): a row
+// of `count` values (one head of one position) is f32, f16, or blocks of 32 — q8: an f32 scale amax / 127
+// and 32 int8 (36 bytes); q4: an f32 scale d = m / -8 (m: the first value of largest magnitude) and 16
+// bytes of 4-bit q = floor(x / d + 8.5) clamped to [0, 15], value (q - 8) * d, value j of the block in
+// byte j % 16, low nibble for j < 16 (20 bytes).
+enum { KV_F32 = 0, KV_F16, KV_Q8, KV_Q4 };
+
+static size_t kv_row_bytes(int type, int count) {
+    switch (type) {
+    case KV_F16: return (size_t)count * 2;
+    case KV_Q8: return (size_t)count / 32 * 36;
+    case KV_Q4: return (size_t)count / 32 * 20;
+    default: return (size_t)count * 4;
+    }
+}
+
+static void kv_store_row(int type, const float *x, int count, uint8_t *row) {
+    if (type == KV_F32) { memcpy(row, x, (size_t)count * 4); return; }
+    if (type == KV_F16) { for (int i = 0; i < count; i++) { uint16_t h = f32_to_f16(x[i]); memcpy(row + 2 * i, &h, 2); } return; }
+    for (int b = 0; b < count / 32; b++, x += 32) {
+        if (type == KV_Q8) {
+            float amax = 0.0f;
+            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+            float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+            memcpy(row, &d, 4);
+            for (int j = 0; j < 32; j++) row[4 + j] = (uint8_t)(int8_t)fminf(fmaxf(rintf(x[j] * inv), -127.0f), 127.0f);
+            row += 36;
+        } else {
+            float m = 0.0f, amax = 0.0f;
+            for (int j = 0; j < 32; j++) if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); m = x[j]; }
+            float d = m / -8.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
+            memcpy(row, &d, 4);
+            uint8_t q[32];
+            for (int j = 0; j < 32; j++) q[j] = (uint8_t)fminf(fmaxf(floorf(x[j] * inv + 8.5f), 0.0f), 15.0f);
+            for (int j = 0; j < 16; j++) row[4 + j] = (uint8_t)(q[j] | q[j + 16] << 4);
+            row += 20;
         }
+    }
+}
+
+// A stored row back as f32 (`out`); an f32 row is returned as it lies, without a copy.
+static const float *kv_load_row(int type, const uint8_t *row, int count, float *out) {
+    if (type == KV_F32) return (const float *)row;
+    if (type == KV_F16) { for (int i = 0; i < count; i++) out[i] = f16_to_f32(load_u16(row + 2 * i)); return out; }
+    float *y = out;
+    for (int b = 0; b < count / 32; b++, y += 32) {
+        float d;
+        memcpy(&d, row, 4);
+        if (type == KV_Q8) {
+            for (int j = 0; j < 32; j++) y[j] = (float)(int8_t)row[4 + j] * d;
+            row += 36;
+        } else {
+            for (int j = 0; j < 16; j++) {
+                y[j] = (float)((row[4 + j] & 15) - 8) * d;
+                y[j + 16] = (float)((row[4 + j] >> 4) - 8) * d;
+            }
+            row += 20;
+        }
+    }
+    return out;
+}
+
+#define MAX_HEAD_DIM 512
+
+// This step's k [n, hkv, hd] and v [n, hkv, hdv] stored in the layer's cache at their positions (as
+// `kv_type`), then each query attends over positions <= its own (and within `window` when > 0): scores
+// scaled, soft-capped when softcap > 0, softmax, values summed. q [n, hq, hd] -> y [n, hq * hdv]. Caches:
+// [n_ctx, hkv] rows of hd (hdv) values of the type. scratch: a row of n_ctx scores per thread. Thread tid of
+// nth takes its share of (token, head) pairs once thread 0 has stored the keys.
+static void attention_part(const float *q, const float *k, const float *v, const int32_t *pos, int n, int hq,
+                           int hkv, int hd, int hdv, uint8_t *kc, uint8_t *vc, float scale, int window, float softcap,
+                           float *y, float *scores, int n_ctx, int kv_type, int tid, int nth) {
+    size_t krow = kv_row_bytes(kv_type, hd), vrow = kv_row_bytes(kv_type, hdv);
+    if (tid == 0) {
+        for (int t = 0; t < n; t++)
+            for (int g = 0; g < hkv; g++) {
+                kv_store_row(kv_type, k + ((size_t)t * hkv + g) * hd, hd, kc + ((size_t)pos[t] * hkv + g) * krow);
+                kv_store_row(kv_type, v + ((size_t)t * hkv + g) * hdv, hdv, vc + ((size_t)pos[t] * hkv + g) * vrow);
+            }
     }
     barrier(nth);
     scores += (size_t)tid * n_ctx;
+    float row[MAX_HEAD_DIM] __attribute__((aligned(16)));
     int group = hq / hkv, p0 = share_lo(n * hq, tid, nth), p1 = share_lo(n * hq, tid + 1, nth);
     for (int pair = p0; pair < p1; pair++) {
         int t = pair / hq, h = pair % hq;
@@ -576,7 +723,7 @@ static void attention_part(const float *q, const float *k, const float *v, const
         int g = h / group;
         float best = -INFINITY;
         for (int p = first; p <= last; p++) {
-            float s = dot_f32(qh, kc + ((size_t)p * hkv + g) * hd, hd) * scale;
+            float s = dot_f32(qh, kv_load_row(kv_type, kc + ((size_t)p * hkv + g) * krow, hd, row), hd) * scale;
             if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
             scores[p] = s;
             if (s > best) best = s;
@@ -587,7 +734,7 @@ static void attention_part(const float *q, const float *k, const float *v, const
         v128_t inv = wasm_f32x4_splat(1.0f / total);
         for (int j = 0; j + 4 <= hdv; j += 4) wasm_v128_store(out + j, wasm_f32x4_splat(0.0f));
         for (int p = first; p <= last; p++) {
-            const float *vr = vc + ((size_t)p * hkv + g) * hdv;
+            const float *vr = kv_load_row(kv_type, vc + ((size_t)p * hkv + g) * vrow, hdv, row);
             v128_t w = wasm_f32x4_splat(scores[p]);
             for (int j = 0; j + 4 <= hdv; j += 4)
                 wasm_v128_store(out + j, wasm_f32x4_add(wasm_v128_load(out + j), wasm_f32x4_mul(w, wasm_v128_load(vr + j))));
@@ -597,9 +744,9 @@ static void attention_part(const float *q, const float *k, const float *v, const
 }
 
 EXPORT(attention) void attention(const float *q, const float *k, const float *v, const int32_t *pos, int n, int hq,
-                                 int hkv, int hd, int hdv, float *kc, float *vc, float scale, int window, float softcap,
-                                 float *y, float *scores, int n_ctx) {
-    attention_part(q, k, v, pos, n, hq, hkv, hd, hdv, kc, vc, scale, window, softcap, y, scores, n_ctx, 0, 1);
+                                 int hkv, int hd, int hdv, uint8_t *kc, uint8_t *vc, float scale, int window, float softcap,
+                                 float *y, float *scores, int n_ctx, int kv_type) {
+    attention_part(q, k, v, pos, n, hq, hkv, hd, hdv, kc, vc, scale, window, softcap, y, scores, n_ctx, kv_type, 0, 1);
 }
 
 #define GELU_COEF_A 0.044715f
@@ -647,7 +794,7 @@ enum {
     OP_EMBED = 1, OP_MATMUL, OP_RMSNORM, OP_ROPE, OP_ATTENTION, OP_GLU, OP_ADD, OP_SCALE, OP_SOFTCAP,
     OP_COPY_COLS, OP_ARGMAX,
 };
-#define OP_WORDS 18
+#define OP_WORDS 20
 
 typedef union { int32_t i; float f; } Word;
 
@@ -666,7 +813,7 @@ static int run_ops(const Word *prog, int count, int tid, int nth) {
             matmul_part(P(0), I(1), I(2), P(3), I(4), I(5), P(6), P(7), P(8), P(9), tid, nth);
         } else if (op == OP_ATTENTION) {
             attention_part(P(0), P(1), P(2), P(3), I(4), I(5), I(6), I(7), I(8), P(9), P(10), F(11), I(12), F(13), P(14),
-                           P(15), I(16), tid, nth);
+                           P(15), I(16), I(17), tid, nth);
         } else if (tid == 0) {
             switch (op) {
             case OP_EMBED: embed(P(0), I(1), I(2), P(3), I(4), P(5)); break;
@@ -689,6 +836,9 @@ static int run_ops(const Word *prog, int count, int tid, int nth) {
     }
     return 0;
 }
+
+// The words an op takes: Python checks it against its own (a module built from an older engine.c says so).
+EXPORT(op_words) int op_words(void) { return OP_WORDS; }
 
 // Run a program on this thread alone.
 EXPORT(run) int run(const Word *prog, int count) { return run_ops(prog, count, 0, 1); }

@@ -9,10 +9,15 @@
 // COOP/COEP for static hosting) the threaded build (pyshim-cpu-mt.wasm) runs over a shared memory, with
 // `threads - 1` helper Workers (cpu-thread.js) each holding an instance of its own; `run` then runs the
 // program on all of them. Elsewhere one thread.
+//
+// Each build has a relaxed-SIMD twin (-relaxed.wasm: the int8 dot products in one instruction), used
+// where this browser validates relaxed SIMD (Chrome 114+); the plain SIMD128 build elsewhere.
 
 const MODULE_URLS = {
   single: new URL("../vendor/pyshim-cpu.wasm", import.meta.url),
   threaded: new URL("../vendor/pyshim-cpu-mt.wasm", import.meta.url),
+  "single-relaxed": new URL("../vendor/pyshim-cpu-relaxed.wasm", import.meta.url),
+  "threaded-relaxed": new URL("../vendor/pyshim-cpu-mt-relaxed.wasm", import.meta.url),
 };
 export const MAX_THREADS = 8;               // engine.c's MAX_THREADS
 const HELPER_STACK = 1 << 20;               // a helper's C stack
@@ -78,23 +83,35 @@ export function simdSupported() {
   return WebAssembly.validate(probe);
 }
 
+// Whether it runs relaxed SIMD too: (func (result v128) three i8x16.splat of 0, then
+// i32x4.relaxed_dot_i8x16_i7x16_add_s) validates only where it does.
+export function relaxedSimdSupported() {
+  const splat0 = [65, 0, 253, 15];
+  const probe = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 19, 1, 17, 0,
+    ...splat0, ...splat0, ...splat0, 253, 147, 2, 11]);
+  return WebAssembly.validate(probe);
+}
+
 // A fresh engine: its own memory, grown as Python allocates weights, caches and activations; `threads`
-// (null: the cores) where the page is cross-origin isolated.
-export async function instantiate(asked = null) {
+// (null: the cores) where the page is cross-origin isolated; `relaxed` (null: where the browser has it)
+// picks the relaxed-SIMD build.
+export async function instantiate(asked = null, { relaxed = null } = {}) {
   if (!simdSupported()) {
     throw Object.assign(new Error("this browser's WebAssembly has no SIMD, which pyshim's CPU engine needs"), {
       name: "UnsupportedError", hint: "use a current Chrome, Edge, Firefox or Safari (16.4+)",
     });
   }
   const threads = threadsFor(asked);
+  relaxed = (relaxed ?? true) && relaxedSimdSupported();
+  const suffix = relaxed ? "-relaxed" : "";
   let instance, memory, helpers = [], module;
   if (threads > 1) {
-    module = await compile("threaded");
+    module = await compile("threaded" + suffix);
     // (at least the module's own minimum, 257 pages; at most wasm32's 4 GiB less a page, as it was linked)
     memory = new WebAssembly.Memory({ initial: 512, maximum: 65535, shared: true });
     instance = await WebAssembly.instantiate(module, { env: { memory } });
   } else {
-    instance = await WebAssembly.instantiate(await compile("single"), {});
+    instance = await WebAssembly.instantiate(await compile("single" + suffix), {});
   }
   const exports = instance.exports;
   exports._initialize();
@@ -103,6 +120,7 @@ export async function instantiate(asked = null) {
   const bytes = () => new Uint8Array(memory.buffer);     // a new view after each memory growth
   return {
     threads,
+    relaxed,
     alloc(nbytes) {
       return exports.alloc(nbytes) >>> 0;
     },
