@@ -262,7 +262,9 @@ def browser_run(playwright, base_url: str, model_url: str, workload: list[dict],
         sample["store_ms"] = stored["ms"]
         sample["store_MBps"] = stored["bytes"] / 1e6 / (stored["ms"] / 1e3)
         settings = {} if budget_mb is None else {"kv_type": "auto", "budget_bytes": int(budget_mb * 2**20)}
-        settings = {**settings, **({"device": device} if device else {}), **({"threads": threads} if threads else {})} or None
+        # pyshim's rows name their engine: WebGPU unless `device` says the CPU engine ("auto" would measure
+        # and, on a software adapter, pick the CPU engine for the WebGPU row)
+        settings = {**settings, "device": device or "gpu", **({"threads": threads} if threads else {})}
         sample.update(_worker_generation(page, model_url, workload, settings))
         sample["page_problems"] = watch.console_errors + watch.page_errors + watch.outside_requests
         return sample

@@ -3,7 +3,8 @@ Worker along Python's upload plan, and a greedy reply streamed by the WebGPU exe
 here) that equals `pyshim generate --backend cpu` for the same messages and template — with the exact
 (f32) arithmetic the settings offer, for an f32 KV cache and for a q8 one (the reference rounding its
 cache the same way). The adapter's default arithmetic (int8 on CPU adapters) is held to llama.cpp by
-the executor's own tests."""
+the executor's own tests. Left to "auto", the page measures SwiftShader against the CPU engine and runs
+the faster (the last test)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def ask(page, settings: dict) -> str:
     page.click("#new-chat")
     page.click("#settings-toggle")
     for key, value in settings.items():
-        page.fill(f"#set-{key}", value) if key not in ("kv_type", "arithmetic") else page.select_option(f"#set-{key}", value)
+        page.fill(f"#set-{key}", value) if key not in ("kv_type", "arithmetic", "device") else page.select_option(f"#set-{key}", value)
         page.dispatch_event(f"#set-{key}", "change")
     page.click("#settings-toggle")
     page.fill("#prompt", QUESTION)
@@ -71,7 +72,8 @@ WATCH_PHASES_JS = """() => {
 }"""
 
 
-EXACT = {"temperature": "0", "max_tokens": str(MAX_TOKENS), "context": "512", "system": "", "arithmetic": "f32"}
+# device gpu: SwiftShader is a software adapter, where "auto" measures the CPU engine faster (test_site_cpu.py)
+EXACT = {"temperature": "0", "max_tokens": str(MAX_TOKENS), "context": "512", "system": "", "arithmetic": "f32", "device": "gpu"}
 
 
 def test_greedy_chat_reply_equals_the_cpu_reference(site):
@@ -115,4 +117,25 @@ def test_the_site_serves_its_model_to_same_origin_openai_clients(site):
     }""")
     assert models["object"] == "list" and len(models["data"]) == 1, models
     assert "SmolLM2" in models["data"][0]["id"], models          # the model picked on the site
+    watch.check()
+
+
+def test_on_a_software_adapter_auto_measures_and_runs_the_faster_engine(site):
+    """SwiftShader streams ~2.3 GB/s through WebGPU, the CPU engine several times that on the same cores:
+    the probe (one matvec of SmolLM2's FFN matrix on each) picks the CPU engine, and the reply's stats say
+    so; asking for the GPU by name still gets it."""
+    _, page, watch = site
+    # (another context, so the model loads again: "auto" alone would keep the engine already loaded)
+    text = ask(page, {**EXACT, "kv_type": "f32", "device": "auto", "context": "384"})
+    loaded = page.evaluate("() => window.pyshimEngine.request('stats')")["loaded"]
+    engine = loaded["engine"]
+    print(engine)
+    assert loaded["settings"]["device"] == engine["device"] == "cpu", loaded
+    assert engine["cpu_ms"] < engine["gpu_ms"] and "faster than this browser's software WebGPU" in engine["reason"]
+    assert "the CPU engine runs it" in page.inner_text("#messages .stats >> nth=-1")
+    assert text == cpu_reference_reply().strip()
+    ask(page, {**EXACT, "kv_type": "f32", "device": "gpu"})
+    loaded = page.evaluate("() => window.pyshimEngine.request('stats')")["loaded"]
+    assert loaded["settings"]["device"] == loaded["engine"]["device"] == "gpu", loaded
+    assert loaded["engine"]["reason"] == "the settings ask for the GPU"
     watch.check()

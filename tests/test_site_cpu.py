@@ -2,7 +2,7 @@
 adapter, as a blocklisted GPU gives): it says
 so, says models run on the CPU, and still stores SmolLM2, loads it into the WebAssembly engine
 (web/engine/cpu.js, store -> its memory in JS) and chats — the greedy reply, in f32, equal to the CPU
-reference's."""
+reference's. (With a software adapter, "auto" measures: tests/test_site_chat.py.)"""
 
 from __future__ import annotations
 
@@ -35,10 +35,12 @@ def test_without_webgpu_the_site_chats_on_the_cpu_engine(site):
     assert "CPU" in page.inner_text("#status")
     page.click(f"#models li:has-text('{MODEL}') button")
     wait_status(page, MODEL, "ready")
-    text = ask(page, {**EXACT, "kv_type": "f32"})
+    text = ask(page, {**EXACT, "kv_type": "f32", "device": "auto"})
     loaded = page.evaluate("() => window.pyshimEngine.request('stats')")["loaded"]
     assert loaded["settings"]["device"] == "cpu", loaded
+    assert loaded["engine"]["reason"].startswith("the CPU engine runs it: no WebGPU here"), loaded
     assert text == cpu_reference_reply().strip()
     assert "Paris" in text
     assert "tok/s" in page.inner_text("#messages")
     watch.check()
+

@@ -119,10 +119,11 @@ def session(model: Path, settings: dict | None = None):
     if not (VENDOR_DIR / "manifest.json").is_file():
         raise SetupError("web/vendor is missing (Pyodide and the wheels the page loads)", hint="run `pyshim setup` first")
     vendoring.refresh_pyshim()          # the Worker installs pyshim from this wheel: make it this checkout's code
-    on_cpu = settings.get("device") == "cpu"
+    gpu_only = settings.get("device") == "gpu"
     try:
         # the CPU engine's threads share memory between Workers: the page must be cross-origin isolated
-        with harness.DevServer(isolated=on_cpu) as server, sync_playwright() as p, \
+        # wherever it may run (device cpu, or auto: no adapter, or a probe that finds it faster)
+        with harness.DevServer(isolated=not gpu_only) as server, sync_playwright() as p, \
                 tempfile.TemporaryDirectory(prefix="pyshim-chromium-") as profile:
             try:
                 # an on-disk profile: an incognito-like one keeps IndexedDB in memory and refuses a
@@ -133,7 +134,7 @@ def session(model: Path, settings: dict | None = None):
             try:
                 page, _ = harness.open_page(context, server.url)
                 try:
-                    if not on_cpu:
+                    if gpu_only:
                         harness.require_adapter(page)
                 except harness.HarnessError as exc:
                     raise GPUUnavailableError(str(exc), hint="try --device cpu (the WebAssembly engine), --backend gpu "

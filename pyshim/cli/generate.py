@@ -68,7 +68,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                              "Chromium, WebGPU from Pyodide)")
     parser.add_argument("--device", choices=DEVICES, default="auto",
                         help="browser backend: where the page runs the model — gpu (WebGPU), cpu (the WebAssembly "
-                             "engine) or auto (the GPU when the browser gives an adapter; default)")
+                             "engine) or auto (default: the CPU engine without an adapter, the GPU on a real one, the faster of the two "
+                             "by a measured matvec on a software adapter)")
     parser.add_argument("--threads", type=int, default=None,
                         help="the CPU engine's threads (wasm backend: default 1; browser with --device cpu: default the "
                              "cores, where the page is cross-origin isolated)")
@@ -291,6 +292,7 @@ def _run_in_browser(args: argparse.Namespace, path, settings, sampling) -> int:
                   "bytes_per_decode_step": t["bytes_per_decode_step"], "arithmetic": r["arithmetic"],
                   "generated": len(r["token_ids"]), "context": r.get("context"), "kv_type": r.get("kv_type"),
                   "auto": r.get("auto"), "expert_cache": _per_token(r.get("expert_cache"), len(prompt_ids) + len(r["token_ids"])),
-                  "layer_stream": r.get("layer_stream"), "device": r.get("device"), "threads": r.get("threads"),
+                  "layer_stream": r.get("layer_stream"), "device": r.get("device"), "device_reason": r.get("device_reason"),
+                  "threads": r.get("threads"),
                   "relaxed_simd": r.get("relaxed_simd")})
     return 0

@@ -40,7 +40,7 @@ HEADER_FIRST_READ = 1 << 20      # most headers fit; a 262k-token vocabulary nee
 HEADER_MAX_ROUNDS = 8
 KERNEL_REPS = 2                  # per-kernel profile in bench: submissions per group (a decode step costs 0.3-2 s on SwiftShader)
 
-_state: dict = {"session": None, "model_id": None, "settings": None, "grammar": None}
+_state: dict = {"session": None, "model_id": None, "settings": None, "grammar": None, "engine": None}
 _scheduler = Scheduler()
 
 
@@ -121,7 +121,8 @@ def loaded() -> str:
     session = _state["session"]
     if session is None:
         return "null"
-    return _dump({"model_id": _state["model_id"], "settings": _effective(session).as_dict(), "auto": session.runner.auto})
+    return _dump({"model_id": _state["model_id"], "settings": _effective(session).as_dict(), "auto": session.runner.auto,
+                  "engine": _state["engine"].as_dict()})
 
 
 @_boundary
@@ -186,8 +187,7 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
         raise BadRequestError(f"{len(_scheduler.running) - 1} other request(s) are running on the loaded model, which this "
                               "request would replace (another model, or other load settings)",
                               hint="wait for them to finish, or send it with the settings they use")
-    from pyshim.errors import GPUUnavailableError
-    from pyshim.exec.gpu_runner import GpuRunner, load_gpu
+    from pyshim.exec.gpu_runner import GpuRunner
     from pyshim.serve.batching import BatchingRunner
     from pyshim.serve.session import Session
 
@@ -197,15 +197,7 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     small = [(t.offset, t.nbytes) for t in header.tensors if len(t.shape) == 1]
     pieces = await store.readRanges(model_id, _dump([[o, n] for o, n in small]))
     source = _Ranges({offset: _bytes(piece) for (offset, _), piece in zip(small, pieces)})
-    runner = None
-    if settings.device != "cpu":
-        try:
-            runner = await load_gpu(header=header, source=source, settings=settings, upload_now=False)
-        except GPUUnavailableError:
-            if settings.device == "gpu":
-                raise
-    if runner is None:          # no WebGPU here (or the CPU engine asked for): the WebAssembly engine
-        runner = await _load_cpu(header, source, settings, store)
+    runner, choice = await _open_engine(model_id, header, source, settings, store)
     try:
         if isinstance(runner, GpuRunner):
             uploads = [(u.file_offset, u.nbytes, u.buffer, u.buffer_offset) for u in runner.ops.uploads]
@@ -221,18 +213,69 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     except BaseException:
         runner.close()
         raise
-    _state.update(session=session, model_id=model_id, settings=settings)
+    _state.update(session=session, model_id=model_id, settings=settings, engine=choice)
     _scheduler.resize(settings.parallel)
     return 1e3 * (time.perf_counter() - t0)
 
 
-async def _load_cpu(header, source, settings: RunSettings, store):
-    """The WebAssembly engine (web/engine/cpu.js's instance of vendor/pyshim-cpu.wasm), its matrices placed
-    but not uploaded yet; its helper threads end when loading fails."""
+async def _open_engine(model_id: str, header, source, settings: RunSettings, store):
+    """(runner, engine_choice.Choice): the engine the settings name, or for "auto" the one
+    pyshim.serve.engine_choice picks — the CPU engine without an adapter, the GPU on a real one, the faster
+    of the two by a measured probe on a fallback adapter. Weights are not uploaded yet."""
+    from pyshim.errors import GPUUnavailableError
+    from pyshim.exec.gpu_runner import load_gpu
+    from pyshim.exec.wasm_module import PageModule
+    from pyshim.gguf.spec import ModelSpec
+    from pyshim.gpu import open_device
+    from pyshim.serve import engine_choice
+
+    if settings.device == "cpu":
+        return await _load_cpu(header, source, settings, store), engine_choice.named("cpu")
+    try:
+        device = await open_device()
+    except GPUUnavailableError as exc:
+        if settings.device == "gpu":
+            raise
+        return await _load_cpu(header, source, settings, store), engine_choice.no_adapter(str(exc).split(" — ")[0])
+    module = None
+    try:
+        choice = engine_choice.named("gpu") if settings.device == "gpu" else engine_choice.real_gpu(device.caps.summary())
+        if settings.device == "auto" and device.caps.is_fallback:
+            why_not = engine_choice.cpu_can_run(settings.spec_for(ModelSpec.from_header(header)), header, settings)
+            if why_not:
+                choice = engine_choice.Choice("gpu", f"WebGPU runs it ({device.caps.summary()}); the CPU engine cannot: {why_not}")
+            else:
+                module = PageModule(await store.cpuEngine(settings.threads))
+                tensor = engine_choice.probe_tensor(header)
+
+                async def fill_gpu(buffer):
+                    await store.upload(model_id, device.raw, [(tensor.offset, tensor.nbytes, buffer, 0)])
+
+                async def fill_cpu(ptr):
+                    await store.uploadCpu(model_id, module.engine, [(tensor.offset, tensor.nbytes, ptr)])
+
+                choice = await engine_choice.measure(device, module, tensor, fill_gpu, fill_cpu, settings.arithmetic)
+        if choice.device == "cpu":
+            device.destroy()
+            device, probed, module = None, module, None       # the probe's engine loads the model (it closes it on failure)
+            return await _load_cpu(header, source, settings, store, probed), choice
+        runner = await load_gpu(header=header, source=source, settings=settings, device=device, upload_now=False)
+        runner.owns_device, device = True, None
+        return runner, choice
+    finally:
+        if module is not None:
+            module.close()
+        if device is not None:
+            device.destroy()
+
+
+async def _load_cpu(header, source, settings: RunSettings, store, module=None):
+    """The WebAssembly engine (web/engine/cpu.js's instance of vendor/pyshim-cpu*.wasm: `module`, or a new
+    one), its matrices placed but not uploaded yet; its helper threads end when loading fails."""
     from pyshim.exec.wasm_module import PageModule
     from pyshim.exec.wasm_runner import load_wasm
 
-    module = PageModule(await store.cpuEngine(settings.threads))
+    module = module or PageModule(await store.cpuEngine(settings.threads))
     try:
         return load_wasm(header=header, source=source, settings=settings, module=module, upload_now=False)
     except BaseException:
@@ -276,7 +319,7 @@ class _Ranges:
 
 def unload_now() -> None:
     session = _state["session"]
-    _state.update(session=None, model_id=None, settings=None)
+    _state.update(session=None, model_id=None, settings=None, engine=None)
     if session is not None:
         session.close()
 
@@ -336,7 +379,7 @@ def _on_text(emit):
 async def generate(request_json: str, file_size: int, store, request_id: int, emit) -> str:
     """A chat reply: {model_id, messages, settings, sampling} -> {text, token_ids, finish_reason, usage,
     timings: {load_ms, prefill_ms, ttft_ms, decode_ms, decode_tok_per_s, cpu_ms, bytes_per_decode_step},
-    compacted, device ("gpu" or "cpu": which engine ran it)}; "token" events stream the text, "progress" events the loading and the prompt's prefill."""
+    compacted, device ("gpu" or "cpu": which engine ran it), device_reason (why that one)}; "token" events stream the text, "progress" events the loading and the prompt's prefill."""
     request = validate("generate", json.loads(request_json))
     sampling = Sampling.of(request["sampling"])
 
@@ -345,7 +388,7 @@ async def generate(request_json: str, file_size: int, store, request_id: int, em
         with _compiles_reported(emit):
             done = await _state["session"].chat(request["messages"], sampling, on_text=_on_text(emit), should_stop=should_stop,
                                                 on_prefill=_progress(emit, "prefill"))
-        return {**_result(done, load_ms), "device": _state["session"].runner.runs_on}
+        return {**_result(done, load_ms), "device": _state["session"].runner.runs_on, "device_reason": _state["engine"].reason}
 
     return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
 
@@ -368,7 +411,8 @@ async def complete(request_json: str, file_size: int, store, request_id: int, em
         runner = session.runner
         return {**_result(done, load_ms), "arithmetic": runner.arithmetic.value, "context": runner.n_ctx,
                 "kv_type": runner.settings.kv_type, "auto": runner.auto, "expert_cache": runner.expert_cache_stats(),
-                "layer_stream": runner.layer_stream_stats(), "device": runner.runs_on, "threads": getattr(runner, "threads", None),
+                "layer_stream": runner.layer_stream_stats(), "device": runner.runs_on, "device_reason": _state["engine"].reason,
+                "threads": getattr(runner, "threads", None),
                 "relaxed_simd": getattr(runner, "relaxed_simd", None)}
 
     return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))

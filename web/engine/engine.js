@@ -15,14 +15,16 @@
 //   new Engine({parallel}) / createEngine({parallel}): up to that many requests run at once, a KV cache
 //    each, their decode steps batched on the GPU (continuous batching; null: one at a time)
 //   new Engine({device}) / createEngine({device}): "gpu" (WebGPU), "cpu" (the WebAssembly engine,
-//    web/engine/cpu.js) or "auto"/null (the GPU when the browser gives an adapter, else the CPU engine);
-//    select(model, {device}) changes it (the model reloads); stats().device says which runs; {threads}:
+//    web/engine/cpu.js) or "auto"/null (the CPU engine without an adapter, the GPU on a real one, the faster
+//    of the two by a measured matvec on a software adapter: pyshim/serve/engine_choice.py);
+//    select(model, {device}) changes it (the model reloads); stats().device says which runs and
+//    stats().device_reason why; {threads}:
 //    the CPU engine's threads (null: the cores, in a cross-origin isolated page; else one)
 //   await engine.chat.completions.create({messages, model, temperature, top_p, max_tokens, stop, seed,
 //                                         stream}, {signal})  -> chat.completion | async iterator of chunks
 //   await engine.completions.create({prompt, ...}, {signal})  -> text_completion | async iterator
 //   engine.abort()      stops the running request and everything queued behind it
-//   engine.stats()      {model, context, kv_type, arithmetic, device, running, queued, requests, last, load}
+//   engine.stats()      {model, context, kv_type, arithmetic, device, device_reason, running, queued, requests, last, load}
 //   await engine.models.list()   OpenAI's model list
 //   await engine.unload()        frees the GPU;  engine.terminate()  ends a Worker this engine started
 //
@@ -217,7 +219,7 @@ export class Engine {
   stats() {
     return {
       model: this.model?.id ?? null, context: this.context, kv_type: this.kvType, arithmetic: this.arithmetic,
-      device: this.#last?.device ?? this.device ?? null, running: this.#started.size > 0, queued: this.#pending.size - this.#started.size,
+      device: this.#last?.device ?? this.device ?? null, device_reason: this.#last?.device_reason ?? null, running: this.#started.size > 0, queued: this.#pending.size - this.#started.size,
       requests: this.#requests, last: this.#last, load: this.#loadInfo,
     };
   }
@@ -253,7 +255,8 @@ export class Engine {
         },
       });
       this.#requests++;
-      this.#last = { finish_reason: result.finish_reason, usage: openai.usageOf(result.usage), timings: result.timings ?? {}, compacted: Boolean(result.compacted), device: result.device ?? null };
+      this.#last = { finish_reason: result.finish_reason, usage: openai.usageOf(result.usage), timings: result.timings ?? {}, compacted: Boolean(result.compacted), device: result.device ?? null,
+        device_reason: result.device_reason ?? null };
       return result;
     } catch (err) {
       if (err?.name === "AbortedError") throw abortError();
@@ -270,7 +273,8 @@ export class Engine {
     if (signal?.aborted) controller.abort();
     else signal?.addEventListener("abort", () => controller.abort(), { once: true });
     this.#pending.add(controller);
-    const extra = (r) => ({ timings: r.timings ?? {}, compacted: Boolean(r.compacted) });
+    const extra = (r) => ({ timings: r.timings ?? {}, compacted: Boolean(r.compacted), device: r.device ?? null,
+      device_reason: r.device_reason ?? null });
     const job = (onText) => this.#generate(kind, params, controller, onText).finally(() => this.#pending.delete(controller));
     if (!stream) {
       return job(() => {}).then((r) => whole(base, { text: r.text, finish_reason: r.finish_reason, usage: r.usage,

@@ -250,7 +250,10 @@ function statsLine(last) {
   const finish = last?.choices?.[0]?.finish_reason;
   const t = last?.pyshim?.timings ?? {};
   const cached = last?.usage?.prompt_tokens_details?.cached_tokens;   // the earlier turns' keys, kept
-  return [t.load_ms > 0 && `loaded in ${(t.load_ms / 1000).toFixed(1)} s`,
+  // which engine runs the model and why, said when this reply loaded it (the verdict; the measurement
+  // behind it is in engine.stats().device_reason)
+  const why = t.load_ms > 0 && last?.pyshim?.device_reason?.split(" (")[0];
+  return [t.load_ms > 0 && `loaded in ${(t.load_ms / 1000).toFixed(1)} s`, why,
     t.ttft_ms != null && `first token ${(t.ttft_ms / 1000).toFixed(2)} s`,
     cached > 0 && `${cached} of ${last.usage.prompt_tokens} prompt tokens reused`,
     t.decode_tok_per_s && `${t.decode_tok_per_s.toFixed(1)} tok/s`,
