@@ -116,11 +116,33 @@ def test_answers_and_sequences(tmp_path_factory):
     assert runner.held.tokens(1) == b + [7, 7, 8]
 
 
+def test_answers_after_the_arena_grows(tmp_path_factory):
+    """The one-token programs recorded first (prepare), a longer prompt's then (a larger arena): each program
+    keeps its own arena, and each answer — logits, top-k picked in the module, argmax — is the one a runner
+    that never recorded the small ones gives."""
+    import asyncio
+
+    path = tiny(tmp_path_factory, "qwen2", "Q8_0")
+    prompt = tiny_models.test_ids()
+    fresh, warmed = wasm(path).runner, wasm(path).runner
+    asyncio.run(warmed.prepare())
+    for runner in (fresh, warmed):
+        runner.run(Step.of(prompt, 0, want=Want.NONE))
+    for i, want in enumerate((Want.LOGITS, Want.TOP_K, Want.ARGMAX)):
+        step = Step.of([7 + i], len(prompt) + i, want=want, k=5 if want is Want.TOP_K else 0)
+        got, alone = warmed.run(step)[0], fresh.run(step)[0]
+        assert got.token == alone.token
+        for field in ("logits", "ids", "values"):
+            a, b = getattr(got, field), getattr(alone, field)
+            assert (a is None) == (b is None) and (a is None or np.array_equal(a, b)), (want, field)
+    assert warmed.program(len(prompt), Want.NONE, 0).arena_ptr != warmed.program(1, Want.LOGITS, 0).arena_ptr
+
+
 def test_activations_share_the_arena(tmp_path_factory):
     """A prefill program's tensors are laid out by lifetime: its arena is a small part of what they add up to."""
     path = tiny(tmp_path_factory, "qwen2", "Q8_0")
     runner = wasm(path).runner
-    program = runner.program(32, False, True, 0)
+    program = runner.program(32, Want.ALL_LOGITS, 0)
     total = sum(a.buf.nbytes for op in program.ops for a in op[1:] if hasattr(a, "buf"))
     assert program.arena_bytes < total / 4, (program.arena_bytes, total)
     assert runner.ops.arena_bytes >= program.arena_bytes

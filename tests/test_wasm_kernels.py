@@ -236,6 +236,23 @@ def test_glu(eng, act):
     check(eng.get(y, g.shape), want, rel=1e-6)
 
 
+def test_topk(eng):
+    """The k largest of each row, largest first; equal values in index order (a stable sort's), as the
+    runners' top_k_rows picks them."""
+    from pyshim.exec.runner import top_k_rows
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((3, 1000)).astype(np.float32)
+    x[1, 100:120] = 5.0                      # ties across the cut
+    x[2, :] = 1.0                            # all equal
+    k = 16
+    ids, vals = eng.empty(4 * 3 * k), eng.empty(4 * 3 * k)
+    eng.m.call("topk", eng.put(x), 3, 1000, k, ids, vals)
+    want_ids, want_vals = top_k_rows(x, k)
+    np.testing.assert_array_equal(eng.get(ids, (3, k), np.int32), want_ids)
+    np.testing.assert_array_equal(eng.get(vals, (3, k)), want_vals)
+
+
 def test_eltwise_and_argmax(eng):
     rng = np.random.default_rng(8)
     a, b = rng.standard_normal((3, 10), dtype=np.float32), rng.standard_normal((3, 10), dtype=np.float32)

@@ -272,9 +272,13 @@ def top_k_rows(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the k largest logits, best first (ties: lower id first): (ids [n, k], logits [n, k])."""
     k = min(k, logits.shape[1])
     part = np.argpartition(-logits, k - 1, axis=1)[:, :k]             # O(vocab) per row, unordered
-    vals = np.take_along_axis(logits, part, axis=1)
-    order = np.lexsort((part, -vals), axis=1)
-    top = np.take_along_axis(part, order, axis=1)
+    kth = np.take_along_axis(logits, part, axis=1).min(axis=1)         # the k-th largest value of each row
+    # every value at least the k-th, in id order, then stably by value: values equal to the k-th are
+    # kept lowest id first (argpartition alone picks any of them)
+    top = np.empty((logits.shape[0], k), dtype=np.int64)
+    for r, row in enumerate(logits):
+        ids = np.flatnonzero(row >= kth[r])
+        top[r] = ids[np.argsort(-row[ids], kind="stable")[:k]]
     return top, np.take_along_axis(logits, top, axis=1)
 
 

@@ -30,7 +30,7 @@ from pyshim.plan.settings import MAX_THREADS, Arithmetic, kv_type as kv_type_nam
 
 OP_WORDS = 20
 OP = {name: i for i, name in enumerate(("embed", "matmul", "rmsnorm", "rope", "attention", "glu", "add", "scale",
-                                         "softcap", "copy_cols", "argmax"), start=1)}
+                                         "softcap", "copy_cols", "argmax", "topk"), start=1)}
 F32_ROUTE = 0x100                # or-ed into a matmul's type word (engine.c)
 GLU_ACT = {"silu": 0, "gelu_tanh": 1}
 GELU_LLAMA_CPP = 2               # tanh-GELU through f16, as llama.cpp's CPU backend (the int8 route's)
@@ -85,6 +85,7 @@ class WasmProgram:
     ops: list[list] = field(default_factory=list)      # [opcode, args...] with Tensors, Fixed, Weights, F, ints
     output: Tensor | None = None
     arena_bytes: int = 0
+    arena_ptr: int = 0           # the arena its pointers were encoded against (a later, larger one leaves it in place)
     ptr: int = 0                 # the encoded ops in the module's memory
     count: int = 0
 
@@ -96,7 +97,7 @@ class WasmOps:
     """`pyshim.models.ops.Ops` recorded for the CPU engine; `begin(n, seq)` ... `end()` around a forward."""
 
     def __init__(self, module: Module, store: WeightStore, spec, n_ctx: int, arithmetic: Arithmetic, *, max_seqs: int,
-                 max_step: int, kv_type: str = "f32", upload_now: bool = True):
+                 max_step: int, top_k: int, kv_type: str = "f32", upload_now: bool = True):
         if arithmetic not in (Arithmetic.INT8, Arithmetic.F32):
             raise UnsupportedError(f"the CPU engine runs the int8 route or f32, not {arithmetic.value}",
                                    hint="use arithmetic 'int8' (the default) or 'f32'")
@@ -119,6 +120,8 @@ class WasmOps:
         self.tokens_ptr = module.alloc(4 * max_step)
         self.positions_ptr = module.alloc(4 * max_step)
         self.argmax_ptr = module.alloc(4)           # a greedy step's one id
+        self.top_k = top_k                          # a sampled step's candidates: ids, then their logits
+        self.topk_ptr = module.alloc(8 * top_k)
         self.arena_ptr, self.arena_bytes = 0, 0
         self.weight_bytes = 0
         # upload_now=False (the page): matrices get their place in memory but not their bytes, which the
@@ -209,6 +212,11 @@ class WasmOps:
         self._op("argmax", Tensor(x.buf, (1, x.shape[1]), x.off + 4 * (x.shape[0] - 1) * x.shape[1]), 1, x.shape[1],
                  Fixed(self.argmax_ptr))
 
+    def record_topk(self, x: Tensor) -> None:
+        """The last row's `top_k` largest logits and their ids into `topk_ptr` (ids first)."""
+        self._op("topk", Tensor(x.buf, (1, x.shape[1]), x.off + 4 * (x.shape[0] - 1) * x.shape[1]), 1, x.shape[1],
+                 self.top_k, Fixed(self.topk_ptr), Fixed(self.topk_ptr + 4 * self.top_k))
+
     def end(self) -> WasmProgram:
         """Lay the program's tensors out in the arena (first fit, each freed after its last use) and encode it."""
         program, self._program = self._program, None
@@ -228,8 +236,12 @@ class WasmOps:
                 if last_use[id(buf)] == i:
                     _release(free, buf.offset, buf.nbytes)
         program.arena_bytes = top
-        if top > self.arena_bytes:            # a larger arena for this shape (the old one is left unused)
-            self.arena_ptr, self.arena_bytes = self.module.alloc(top), top
+        if top > self.arena_bytes:
+            # a larger arena for this shape; programs encoded before keep the old one (never freed: at least
+            # doubling bounds what is left behind to the size of the last)
+            size = max(top, 2 * self.arena_bytes)
+            self.arena_ptr, self.arena_bytes = self.module.alloc(size), size
+        program.arena_ptr = self.arena_ptr
         words = np.zeros((len(program.ops), OP_WORDS), dtype=np.int32)
         for i, op in enumerate(program.ops):
             words[i, :len(op)] = [self._word(a) for a in op]

@@ -8,6 +8,7 @@ back): greedy ids are picked inside the module (4 bytes read back), logits are r
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +24,7 @@ from pyshim.plan.settings import AUTO, Arithmetic, RunSettings
 
 MAX_SEQS = 8            # sequences held at once (each KV cache is made on first use)
 KEEP_PROGRAMS = 8       # step shapes (other than one token) kept recorded
-TOP_K = 64              # the largest k a top-k step answers (picked from the logits, read back whole)
+TOP_K = 64              # the largest k a top-k step answers (picked in the module: only they are read back)
 
 
 class WasmRunner:
@@ -61,18 +62,23 @@ class WasmRunner:
 
     async def prepare(self, progress: Progress | None = None) -> None:
         """Record the one-token programs (nothing to compile: the module was built at setup)."""
-        for want_argmax in (True, False):
-            self.program(1, want_argmax, False, 0)
+        for want in (Want.ARGMAX, Want.TOP_K, Want.LOGITS):      # greedy, sampled, penalized or constrained
+            self.program(1, want, 0)
 
-    def program(self, n: int, want_argmax: bool, all_logits: bool, seq: int) -> WasmProgram:
-        key = (n, want_argmax, all_logits, seq)
+    def program(self, n: int, want: Want, seq: int) -> WasmProgram:
+        """The program of an n-token step of sequence `seq` answering `want` (ARGMAX and TOP_K picked in the
+        module; the others' logits read back)."""
+        want = want if want in (Want.ARGMAX, Want.TOP_K, Want.ALL_LOGITS) else Want.LOGITS
+        key = (n, want, seq)
         if key not in self._programs:
             ops = self.ops
             program = ops.begin(n, seq)
-            logits = self.model.forward(ops, ops.tokens(n), ops.positions(n), all_logits)
+            logits = self.model.forward(ops, ops.tokens(n), ops.positions(n), want is Want.ALL_LOGITS)
             program.output = logits
-            if want_argmax:
+            if want is Want.ARGMAX:
                 ops.record_argmax(logits)
+            elif want is Want.TOP_K:
+                ops.record_topk(logits)
             self._programs[key] = ops.end()
             others = [k for k in self._programs if k[0] != 1]
             for old in others[:max(0, len(others) - KEEP_PROGRAMS)]:
@@ -81,6 +87,9 @@ class WasmRunner:
         return self._programs[key]
 
     async def step(self, step: Step) -> list[Output]:
+        # The module's run holds the thread; in the page's Worker a yield between steps is what lets an
+        # abort (or another request) in, as the GPU's awaited reads do
+        await asyncio.sleep(0)
         return self.run(step)
 
     def run(self, step: Step) -> list[Output]:
@@ -93,8 +102,7 @@ class WasmRunner:
         return outputs
 
     def _slice(self, tokens, start: int, seq: int, step: Step) -> Output:
-        want_argmax, all_logits = step.want is Want.ARGMAX, step.want is Want.ALL_LOGITS
-        program = self.program(len(tokens), want_argmax, all_logits, seq)
+        program = self.program(len(tokens), step.want, seq)
         module, ops = self.module, self.ops
         module.write(ops.tokens_ptr, np.asarray(tokens, dtype=np.int32))
         module.write(ops.positions_ptr, np.arange(start, start + len(tokens), dtype=np.int32))
@@ -102,16 +110,21 @@ class WasmRunner:
         if bad:
             raise UnsupportedError(f"the CPU engine does not know op {bad - 1} of its program",
                                    hint="rebuild it: pyshim setup")
-        if want_argmax:
+        if step.want is Want.ARGMAX:
             self.stats.bytes_read += 4
             return Output(token=int(np.frombuffer(module.read(ops.argmax_ptr, 4), dtype=np.int32)[0]))
+        if step.want is Want.TOP_K:
+            self.stats.bytes_read += 8 * step.k
+            ids = np.frombuffer(module.read(ops.topk_ptr, 4 * step.k), dtype=np.int32)
+            values = np.frombuffer(module.read(ops.topk_ptr + 4 * ops.top_k, 4 * step.k), dtype=np.float32)
+            return Output(values=values.copy(), ids=ids.astype(np.int64))
         if step.want is Want.NONE:
             return Output()
         out = program.output
-        ptr = ops.arena_ptr + out.buf.offset + out.off
+        ptr = program.arena_ptr + out.buf.offset + out.off      # (its own arena: a later program may have a larger one)
         logits = np.frombuffer(module.read(ptr, 4 * out.size), dtype=np.float32).reshape(out.shape)
         self.stats.bytes_read += 4 * out.size
-        return answer(logits if all_logits else logits[-1], step)
+        return answer(logits if step.want is Want.ALL_LOGITS else logits[-1], step)
 
     def reset(self, seq: int = 0) -> None:
         """Only `held` forgets: a step's attention reads only positions up to its own, all written before."""
@@ -152,7 +165,7 @@ def load_wasm(path: str | Path | None = None, *, header=None, source=None, setti
     module = module or NativeModule(threads=settings.threads or 1)
     try:
         ops = WasmOps(module, WeightStore(tensor_refs_from_header(header), source), spec, n_ctx,
-                      settings.arithmetic or Arithmetic.INT8, max_seqs=MAX_SEQS, max_step=settings.prefill_chunk,
+                      settings.arithmetic or Arithmetic.INT8, max_seqs=MAX_SEQS, max_step=settings.prefill_chunk, top_k=TOP_K,
                       kv_type=settings.kv_type, upload_now=upload_now)
         return WasmRunner(spec, header, ops, build_model(spec, ops), settings, n_ctx)
     except BaseException:

@@ -249,10 +249,10 @@ async def _open_engine(model_id: str, header, source, settings: RunSettings, sto
                 tensor = engine_choice.probe_tensor(header)
 
                 async def fill_gpu(buffer):
-                    await store.upload(model_id, device.raw, [(tensor.offset, tensor.nbytes, buffer, 0)])
+                    await store.upload(model_id, device.raw, [(tensor.offset, tensor.nbytes, buffer, 0)], True)
 
                 async def fill_cpu(ptr):
-                    await store.uploadCpu(model_id, module.engine, [(tensor.offset, tensor.nbytes, ptr)])
+                    await store.uploadCpu(model_id, module.engine, [(tensor.offset, tensor.nbytes, ptr)], True)
 
                 choice = await engine_choice.measure(device, module, tensor, fill_gpu, fill_cpu, settings.arithmetic)
         if choice.device == "cpu":

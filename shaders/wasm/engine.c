@@ -788,11 +788,28 @@ EXPORT(argmax) void argmax(const float *x, int rows, int cols, int32_t *out) {
     }
 }
 
+// Each row's k largest values, largest first (equal values: the lower index first, as a stable sort
+// orders them) -> ids[rows, k], vals[rows, k]: a sampled step's candidates, so that only they cross to
+// Python, not the vocabulary's logits. k <= cols.
+EXPORT(topk) void topk(const float *x, int rows, int cols, int k, int32_t *ids, float *vals) {
+    for (int r = 0; r < rows; r++, x += cols, ids += k, vals += k) {
+        int have = 0;
+        for (int j = 0; j < cols; j++) {
+            float v = x[j];
+            if (have == k && !(v > vals[k - 1])) continue;      // (most values stop here)
+            int at = have < k ? have++ : k - 1;
+            for (; at > 0 && v > vals[at - 1]; at--) { vals[at] = vals[at - 1]; ids[at] = ids[at - 1]; }
+            vals[at] = v;
+            ids[at] = j;
+        }
+    }
+}
+
 // ------------------------------------------------------------------ programs
 
 enum {
     OP_EMBED = 1, OP_MATMUL, OP_RMSNORM, OP_ROPE, OP_ATTENTION, OP_GLU, OP_ADD, OP_SCALE, OP_SOFTCAP,
-    OP_COPY_COLS, OP_ARGMAX,
+    OP_COPY_COLS, OP_ARGMAX, OP_TOPK,
 };
 #define OP_WORDS 20
 
@@ -825,9 +842,10 @@ static int run_ops(const Word *prog, int count, int tid, int nth) {
             case OP_SOFTCAP: softcap(P(0), I(1), F(2), P(3)); break;
             case OP_COPY_COLS: copy_cols(P(0), I(1), I(2), I(3), P(4)); break;
             case OP_ARGMAX: argmax(P(0), I(1), I(2), P(3)); break;
+            case OP_TOPK: topk(P(0), I(1), I(2), I(3), P(4), P(5)); break;
             default: return at + 1;
             }
-        } else if (op < OP_EMBED || op > OP_ARGMAX) {
+        } else if (op < OP_EMBED || op > OP_TOPK) {
             return at + 1;                  // (as thread 0 does, before the barrier it would wait in)
         }
         // every thread sees the op's results before the next op starts; between two of thread 0's own

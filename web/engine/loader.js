@@ -33,7 +33,8 @@ export function storeAccess(emit) {
       for await (const { slice, at, bytes } of store.slicePieces(modelId, wanted)) buffers.get(slice).set(bytes, at);
       return wanted.map((s) => buffers.get(s));
     },
-    async upload(modelId, device, uploadsProxy) {
+    // `quiet`: no "load-progress" (pyshim/serve/engine_choice.py's probe: one matrix, not the model's load)
+    async upload(modelId, device, uploadsProxy, quiet = false) {
       // Pyodide lends the list for this call only (it destroys the proxy itself): read it before any await.
       const slices = uploadsProxy.toJs({ depth: 2 }).map(([offset, size, buffer, bufferOffset]) => ({ offset, size, buffer, bufferOffset }));
       const total = slices.reduce((n, s) => n + s.size, 0);
@@ -44,7 +45,7 @@ export function storeAccess(emit) {
         writeAligned(device, slice.buffer, slice.bufferOffset + at, bytes);
         done += bytes.length;
         const now = performance.now();
-        if (now - lastReport > PROGRESS_EVERY_MS || done === total) {
+        if (!quiet && (now - lastReport > PROGRESS_EVERY_MS || done === total)) {
           lastReport = now;
           emit("load-progress", { done_bytes: done, total_bytes: total, elapsed_ms: now - t0 });
         }
@@ -52,7 +53,7 @@ export function storeAccess(emit) {
       await device.queue.onSubmittedWorkDone();
     },
     cpuEngine: (threads) => cpu.instantiate(threads ?? null),
-    async uploadCpu(modelId, engine, uploadsProxy) {
+    async uploadCpu(modelId, engine, uploadsProxy, quiet = false) {
       // [file offset, size, pointer] each: the CPU engine's matrices, store -> its memory
       const slices = uploadsProxy.toJs({ depth: 2 }).map(([offset, size, ptr]) => ({ offset, size, ptr }));
       const total = slices.reduce((n, s) => n + s.size, 0);
@@ -62,7 +63,7 @@ export function storeAccess(emit) {
       await engine.uploadFrom(store.slicePieces(modelId, slices), (n) => {
         done += n;
         const now = performance.now();
-        if (now - lastReport > PROGRESS_EVERY_MS || done === total) {
+        if (!quiet && (now - lastReport > PROGRESS_EVERY_MS || done === total)) {
           lastReport = now;
           emit("load-progress", { done_bytes: done, total_bytes: total, elapsed_ms: now - t0 });
         }
