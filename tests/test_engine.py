@@ -1,6 +1,7 @@
 """The Worker's Python side (pyshim.serve.worker_api) natively, on wgpu: the browser's loading path —
 header prefix, the small tensors' bytes, then every weight copied by the caller along the upload plan —
-answers like the CPU reference; requests queue and abort; the loaded model's settings are an object."""
+answers like the CPU reference; requests queue and abort; the loaded model's settings are an object.
+Left to "auto" on lavapipe (a fallback adapter), the measured choice loads the CPU engine instead."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ pytestmark = [pytest.mark.models, pytest.mark.slow]
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 MAX_TOKENS = 8
 GREEDY = {"temperature": 0, "max_tokens": MAX_TOKENS}
-SETTINGS = {"context": 256, "arithmetic": "f32"}      # exact arithmetic: the plain reference is the oracle
+# device gpu: on lavapipe, a fallback adapter, "auto" would measure the CPU engine faster (the last test)
+SETTINGS = {"context": 256, "arithmetic": "f32", "device": "gpu"}      # exact arithmetic: the plain reference is the oracle
 # where no reply is compared with the reference: the default route (f32 prompts are ~10x slower on lavapipe)
-FAST = {"context": 256}
+FAST = {"context": 256, "device": "gpu"}
 
 
 class FileStore:
@@ -43,11 +45,52 @@ class FileStore:
     async def readRanges(self, model_id, ranges_json):
         return [self.file.read(o, n).tobytes() for o, n in json.loads(ranges_json)]
 
-    async def upload(self, model_id, device, uploads):
+    async def upload(self, model_id, device, uploads, quiet=False):
         for offset, size, buffer, buffer_offset in uploads:
             data = self.file.read(offset, size).tobytes()
             device.queue.write_buffer(buffer, buffer_offset, data + b"\0" * (-len(data) % 4))
             self.uploaded += size
+
+    async def cpuEngine(self, threads):
+        return NativeEngine(threads)
+
+    async def uploadCpu(self, model_id, engine, uploads, quiet=False):
+        for offset, size, ptr in uploads:
+            engine.write(ptr, self.file.read(offset, size))
+            self.uploaded += size
+
+
+class _Bytes(bytes):
+    def to_bytes(self) -> bytes:           # (a JS Uint8Array's, through Pyodide)
+        return bytes(self)
+
+
+class NativeEngine:
+    """web/engine/cpu.js's engine object as PageModule uses it, natively: the module under wasmtime."""
+
+    def __init__(self, threads):
+        from pyshim.exec.wasm_module import NativeModule
+
+        self.module = NativeModule(threads=threads or 1)
+        self.threads, self.relaxed = self.module.threads, self.module.relaxed
+
+    def alloc(self, nbytes):
+        return self.module.alloc(nbytes)
+
+    def write(self, ptr, data):
+        self.module.write(ptr, data)
+
+    def read(self, ptr, nbytes):
+        return _Bytes(self.module.read(ptr, nbytes))
+
+    def call(self, name, *args):
+        return self.module.call(name, *args)
+
+    def memoryBytes(self):
+        return self.module.memory_bytes
+
+    def close(self):
+        self.module.close()
 
 
 def _call(fn, request: dict, store, request_id: int = 1, events=None):
@@ -145,3 +188,21 @@ def test_requests_queue_in_order_and_an_abort_stops_only_its_own(store):
     first, second = asyncio.run(both())
     assert first["finish_reason"] == "abort" and len(first["token_ids"]) < 24, first
     assert second["finish_reason"] in ("stop", "length") and len(second["token_ids"]) >= 1
+
+
+def test_auto_on_a_fallback_adapter_measures_and_loads_the_faster_engine(store):
+    """"auto" on lavapipe: the probe times SmolLM2's FFN matrix on both engines, the CPU engine wins and
+    loads the model (its weights through the caller, as the page's store does), and the f32 reply is the
+    reference's; the reason is in the reply and in `loaded`."""
+    worker_api.unload_now()
+    settings = {**SETTINGS, "device": "auto", "context": 192}
+    reply = _call(worker_api.generate, {"model_id": "smollm2", "messages": MESSAGES, "settings": settings, "sampling": GREEDY}, store)
+    engine = json.loads(worker_api.loaded())["engine"]
+    print(engine)
+    assert reply["device"] == engine["device"] == "cpu" and engine["cpu_ms"] < engine["gpu_ms"], engine
+    assert reply["device_reason"] == engine["reason"] and "faster than WebGPU on this software adapter" in engine["reason"]
+    cpu = Session(load_reference(resolve_model("smollm2"), settings=RunSettings(context=192)))
+    expected = asyncio.run(generate(cpu.runner, cpu.chat_ids(MESSAGES), SamplingParams(), MAX_TOKENS,
+                                    stop_ids=cpu.template.stop_ids, decoder=cpu.tokenizer.stream()))
+    assert reply["token_ids"] == expected.token_ids
+    worker_api.unload_now()

@@ -131,7 +131,7 @@ def test_on_a_software_adapter_auto_measures_and_runs_the_faster_engine(site):
     engine = loaded["engine"]
     print(engine)
     assert loaded["settings"]["device"] == engine["device"] == "cpu", loaded
-    assert engine["cpu_ms"] < engine["gpu_ms"] and "faster than this browser's software WebGPU" in engine["reason"]
+    assert engine["cpu_ms"] < engine["gpu_ms"] and "faster than WebGPU on this software adapter" in engine["reason"]
     assert "the CPU engine runs it" in page.inner_text("#messages .stats >> nth=-1")
     assert text == cpu_reference_reply().strip()
     ask(page, {**EXACT, "kv_type": "f32", "device": "gpu"})

@@ -119,7 +119,7 @@ async def measure(device, module, tensor: TensorInfo, fill_gpu, fill_cpu, arithm
     measured = f"a {shape} matvec took {gpu_ms:.2f} ms on WebGPU ({device.caps.summary()}), {cpu_ms:.2f} ms on the CPU engine ({threads})"
     faster = gpu_ms / cpu_ms if cpu_s < gpu_s else cpu_ms / gpu_ms
     if cpu_s < gpu_s:
-        return Choice("cpu", f"the CPU engine runs it: {faster:.1f}× faster than this browser's software WebGPU ({measured})",
+        return Choice("cpu", f"the CPU engine runs it: {faster:.1f}× faster than WebGPU on this software adapter ({measured})",
                       gpu_ms, cpu_ms)
     return Choice("gpu", f"WebGPU runs it: {faster:.1f}× faster than the CPU engine ({measured})", gpu_ms, cpu_ms)
 
