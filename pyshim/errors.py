@@ -12,7 +12,7 @@ class PyshimError(Exception):
 
     def __init__(self, message: str, *, hint: str | None = None):
         super().__init__(message if hint is None else f"{message} — {hint}")
-        self.hint = hint
+        self.message, self.hint = message, hint
 
 
 class GGUFFormatError(PyshimError):

@@ -236,7 +236,7 @@ async def _open_engine(model_id: str, header, source, settings: RunSettings, sto
     except GPUUnavailableError as exc:
         if settings.device == "gpu":
             raise
-        return await _load_cpu(header, source, settings, store), engine_choice.no_adapter(str(exc).split(" — ")[0])
+        return await _load_cpu(header, source, settings, store), engine_choice.no_adapter(exc.message)
     module = None
     try:
         choice = engine_choice.named("gpu") if settings.device == "gpu" else engine_choice.real_gpu(device.caps.summary())
