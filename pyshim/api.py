@@ -38,7 +38,8 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
                arithmetic: str | None = None, rope_scaling: str | None = None, rope_scale: float | None = None,
                yarn_orig_ctx: int | None = None, budget_mb: float | None = None, expert_slots: int | None = None,
                streamed_layers: int | None = None, on_progress=None, js_module=None,
-               base_url: str | None = None, api_key: str | None = None, parallel: int = 1) -> "Engine":
+               base_url: str | None = None, api_key: str | None = None, parallel: int = 1,
+               kv_pages: int | None = None) -> "Engine":
     """An engine for a model path or short name (`smollm2`, `gemma3`, `qwen2.5`); backend "gpu" (native
     WebGPU through wgpu), "cpu" (the NumPy reference), "wasm" (the WebAssembly SIMD CPU engine under
     wasmtime) or, in Pyodide, "browser" (the default there: the
@@ -52,10 +53,13 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
     last that many layers are streamed from the store through rotating GPU buffers (None: auto decides).
     `base_url` (with an optional `api_key`): `model` is served by that OpenAI-compatible server (vLLM,
     llama.cpp's server, Ollama's /v1) instead, through the same API (pyshim.serve.remote). `parallel`: how
-    many requests run at once (gpu backend: a KV cache each, decode steps batched; default 1)."""
+    many requests run at once (gpu backend: decode steps batched; default 1), sharing a KV cache of
+    `kv_pages` pages of 16 positions (default: room for every request's whole context; fewer: a request
+    that finds none free fails with KVCacheFullError, the others run on)."""
     settings = RunSettings(context=n_ctx, kv_type=kv_type, arithmetic=arithmetic, rope_scaling=rope_scaling,
                            rope_scale=rope_scale, yarn_orig_ctx=yarn_orig_ctx, expert_slots=expert_slots, streamed_layers=streamed_layers,
-                           budget_bytes=None if budget_mb is None else int(budget_mb * 2**20), parallel=parallel)
+                           budget_bytes=None if budget_mb is None else int(budget_mb * 2**20), parallel=parallel,
+                           kv_pages=kv_pages)
     if parallel > 1 and (base_url is not None or (backend or ("browser" if IN_PYODIDE else "gpu")) != "gpu"):
         raise BadRequestError("parallel requests run on the gpu backend for now", hint="use backend='gpu', or parallel=1",
                               param="parallel")

@@ -43,6 +43,10 @@ class OutOfMemoryError(PyshimError):
     """The model (or its KV cache) does not fit the device or the budget."""
 
 
+class KVCacheFullError(OutOfMemoryError):
+    """The KV cache's pages are all held by running requests: a step cannot get the pages it writes."""
+
+
 class ShaderError(PyshimError):
     """A WGSL source failed to preprocess or compile."""
 

@@ -1,8 +1,9 @@
 // Decode attention over the KV cache with an online softmax, one invocation per (query head, token,
 // split of the key range): out[t, h, :] = softmax_j(softcap(scale * q[t,h]·k[j, h/G])) · v[j, h/G] over
 // key positions j in [lo, positions[t]], lo = max(0, pos - window + 1) for sliding-window layers, else 0.
-// Keys live in a ring: position j is in slot j % cap (cap = n_ctx for full layers; >= window + chunk - 1
-// for windowed ones, so a chunk's own writes never evict a key one of its queries still needs).
+// Keys live in pages (include/kv.wgsl kv_slot): token t reads its own sequence's, so the tokens of a
+// batched decode step may each be another sequence's; a sliding-window layer's row of pages is a ring
+// of at least window + chunk - 1 positions (a chunk's own writes never evict a key its queries still need).
 // The cache must already hold this step's keys (kv_write runs first). Barrier-free.
 // SPLITS = 1: the invocation writes out[] itself. SPLITS > 1 (long contexts, real GPUs): split s covers
 // its share of [lo, pos] and writes (max, sum, unnormalized output) to `partial`; the COMBINE variant
@@ -86,6 +87,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         bounds = key_span(t, split);
     }
     let span = workgroupUniformLoad(&bounds);       // (the loop below holds barriers: its bounds uniform)
+    let prow = page_row(t);
     let qb = params.q_off / 4u + (t * params.heads + h) * HD4;
 #ifdef F16
     var qv: array<vec4<f16>, QPER>;
@@ -104,7 +106,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var m = SCORE_FLOOR;
     var l = 0.0;
     for (var j = span.x; j < span.y; j++) {
-        let row = (j % params.cap) * params.kv_heads + kvh;
+        let row = kv_slot(prow, j) * params.kv_heads + kvh;
         var dv = vec4<f32>(0.0);
         for (var c = 0u; c < QPER; c++) {
             let i = lane + c * LANES;
@@ -177,6 +179,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 #endif
     }
     let span = key_span(t, split);
+    let prow = page_row(t);
     var acc: array<vec4<f32>, HDV4>;
     for (var i = 0u; i < HDV4; i++) {
         acc[i] = vec4<f32>(0.0);
@@ -184,8 +187,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     var m = SCORE_FLOOR;
     var l = 0.0;
     for (var j = span.x; j < span.y; j++) {
-        let slot = j % params.cap;
-        let row = slot * params.kv_heads + kvh;
+        let row = kv_slot(prow, j) * params.kv_heads + kvh;
         var dv = vec4<f32>(0.0);
         for (var i = 0u; i < HD4; i++) {
 #ifdef F16

@@ -1,6 +1,6 @@
 // Causal prefill attention, tiled over the keys, for real GPUs: out[t, h, :] = softmax_j(softcap(scale *
 // q[t,h]·k[j, h/G])) · v[j, h/G] over key positions j in [lo(t), pos(t)], lo = max(0, pos - window + 1)
-// for sliding-window layers, else 0 (the ring and its cap as in attention.wgsl's header).
+// for sliding-window layers, else 0 (the pages and rings as in attention.wgsl's header).
 // A workgroup serves one KV head and QB = WG / G consecutive query tokens of its G query heads, one
 // invocation per (token, head). It walks the keys its tokens need in tiles of KTILE: the tile's K and V
 // rows are read from the cache (any type, include/kv.wgsl) into workgroup memory once, as f32, and every
@@ -46,6 +46,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let t_last = min(t0 + qb, params.n) - 1u;
     let k_lo = first_key(positions[params.pos_off + t0]);
     let k_hi = positions[params.pos_off + t_last];
+    let prow = page_row(t0);                            // the step's tokens are one sequence's
 
     var qv: array<vec4<f32>, HD4>;
     var pos = 0u;
@@ -65,11 +66,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         workgroupBarrier();                             // the previous tile is consumed
         for (var idx = lid; idx < KTILE * HD4; idx += WG) {
             let j = min(j0 + idx / HD4, k_hi);          // past k_hi: a repeat, masked below
-            kt[idx] = key4((j % params.cap) * params.kv_heads + kvh, idx % HD4);
+            kt[idx] = key4(kv_slot(prow, j) * params.kv_heads + kvh, idx % HD4);
         }
         for (var idx = lid; idx < KTILE * HDV4; idx += WG) {
             let j = min(j0 + idx / HDV4, k_hi);
-            vt[idx] = val4((j % params.cap) * params.kv_heads + kvh, idx % HDV4);
+            vt[idx] = val4(kv_slot(prow, j) * params.kv_heads + kvh, idx % HDV4);
         }
         workgroupBarrier();
         // this tile's scores of the invocation's query; keys outside [lo, pos] are masked

@@ -1,6 +1,7 @@
-// Store this step's keys and values in the layer's cache ring: k [n, kv_heads*head_dim] into
-// kc[positions[t] % cap], v likewise. One invocation per (vec4 of the longer row, token); with a block
-// type (KV_Q8, KV_Q4), per (block of 32 values of the longer row, token), which quantizes its block.
+// Store this step's keys and values in the layer's cache pages: k [n, kv_heads*head_dim] into the slot of
+// position positions[t] in token t's sequence (include/kv.wgsl kv_slot), v likewise: the tokens of a
+// batched step may each be another sequence's. One invocation per (vec4 of the longer row, token); with a
+// block type (KV_Q8, KV_Q4), per (block of 32 values of the longer row, token), which quantizes its block.
 // Defines: WG; KV_F16, KV_Q8 or KV_Q4 for the cache's type (include/kv.wgsl). ROPE: the keys arrive
 // before their rotary embedding, which is applied here as rope.wgsl applies it (theta, mscale, NEOX
 // pairs), so the roped keys never make a trip through memory; K_NORM (with ROPE) also RMS-norms each key
@@ -10,7 +11,7 @@ struct Params {
     n: u32,
     k_row: u32,         // kv_heads * head_dim (multiple of 4)
     v_row: u32,         // kv_heads * head_dim_v
-    cap: u32,
+    table_len: u32,     // pages in a sequence's row of the page table (include/kv.wgsl kv_slot)
     pos_off: u32,
     k_off: u32,         // element offsets of this step's k and v (multiples of 4)
     v_off: u32,
@@ -18,7 +19,11 @@ struct Params {
     dims: u32,          // ROPE: rotated dims of a head (even, <= head_dim)
     mscale: f32,        // ROPE
     eps: f32,           // K_NORM
+    seq_off: u32,       // word offsets in the step map (`positions`) of each token's sequence
+    table_off: u32,     // and of the layer's page table
     _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 #include "include/kv.wgsl"
@@ -115,7 +120,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (t >= params.n) {
         return;
     }
-    let slot = positions[params.pos_off + t] % params.cap;
+    let slot = kv_slot(page_row(t), positions[params.pos_off + t]);
     let k4 = params.k_row / 4u;
     let v4 = params.v_row / 4u;
     if (i < k4) {
@@ -209,7 +214,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (t >= params.n) {
         return;
     }
-    let slot = positions[params.pos_off + t] % params.cap;
+    let slot = kv_slot(page_row(t), positions[params.pos_off + t]);
     let kb = params.k_row / 32u;
     let vb = params.v_row / 32u;
     if (b < kb) {

@@ -26,15 +26,15 @@ def reference(path, *, context: int | None = None, arithmetic: Arithmetic | str 
 
 async def gpu(path, *, context: int | None = None, arithmetic=None, kv_type: str = "f32", chunk: int | None = None,
               device=None, rope: dict | None = None, expert_slots: int | None = None, streamed_layers: int | None = None,
-              **options):
+              kv_pages: int | None = None, **options):
     """A GpuRunner (options: upload_now, max_binding, policy={...}; `rope`: RunSettings' rope overrides;
     `expert_slots`: routed experts streamed into a cache of that many per layer; `streamed_layers`: the last
-    that many layers streamed through rotating buffers)."""
+    that many layers streamed through rotating buffers; `kv_pages`: the KV cache's pages)."""
     from pyshim.exec.gpu_runner import load_gpu
 
     settings = RunSettings(context=context, kv_type=kv_type, arithmetic=arithmetic,
                            **({} if chunk is None else {"prefill_chunk": chunk}), **(rope or {}), expert_slots=expert_slots,
-                           streamed_layers=streamed_layers)
+                           streamed_layers=streamed_layers, kv_pages=kv_pages)
     # The f32 route's kernels, which these tests' tolerances are for, unless a test asks for halves: on a
     # GPU with shader-f16 the default policy runs them in f16 (tests/test_kernels_f16.py checks those).
     # int8 asked: its kernels, which are barrier-free ones (a real GPU's default reductions would take the

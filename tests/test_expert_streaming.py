@@ -76,9 +76,9 @@ def test_streamed_experts_equal_the_resident_model(tmp_path_factory, loop, devic
         seq_s.append(token_s)
         seq_r.append(token_r)
         token_s, token_r = streamed.greedy([token_s], len(seq_s) - 1), resident.greedy([token_r], len(seq_r) - 1)
-        decode = decode or streamed.runner._programs[(1, Want.ARGMAX, None, 0)]
+        decode = decode or streamed.runner._programs[(1, Want.ARGMAX, False)]
     # one decode program served every token, whatever the cache held: expert choice stays data
-    assert streamed.runner._programs[(1, Want.ARGMAX, None, 0)] is decode and len(decode.stops) == streamed.runner.spec.n_layers
+    assert streamed.runner._programs[(1, Want.ARGMAX, False)] is decode and len(decode.stops) == streamed.runner.spec.n_layers
 
 
 @pytest.fixture(scope="module")

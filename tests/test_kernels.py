@@ -15,6 +15,7 @@ from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, UNIFORM_X_BYTES, WEIGHT_TY
                                 attention_grid, attention_keys, attention_record_bytes, groups, matvec_grid, matvec_key,
                                 rope_theta, shader_block)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
+from gpu_helpers import page_params
 from pyshim.models.ops import AttnSpec
 from pyshim.exec.reference import ReferenceOps, dequantize_rows
 from pyshim.models.rope import RopeSpec
@@ -182,8 +183,9 @@ def test_rope(gpu, name):
 
 
 def attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, history, n, cap, splits=1, lanes=0):
-    """Fill a cache ring with `history` earlier positions through kv_write, then attend for n new tokens
-    (`lanes`: the real-GPU form, a workgroup per head, token and split)."""
+    """Fill a cache of `cap` positions (its pages in scrambled order; a ring past cap) with `history`
+    earlier positions through kv_write, then attend for n new tokens (`lanes`: the real-GPU form, a
+    workgroup per head, token and split)."""
     rng = np.random.default_rng(n_heads * 100 + hd + window)
     spec_m = SimpleNamespace(sliding_window=window, swa_layers=[bool(window)], n_layers=1, n_kv_heads=n_kv,
                              head_dim_k=hd, head_dim_v=hd)
@@ -206,8 +208,8 @@ def attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, history, n, cap, 
         want = ref.attention(q, k, v, positions, attn)
         pos_buf = gpu.write_kv(k, v, positions, kc, vc, cap)
         key, combine = attention_keys(hd, hd, softcap > 0, splits, lanes=lanes)
-        params = dict(n=count, heads=n_heads, kv_heads=n_kv, cap=cap, window=window, scale=attn.scale,
-                      softcap=softcap, pos_off=0, q_off=0, out_off=0)
+        params = dict(n=count, heads=n_heads, kv_heads=n_kv, window=window, scale=attn.scale,
+                      softcap=softcap, pos_off=0, q_off=0, out_off=0, **page_params(count, cap))
         size = want.nbytes if combine is None else count * n_heads * splits * attention_record_bytes(hd)
         (out,) = gpu.dispatch(key, [q, kc, vc, pos_buf], [size], params, attention_grid(n_heads, count, splits, lanes))
         if combine is not None:
@@ -217,14 +219,14 @@ def attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, history, n, cap, 
 
 
 def test_attention_gqa_prefill_then_decode(gpu):
-    attention_case(gpu, n_heads=6, n_kv=2, hd=32, window=0, softcap=0.0, history=9, n=1, cap=16)
+    attention_case(gpu, n_heads=6, n_kv=2, hd=32, window=0, softcap=0.0, history=20, n=1, cap=48)
     attention_case(gpu, n_heads=6, n_kv=2, hd=32, window=0, softcap=0.0, history=0, n=7, cap=16)
 
 
 def test_attention_sliding_window_ring_and_softcap(gpu):
-    # window 4, chunks of 5 (5, 5, 1 then 5): the ring holds window + chunk - 1 = 8 slots
-    attention_case(gpu, n_heads=4, n_kv=1, hd=16, window=4, softcap=5.0, history=11, n=5, cap=8)
-    attention_case(gpu, n_heads=4, n_kv=2, hd=64, window=3, softcap=0.0, history=6, n=1, cap=3)
+    # rings that wrap: window 4 in two pages (chunks of 29, 11, then 5), window 3 in one (14, 14, 12, then 1)
+    attention_case(gpu, n_heads=4, n_kv=1, hd=16, window=4, softcap=5.0, history=40, n=5, cap=32)
+    attention_case(gpu, n_heads=4, n_kv=2, hd=64, window=3, softcap=0.0, history=40, n=1, cap=16)
 
 
 @pytest.mark.parametrize("lanes", [0, 32])
@@ -233,7 +235,7 @@ def test_attention_split_over_keys_then_combined(gpu, splits, lanes):
     # 16 splits of at most 17 keys leave some splits empty (and every split empty for early queries)
     attention_case(gpu, n_heads=6, n_kv=2, hd=32, window=0, softcap=0.0, history=9, n=1, cap=16, splits=splits, lanes=lanes)
     attention_case(gpu, n_heads=6, n_kv=2, hd=32, window=0, softcap=0.0, history=0, n=7, cap=16, splits=splits, lanes=lanes)
-    attention_case(gpu, n_heads=4, n_kv=1, hd=16, window=4, softcap=5.0, history=11, n=5, cap=8, splits=splits, lanes=lanes)
+    attention_case(gpu, n_heads=4, n_kv=1, hd=16, window=4, softcap=5.0, history=40, n=5, cap=32, splits=splits, lanes=lanes)
 
 
 @pytest.mark.parametrize("lanes", [4, 32])
@@ -241,7 +243,7 @@ def test_attention_in_lanes_of_a_workgroup(gpu, lanes):
     """The real-GPU form in one split: a head's 64 dims over 4 lanes (4 vec4s each) or 32 (half of them idle
     for a head of 16), a long history (many keys a workgroup walks), a window and soft-capping."""
     attention_case(gpu, n_heads=4, n_kv=2, hd=64, window=0, softcap=0.0, history=40, n=1, cap=48, lanes=lanes)
-    attention_case(gpu, n_heads=4, n_kv=1, hd=16, window=4, softcap=5.0, history=11, n=5, cap=8, lanes=lanes)
+    attention_case(gpu, n_heads=4, n_kv=1, hd=16, window=4, softcap=5.0, history=40, n=5, cap=32, lanes=lanes)
     attention_case(gpu, n_heads=6, n_kv=2, hd=128, window=0, softcap=0.0, history=0, n=3, cap=16, lanes=lanes)
 
 

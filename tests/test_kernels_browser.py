@@ -16,7 +16,7 @@ from gguf import GGMLQuantizationType as QT
 
 import harness
 import i8_emulation
-from gpu_helpers import random_weight
+from gpu_helpers import kv_slot, page_params, random_weight, step_map
 from pyshim.gpu.kernels import (ARGMAX_CHUNK, GROUPED_TYPES, I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, PARAMS, WEIGHT_TYPES, WG, argmax_keys,
                                 argmax_pass1, attention_keys, groups, matvec_grid, matvec_i8_key, matvec_key, quantize_key,
                                 rmsnorm_grid, rmsnorm_key, rope_theta, shader_block, xq_row_words,
@@ -155,14 +155,15 @@ def build_cases() -> Cases:
           dict(n=2, heads=3, head_dim=64, dims=32, mscale=mscale, x_off=0, y_off=0, pos_off=0), (groups(32), 3, 2),
           close(ref.rope(xr, pos, spec), rel=5e-4))
 
-    # attention for one query at position 13 over a ring of 6 slots, window 5, GQA 4:2, softcap
-    heads, kvh, hd, cap, window, softcap, p = 4, 2, 32, 6, 5, 4.0, 13
+    # attention for one query at position 37 over a ring of two pages (32 slots, in scrambled order), window
+    # 5, GQA 4:2, softcap
+    heads, kvh, hd, cap, window, softcap, p = 4, 2, 32, 32, 5, 4.0, 37
     q = rng.standard_normal((1, heads, hd), dtype=np.float32)
     keys = rng.standard_normal((p + 1, kvh, hd), dtype=np.float32)
     vals = rng.standard_normal((p + 1, kvh, hd), dtype=np.float32)
     kc, vc = np.zeros((cap, kvh, hd), np.float32), np.zeros((cap, kvh, hd), np.float32)
     for j in range(p + 1):
-        kc[j % cap], vc[j % cap] = keys[j], vals[j]
+        kc[kv_slot(j, cap)], vc[kv_slot(j, cap)] = keys[j], vals[j]
     seen = np.arange(p - window + 1, p + 1)
     want = np.zeros((1, heads * hd), np.float32)
     for h in range(heads):
@@ -170,10 +171,10 @@ def build_cases() -> Cases:
         s = softcap * np.tanh(s / softcap)
         e = np.exp(s - s.max())
         want[0, h * hd:(h + 1) * hd] = (e / e.sum()) @ vals[seen, h // 2]
-    params = dict(n=1, heads=heads, kv_heads=kvh, cap=cap, window=window, scale=hd ** -0.5, softcap=softcap, pos_off=0,
-                  q_off=0, out_off=0)
+    params = dict(n=1, heads=heads, kv_heads=kvh, window=window, scale=hd ** -0.5, softcap=softcap, pos_off=0,
+                  q_off=0, out_off=0, **page_params(1, cap))
     key, _ = attention_keys(hd, hd, True, 1)
-    c.add("attention ring window softcap", key, [q, kc, vc, np.array([p], np.uint32)], [want.nbytes], params,
+    c.add("attention ring window softcap", key, [q, kc, vc, step_map(np.array([p]), cap)], [want.nbytes], params,
           (groups(heads), 1, 1), close(want, rel=1e-4))
     # the same split over 3 key ranges: pass 1 here, then the combine pass on a record buffer built in
     # NumPy the way pass 1 lays it out (each pass checked on its own)
@@ -189,7 +190,7 @@ def build_cases() -> Cases:
             e = np.exp(s - mx)
             records[h, sp, 0, :2] = mx, e.sum()
             records[h, sp, 1:] = (e @ vals[js, h // 2]).reshape(-1, 4) if len(js) else 0
-    c.add("attention split pass", key, [q, kc, vc, np.array([p], np.uint32)], [records.nbytes], params,
+    c.add("attention split pass", key, [q, kc, vc, step_map(np.array([p]), cap)], [records.nbytes], params,
           (groups(heads), 1, splits), close(records, rel=1e-4))
     c.add("attention combine pass", combine, [records], [want.nbytes], params, (groups(heads), 1, 1),
           close(want, rel=1e-4))

@@ -12,7 +12,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 import tiny_models
-from gpu_helpers import GPU, random_weight
+from gpu_helpers import GPU, page_params, random_weight, step_map
 from pyshim.gpu.kernels import (MATMUL_TILE, attention_grid, attention_keys, attention_record_bytes, glu_key, groups,
                                 matmul_grid, matmul_key, matvec_grid, matvec_key)
 from pyshim.gpu.policy import subgroups_usable
@@ -92,8 +92,9 @@ def test_decode_attention_f16(gpu, kv_type, splits, lanes):
     row = int(KV_TYPES[kv_type].bytes_per_value * n_kv * hd)
     kc, vc = gpu.device.buffer(cap * row, label="kc"), gpu.device.buffer(cap * row, label="vc")
     gpu.write_kv(k, v, np.arange(history), kc, vc, cap, kv_type)
-    pos = gpu.upload(np.array([history - 1], np.uint32))
-    params = dict(n=1, heads=n_heads, kv_heads=n_kv, cap=cap, window=0, scale=hd ** -0.5, softcap=0.0, pos_off=0, q_off=0, out_off=0)
+    pos = gpu.upload(step_map(np.array([history - 1]), cap))
+    params = dict(n=1, heads=n_heads, kv_heads=n_kv, window=0, scale=hd ** -0.5, softcap=0.0, pos_off=0, q_off=0, out_off=0,
+                  **page_params(1, cap))
     outs = []
     for f16 in (False, True):
         key, combine = attention_keys(hd, hd, False, splits, kv_type, f16=f16, lanes=lanes)

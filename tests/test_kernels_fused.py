@@ -12,7 +12,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 import i8_emulation as emu
-from gpu_helpers import GPU, random_weight
+from gpu_helpers import GPU, page_params, random_weight, step_map
 from pyshim.exec.llama_cpp import gelu_llama_cpp
 from pyshim.exec.reference import dequantize_rows, gelu_tanh
 from pyshim.gpu.kernels import (GROUPED_TYPES, I8_ACTIVATIONS, I8_PAIR_TYPES, UNIFORM_X_BYTES, attention_keys, groups, kv_write_grid,
@@ -190,7 +190,7 @@ def test_kv_write_folds_the_keys_rope_in(gpu, kv_type, variant):
     their own kernels: the same cache words."""
     spec = RopeSpec(dims=32, base=1e6, neox=True) if variant == "neox_partial" else RopeSpec(dims=64, base=10000.0, neox=False)
     rng = np.random.default_rng(len(variant) + len(kv_type))
-    n, n_kv, hd, cap, eps = 3, 2, 64, 8, 1e-6
+    n, n_kv, hd, cap, eps = 3, 2, 64, 16, 1e-6
     k = rng.standard_normal((n, n_kv, hd), dtype=np.float32) * 2
     v = rng.standard_normal((n, n_kv, hd), dtype=np.float32)
     w = rng.standard_normal(hd, dtype=np.float32) if variant == "norm_rope" else None
@@ -199,10 +199,10 @@ def test_kv_write_folds_the_keys_rope_in(gpu, kv_type, variant):
     cell = int(KV_TYPES[kv_type].bytes_per_value * n_kv * hd)
     kc, vc = (gpu.device.buffer(cap * cell, label=name) for name in ("kc", "vc"))
     kc2, vc2 = (gpu.device.buffer(cap * cell, label=name) for name in ("kc2", "vc2"))
-    inputs = [k, v, positions.astype(np.uint32), theta] + ([w] if w is not None else [])
+    inputs = [k, v, step_map(positions, cap), theta] + ([w] if w is not None else [])
     gpu.dispatch(kv_write_key(kv_type, rope=True, neox=spec.neox, k_norm=w is not None), inputs + [kc, vc], [],
-                 dict(n=n, k_row=n_kv * hd, v_row=n_kv * hd, cap=cap, pos_off=0, k_off=0, v_off=0, head_dim=hd,
-                      dims=spec.dims, mscale=mscale, eps=eps), kv_write_grid(kv_type, n_kv * hd, n_kv * hd, n))
+                 dict(n=n, k_row=n_kv * hd, v_row=n_kv * hd, pos_off=0, k_off=0, v_off=0, head_dim=hd,
+                      dims=spec.dims, mscale=mscale, eps=eps, **page_params(n, cap)), kv_write_grid(kv_type, n_kv * hd, n_kv * hd, n))
     roped = rope_gpu(gpu, rmsnorm_gpu(gpu, k, w, eps) if w is not None else k, positions, spec)
     gpu.write_kv(roped, v, positions, kc2, vc2, cap, kv_type)
     for got, want in ((kc, kc2), (vc, vc2)):
@@ -256,8 +256,8 @@ def test_attention_rounds_its_output_for_the_next_matmul(gpu, fmt, hd, kv_type):
     pos = gpu.write_kv(k, v, np.arange(n), kc, vc, cap, kv_type)
     width = n_heads * hd
     words = xq_row_words(width, fmt)
-    params = dict(n=n, heads=n_heads, kv_heads=n_kv, cap=cap, window=0, scale=hd ** -0.5, softcap=0.0, pos_off=0, q_off=0,
-                  out_off=0, row_words=words)
+    params = dict(n=n, heads=n_heads, kv_heads=n_kv, window=0, scale=hd ** -0.5, softcap=0.0, pos_off=0, q_off=0,
+                  out_off=0, row_words=words, **page_params(n, cap))
     grid = (groups(n_heads), n, 1)
     (plain,) = gpu.dispatch(attention_keys(hd, hd, False, 1, kv_type)[0], [q, kc, vc, pos], [n * width * 4], params, grid)
     per = 32 if fmt == "q8_0" else 256

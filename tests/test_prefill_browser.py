@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from gpu_helpers import random_weight
+from gpu_helpers import kv_slot, page_params, random_weight, step_map
 from pyshim.gpu.kernels import (MATMUL_TILE, MATMUL_TILE_CPU, WEIGHT_TYPES, attention_prefill_grid,
                                 attention_prefill_key, matmul_grid, matmul_key, shader_block)
 from pyshim.exec.reference import dequantize_rows
@@ -60,26 +60,27 @@ def cache_bytes(rows: np.ndarray, kv_type: str, rng) -> tuple[np.ndarray, np.nda
 
 
 def add_attention_case(c: Cases, rng, *, heads, kv_heads, hd, window, softcap, first, n, cap, kv_type):
-    """Queries at positions first..first+n-1; every key position up to the last one written to slot j % cap
-    (the ring after kv_write), the ones a query needs being the last window + n - 1 (cap >= that)."""
+    """Queries at positions first..first+n-1; every key position up to the last one written to its slot in
+    page_row(cap)'s pages (the ring after kv_write), the ones a query needs being the last window + n - 1
+    (cap >= that)."""
     last = first + n - 1
     keys = rng.standard_normal((last + 1, kv_heads, hd), dtype=np.float32)
     vals = rng.standard_normal((last + 1, kv_heads, hd), dtype=np.float32)
     kc = np.zeros((cap, kv_heads, hd), np.float32)
     vc = np.zeros((cap, kv_heads, hd), np.float32)
     for j in range(last + 1):
-        kc[j % cap], vc[j % cap] = keys[j], vals[j]
+        kc[kv_slot(j, cap)], vc[kv_slot(j, cap)] = keys[j], vals[j]
     kc_bytes, kc_seen = cache_bytes(kc, kv_type, rng)
     vc_bytes, vc_seen = cache_bytes(vc, kv_type, rng)
     for j in range(last + 1):
-        keys[j], vals[j] = kc_seen[j % cap], vc_seen[j % cap]
+        keys[j], vals[j] = kc_seen[kv_slot(j, cap)], vc_seen[kv_slot(j, cap)]
     positions = np.arange(first, last + 1)
     q = rng.standard_normal((n, heads, hd), dtype=np.float32)
     want = causal_attention(q, keys, vals, positions, window, softcap, hd ** -0.5)
     c.add(f"attention_prefill {kv_type} heads={heads}/{kv_heads} hd={hd} window={window} softcap={softcap}",
-          attention_prefill_key(hd, hd, softcap > 0, kv_type), [q, kc_bytes, vc_bytes, positions.astype(np.uint32)],
-          [want.nbytes], dict(n=n, heads=heads, kv_heads=kv_heads, cap=cap, window=window, scale=hd ** -0.5,
-                              softcap=softcap, pos_off=0, q_off=0, out_off=0),
+          attention_prefill_key(hd, hd, softcap > 0, kv_type), [q, kc_bytes, vc_bytes, step_map(positions, cap)],
+          [want.nbytes], dict(n=n, heads=heads, kv_heads=kv_heads, window=window, scale=hd ** -0.5,
+                              softcap=softcap, pos_off=0, q_off=0, out_off=0, **page_params(n, cap)),
           attention_prefill_grid(n, heads, kv_heads), close(want, rel=1e-4))
 
 
@@ -108,8 +109,8 @@ def build_cases() -> Cases:
           [(12 + n * m) * 4], dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=36, x_off=8, y_off=12, bias_off=0, y_stride=m),
           matmul_grid(m, n), close(np.concatenate([np.zeros(12, np.float32), want.reshape(-1)])))
     add_attention_case(c, rng, heads=6, kv_heads=2, hd=64, window=0, softcap=0.0, first=0, n=45, cap=64, kv_type="f32")
-    add_attention_case(c, rng, heads=4, kv_heads=1, hd=256, window=9, softcap=5.0, first=30, n=12, cap=20, kv_type="f16")
-    add_attention_case(c, rng, heads=4, kv_heads=2, hd=32, window=6, softcap=0.0, first=10, n=9, cap=15, kv_type="q8")
+    add_attention_case(c, rng, heads=4, kv_heads=1, hd=256, window=9, softcap=5.0, first=30, n=12, cap=32, kv_type="f16")
+    add_attention_case(c, rng, heads=4, kv_heads=2, hd=32, window=6, softcap=0.0, first=10, n=9, cap=16, kv_type="q8")
     add_attention_case(c, rng, heads=8, kv_heads=2, hd=64, window=0, softcap=0.0, first=5, n=7, cap=16, kv_type="q4")
     return c
 

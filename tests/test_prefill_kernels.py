@@ -17,7 +17,7 @@ from pyshim.exec.kvcache import ROUNDING
 from pyshim.models.ops import AttnSpec
 from pyshim.plan.settings import KV_TYPES
 from pyshim.exec.reference import ReferenceOps, dequantize_rows
-from gpu_helpers import GPU, random_weight
+from gpu_helpers import GPU, page_params, random_weight
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +102,8 @@ def prefill_attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, steps, ca
         k, v = rounded(k, kv_type), rounded(v, kv_type)
         want = ref.attention(q, k, v, positions, attn)
         pos_buf = gpu.write_kv(k, v, positions, kc, vc, cap, kv_type)
-        params = dict(n=count, heads=n_heads, kv_heads=n_kv, cap=cap, window=window, scale=attn.scale,
-                      softcap=softcap, pos_off=0, q_off=0, out_off=0)
+        params = dict(n=count, heads=n_heads, kv_heads=n_kv, window=window, scale=attn.scale,
+                      softcap=softcap, pos_off=0, q_off=0, out_off=0, **page_params(count, cap))
         (out,) = gpu.dispatch(key, [q, kc, vc, pos_buf], [want.nbytes], params,
                               attention_prefill_grid(count, n_heads, n_kv))
         check_close(f32(out, want.shape), want, rel=1e-4)
@@ -122,10 +122,11 @@ def test_prefill_attention_gqa_many_tiles(gpu):
 
 
 def test_prefill_attention_sliding_window_ring_and_softcap(gpu):
-    # window 9 over chunks of 12: the ring holds window + chunk - 1 = 20 slots and wraps; head 256 (8-key tiles)
-    prefill_attention_case(gpu, n_heads=4, n_kv=1, hd=256, window=9, softcap=5.0, steps=[12, 12, 12, 7], cap=20)
+    # window 9 over chunks of 12: a ring of two pages (window + chunk - 1 = 20 slots needed) wraps; head 256
+    # (8-key tiles)
+    prefill_attention_case(gpu, n_heads=4, n_kv=1, hd=256, window=9, softcap=5.0, steps=[12, 12, 12, 7], cap=32)
 
 
 @pytest.mark.parametrize("kv_type", ["f16", "q8", "q4"])
 def test_prefill_attention_kv_types(gpu, kv_type):
-    prefill_attention_case(gpu, n_heads=4, n_kv=2, hd=32, window=6, softcap=0.0, steps=[10, 9], cap=15, kv_type=kv_type)
+    prefill_attention_case(gpu, n_heads=4, n_kv=2, hd=32, window=6, softcap=0.0, steps=[10, 9], cap=16, kv_type=kv_type)

@@ -10,7 +10,6 @@ logits fit one storage binding).
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from contextlib import ExitStack
 from pathlib import Path
@@ -26,7 +25,6 @@ from pyshim.gpu.program import Program, physical
 from pyshim.plan import auto
 from pyshim.plan.memory import per_token
 from pyshim.plan.settings import RunSettings
-from pyshim.plan.settings import kv_type as kv_type_named
 
 KEEP_PROGRAMS = 8       # step shapes (other than one token) kept built; more are rebuilt on use
 DECODE_WANTS = (Want.LOGITS, Want.ARGMAX)   # the one-token programs prepare() builds
@@ -46,9 +44,9 @@ class GpuRunner:
         self.capacity = Capacity(n_ctx=n_ctx, max_seqs=ops.kv.n_seqs, max_step_tokens=max_step, top_k=TOPK)
         self.stats = RunnerStats()
         self.held = HeldTokens.for_spec(spec, n_ctx)
-        # by (tokens, want, the sequences of a batched decode step or None, else the one sequence), least
-        # recently used first
-        self._programs: OrderedDict[tuple[int, Want, tuple | None, int], Program] = OrderedDict()
+        # by (tokens, want, batched decode step or not), least recently used first; a program serves any
+        # sequence (which, the step map says: pyshim.gpu.kv)
+        self._programs: OrderedDict[tuple[int, Want, bool], Program] = OrderedDict()
         # Told of the pipelines a program's first use compiles (a prompt's first prefill compiles the
         # tiled kernels: many seconds on a CPU adapter), so a page can say why the first reply waits.
         self.on_compile: Progress | None = None
@@ -78,7 +76,7 @@ class GpuRunner:
         not called when none is left to compile."""
         await self.ops.repack()
         # Recorded first, so the pipelines of every program are known (and counted) before any is compiled.
-        keys = [(1, want, None, 0) for want in DECODE_WANTS]
+        keys = [(1, want, False) for want in DECODE_WANTS]
         recorded = {key: self._record(1, key[1]) for key in keys if key not in self._programs}
         await self._compile(recorded.values(), progress)
         for key, program in recorded.items():
@@ -98,53 +96,47 @@ class GpuRunner:
             await report(progress, done, len(missing))
 
     def share(self, src: int, dst: int, n: int) -> bool:
-        """Sequence `dst` takes `src`'s keys and values for positions [0, n) — a copy of each layer's rows on
-        the device instead of running those tokens again (a system prompt that concurrent requests share).
-        Full-attention caches only (False otherwise): a sliding window's ring reuses its slots."""
+        """Sequence `dst` takes `src`'s keys and values for positions [0, n) — the same KV pages, by
+        reference, instead of running those tokens again (a system prompt that concurrent requests share);
+        a shared page is copied when one of them writes into it. Full-attention caches only (False
+        otherwise): a sliding window's ring reuses its slots."""
         if self.held.window or src == dst or n < 1:
             return False
-        kv, spec = self.ops.kv, self.spec
-        per_value = kv_type_named(kv.kv_type).bytes_per_value
-        copies = []
-        for il in range(spec.n_layers):
-            a, b = kv.layer(il, src), kv.layer(il, dst)
-            for src_buf, dst_buf, head_dim in ((a.k, b.k, spec.head_dim_k), (a.v, b.v, spec.head_dim_v)):
-                nbytes = math.ceil(n * spec.n_kv_heads * head_dim * per_value)     # positions [0, n): the first rows
-                copies.append((src_buf, 0, dst_buf, 0, min(int(src_buf.size), -(-nbytes // 4) * 4)))
-        self.device.copy(copies)
+        self.ops.kv.share(src, dst, n)
         self.held.copied(src, dst, n)
         return True
 
     def reset(self, seq: int = 0) -> None:
-        """Only `held` forgets: a step's attention reads only positions up to its own, all written before."""
+        """`held` forgets the sequence and its KV pages go back to the pool."""
         self.held.forget(seq)
+        self.ops.kv.release(seq)
 
     def close(self) -> None:
         """Release the device when the runner opened it (a device handed in stays its owner's)."""
         if self.owns_device:
             self.device.destroy()
 
-    async def program(self, n: int, want: Want, seqs: tuple[int, ...] | None = None, seq: int = 0) -> Program:
-        """The built program for steps of `n` tokens of sequence `seq` answering `want` (recorded on first
-        use; a step that wants nothing runs the logits program and reads nothing back); with `seqs`, a
-        batched decode step's: token i is sequence seqs[i]'s, and `want` is answered for every one."""
+    async def program(self, n: int, want: Want, batched: bool = False) -> Program:
+        """The built program for steps of `n` tokens of one sequence answering `want` (recorded on first
+        use; a step that wants nothing runs the logits program and reads nothing back); `batched`: a
+        batched decode step's, token i some sequence's next one, `want` answered for every one."""
         want = Want.LOGITS if want is Want.NONE else want
-        key = (n, want, seqs, 0 if seqs is not None else seq)
+        key = (n, want, batched)
         if key not in self._programs:
-            program = self._record(n, want, seqs, key[3])
+            program = self._record(n, want, batched)
             await self._compile([program], self.on_compile)
             await self._build(key, program)
         self._programs.move_to_end(key)
         return self._programs[key]
 
-    def _record(self, n: int, want: Want, seqs: tuple[int, ...] | None = None, seq: int = 0) -> Program:
+    def _record(self, n: int, want: Want, batched: bool = False) -> Program:
         """The forward pass for steps of `n` tokens answering `want`, recorded (not built yet)."""
         ops = self.ops
-        program = ops.begin(n, seqs, seq)
-        logits = self.model.forward(ops, ops.tokens(n), ops.positions(n), want is Want.ALL_LOGITS or seqs is not None)
+        program = ops.begin(n, batched)
+        logits = self.model.forward(ops, ops.tokens(n), ops.positions(n), want is Want.ALL_LOGITS or batched)
         program.output = logits
         if want is Want.ARGMAX:
-            program.argmax = ops.record_argmax(logits, rows=n if seqs is not None else 1)
+            program.argmax = ops.record_argmax(logits, rows=n if batched else 1)
         elif want is Want.TOP_K:
             program.topk = ops.record_topk(logits)
         ops.end()
@@ -177,10 +169,12 @@ class GpuRunner:
         ((buffer, size, offset), or None for nothing): the step's writes, dispatches and readback go to the
         device together (in the browser one FFI call), the wait comes last."""
         await self.ops.repack()        # no-op after the first step
-        program = await self.program(len(tokens), want, seqs, seq)
+        program = await self.program(len(tokens), want, seqs is not None)
         dev, ops = self.device, self.ops
-        positions = np.asarray(start if seqs is not None else np.arange(start, start + len(tokens)), dtype=np.uint32)
-        writes = [(ops.tokens_buf, 0, np.asarray(tokens, dtype=np.uint32)), (ops.positions_buf, 0, positions)]
+        n = len(tokens)
+        positions = np.asarray(start if seqs is not None else np.arange(start, start + n), dtype=np.uint32)
+        owners = np.asarray(seqs if seqs is not None else [seq] * n, dtype=np.uint32)
+        writes = [(ops.tokens_buf, 0, np.asarray(tokens, dtype=np.uint32))] + self._step_map(positions, owners)
         label, at = f"step_n{len(tokens)}", 0
         for stop in program.stops:          # streamed weights: the host puts them in place
             if stop.at > at or writes:
@@ -202,6 +196,26 @@ class GpuRunner:
         if ops.layer_stream is not None:    # the next step's first streamed layer, while the GPU works
             await ops.layer_stream.after_step(ops.kernels, ops.pool, dev)
         return program, (None if answer is None else await self._waited(answer))
+
+    def _step_map(self, positions: np.ndarray, owners: np.ndarray) -> list:
+        """The step map's writes for tokens at `positions` of sequences `owners`: their pages found first
+        (new ones, copies of shared ones: those copies are queued now, before the step), the page tables
+        written when they changed (pyshim.gpu.kv)."""
+        kv, held = self.ops.kv, self.held
+        spans: dict[int, list[int]] = {}
+        for pos, seq in zip(positions.tolist(), owners.tolist()):
+            lo, hi = spans.get(seq, (pos, pos + 1))
+            spans[seq] = [min(lo, pos), max(hi, pos + 1)]
+        copies = kv.prepare([(seq, lo, hi) for seq, (lo, hi) in spans.items()],
+                            idle=lambda: [s for s in range(kv.n_seqs) if not held.in_use(s)], on_reclaim=held.forget)
+        if copies:
+            self.device.copy(copies)
+        buf = self.ops.positions_buf
+        writes = [(buf, 0, positions), (buf, 4 * kv.seq_off, owners)]
+        if kv.pages.dirty:
+            writes.append((buf, 4 * kv.table_off, kv.table_words()))
+            kv.pages.dirty = False
+        return writes
 
     async def _read(self, buffer, size: int, offset: int = 0) -> bytes:
         return await self._waited(self.device.read(buffer, size, offset))
@@ -286,6 +300,13 @@ class GpuRunner:
         return {"streamed_layers": len(stream.layers), "layers": self.spec.n_layers, "gpu_bytes": stream.nbytes,
                 "layer_bytes": stream.layer_bytes, **stream.stats.as_dict()}
 
+    def kv_stats(self) -> dict:
+        """The KV cache's pages: how many, how many free, each sequence's, and how many sequences had theirs
+        taken back for others."""
+        kv = self.ops.kv
+        return {**kv.stats(), "kv_type": kv.kv_type, "gpu_bytes": kv.nbytes,
+                "held": [kv.pages.held(seq) for seq in range(kv.n_seqs)]}
+
     def expert_cache_stats(self) -> dict | None:
         """With experts streamed (pyshim.gpu.expert_cache): the cache's size and what it did since load."""
         cache = self.ops.expert_cache
@@ -300,7 +321,7 @@ class GpuRunner:
         from pyshim.plan.memory import estimate
 
         plan = estimate(self.spec, self.header.tensors, context=self.n_ctx, kv_type=self.ops.kv_type, chunk=self.ops.max_chunk,
-                        seqs=self.ops.kv.n_seqs)
+                        seqs=self.ops.kv.n_seqs, kv_pages=self.ops.kv.n_pages)
         return {"peak_gpu_bytes": self.ops.memory()["total"], "planned_gpu_bytes": plan.total_bytes}
 
 
@@ -316,9 +337,9 @@ async def load_gpu(path: str | Path | None = None, *, header=None, source=None, 
     """A GpuRunner for a GGUF file (`path`), or for a parsed header plus a byte source (Pyodide).
     `upload_now=False` leaves the weights' bytes to the caller (`runner.ops.uploads`: the browser);
     `max_binding` lowers the storage binding limit (forces tensors split by rows); `policy` overrides
-    kernel choices (pyshim.gpu.policy.KernelPolicy fields: tests); `max_seqs`: the sequences it holds KV
-    caches for (default settings.parallel; each a whole cache: a step of one token of each runs as one
-    batched program)."""
+    kernel choices (pyshim.gpu.policy.KernelPolicy fields: tests); `max_seqs`: the sequences its KV cache
+    holds (default settings.parallel; a step of one token of each runs as one batched program), in
+    settings.kv_pages pages (default: every sequence's whole context)."""
     from pyshim.gguf.model import open_model
     from pyshim.gguf.tensors import WeightStore, tensor_refs_from_header
     from pyshim.gpu import open_device
@@ -334,7 +355,7 @@ async def load_gpu(path: str | Path | None = None, *, header=None, source=None, 
     ops = GpuOps(device, WeightStore(tensor_refs_from_header(header), source), spec, n_ctx, kernel_policy,
                  kv_type=settings.kv_type, max_chunk=settings.prefill_chunk, max_binding=max_binding, upload_now=upload_now,
                  expert_slots=settings.expert_slots, streamed_layers=settings.streamed_layers,
-                 max_seqs=max_seqs or settings.parallel)
+                 max_seqs=max_seqs or settings.parallel, kv_pages=settings.kv_pages)
     model = build_model(spec, ops)
     runner = GpuRunner(spec, header, ops, model, settings, n_ctx, owns_device=owns_device)
     runner.auto = choice and choice.as_dict()

@@ -124,6 +124,7 @@ class HeldTokens:
         # prompts being run right now (sequence -> (prompt, set once its keys are in)): a request arriving
         # meanwhile under the same opening waits for them and copies, rather than runs it too
         self._running: dict[int, tuple[tuple[int, ...], asyncio.Event]] = {}
+        self._busy: dict[int, int] = {}   # sequence -> requests running in it (their caches are not taken back)
 
     @classmethod
     def for_spec(cls, spec: ModelSpec, n_ctx: int) -> "HeldTokens":
@@ -173,6 +174,21 @@ class HeldTokens:
         if n < len(held) and self._wrapped(seq):
             return 0
         return n
+
+    @contextmanager
+    def busy(self, seq: int):
+        """Around a request running in sequence `seq`: a runner short of cache memory does not take its
+        keys back for another sequence (pyshim.gpu.kv)."""
+        self._busy[seq] = self._busy.get(seq, 0) + 1
+        try:
+            yield
+        finally:
+            self._busy[seq] -= 1
+            if not self._busy[seq]:
+                del self._busy[seq]
+
+    def in_use(self, seq: int) -> bool:
+        return seq in self._busy
 
     def forget(self, seq: int = 0) -> None:
         self._tokens.pop(seq, None)

@@ -239,10 +239,10 @@ PARAMS: dict[str, ParamsLayout] = {
     "rmsnorm": _layout("rows:u32 d:u32 eps:f32 x_off:u32 y_off:u32 w_off:u32 r_off:u32 _pad1:u32"),
     "rope": _layout("n:u32 heads:u32 head_dim:u32 dims:u32 mscale:f32 x_off:u32 y_off:u32 pos_off:u32 eps:f32 _pad0:u32 "
                     "_pad1:u32 _pad2:u32"),
-    "attention": _layout("n:u32 heads:u32 kv_heads:u32 cap:u32 window:u32 scale:f32 softcap:f32 pos_off:u32 "
-                         "q_off:u32 out_off:u32 row_words:u32 _pad1:u32"),
-    "kv_write": _layout("n:u32 k_row:u32 v_row:u32 cap:u32 pos_off:u32 k_off:u32 v_off:u32 head_dim:u32 dims:u32 "
-                        "mscale:f32 eps:f32 _pad0:u32"),
+    "attention": _layout("n:u32 heads:u32 kv_heads:u32 table_len:u32 window:u32 scale:f32 softcap:f32 pos_off:u32 "
+                         "q_off:u32 out_off:u32 row_words:u32 seq_off:u32 table_off:u32 _pad0:u32 _pad1:u32 _pad2:u32"),
+    "kv_write": _layout("n:u32 k_row:u32 v_row:u32 table_len:u32 pos_off:u32 k_off:u32 v_off:u32 head_dim:u32 dims:u32 "
+                        "mscale:f32 eps:f32 seq_off:u32 table_off:u32 _pad0:u32 _pad1:u32 _pad2:u32"),
     "glu": _layout("n:u32 f:u32 gate_off:u32 gate_stride:u32 up_off:u32 up_stride:u32 out_off:u32 _pad0:u32"),
     "eltwise": _layout("n:u32 width:u32 a_off:u32 a_stride:u32 b_off:u32 b_stride:u32 y_off:u32 s:f32"),
     "argmax": _layout("len:u32 chunk:u32 x_off:u32 _pad0:u32"),

@@ -9,7 +9,8 @@ What an op dispatches follows the `KernelPolicy` (pyshim.gpu.policy, from the ad
 limits): barrier-free or workgroup-reduction matvecs, the int8 route (llama.cpp's CPU arithmetic: each
 matmul input quantized once to int8 blocks, then integer dot products; shaders/README.md), the tiled
 matmul and prefill attention for steps of several tokens. Weights come from the weight slots
-(pyshim.gpu.slots), keys and values from the KV cache of sequence 0 (pyshim.gpu.kv).
+(pyshim.gpu.slots), keys and values from the paged KV cache (pyshim.gpu.kv) through the step map: each
+token's position, its sequence and the page tables, written by the step, so a program serves any sequence.
 """
 
 from __future__ import annotations
@@ -69,15 +70,16 @@ class GpuOps(FusedOps, ExpertOps):
     def __init__(self, device: GPUDevice, store: WeightStore, spec, n_ctx: int, policy: KernelPolicy, *,
                  kv_type: str = "f32", max_chunk: int = PREFILL_CHUNK, max_binding: int | None = None,
                  upload_now: bool = True, kernels: KernelCache | None = None, expert_slots: int | None = None,
-                 streamed_layers: int | None = None, max_seqs: int = 1):
+                 streamed_layers: int | None = None, max_seqs: int = 1, kv_pages: int | None = None):
         """`max_chunk`: most tokens per step (sizes the sliding-window rings); `max_binding` lowers the
         device's storage binding limit (tests force tensors split by rows with it); `upload_now=False`
         leaves the quantized weights' bytes to the caller, who follows `slots.uploads` (the browser's store
         writes them from IndexedDB without passing them through Python); `expert_slots`: the routed experts
         are streamed from the store into a cache of that many per MoE layer (pyshim.gpu.expert_cache);
         `streamed_layers`: the last that many layers' matrices are streamed through two rotating sets of
-        buffers (pyshim.gpu.layer_stream); `max_seqs`: the sequences whose KV caches it holds (a batched
-        decode step runs one token of each of several)."""
+        buffers (pyshim.gpu.layer_stream); `max_seqs`: the sequences the KV cache holds (a batched decode
+        step runs one token of each of several); `kv_pages`: the pages of its pool (default: every
+        sequence's whole context)."""
         self.device, self.spec, self.n_ctx, self.policy = device, spec, n_ctx, policy
         self.max_chunk = max_chunk
         self.kernels = kernels or KernelCache(device)
@@ -90,13 +92,13 @@ class GpuOps(FusedOps, ExpertOps):
         self.expert_cache = ExpertCache(self.slots, expert_slots) if expert_slots else None
         self.layer_stream = LayerStream(self.slots, spec.n_layers, streamed_layers) if streamed_layers else None
         self._slot_id_bufs: list = []      # one per MoE layer of a step, when experts are streamed
-        self.kv = GpuKV(self.allocator, spec, n_ctx, max_chunk, kv_type, n_seqs=max_seqs)
+        self.kv = GpuKV(self.allocator, spec, n_ctx, max_chunk, kv_type, n_seqs=max_seqs, n_pages=kv_pages,
+                        max_binding=self.max_binding)
         self.pool = ActivationPool(self.allocator, UNIFORM_X_BYTES)
         self.tokens_buf = self.allocator.buffer(max_chunk * 4, "tokens")
-        self.positions_buf = self.allocator.buffer(max_chunk * 4, "positions")
+        self.positions_buf = self.allocator.buffer(self.kv.map_words * 4, "step_map")     # positions first
         self._program: Program | None = None
-        self._seqs: tuple[int, ...] | None = None     # the sequences of a batched decode step being recorded
-        self._seq = 0                                  # else the one sequence of the step being recorded
+        self._batched = False       # the step being recorded is a batched decode step
         self._quantized: dict[tuple[Tensor, str], tuple[Activation, int]] = {}
         self._groups: dict[Tensor, Activation] = {}
         self._theta: dict[tuple, tuple[Any, float]] = {}
@@ -117,14 +119,12 @@ class GpuOps(FusedOps, ExpertOps):
                 "other": total - weights - kv - self.pool.nbytes, "total": total}
 
     # --- recording ---
-    def begin(self, n: int, seqs: tuple[int, ...] | None = None, seq: int = 0) -> Program:
-        """Record a step of `n` tokens: of sequence `seq` at consecutive positions, or with `seqs` (n of
-        them, distinct) a batched decode step whose token i is sequence seqs[i]'s next one. A batched step
-        runs every token through the one-token kernels' arithmetic (the matvecs' token rows, attention per
-        sequence), so each sequence gets the tokens it gets alone."""
-        if seqs is not None and (len(seqs) != n or len(set(seqs)) != n):
-            raise ValueError(f"a batched step takes one token of each of {n} distinct sequences, got {seqs}")
-        self._seqs, self._seq = seqs, seq
+    def begin(self, n: int, batched: bool = False) -> Program:
+        """Record a step of `n` tokens: of one sequence at consecutive positions, or (`batched`) a batched
+        decode step whose token i is some sequence's next one (which, the step map says). A batched step
+        runs every token through the one-token kernels' arithmetic (the matvecs' token rows, decode
+        attention), so each sequence gets the tokens it gets alone."""
+        self._batched = batched
         self._program = Program(n)
         self._quantized = {}
         self._groups = {}           # router ids -> their pairs grouped by expert (pyshim.gpu.experts)
@@ -204,7 +204,7 @@ class GpuOps(FusedOps, ExpertOps):
         fmt = I8_ACTIVATIONS.get(w.ref.qtype) if self.policy.int8 else None
         if fmt is not None and k % I8_BLOCKS[fmt][0] == 0:
             return self._matmul_i8(x, w, add, out, fmt)
-        if n > 1 and self._seqs is None:
+        if n > 1 and not self._batched:
             return self._matmul_tiled(x, w, add, out)
         reduce = self.policy.reduce
         uniform_x = n == 1 and not reduce and isinstance(x.buf, Activation) and x.off + k <= 4 * UNIFORM_X_VEC4
@@ -266,7 +266,7 @@ class GpuOps(FusedOps, ExpertOps):
         uniform_x = n == 1 and row_words * 4 <= UNIFORM_X_BYTES
         # steps of several tokens unpack each weight block once for I8_TOKENS of them, where the type can
         tokens = I8_TOKENS if n > 1 and w.ref.qtype in I8_TOKEN_TYPES else 1
-        if tokens > 1 and self._seqs is not None:
+        if tokens > 1 and self._batched:
             tokens = min(tokens, n)
         rows_per = self.policy.token_rows if tokens > 1 else self.policy.matvec_rows
         key = matvec_i8_key(w.ref.qtype, bias=add is not None, uniform_x=uniform_x, rows=rows_per,
@@ -342,63 +342,56 @@ class GpuOps(FusedOps, ExpertOps):
         if rope is not None and (rope.positions != positions or rope.x.shape != k.shape):
             rope = None
         out = self._tensor((n, spec.n_heads * spec.head_dim_v), "attention")
-        if self._seqs is not None:      # a batched decode step: token t is sequence seqs[t]'s, in its own cache
-            for t, seq in enumerate(self._seqs):
-                cache = self.kv.layer(spec.layer, seq)
-                self._kv_write(k, v, positions, spec, cache, rope, n=1, t=t)
-                self._decode_attention(q, positions, spec, cache, out, n=1, t=t)
-            return out
-        cache = self.kv.layer(spec.layer, self._seq)
-        self._kv_write(k, v, positions, spec, cache, rope, n=n)
-        if self.policy.tiled_attention and n > 1 and spec.n_heads // spec.n_kv_heads <= WG:
+        layer = self.kv.layer(spec.layer)
+        self._kv_write(k, v, positions, spec, layer, rope, n)
+        if self.policy.tiled_attention and n > 1 and not self._batched and spec.n_heads // spec.n_kv_heads <= WG:
             # the step's positions are consecutive (what attention_prefill.wgsl needs)
             key = attention_prefill_key(spec.head_dim, spec.head_dim_v, spec.softcap > 0, self.kv_type)
-            self._record("attention_prefill", key, [q.buf, cache.k, cache.v, positions.buf, out.buf],
+            self._record("attention_prefill", key, [q.buf, layer.k, layer.v, positions.buf, out.buf],
                          attention_prefill_grid(n, spec.n_heads, spec.n_kv_heads),
-                         **self._attention_params(q, positions, spec, cache, out, n))
+                         **self._attention_params(q, positions, spec, layer, out, n))
             return out
-        self._decode_attention(q, positions, spec, cache, out, n=n)
+        self._decode_attention(q, positions, spec, layer, out, n)
         return out
 
-    @staticmethod
-    def _attention_params(q: Tensor, positions: Tensor, spec: AttnSpec, cache, out: Tensor, n: int, t: int = 0) -> dict:
-        """Attention's parameters for n tokens from the step's token t on."""
-        return dict(n=n, heads=spec.n_heads, kv_heads=spec.n_kv_heads, cap=cache.cap, window=spec.window, scale=spec.scale,
-                    softcap=spec.softcap, pos_off=positions.off + t, q_off=q.off + t * spec.n_heads * spec.head_dim,
-                    out_off=out.off + t * spec.n_heads * spec.head_dim_v)
+    def _attention_params(self, q: Tensor, positions: Tensor, spec: AttnSpec, layer, out: Tensor, n: int) -> dict:
+        return dict(n=n, heads=spec.n_heads, kv_heads=spec.n_kv_heads, window=spec.window, scale=spec.scale,
+                    softcap=spec.softcap, pos_off=positions.off, q_off=q.off, out_off=out.off, **self._pages(layer))
 
-    def _kv_write(self, k: Tensor, v: Tensor, positions: Tensor, spec: AttnSpec, cache, rope, *, n: int, t: int = 0) -> None:
-        """The keys and values of n tokens from the step's token t on into `cache`; with `rope` (the keys'
-        recorded rotation) the rotation and head norm are done on their way in: nothing else reads them."""
+    def _pages(self, layer) -> dict:
+        """Where the kernels find a token's sequence and the layer's page table in the step map."""
+        return dict(table_len=layer.table_len, seq_off=self.kv.seq_off, table_off=layer.table_off)
+
+    def _kv_write(self, k: Tensor, v: Tensor, positions: Tensor, spec: AttnSpec, layer, rope, n: int) -> None:
+        """The step's keys and values into the layer's pages; with `rope` (the keys' recorded rotation) the
+        rotation and head norm are done on their way in: nothing else reads them."""
         kv_type = self.kv_type
         k_row, v_row = spec.n_kv_heads * spec.head_dim, spec.n_kv_heads * spec.head_dim_v
-        common = dict(n=n, k_row=k_row, v_row=v_row, cap=cache.cap, pos_off=positions.off + t, v_off=v.off + t * v_row)
+        common = dict(n=n, k_row=k_row, v_row=v_row, pos_off=positions.off, v_off=v.off, **self._pages(layer))
         if rope is None:
-            self._record("kv_write", kv_write_key(kv_type), [k.buf, v.buf, positions.buf, cache.k, cache.v],
-                         kv_write_grid(kv_type, k_row, v_row, n), k_off=k.off + t * k_row, **common)
+            self._record("kv_write", kv_write_key(kv_type), [k.buf, v.buf, positions.buf, layer.k, layer.v],
+                         kv_write_grid(kv_type, k_row, v_row, n), k_off=k.off, **common)
             return
         norm = rope.norm
         self._record("kv_write", kv_write_key(kv_type, rope=True, neox=rope.spec.neox, k_norm=norm is not None),
                      [rope.x.buf, v.buf, positions.buf, rope.theta] + ([norm.w.f32_buf] if norm is not None else [])
-                     + [cache.k, cache.v],
-                     kv_write_grid(kv_type, k_row, v_row, n), k_off=rope.x.off + t * k_row, head_dim=spec.head_dim,
+                     + [layer.k, layer.v],
+                     kv_write_grid(kv_type, k_row, v_row, n), k_off=rope.x.off, head_dim=spec.head_dim,
                      dims=rope.spec.dims, mscale=rope.mscale, eps=norm.eps if norm is not None else 0.0, **common)
 
-    def _decode_attention(self, q: Tensor, positions: Tensor, spec: AttnSpec, cache, out: Tensor, *, n: int,
-                          t: int = 0) -> None:
-        """Decode attention (one invocation or workgroup per head, token and split of the keys) for n tokens
-        from the step's token t on, into their rows of `out`."""
-        params = self._attention_params(q, positions, spec, cache, out, n, t)
+    def _decode_attention(self, q: Tensor, positions: Tensor, spec: AttnSpec, layer, out: Tensor, n: int) -> None:
+        """Decode attention (one invocation or workgroup per head, token and split of the keys), each token
+        over its own sequence's pages."""
+        params = self._attention_params(q, positions, spec, layer, out, n)
         splits, lanes = self.policy.attn_splits, self.policy.attn_lanes
         key, combine = attention_keys(spec.head_dim, spec.head_dim_v, spec.softcap > 0, splits, self.kv_type,
                                       f16=self.policy.f16, lanes=lanes)
         grid = attention_grid(spec.n_heads, n, splits, lanes)
-        bindings = [q.buf, cache.k, cache.v, positions.buf]
+        bindings = [q.buf, layer.k, layer.v, positions.buf]
         if combine is None:
             self._record("attention", key, bindings + [out.buf], grid, **params)
-            if self._seqs is None:
-                # the int8 route's quantize of this output may be done by the attention pass itself
-                self._produced(out, Attention(q, cache.k, cache.v, positions, spec, self.kv_type, params, grid))
+            # the int8 route's quantize of this output may be done by the attention pass itself
+            self._produced(out, Attention(q, layer.k, layer.v, positions, spec, self.kv_type, params, grid))
             return
         records = Activation(n * spec.n_heads * splits * attention_record_bytes(spec.head_dim_v), "attn_partial")
         self._record("attention", key, bindings + [records], grid, **params)     # records from 0: the pass's own buffer

@@ -21,7 +21,7 @@ from pyshim.errors import OutOfMemoryError
 from pyshim.gguf.header import TensorInfo
 from pyshim.gguf.spec import ModelSpec
 from pyshim.gguf.types import RUNS_ON, TensorType
-from pyshim.plan.settings import PREFILL_CHUNK, kv_type as kv_type_named
+from pyshim.plan.settings import KV_PAGE, PREFILL_CHUNK, kv_type as kv_type_named
 
 # The GPU's int8 route rearranges Q8_0 weights in groups of this many blocks (repack.wgsl); a part of
 # such a tensor rounds up to a whole group, so it may need up to one group more than its rows' bytes.
@@ -91,10 +91,10 @@ def kv_bytes_per_token(spec: ModelSpec, kv_type: str = "f32") -> int:
     return int(per_layer * spec.n_layers)
 
 
-def kv_layer_bytes(spec: ModelSpec, context: int, kv_type: str = "f32") -> int:
-    """Bytes of the largest single buffer of the KV cache: one full-attention layer's keys for `context`
-    positions (it must fit one storage binding)."""
-    return math.ceil(context * spec.n_kv_heads * max(spec.head_dim_k, spec.head_dim_v) * kv_type_named(kv_type).bytes_per_value)
+def kv_layer_bytes(spec: ModelSpec, positions: int, kv_type: str = "f32") -> int:
+    """Bytes of the largest single buffer of the KV cache: one full-attention layer's pool of keys for
+    `positions` positions, every sequence's (it must fit one storage binding)."""
+    return math.ceil(positions * spec.n_kv_heads * max(spec.head_dim_k, spec.head_dim_v) * kv_type_named(kv_type).bytes_per_value)
 
 
 def kv_cache_bytes(spec: ModelSpec, context: int, kv_type: str = "f32", chunk: int = 1) -> int:
@@ -104,6 +104,27 @@ def kv_cache_bytes(spec: ModelSpec, context: int, kv_type: str = "f32", chunk: i
     ring = spec.sliding_window + chunk - 1
     positions = sum(min(context, ring) if local else context for local in spec.swa_layers)
     return math.ceil(per_position * positions)   # q8 blocks are never split
+
+
+def kv_ring_pages(spec: ModelSpec, context: int, chunk: int) -> int:
+    """Pages of KV_PAGE positions in a sliding-window layer's ring on the GPU (pyshim.gpu.kv), or 0 when the
+    model has none that wraps (the window plus a step's tokens reach the context: a full layer then)."""
+    if not (spec.sliding_window and any(spec.swa_layers)):
+        return 0
+    ring = spec.sliding_window + chunk - 1
+    return math.ceil(ring / KV_PAGE) if ring < context else 0
+
+
+def paged_kv_bytes(spec: ModelSpec, context: int, kv_type: str = "f32", chunk: int = 1, seqs: int = 1,
+                   kv_pages: int | None = None) -> int:
+    """Bytes of the GPU's paged KV cache (pyshim.gpu.kv): `kv_pages` pages (default: every sequence's whole
+    context) of KV_PAGE positions in each full-attention layer, a ring of pages per sequence in each
+    sliding-window layer."""
+    per_position = spec.n_kv_heads * (spec.head_dim_k + spec.head_dim_v) * kv_type_named(kv_type).bytes_per_value
+    ring = kv_ring_pages(spec, context, chunk)
+    pages = seqs * math.ceil(context / KV_PAGE) if kv_pages is None else kv_pages
+    positions = sum(seqs * ring if ring and local else pages for local in spec.swa_layers) * KV_PAGE
+    return math.ceil(per_position * positions)
 
 
 def activation_bytes(spec: ModelSpec, chunk: int) -> int:
@@ -222,12 +243,13 @@ def per_token_expert_bytes(spec: ModelSpec, tensors: Iterable[TensorInfo]) -> in
 
 def estimate(spec: ModelSpec, tensors: Iterable[TensorInfo], *, context: int | None = None, kv_type: str = "f32",
              chunk: int = PREFILL_CHUNK, expert_slots: int | None = None,
-             streamed_layers: int | None = None, seqs: int = 1) -> MemoryEstimate:
+             streamed_layers: int | None = None, seqs: int = 1, kv_pages: int | None = None) -> MemoryEstimate:
     """Memory for running `spec` with the given tensors at `context` positions (default: the training
     context), prefilling `chunk` tokens per step; with `expert_slots`, the routed experts streamed into
     a cache of that many per layer (pyshim.gpu.expert_cache; a step is then at most slots // used tokens);
     with `streamed_layers`, the last that many layers' matrices in STREAM_SETS rotating sets of buffers
-    instead of their own (pyshim.gpu.layer_stream); `seqs`: sequences run together, a KV cache each."""
+    instead of their own (pyshim.gpu.layer_stream); `seqs`: sequences run together; `kv_pages`: the
+    GPU KV cache's pages of KV_PAGE positions they share (default: each sequence's whole context)."""
     tensors = tuple(tensors)
     if not tensors:
         raise ValueError("a model with no tensors has nothing to estimate")
@@ -255,9 +277,10 @@ def estimate(spec: ModelSpec, tensors: Iterable[TensorInfo], *, context: int | N
         unrunnable=tuple((t.name, t.type.name) for t in tensors if "gpu" not in RUNS_ON.get(t.type, ())),
         context=context,
         kv_type=kv_type,
-        kv_bytes=kv_cache_bytes(spec, context, kv_type, chunk=step) * seqs,
+        kv_bytes=(kv_cache_bytes(spec, context, kv_type, chunk=step) * seqs if kv_pages is None
+                  else paged_kv_bytes(spec, context, kv_type, step, seqs, kv_pages)),
         kv_bytes_per_token=kv_bytes_per_token(spec, kv_type),
-        kv_layer_bytes=kv_layer_bytes(spec, context, kv_type),
+        kv_layer_bytes=kv_layer_bytes(spec, seqs * context if kv_pages is None else kv_pages * KV_PAGE, kv_type),
         chunk=chunk,
         activation_bytes=activation_bytes(spec, step),
         largest_activation=largest_activation_bytes(spec, step),
@@ -303,8 +326,9 @@ def fits(est: MemoryEstimate, *, budget_bytes: int | None = None, max_binding_by
             reasons.append(f"one row of tensor '{name}' is {_mib(row)}, more than the device's largest storage binding "
                            f"({_mib(limit)}): this model cannot run on this device")
         if est.kv_layer_bytes > limit:
-            reasons.append(f"one layer's {est.context}-token {est.kv_type} KV cache is {_mib(est.kv_layer_bytes)}, more than "
-                           f"the device's largest storage binding ({_mib(limit)}); try a shorter context or a smaller KV type")
+            reasons.append(f"one layer's {est.kv_type} KV cache (every sequence's {est.context}-token context, or its pages) is "
+                           f"{_mib(est.kv_layer_bytes)}, more than the device's largest storage binding ({_mib(limit)}); "
+                           "try a shorter context, fewer parallel sequences or KV pages, or a smaller KV type")
         if est.largest_activation > limit:
             reasons.append(f"a {min(est.chunk, est.context)}-token prefill step holds an activation of {_mib(est.largest_activation)}, more than "
                            f"the device's largest storage binding ({_mib(limit)}); try a smaller prefill chunk")

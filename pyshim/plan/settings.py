@@ -14,7 +14,8 @@ from pyshim.errors import BadRequestError, UnsupportedError
 # Most tokens one step runs (a prompt is prefilled in chunks of this): bounds the [n, S] attention scores
 # and the activations a step holds; the GPU executor records its programs for at most this many.
 PREFILL_CHUNK = 256
-MAX_PARALLEL = 16      # sequences decoded together at most (each holds a whole KV cache)
+MAX_PARALLEL = 16      # sequences decoded together at most (sharing one paged KV cache)
+KV_PAGE = 16          # positions in a page of the GPU's KV cache (pyshim.gpu.kv; shaders/include/kv.wgsl)
 # KV cache positions when the caller names none (the model may allow more; its training context caps it).
 DEFAULT_CONTEXT = 4096
 # GPU memory a load may use when the caller names none (WebGPU does not tell; the site assumes the same:
@@ -101,7 +102,8 @@ class RunSettings:
     budget_bytes: int | None = None
     expert_slots: int | None = None     # routed experts streamed into a GPU cache of this many per MoE layer
     streamed_layers: int | None = None  # the last this many layers' matrices streamed through two rotating sets
-    parallel: int = 1                   # sequences run together (continuous batching), a KV cache each
+    parallel: int = 1                   # sequences run together (continuous batching), sharing the KV cache
+    kv_pages: int | None = None         # the GPU KV cache's pages of 16 positions (None: each sequence's whole context)
     device: str = "auto"                # where the page runs it (DEVICES); natively the backend decides
     threads: int | None = None          # the CPU engine's threads (None: the page's cores, or 1 natively)
 
@@ -136,6 +138,10 @@ class RunSettings:
         if isinstance(self.parallel, bool) or not isinstance(self.parallel, int) or not 1 <= self.parallel <= MAX_PARALLEL:
             raise BadRequestError(f"parallel must be a number of sequences in [1, {MAX_PARALLEL}], got {self.parallel!r}",
                                   param="parallel")
+        if self.kv_pages is not None and (isinstance(self.kv_pages, bool) or not isinstance(self.kv_pages, int)
+                                          or self.kv_pages < 1):
+            raise BadRequestError(f"kv_pages must be a positive number of KV cache pages, got {self.kv_pages!r}",
+                                  param="kv_pages")
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
                                          or not 1 <= self.threads <= MAX_THREADS):
             raise BadRequestError(f"threads must be in [1, {MAX_THREADS}], got {self.threads!r}", param="threads")

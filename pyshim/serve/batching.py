@@ -11,17 +11,24 @@ the batches: a request joining the running ones has its prompt prefilled between
 their streams keep flowing; one that leaves (finished, aborted) simply stops sending steps.
 
 The wrapped runner's sequences are the callers' to allocate: two concurrent requests must not share one.
+Its `stats` (device waits, bytes read back) are kept per caller here: each request runs in a task of
+its own, and sees its own steps' and its share of the batched ones' (split evenly among their sequences),
+so a request's decode timings stay its own while others run beside it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from dataclasses import dataclass
 
-from pyshim.exec.runner import Output, Step, Want
+from pyshim.errors import KVCacheFullError
+from pyshim.exec.runner import Output, RunnerStats, Step, Want
 
 BATCHED_WANTS = (Want.ARGMAX, Want.LOGITS)
 GATHER_YIELDS = 4       # event-loop turns a pending decode step waits for the others' (each samples, then steps)
+
+_STATS: contextvars.ContextVar[RunnerStats | None] = contextvars.ContextVar("pyshim_request_stats", default=None)
 
 
 @dataclass
@@ -42,18 +49,28 @@ class BatchingRunner:
         self.gather_yields = gather_yields
         self.batch_stats = BatchStats()
         self._lock = asyncio.Lock()          # one step of the wrapped runner at a time (its buffers are shared)
-        self._pending: list[tuple[Step, asyncio.Future]] = []
+        self._pending: list[tuple[Step, asyncio.Future, RunnerStats]] = []
         self._flusher: asyncio.Task | None = None
 
-    def __getattr__(self, name):            # capacity, held, stats, reset, spec, ...: the wrapped runner's
+    def __getattr__(self, name):            # capacity, held, reset, spec, ...: the wrapped runner's
         return getattr(self.inner, name)
+
+    @property
+    def stats(self) -> RunnerStats:
+        """The calling request's: its steps' device waits and bytes read back (the wrapped runner's stats
+        count everyone's)."""
+        mine = _STATS.get()
+        if mine is None:
+            mine = RunnerStats()
+            _STATS.set(mine)
+        return mine
 
     async def step(self, step: Step) -> list[Output]:
         if not (len(step.slices) == 1 and len(step.slices[0].tokens) == 1 and step.want in BATCHED_WANTS):
             async with self._lock:
-                return await self.inner.step(step)
+                return await self._counted([self.stats], self.inner.step(step))
         done = asyncio.get_running_loop().create_future()
-        self._pending.append((step, done))
+        self._pending.append((step, done, self.stats))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.ensure_future(self._flush())
         return await done
@@ -65,23 +82,49 @@ class BatchingRunner:
             async with self._lock:
                 batch, self._pending = self._pending, []
                 for want in BATCHED_WANTS:
-                    group = [(s, f) for s, f in batch if s.want is want and not f.done()]   # (an aborted caller's: skipped)
+                    group = [(s, f, st) for s, f, st in batch if s.want is want and not f.done()]   # (an aborted caller's: skipped)
                     if group:
                         await self._run(want, group)
 
-    async def _run(self, want: Want, group: list[tuple[Step, asyncio.Future]]) -> None:
+    async def _counted(self, callers: list[RunnerStats], work):
+        """Await a step of the wrapped runner, its waits and readbacks shared evenly by `callers`."""
+        inner = self.inner.stats
+        waited, read = inner.wait_s, inner.bytes_read
+        try:
+            return await work
+        finally:
+            for mine in callers:
+                mine.steps += 1
+                mine.wait_s += (inner.wait_s - waited) / len(callers)
+                mine.bytes_read += (inner.bytes_read - read) // len(callers)
+
+    async def _run(self, want: Want, group: list[tuple[Step, asyncio.Future, RunnerStats]]) -> None:
         if len(group) == 1:
             self.batch_stats.alone += 1
         else:
             self.batch_stats.steps += 1
             self.batch_stats.tokens += len(group)
         try:
-            outputs = await self.inner.step(Step(tuple(s.slices[0] for s, _ in group), want))
-        except Exception as exc:        # noqa: BLE001 — every caller of the step sees its error
-            for _, f in group:
-                if not f.done():
-                    f.set_exception(exc)
+            outputs = await self._counted([st for _, _, st in group],
+                                          self.inner.step(Step(tuple(s.slices[0] for s, _, _ in group), want)))
+        except KVCacheFullError as exc:
+            if len(group) == 1:
+                raise_to(group, exc)
+                return
+            # refused before anything ran: each on its own, so only the ones that find no page fail
+            for member in group:
+                await self._run(want, [member])
             return
-        for (_, f), out in zip(group, outputs):
+        except Exception as exc:        # noqa: BLE001 — every caller of the step sees its error
+            raise_to(group, exc)
+            return
+        for (_, f, _), out in zip(group, outputs):
             if not f.done():
                 f.set_result([out])
+
+
+def raise_to(group: list[tuple[Step, asyncio.Future, RunnerStats]], exc: BaseException) -> None:
+    """Every caller of a step that failed sees its error."""
+    for _, f, _ in group:
+        if not f.done():
+            f.set_exception(exc)

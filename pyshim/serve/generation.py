@@ -205,62 +205,63 @@ async def generate(runner: Runner, prompt: Sequence[int], params: SamplingParams
                 if maybe is not None:
                     await maybe
 
-    kept = runner.held.reusable(prompt, seq) if reuse else 0
-    sharing = reuse and hasattr(runner, "share")
-    if sharing:
-        # another sequence holding more of the prompt (a system prompt a concurrent request runs under):
-        # its keys are copied, not computed again — once it has them, if it is running them now
-        running, n = runner.held.pending_source(prompt, seq)
-        if running is not None and n > kept and n >= SHARE_WAIT_MIN:
-            await running.wait()
-        src, n = runner.held.best_source(prompt, seq)
-        if n > kept and runner.share(src, seq, n):
-            kept = n
-    if not kept:
-        runner.reset(seq)     # a new conversation: no key of the previous one may be attended to
-    out.cached_tokens = kept
-    await report(on_prefill, kept, len(prompt))
-    t0 = time.perf_counter()
-    with runner.held.prefilling(seq, prompt) if sharing else nullcontext():
-        token = await next_token(*await keys_but_the_last_step(prompt[kept:], kept, on_prefill))
-    await report(on_prefill, len(prompt), len(prompt))    # before t_first: counted in prefill_ms, not decode_ms
-    t_first = time.perf_counter()
-    out.prefill_ms = 1e3 * (t_first - t0)
-    grammar_s[0] = 0.0
-    waited, read = stats.wait_s, stats.bytes_read
-    pos = len(prompt)
-    while True:
-        if token in stop:
-            out.finish_reason = "stop"
-            break
-        out.token_ids.append(token)
-        history.append(token)
-        if constraint is not None:
-            t = time.perf_counter()
-            constraint.accept(token)
-            grammar_s[0] += time.perf_counter() - t
-        if decoder is not None:
-            await emit(watcher.feed(decoder.add(token)), token)
-            if watcher.stopped:
+    with runner.held.busy(seq):     # its KV pages are not taken back for others while it runs
+        kept = runner.held.reusable(prompt, seq) if reuse else 0
+        sharing = reuse and hasattr(runner, "share")
+        if sharing:
+            # another sequence holding more of the prompt (a system prompt a concurrent request runs under):
+            # its keys are shared, not computed again — once it has them, if it is running them now
+            running, n = runner.held.pending_source(prompt, seq)
+            if running is not None and n > kept and n >= SHARE_WAIT_MIN:
+                await running.wait()
+            src, n = runner.held.best_source(prompt, seq)
+            if n > kept and runner.share(src, seq, n):
+                kept = n
+        if not kept:
+            runner.reset(seq)     # a new conversation: no key of the previous one may be attended to
+        out.cached_tokens = kept
+        await report(on_prefill, kept, len(prompt))
+        t0 = time.perf_counter()
+        with runner.held.prefilling(seq, prompt) if sharing else nullcontext():
+            token = await next_token(*await keys_but_the_last_step(prompt[kept:], kept, on_prefill))
+        await report(on_prefill, len(prompt), len(prompt))    # before t_first: counted in prefill_ms, not decode_ms
+        t_first = time.perf_counter()
+        out.prefill_ms = 1e3 * (t_first - t0)
+        grammar_s[0] = 0.0
+        waited, read = stats.wait_s, stats.bytes_read
+        pos = len(prompt)
+        while True:
+            if token in stop:
                 out.finish_reason = "stop"
                 break
-        if len(out.token_ids) >= max_tokens or pos >= n_ctx:
-            break
-        if should_stop():
-            out.finish_reason = "abort"
-            break
-        token = await next_token([token], pos)
-        out.decode_steps += 1
-        pos += 1
-    # Only steps after the first token count as decode; the final text flush is not a step.
-    out.decode_ms = 1e3 * (time.perf_counter() - t_first)
-    out.cpu_ms = max(0.0, out.decode_ms - 1e3 * (stats.wait_s - waited))
-    out.decode_bytes_read = stats.bytes_read - read
-    out.grammar_ms = 1e3 * grammar_s[0]
-    if decoder is not None and not watcher.stopped:
-        await emit(watcher.feed(decoder.finish()) + watcher.flush(), -1)
-    out.text = "".join(pieces)
-    return out
+            out.token_ids.append(token)
+            history.append(token)
+            if constraint is not None:
+                t = time.perf_counter()
+                constraint.accept(token)
+                grammar_s[0] += time.perf_counter() - t
+            if decoder is not None:
+                await emit(watcher.feed(decoder.add(token)), token)
+                if watcher.stopped:
+                    out.finish_reason = "stop"
+                    break
+            if len(out.token_ids) >= max_tokens or pos >= n_ctx:
+                break
+            if should_stop():
+                out.finish_reason = "abort"
+                break
+            token = await next_token([token], pos)
+            out.decode_steps += 1
+            pos += 1
+        # Only steps after the first token count as decode; the final text flush is not a step.
+        out.decode_ms = 1e3 * (time.perf_counter() - t_first)
+        out.cpu_ms = max(0.0, out.decode_ms - 1e3 * (stats.wait_s - waited))
+        out.decode_bytes_read = stats.bytes_read - read
+        out.grammar_ms = 1e3 * grammar_s[0]
+        if decoder is not None and not watcher.stopped:
+            await emit(watcher.feed(decoder.finish()) + watcher.flush(), -1)
+        out.text = "".join(pieces)
+        return out
 
 
 @dataclass

@@ -124,7 +124,7 @@ TOKEN_IDS = {"type": "array", "minItems": 1, "items": {"type": "integer", "minim
              "description": "a non-empty list of token ids"}
 KV_CHOICES = [AUTO, *KV_TYPES]
 SETTINGS = {"type": "object", "description": "load settings {context, kv_type, arithmetic, prefill_chunk, rope_scaling, "
-            "rope_scale, yarn_orig_ctx, budget_bytes, expert_slots, streamed_layers, parallel, device, threads}", "properties": {
+            "rope_scale, yarn_orig_ctx, budget_bytes, expert_slots, streamed_layers, parallel, kv_pages, device, threads}", "properties": {
     "context": {"type": ["integer", "null"], "minimum": 1, "default": None, "description": "a positive number of tokens"},
     "kv_type": {"enum": KV_CHOICES, "default": AUTO, "description": f"one of {', '.join(KV_CHOICES)}"},
     "arithmetic": {"enum": [a.value for a in Arithmetic] + [None], "default": None,
@@ -140,7 +140,10 @@ SETTINGS = {"type": "object", "description": "load settings {context, kv_type, a
     "streamed_layers": {"type": ["integer", "null"], "minimum": 1, "default": None,
                         "description": "the last layers streamed from the store through rotating GPU buffers; or null (auto)"},
     "parallel": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_PARALLEL, "default": None,
-                 "description": f"requests decoded together, a KV cache each: an integer in [1, {MAX_PARALLEL}], or null (1)"},
+                 "description": f"requests decoded together, sharing the KV cache: an integer in [1, {MAX_PARALLEL}], or null (1)"},
+    "kv_pages": {"type": ["integer", "null"], "minimum": 1, "default": None,
+                 "description": "the GPU KV cache's pages of 16 positions, shared by the parallel requests; or null (room "
+                                "for every request's whole context)"},
     "device": {"enum": [*DEVICES, None], "default": None,
                "description": "gpu (WebGPU), cpu (the WebAssembly engine), auto or null (the GPU when the browser has one)"},
     "threads": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_THREADS, "default": None,

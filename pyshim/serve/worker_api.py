@@ -129,7 +129,9 @@ def loaded() -> str:
 def stats() -> str:
     session = _state["session"]
     batching = getattr(session.runner, "batch_stats", None) if session is not None else None
-    return _dump({"loaded": json.loads(loaded()), **_scheduler.stats(), "batching": batching and batching.as_dict()})
+    kv = getattr(session.runner, "kv_stats", None) if session is not None else None
+    return _dump({"loaded": json.loads(loaded()), **_scheduler.stats(), "batching": batching and batching.as_dict(),
+                  "kv": kv and kv()})
 
 
 @_boundary
@@ -158,7 +160,7 @@ def _matches(model_id: str, wanted: RunSettings) -> bool:
     return ((wanted.context is None or wanted.context == have.context) and wanted.kv_type == have.kv_type
             and (wanted.arithmetic is None or wanted.arithmetic == have.arithmetic) and wanted.prefill_chunk == have.prefill_chunk
             and (wanted.rope_scaling, wanted.rope_scale, wanted.yarn_orig_ctx) == (have.rope_scaling, have.rope_scale, have.yarn_orig_ctx)
-            and wanted.parallel == have.parallel and wanted.device in ("auto", have.device)
+            and wanted.parallel == have.parallel and wanted.kv_pages == have.kv_pages and wanted.device in ("auto", have.device)
             and (wanted.threads is None or wanted.threads == have.threads))
 
 

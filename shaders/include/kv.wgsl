@@ -3,6 +3,21 @@
 // stores. They read the module's `kc` and `vc` (WGSL lets functions use module variables declared
 // after them). HD4 / HDV4: vec4s per key / value head row. The block types define KV_BLOCKED and KV_WORDS
 // (u32 words a block of 32 values takes).
+// Where a key is: the cache is in pages of KV_PAGE positions (pyshim.gpu.kv). The step map (the kernel's
+// `positions`) holds each token's sequence at seq_off and the layer's page table at table_off: a row of
+// table_len pages per sequence, position j in page (j / KV_PAGE) % table_len of the row (a sliding-window
+// layer's ring wraps there), at j % KV_PAGE in it.
+const KV_PAGE: u32 = 16u;
+
+// where token t's sequence's row of the page table starts in the step map
+fn page_row(t: u32) -> u32 {
+    return params.table_off + positions[params.seq_off + params.pos_off + t] * params.table_len;
+}
+
+// the slot (position row of the pool) of key position j of the sequence whose row starts at `row`
+fn kv_slot(row: u32, j: u32) -> u32 {
+    return positions[row + (j / KV_PAGE) % params.table_len] * KV_PAGE + j % KV_PAGE;
+}
 //   f32 (default)  vec4<f32> cells.
 //   KV_F16         vec2<u32> cells of packed halves (pack2x16float is core WGSL: no shader-f16 needed).
 //   KV_Q8          u32 words; per block of 32 values along the head: 8 words of 4 int8 (byte 0 = lane x),

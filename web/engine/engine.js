@@ -12,8 +12,10 @@
 //   new Engine({expertSlots}) / createEngine({expertSlots}): a mixture of experts keeps that many experts of
 //    each layer on the GPU and streams the rest from the store (null: auto decides from the GPU budget);
 //    {streamedLayers}: the last that many layers stream from the store through two rotating GPU buffers
-//   new Engine({parallel}) / createEngine({parallel}): up to that many requests run at once, a KV cache
-//    each, their decode steps batched on the GPU (continuous batching; null: one at a time)
+//   new Engine({parallel}) / createEngine({parallel}): up to that many requests run at once, their decode
+//    steps batched on the GPU (continuous batching; null: one at a time), sharing a KV cache in pages;
+//    {kvPages}: how many pages of 16 positions (null: room for every request's whole context; fewer: a
+//    request that finds none free fails with KVCacheFullError, the others run on)
 //   new Engine({device}) / createEngine({device}): "gpu" (WebGPU), "cpu" (the WebAssembly engine,
 //    web/engine/cpu.js) or "auto"/null (the CPU engine without an adapter, the GPU on a real one, the faster
 //    of the two by a measured matvec on a software adapter: pyshim/serve/engine_choice.py);
@@ -36,7 +38,7 @@
 // tokens read before the first new one). A model only select()ed gets "load" and "compile" in its first
 // request, before "prefill".
 //
-// Requests start in the order they were made, each in a KV cache of its own: one at a time, or with
+// Requests start in the order they were made, each in a sequence of its own: one at a time, or with
 // {parallel: N} up to N at once (pyshim/serve/batching.py: each reply is the one it gets alone); the queue
 // is the engine Worker's (pyshim/serve/scheduler.py), the one every page of a shared engine goes through. A request is validated before it is posted: bad ones reject at once with an
 // APIError (status 400, OpenAI's error object in `body`), by the rules Python applies (protocol.js).
@@ -118,7 +120,7 @@ export class Engine {
   // Worker, or with `shared` connects to the origin's SharedWorker (shared.js): one Python, GPU device
   // and model for every page that asks for it. `onProgress`: default listener for download and load.
   constructor({ client = null, context = null, onProgress = null, shared = false, kvType = "auto", arithmetic = null,
-    rope = null, expertSlots = null, streamedLayers = null, parallel = null, device = null, threads = null } = {}) {
+    rope = null, expertSlots = null, streamedLayers = null, parallel = null, kvPages = null, device = null, threads = null } = {}) {
     this.client = client ?? new EngineClient(undefined, { shared });
     this.ownsClient = !client;
     this.context = context;
@@ -128,6 +130,7 @@ export class Engine {
     this.expertSlots = expertSlots;
     this.streamedLayers = streamedLayers;
     this.parallel = parallel;
+    this.kvPages = kvPages;
     this.device = device;
     this.threads = threads;
     this.onProgress = onProgress;
@@ -169,6 +172,7 @@ export class Engine {
       expert_slots: this.expertSlots ?? null,
       streamed_layers: this.streamedLayers ?? null,
       parallel: this.parallel ?? null,
+      kv_pages: this.kvPages ?? null,
       device: this.device ?? null,
       threads: this.threads ?? null,
     };
@@ -324,10 +328,10 @@ export class Engine {
 // model and context, or each switch reloads the GPU. `baseURL` (with `apiKey`): `model` is served by
 // that OpenAI-compatible server instead (remote.js): no Worker, no download, the same calls.
 export async function createEngine({ model = null, context = null, onProgress = null, signal = null, shared = false,
-  kvType = "auto", arithmetic = null, rope = null, expertSlots = null, streamedLayers = null, parallel = null, baseURL = null,
+  kvType = "auto", arithmetic = null, rope = null, expertSlots = null, streamedLayers = null, parallel = null, kvPages = null, baseURL = null,
   apiKey = null, device = null, threads = null } = {}) {
   if (baseURL) return createRemoteEngine({ baseURL, apiKey, model });
-  const engine = new Engine({ context, onProgress, shared, kvType, arithmetic, rope, expertSlots, streamedLayers, parallel, device, threads });
+  const engine = new Engine({ context, onProgress, shared, kvType, arithmetic, rope, expertSlots, streamedLayers, parallel, kvPages, device, threads });
   if (model) {
     try {
       await engine.load(model, { onProgress, context, signal });
