@@ -1,9 +1,11 @@
-"""`pyshim bench --batch`: several sequences decoded together. Natively (`gpu`) one runner holds a KV cache
-per sequence (`load_gpu(max_seqs=...)`); each batched decode step runs one token of every sequence in one
+"""`pyshim bench --batch`: several sequences decoded together. Natively (`gpu`) one runner holds several
+sequences in its paged KV cache (`load_gpu(max_seqs=...)`); each batched decode step runs one token of every sequence in one
 program, so the weights a step reads serve all of them. For 1, 2, 4 (`--batches`) sequences with prompts
 of different lengths: the aggregate decode tok/s (tokens of all sequences per second), each sequence's,
 the speed-up over one sequence, and whether every sequence's greedy tokens equal the ones it gets alone.
-Timed from the second batched step on (the first records and builds the step's program).
+Timed from the second batched step on (the first records and builds the step's program). Then, through
+the scheduler's path, the time to first token of a request arriving while the others decode, and the
+prefill a request under a ~200-token system prompt saves by sharing another sequence's KV pages.
 
 In Chromium (`--backends browser`, a catalog model such as smollm2) the page makes an engine with
 {parallel: N} and sends N completions at once through the JS API, twice: with one new token (their
@@ -44,7 +46,8 @@ class BatchConfig:
 # In the page: an engine with {parallel: n}, n completions at once (one new token, then `tokens`), timed.
 BROWSER_JS = """async ([model, context, n, prompts, tokens]) => {
   const { createEngine } = await import('/pyshim.js');
-  const engine = await createEngine({model, context, parallel: n});
+  // WebGPU named: "auto" may pick the CPU engine on a software adapter, which runs requests one at a time
+  const engine = await createEngine({model, context, parallel: n, device: 'gpu'});
   try {
     const run = async (max) => {
       const t0 = performance.now();
@@ -89,6 +92,40 @@ async def _decode(runner, prompts: list[list[int]], tokens: int):
     return ids, seconds, tokens - 1
 
 
+SYSTEM = ("You are the reference desk of a public library. Answer briefly and name the shelf where the reader "
+          "finds more. The library holds fiction by author, non-fiction by the Dewey decimal system, periodicals "
+          "for two years, maps in the basement, and a local history room open on Tuesdays and Thursdays. ")
+
+
+async def _under_load(runner, tok, prompts: list[list[int]], tokens: int) -> dict:
+    """Through the scheduler's path (BatchingRunner + the generation loop): the time to the first token of a
+    request arriving while the others decode, against it alone; and a second request under a ~200-token
+    system prompt another sequence holds, which shares its KV pages instead of prefilling it again."""
+    from pyshim.serve.batching import BatchingRunner
+    from pyshim.serve.generation import generate
+    from pyshim.serve.sampling import SamplingParams
+
+    greedy = SamplingParams(temperature=0.0)
+    batching = BatchingRunner(runner)
+    last = len(prompts) - 1
+    alone = await generate(batching, prompts[last], greedy, 1, seq=last, reuse=False)
+    others = [asyncio.ensure_future(generate(batching, p, greedy, 4 * tokens, seq=seq, reuse=False))
+              for seq, p in enumerate(prompts[:last])]
+    start = runner.stats.steps
+    while runner.stats.steps < start + last + 3:        # their prompts in, a few decode steps run
+        await asyncio.sleep(0.005)
+    loaded = await generate(batching, prompts[last], greedy, 1, seq=last, reuse=False)
+    await asyncio.gather(*others)
+    system = tok.encode(SYSTEM * 4, add_special=True)[:200]
+    first, second = system + tok.encode(" Where are the maps?"), system + tok.encode(" When is local history open?")
+    await generate(batching, first, greedy, 1, seq=0, reuse=False)
+    shared = await generate(batching, second, greedy, 1, seq=1)
+    unshared = await generate(batching, second, greedy, 1, seq=1, reuse=False)
+    return {"others": last, "ttft_alone_ms": round(alone.prefill_ms, 1), "ttft_under_load_ms": round(loaded.prefill_ms, 1),
+            "system_tokens": len(system), "shared_tokens": shared.cached_tokens,
+            "prefill_shared_ms": round(shared.prefill_ms, 1), "prefill_unshared_ms": round(unshared.prefill_ms, 1)}
+
+
 async def _run_model(path: Path, config: BatchConfig) -> dict:
     from pyshim.exec.gpu_runner import load_gpu
     from pyshim.plan.settings import RunSettings
@@ -109,8 +146,9 @@ async def _run_model(path: Path, config: BatchConfig) -> dict:
             rows.append({"sequences": b, "aggregate_tok_s": round(aggregate, 3),
                          "per_sequence_tok_s": round(steps / seconds, 3), "speedup": round(aggregate / one, 2) if one else None,
                          "ms_per_step": round(1e3 * seconds / steps, 1), "same_tokens": ids == alone[:b]})
+        load = await _under_load(runner, tok, prompts, config.tokens) if most > 1 else None
         return {"adapter": runner.device.caps.summary(), "arithmetic": runner.arithmetic.value,
-                "kv_mb": round(runner.ops.memory()["kv"] / 1e6, 1), "rows": rows}
+                "kv_mb": round(runner.ops.memory()["kv"] / 1e6, 1), "rows": rows, "under_load": load}
     finally:
         runner.close()
 
@@ -163,13 +201,20 @@ def markdown(report: dict) -> str:
     lines = [f"Sequences decoded together (greedy, {report['tokens']} tokens each, context {report['context']}; "
              "aggregate = tokens of all sequences per second)", ""]
     for name, m in report["models"].items():
-        kv = "" if m["kv_mb"] is None else f", KV caches {m['kv_mb']} MB"
+        kv = "" if m["kv_mb"] is None else f", KV cache {m['kv_mb']} MB"
         lines += [f"**{name}** on {m['adapter']}, {m['arithmetic']} route{kv}", "",
                   "| sequences | aggregate tok/s | per sequence tok/s | × one sequence | ms a step | same tokens as alone |",
                   "|---|---|---|---|---|---|"]
         for r in m["rows"]:
             lines.append(f"| {r['sequences']} | {r['aggregate_tok_s']} | {r['per_sequence_tok_s']} | {r['speedup']} | "
                          f"{r['ms_per_step']} | {'yes' if r['same_tokens'] else 'NO'} |")
+        load = m.get("under_load")
+        if load:
+            lines += ["", f"Time to first token of a request arriving while {load['others']} others decode: "
+                          f"{load['ttft_under_load_ms']} ms (alone {load['ttft_alone_ms']} ms). A request under the "
+                          f"{load['system_tokens']}-token system prompt another sequence holds shares "
+                          f"{load['shared_tokens']} tokens' KV pages: prefill {load['prefill_shared_ms']} ms "
+                          f"(without sharing {load['prefill_unshared_ms']} ms)."]
         lines.append("")
     return "\n".join(lines)
 

@@ -125,6 +125,7 @@ class HeldTokens:
         # meanwhile under the same opening waits for them and copies, rather than runs it too
         self._running: dict[int, tuple[tuple[int, ...], asyncio.Event]] = {}
         self._busy: dict[int, int] = {}   # sequence -> requests running in it (their caches are not taken back)
+        self._ended = asyncio.Event()     # set (and replaced) each time a request leaves its sequence
 
     @classmethod
     def for_spec(cls, spec: ModelSpec, n_ctx: int) -> "HeldTokens":
@@ -186,9 +187,19 @@ class HeldTokens:
             self._busy[seq] -= 1
             if not self._busy[seq]:
                 del self._busy[seq]
+            self._ended.set()
+            self._ended = asyncio.Event()
 
     def in_use(self, seq: int) -> bool:
         return seq in self._busy
+
+    @property
+    def busy_seqs(self) -> set[int]:
+        return set(self._busy)
+
+    async def request_ended(self) -> None:
+        """Returns when a request next leaves its sequence (its cache may then be taken back)."""
+        await self._ended.wait()
 
     def forget(self, seq: int = 0) -> None:
         self._tokens.pop(seq, None)

@@ -67,7 +67,7 @@ def _gb(nbytes: int) -> str:
 def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int, context: int | None = None,
            fixed_context: bool = True, kv_type: str = AUTO, chunk: int = PREFILL_CHUNK,
            max_binding_bytes: int | None = None, expert_slots: int | None = None,
-           streamed_layers: int | None = None, seqs: int = 1) -> AutoChoice | None:
+           streamed_layers: int | None = None, seqs: int = 1, kv_pages: int | None = None) -> AutoChoice | None:
     """The automatic context and KV type for `budget_bytes` (None when nothing fits). A named `context` is
     kept (`fixed_context`: the caller asked for it) or is where the halving starts (`pyshim inspect
     --context N --budget-mb M`: the best fit up to N); None: the training context, capped.
@@ -78,7 +78,7 @@ def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int,
     slots per expert a token uses), with the smallest retrieval-safe KV type. A dense model streams its
     last layers instead (or when `streamed_layers` is named): as many layers stay resident as the budget
     holds beside two rotating layers' buffers, the context capped and the KV type chosen the same way.
-    `seqs`: sequences run together (a KV cache each)."""
+    `seqs`: sequences run together, sharing `kv_pages` KV pages (None: room for each one's whole context)."""
     tensors = tuple(tensors)
     ceiling = min(spec.context_length, AUTO_CONTEXT_CAP) if context is None else context
     types = RETRIEVAL_SAFE if kv_type == AUTO else (kv_type,)
@@ -88,14 +88,14 @@ def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int,
         refused: list[str] = []
         for n in lengths:
             for t in types:
-                est = estimate(spec, tensors, context=n, kv_type=t, chunk=chunk, seqs=seqs)
+                est = estimate(spec, tensors, context=n, kv_type=t, chunk=chunk, seqs=seqs, kv_pages=kv_pages)
                 if fits(est, **limits).ok:
                     return AutoChoice(n, t, est, _reason(spec, est, budget_bytes, refused, lengths[0], ceiling, context, kv_type))
                 if n == lengths[0]:
                     refused.append(f"{t} would need {_gb(est.total_bytes)}")
     if streamed_layers is not None or (expert_slots is None and not spec.n_experts):
         return _stream_layers(spec, tensors, budget_bytes, context, fixed_context, ceiling, types, chunk, limits,
-                              kv_type, streamed_layers, seqs)
+                              kv_type, streamed_layers, seqs, kv_pages)
     streamed_ceiling = min(ceiling, STREAMED_CONTEXT_CAP) if context is None else context
     lengths = [context] if context is not None and fixed_context else _halvings(streamed_ceiling)
     # two tokens' experts a layer where that fits at some context, else one token's (steps of one token);
@@ -105,17 +105,18 @@ def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int,
         least = min(spec.n_experts - 1, per_used * spec.n_experts_used)
         for n in lengths:
             for t in types:
-                slots = expert_slots or _slots_that_fit(spec, tensors, n, t, chunk, budget_bytes, seqs)
+                slots = expert_slots or _slots_that_fit(spec, tensors, n, t, chunk, budget_bytes, seqs, kv_pages)
                 if slots < least and not expert_slots:
                     continue
-                est = estimate(spec, tensors, context=n, kv_type=t, chunk=chunk, expert_slots=slots, seqs=seqs)
+                est = estimate(spec, tensors, context=n, kv_type=t, chunk=chunk, expert_slots=slots, seqs=seqs, kv_pages=kv_pages)
                 if fits(est, **limits).ok:
                     return AutoChoice(n, t, est, _streamed_reason(spec, tensors, est, budget_bytes, context, kv_type,
                                                                   expert_slots is not None), slots)
     return None
 
 
-def _stream_layers(spec, tensors, budget, context, fixed_context, ceiling, types, chunk, limits, kv_type, named, seqs=1):
+def _stream_layers(spec, tensors, budget, context, fixed_context, ceiling, types, chunk, limits, kv_type, named, seqs=1,
+                   kv_pages=None):
     """Layer streaming's plan: the longest context up to STREAMED_CONTEXT_CAP, the smallest retrieval-safe KV
     type, and the fewest streamed layers that fit (or the `named` count)."""
     per_layer = layer_matrix_bytes(tensors)
@@ -128,22 +129,23 @@ def _stream_layers(spec, tensors, budget, context, fixed_context, ceiling, types
             if named is not None:
                 streamed = named
             else:
-                every = estimate(spec, tensors, context=n, kv_type=t, chunk=chunk, streamed_layers=spec.n_layers, seqs=seqs)
+                every = estimate(spec, tensors, context=n, kv_type=t, chunk=chunk, streamed_layers=spec.n_layers, seqs=seqs, kv_pages=kv_pages)
                 room = budget - every.total_bytes
                 if room < 0:
                     continue
                 streamed = max(1, spec.n_layers - int(room // max(per_layer.values())))
-            est = estimate(spec, tensors, context=n, kv_type=t, chunk=chunk, streamed_layers=streamed, seqs=seqs)
+            est = estimate(spec, tensors, context=n, kv_type=t, chunk=chunk, streamed_layers=streamed, seqs=seqs, kv_pages=kv_pages)
             if fits(est, **limits).ok:
                 return AutoChoice(n, t, est, _layers_reason(spec, tensors, est, budget, context, kv_type, named is not None),
                                   streamed_layers=streamed)
     return None
 
 
-def _slots_that_fit(spec, tensors, context: int, kv_type: str, chunk: int, budget: int, seqs: int = 1) -> int:
+def _slots_that_fit(spec, tensors, context: int, kv_type: str, chunk: int, budget: int, seqs: int = 1,
+                    kv_pages: int | None = None) -> int:
     """The most expert slots per layer the budget leaves (fewer than the experts: else it is resident)."""
     per_slot = expert_slot_bytes(spec, tensors)
-    base = estimate(spec, tensors, context=context, kv_type=kv_type, chunk=chunk, expert_slots=0, seqs=seqs)
+    base = estimate(spec, tensors, context=context, kv_type=kv_type, chunk=chunk, expert_slots=0, seqs=seqs, kv_pages=kv_pages)
     return int(min(spec.n_experts - 1, (budget - base.total_bytes) // max(1, per_slot)))
 
 
@@ -154,7 +156,8 @@ def resolve(settings: RunSettings, spec: ModelSpec, tensors: Iterable[TensorInfo
         return settings, None
     budget = settings.budget_bytes or DEFAULT_BUDGET_BYTES
     choice = choose(spec, tensors, budget_bytes=budget, context=settings.context, chunk=settings.prefill_chunk,
-                    expert_slots=settings.expert_slots, streamed_layers=settings.streamed_layers, seqs=settings.parallel)
+                    expert_slots=settings.expert_slots, streamed_layers=settings.streamed_layers, seqs=settings.parallel,
+                    kv_pages=settings.kv_pages)
     if choice is None:
         raise OutOfMemoryError(f"no KV cache type fits this model in the {budget / 1e9:.2f} GB GPU memory budget, "
                                f"not even at {settings.context or MIN_CONTEXT} tokens",

@@ -10,6 +10,10 @@ for all of them). Every other step — a prompt chunk, top-k, all logits — run
 the batches: a request joining the running ones has its prompt prefilled between their decode steps, so
 their streams keep flowing; one that leaves (finished, aborted) simply stops sending steps.
 
+A step the KV cache has no pages for (pyshim.gpu.kv: every free page taken, no idle sequence's to take
+back) waits for another request to end, and fails with KVCacheFullError only when every other running
+request waits as well (so two requests can never wait for each other).
+
 The wrapped runner's sequences are the callers' to allocate: two concurrent requests must not share one.
 Its `stats` (device waits, bytes read back) are kept per caller here: each request runs in a task of
 its own, and sees its own steps' and its share of the batched ones' (split evenly among their sequences),
@@ -36,9 +40,10 @@ class BatchStats:
     steps: int = 0          # steps of the wrapped runner that ran several sequences' tokens
     tokens: int = 0         # the tokens those steps decoded
     alone: int = 0          # decode steps that found no other sequence's to join
+    waits: int = 0          # times a request waited for KV pages another held
 
     def as_dict(self) -> dict:
-        return {"batched_steps": self.steps, "batched_tokens": self.tokens, "alone": self.alone}
+        return {"batched_steps": self.steps, "batched_tokens": self.tokens, "alone": self.alone, "page_waits": self.waits}
 
 
 class BatchingRunner:
@@ -51,6 +56,7 @@ class BatchingRunner:
         self._lock = asyncio.Lock()          # one step of the wrapped runner at a time (its buffers are shared)
         self._pending: list[tuple[Step, asyncio.Future, RunnerStats]] = []
         self._flusher: asyncio.Task | None = None
+        self._waiting: set[int] = set()      # sequences whose request waits for KV pages
 
     def __getattr__(self, name):            # capacity, held, reset, spec, ...: the wrapped runner's
         return getattr(self.inner, name)
@@ -66,6 +72,25 @@ class BatchingRunner:
         return mine
 
     async def step(self, step: Step) -> list[Output]:
+        """Run `step` (batched with others' when it is a decode step); when the KV cache has no page for it
+        while other requests run on, wait for one of them to end and try again (its pages may then be
+        taken back): a request fails for want of pages only when every other running one waits too."""
+        seq = step.slices[0].seq
+        while True:
+            try:
+                return await self._step(step)
+            except KVCacheFullError:
+                others = self.inner.held.busy_seqs - self._waiting - {seq}
+                if not others:
+                    raise
+                self._waiting.add(seq)
+                try:
+                    await self.inner.held.request_ended()
+                finally:
+                    self._waiting.discard(seq)
+                self.batch_stats.waits += 1
+
+    async def _step(self, step: Step) -> list[Output]:
         if not (len(step.slices) == 1 and len(step.slices[0].tokens) == 1 and step.want in BATCHED_WANTS):
             async with self._lock:
                 return await self._counted([self.stats], self.inner.step(step))
