@@ -297,6 +297,35 @@ def test_parallel_requests_are_decoded_together_each_as_alone(api):
     assert worker["batching"]["batched_steps"] >= OTHER_MAX_TOKENS - 2, worker
 
 
+WEBGPU_PARALLEL_JS = """async ([context, bodies, kvPages]) => {
+  const { createEngine } = await import('/pyshim.js');
+  const engine = await createEngine({model: 'smollm2', context, parallel: bodies.length, device: 'gpu', kvPages});
+  try {
+    const text = (r) => r.choices[0].message.content;
+    const alone = [];
+    for (const b of bodies) alone.push(text(await engine.chat.completions.create(b)));
+    const replies = await Promise.all(bodies.map((b) => engine.chat.completions.create(b)));
+    return {alone, texts: replies.map(text), worker: await engine.client.request('stats', {})};
+  } finally {
+    engine.terminate();
+  }
+}"""
+
+
+def test_parallel_requests_on_webgpu_share_a_paged_kv_cache(api):
+    """WebGPU named, {parallel: 3, kvPages: 5}: three requests at once over five pages of 16 positions
+    (about two a request): batched decode steps, pages taken back from finished sequences or waited for,
+    and each reply is the one the same engine gives it alone."""
+    page, _, _, _ = api
+    bodies = [greedy(QUESTION), greedy(OTHER_QUESTION, OTHER_MAX_TOKENS), greedy("Say hello.", 6)]
+    out = page.evaluate(WEBGPU_PARALLEL_JS, [CONTEXT, bodies, 5])
+    assert out["texts"] == out["alone"], json.dumps(out)
+    worker = out["worker"]
+    assert worker["loaded"]["engine"]["device"] == "gpu" and worker["loaded"]["settings"]["kv_pages"] == 5
+    assert worker["kv"]["pages"] == 5 and len(worker["kv"]["held"]) == 3, worker
+    assert worker["batching"]["batched_steps"] >= 1, worker
+
+
 COMPLETE_JS = """async (body) => {
   const whole = await window.engine.completions.create(body);
   const chunks = [];

@@ -197,3 +197,17 @@ def test_the_memory_plan_counts_pages(loop, device, llama):
     assert plan.kv_bytes * 16 == full.kv_bytes * 6        # 6 pages of the 4 x 4 a whole context each takes
     assert runner.memory()["planned_gpu_bytes"] == plan.total_bytes
     assert list(runner.ops.kv.pages.rows.reshape(-1)) == [NO_PAGE] * 16
+
+
+def test_keys_a_step_is_rewriting_are_not_shared():
+    """While a step rewrites a sequence from position 5 (a new request kept only its first 5 keys), the
+    keys it held past 5 are no one's to share: a prompt extending the old conversation takes 5, not 30."""
+    from pyshim.exec.runner import HeldTokens
+
+    held = HeldTokens()
+    old = list(range(10, 40))
+    held.wrote(Slice(tuple(old), 0, 0))
+    assert held.best_source(old + [1], 1) == (0, 30)
+    with held.writing(Slice((99, 98), 5, 0)):
+        assert held.best_source(old + [1], 1) == (0, 5)
+    assert held.best_source(old + [1], 1) == (0, 5) and held.tokens(0) == old[:5] + [99, 98]

@@ -124,6 +124,9 @@ class HeldTokens:
         # prompts being run right now (sequence -> (prompt, set once its keys are in)): a request arriving
         # meanwhile under the same opening waits for them and copies, rather than runs it too
         self._running: dict[int, tuple[tuple[int, ...], asyncio.Event]] = {}
+        # sequence -> the first position a step is writing now: what it held from there on is being
+        # replaced, so no other sequence may take those keys (best_source) until the step is done
+        self._writing: dict[int, int] = {}
         self._busy: dict[int, int] = {}   # sequence -> requests running in it (their caches are not taken back)
         self._ended = asyncio.Event()     # set (and replaced) each time a request leaves its sequence
 
@@ -142,11 +145,14 @@ class HeldTokens:
     def writing(self, s: Slice):
         """Around running slice `s`: recorded when it finishes; a slice cut short (an error, a lost device,
         a cancelled await) may have written some of its keys, so its sequence is forgotten."""
+        self._writing[s.seq] = min(s.start, self._writing.get(s.seq, s.start))
         try:
             yield
         except BaseException:
             self.forget(s.seq)
             raise
+        finally:
+            self._writing.pop(s.seq, None)
         self.wrote(s)
 
     def wrote(self, s: Slice) -> None:
@@ -210,7 +216,8 @@ class HeldTokens:
         most, for `seq` to copy instead of running them again ((seq, 0) when none holds any)."""
         best = (seq, 0)
         for other in self._tokens:
-            if other != seq and (n := self.reusable(prompt, other)) > best[1]:
+            n = min(self.reusable(prompt, other), self._writing.get(other, len(prompt)))
+            if other != seq and n > best[1]:
                 best = (other, n)
         return best
 
