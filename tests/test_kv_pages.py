@@ -123,6 +123,31 @@ def test_sliding_window_rings_wrap_inside_their_pages(tmp_path_factory, loop, de
     assert together == alone
 
 
+def test_sliding_window_rings_are_copied_when_a_prefix_is_shared(tmp_path_factory, loop, device):
+    """Gemma 3 with one-page rings: a sequence taking another's first 22 positions gets the full layers'
+    pages by reference and a copy of each ring (which still holds the window before 22), and goes on to
+    the tokens it gets alone; once the other has written past what its ring keeps, sharing is refused."""
+    path = tiny_models.write_tiny_model(tmp_path_factory.mktemp("gemma3"), "gemma3", QT.Q8_0)
+    runner = loop.run_until_complete(gpu(path, context=tiny_models.N_CTX, chunk=4, device=device, max_seqs=3))
+    kv = runner.ops.kv
+
+    def prompt(seq, ids, start=0):
+        for at in range(start, start + len(ids), 4):
+            (o,) = loop.run_until_complete(runner.step(Step.of(ids[at - start:at - start + 4], at, seq=seq, want=Want.ARGMAX)))
+        return o.token
+
+    mine = LONG[:22] + OTHER
+    alone = greedy(loop, runner, 2, [prompt(2, mine)], 6, start=len(mine))
+    runner.reset(2)
+    prompt(0, LONG[:22])
+    assert runner.share(0, 1, 22)
+    assert list(kv.pages.rows[1][:2]) == list(kv.pages.rows[0][:2])
+    got = greedy(loop, runner, 1, [prompt(1, OTHER, start=22)], 6, start=len(mine))
+    assert got == alone
+    prompt(0, LONG[22:40], start=22)               # sequence 0 now reaches position 40: its ring moved on
+    assert not runner.share(0, 2, 22)
+
+
 def test_a_cache_short_of_pages_refuses_a_step_and_no_token_changes(loop, device, llama):
     """Five pages for two sequences: the one running keeps its three while another asks for three, which is
     refused before anything is written; the first goes on to exactly its own tokens."""

@@ -24,7 +24,7 @@ from pyshim.gpu.policy import KernelPolicy
 from pyshim.gpu.program import Program, physical
 from pyshim.plan import auto
 from pyshim.plan.memory import per_token
-from pyshim.plan.settings import RunSettings
+from pyshim.plan.settings import KV_PAGE as PAGE, RunSettings
 
 KEEP_PROGRAMS = 8       # step shapes (other than one token) kept built; more are rebuilt on use
 DECODE_WANTS = (Want.LOGITS, Want.ARGMAX)   # the one-token programs prepare() builds
@@ -98,11 +98,16 @@ class GpuRunner:
     def share(self, src: int, dst: int, n: int) -> bool:
         """Sequence `dst` takes `src`'s keys and values for positions [0, n) — the same KV pages, by
         reference, instead of running those tokens again (a system prompt that concurrent requests share);
-        a shared page is copied when one of them writes into it. Full-attention caches only (False
-        otherwise): a sliding window's ring reuses its slots."""
-        if self.held.window or src == dst or n < 1:
+        a shared page is copied when one of them writes into it. A sliding-window layer's ring is copied,
+        when it still holds the window's keys before n (False when `src` has written past that)."""
+        if src == dst or n < 1:
             return False
-        self.ops.kv.share(src, dst, n)
+        kv = self.ops.kv
+        if kv.ring_len and self.held.top(src) > n - self.spec.sliding_window + 1 + kv.ring_len * PAGE:
+            return False        # src's ring went on past n: the keys a query at n attends to are gone
+        copies = kv.share(src, dst, n)
+        if copies:
+            self.device.copy(copies)
         self.held.copied(src, dst, n)
         return True
 

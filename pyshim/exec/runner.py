@@ -124,9 +124,9 @@ class HeldTokens:
         # prompts being run right now (sequence -> (prompt, set once its keys are in)): a request arriving
         # meanwhile under the same opening waits for them and copies, rather than runs it too
         self._running: dict[int, tuple[tuple[int, ...], asyncio.Event]] = {}
-        # sequence -> the first position a step is writing now: what it held from there on is being
-        # replaced, so no other sequence may take those keys (best_source) until the step is done
-        self._writing: dict[int, int] = {}
+        # sequence -> (first, end) of the positions a step is writing now: what it held from `first` on is
+        # being replaced, so no other sequence may take those keys (best_source) until the step is done
+        self._writing: dict[int, tuple[int, int]] = {}
         self._busy: dict[int, int] = {}   # sequence -> requests running in it (their caches are not taken back)
         self._ended = asyncio.Event()     # set (and replaced) each time a request leaves its sequence
 
@@ -145,7 +145,8 @@ class HeldTokens:
     def writing(self, s: Slice):
         """Around running slice `s`: recorded when it finishes; a slice cut short (an error, a lost device,
         a cancelled await) may have written some of its keys, so its sequence is forgotten."""
-        self._writing[s.seq] = min(s.start, self._writing.get(s.seq, s.start))
+        start, end = self._writing.get(s.seq, (s.start, s.end))
+        self._writing[s.seq] = (min(start, s.start), max(end, s.end))
         try:
             yield
         except BaseException:
@@ -168,6 +169,10 @@ class HeldTokens:
         else:
             held = held[:s.start] + list(s.tokens)
         self._tokens[s.seq] = held
+
+    def top(self, seq: int) -> int:
+        """The end of the highest position written in `seq` since its reset, a step running now included."""
+        return max(self._top.get(seq, 0), self._writing.get(seq, (0, 0))[1])
 
     def reusable(self, prompt: Sequence[int], seq: int = 0) -> int:
         """How many leading tokens of `prompt` need not run again: the prefix it shares with what is
@@ -216,7 +221,7 @@ class HeldTokens:
         most, for `seq` to copy instead of running them again ((seq, 0) when none holds any)."""
         best = (seq, 0)
         for other in self._tokens:
-            n = min(self.reusable(prompt, other), self._writing.get(other, len(prompt)))
+            n = min(self.reusable(prompt, other), self._writing.get(other, (len(prompt),))[0])
             if other != seq and n > best[1]:
                 best = (other, n)
         return best

@@ -133,8 +133,9 @@ class GpuKV:
                     hint="use fewer parallel sequences, a shorter context, fewer KV pages or a smaller KV type (q8, q4)")
             self._layers.append(LayerKV(allocator.buffer(k_bytes, f"k{il}"), allocator.buffer(v_bytes, f"v{il}"),
                                         self.ring_off if ring else self.table_off, self.ring_len if ring else self.row_len))
-        # a page on its way between two places of one pool (WebGPU copies never share a source and destination)
-        self._scratch = allocator.buffer(max(self.page_bytes), "kv_page")
+        # pages on their way between two places of one pool (WebGPU copies never share a source and
+        # destination): one, or a whole ring
+        self._scratch = allocator.buffer(max(self.page_bytes) * max(1, self.ring_len), "kv_page")
         self._last_step: dict[int, int] = {}   # sequence -> the step that last wrote it (least recent taken back first)
         self._steps = 0
         self.reclaimed = 0                     # sequences whose pages were taken back for others
@@ -204,9 +205,11 @@ class GpuKV:
                 for buf, size in ((layer.k, k_bytes), (layer.v, v_bytes))
                 for copy in ((buf, src * size, self._scratch, 0, size), (self._scratch, 0, buf, dst * size, size))]
 
-    def share(self, src: int, dst: int, n: int) -> None:
-        """Sequence `dst` holds `src`'s keys for positions [0, n) from now on: the same pages, by reference
-        (the last one, if `n` ends inside it, is copied when either writes there)."""
+    def share(self, src: int, dst: int, n: int) -> list[tuple[Any, int, Any, int, int]]:
+        """Sequence `dst` holds `src`'s keys for positions [0, n) from now on: the full layers' pages by
+        reference (the last one, if `n` ends inside it, is copied when either writes there); each
+        sliding-window layer's ring is copied whole — the copies to make are returned (the caller knows
+        that the ring still holds the window before n)."""
         table, pages = self.pages, -(-n // PAGE)
         table.release(dst)
         table.rows[dst, :pages] = table.rows[src, :pages]
@@ -214,6 +217,12 @@ class GpuKV:
             if page != NO_PAGE:
                 table.refs[page] += 1
         self._last_step[dst] = self._steps
+        if not self.ring_len:
+            return []
+        k_bytes, v_bytes = self.page_bytes
+        return [copy for layer in self._layers if layer.table_off == self.ring_off
+                for buf, size in ((layer.k, k_bytes * self.ring_len), (layer.v, v_bytes * self.ring_len))
+                for copy in ((buf, src * size, self._scratch, 0, size), (self._scratch, 0, buf, dst * size, size))]
 
     def release(self, seq: int) -> None:
         """Sequence `seq` starts over: its pages go back to the pool (a page another holds stays theirs)."""
