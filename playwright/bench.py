@@ -420,16 +420,16 @@ def _csv(value: str | None, cast=str) -> list | None:
     return None if not value else [cast(v) for v in value.split(",") if v]
 
 
-def _own_config(args, config, mode: str):
-    """A benchmark of its own: the models, tokens and backends (gpu and browser) its flags name, else its defaults."""
+def _own_config(args, config, mode: str, backends: tuple[str, ...] = ("gpu", "browser")):
+    """A benchmark of its own: the models, tokens and backends (of `backends`) its flags name, else its defaults."""
     config.models = _csv(args.models) or config.models
     if args.tokens:
         config.tokens = max(2, args.tokens)
     if args.backends != ",".join(BACKENDS):
         config.backends = [b for b in args.backends.split(",") if b]
-    unknown = [b for b in config.backends if b not in ("gpu", "browser")]
+    unknown = [b for b in config.backends if b not in backends]
     if unknown:
-        raise SystemExit(f"--{mode} runs on the gpu and browser backends, not {unknown}")
+        raise SystemExit(f"--{mode} runs on the {', '.join(backends)} backends, not {unknown}")
     return config
 
 
@@ -460,7 +460,7 @@ def needle_config(args) -> "bench_needle.NeedleConfig":
 
 
 def batch_config(args) -> "bench_batch.BatchConfig":
-    config = _own_config(args, bench_batch.BatchConfig(out=args.out), "batch")
+    config = _own_config(args, bench_batch.BatchConfig(out=args.out), "batch", ("gpu", "wasm", "browser", "browser-cpu"))
     config.batches = _csv(args.batches, int) or config.batches
     return config
 

@@ -7,9 +7,13 @@ Timed from the second batched step on (the first records and builds the step's p
 the scheduler's path, the time to first token of a request arriving while the others decode, and the
 prefill a request under a ~200-token system prompt saves by sharing another sequence's KV pages.
 
+`--backends wasm`: the same natively on the WebAssembly CPU engine (one thread, under wasmtime), whose
+batched step takes every sequence's token through one matmul.
+
 In Chromium (`--backends browser`, a catalog model such as smollm2) the page makes an engine with
-{parallel: N} and sends N completions at once through the JS API, twice: with one new token (their
-prompts alone) and with `--tokens`; the aggregate decode tok/s is the extra tokens over the extra time.
+{parallel: N, device: "gpu"} (`browser-cpu`: the CPU engine) and sends N completions at once through the
+JS API, twice: with one new token (their prompts alone) and with `--tokens`; the aggregate decode tok/s is
+the extra tokens over the extra time.
 
 Writes batch-<stamp>.json and .md. Usage:
   pyshim bench --batch [--models smollm2-135m] [--batches 1,2,4] [--tokens 16] [--backends gpu,browser]
@@ -44,10 +48,10 @@ class BatchConfig:
 
 
 # In the page: an engine with {parallel: n}, n completions at once (one new token, then `tokens`), timed.
-BROWSER_JS = """async ([model, context, n, prompts, tokens]) => {
+BROWSER_JS = """async ([model, context, n, prompts, tokens, device]) => {
   const { createEngine } = await import('/pyshim.js');
-  // WebGPU named: "auto" may pick the CPU engine on a software adapter, which runs requests one at a time
-  const engine = await createEngine({model, context, parallel: n, device: 'gpu'});
+  // the engine named ("auto" picks by a measured probe): WebGPU, or the CPU engine (`browser-cpu`)
+  const engine = await createEngine({model, context, parallel: n, device});
   try {
     const run = async (max) => {
       const t0 = performance.now();
@@ -126,13 +130,20 @@ async def _under_load(runner, tok, prompts: list[list[int]], tokens: int) -> dic
             "prefill_shared_ms": round(shared.prefill_ms, 1), "prefill_unshared_ms": round(unshared.prefill_ms, 1)}
 
 
-async def _run_model(path: Path, config: BatchConfig) -> dict:
+async def _run_model(path: Path, config: BatchConfig, backend: str = "gpu") -> dict:
+    """Natively: the GPU executor (`gpu`), or the WebAssembly CPU engine under wasmtime (`wasm`, one thread)."""
     from pyshim.exec.gpu_runner import load_gpu
+    from pyshim.exec.wasm_runner import load_wasm
     from pyshim.plan.settings import RunSettings
     from pyshim.text.tokenizer import Tokenizer
 
     most = max(config.batches)
-    runner = await load_gpu(path, settings=RunSettings(context=CONTEXT), max_seqs=most)
+    if backend == "wasm":
+        runner = load_wasm(path, settings=RunSettings(context=CONTEXT))
+        adapter = f"the CPU engine under wasmtime ({runner.threads} thread{'s' * (runner.threads > 1)}, relaxed SIMD {'yes' if runner.relaxed_simd else 'no'})"
+    else:
+        runner = await load_gpu(path, settings=RunSettings(context=CONTEXT), max_seqs=most)
+        adapter = runner.device.caps.summary()
     try:
         await runner.prepare()
         tok = Tokenizer.from_metadata(runner.header.metadata)
@@ -147,13 +158,14 @@ async def _run_model(path: Path, config: BatchConfig) -> dict:
                          "per_sequence_tok_s": round(steps / seconds, 3), "speedup": round(aggregate / one, 2) if one else None,
                          "ms_per_step": round(1e3 * seconds / steps, 1), "same_tokens": ids == alone[:b]})
         load = await _under_load(runner, tok, prompts, config.tokens) if most > 1 else None
-        return {"adapter": runner.device.caps.summary(), "arithmetic": runner.arithmetic.value,
-                "kv_mb": round(runner.ops.memory()["kv"] / 1e6, 1), "rows": rows, "under_load": load}
+        kv = runner.memory()["kv_bytes"] if backend == "wasm" else runner.ops.memory()["kv"]
+        return {"adapter": adapter, "arithmetic": runner.arithmetic.value, "kv_mb": round(kv / 1e6, 1), "rows": rows,
+                "under_load": load}
     finally:
         runner.close()
 
 
-def _run_browser(name: str, config: BatchConfig) -> dict:
+def _run_browser(name: str, config: BatchConfig, device: str = "gpu") -> dict:
     import harness
     from playwright.sync_api import sync_playwright
 
@@ -167,7 +179,7 @@ def _run_browser(name: str, config: BatchConfig) -> dict:
         page, _ = harness.open_page(context, server.url + "examples/api.html")
         page.set_default_timeout(3_600_000)
         for b in config.batches:
-            r = page.evaluate(BROWSER_JS, [name, CONTEXT, b, PROMPTS, config.tokens])
+            r = page.evaluate(BROWSER_JS, [name, CONTEXT, b, PROMPTS, config.tokens, device])
             seconds = (r["whole_ms"] - r["prefill_ms"]) / 1e3
             aggregate = b * (config.tokens - 1) / seconds
             one = one or (aggregate if b == 1 else None)
@@ -180,7 +192,8 @@ def _run_browser(name: str, config: BatchConfig) -> dict:
                          and r["worker"]["batching"]["batched_steps"]})
         context.close()
         browser.close()
-    return {"adapter": f"Chromium: {adapter}", "arithmetic": "the adapter's default", "kv_mb": None, "rows": rows}
+    where = f"Chromium: {adapter}" if device == "gpu" else "Chromium: the CPU engine"
+    return {"adapter": where, "arithmetic": "the engine's default", "kv_mb": None, "rows": rows}
 
 
 def run(config: BatchConfig, log=print) -> dict:
@@ -191,9 +204,9 @@ def run(config: BatchConfig, log=print) -> dict:
     for name in config.models:
         for backend in config.backends:
             log(f"[batch] {name} ({backend}): {', '.join(map(str, config.batches))} sequences, {config.tokens} tokens each")
-            key = name if backend == "gpu" else f"{name} (browser)"
-            report["models"][key] = (asyncio.run(_run_model(resolve_model(name), config)) if backend == "gpu"
-                                     else _run_browser(name, config))
+            key = name if backend == "gpu" else f"{name} ({backend})"
+            report["models"][key] = (asyncio.run(_run_model(resolve_model(name), config, backend)) if backend in ("gpu", "wasm")
+                                     else _run_browser(name, config, device="cpu" if backend == "browser-cpu" else "gpu"))
     return report
 
 

@@ -208,3 +208,50 @@ def test_missing_module_says_how_to_build_it(tmp_path):
 
     with pytest.raises(UnsupportedError, match="pyshim setup"):
         NativeModule(tmp_path / "pyshim-cpu.wasm")
+
+
+PROMPTS = [[5, 77, 300, 9, 12], [41, 42], [7, 8, 9, 10, 11, 12, 13, 14, 15]]
+
+
+@pytest.mark.parametrize("arch, qtype, arithmetic", [("llama", "Q4_0", INT8), ("gemma3", "Q8_0", INT8),
+                                                     ("qwen2", "Q4_K", INT8), ("llama", "Q4_1", F32)])
+def test_a_batched_step_gives_each_sequence_what_it_gets_alone(tmp_path_factory, arch, qtype, arithmetic):
+    """One token of each of three sequences in one program (continuous batching on the CPU engine): each
+    sequence's greedy tokens and logits are word for word the ones it gets alone, in a program of 3."""
+    runner = wasm(tiny(tmp_path_factory, arch, qtype), arithmetic=arithmetic).runner
+
+    def run(step):
+        return runner.run(step)
+
+    def alone(want):
+        out = []
+        for seq, prompt in enumerate(PROMPTS):
+            runner.reset(seq)
+            (first,) = run(Step.of(prompt, 0, seq=seq, want=Want.ARGMAX))
+            got, token, pos = [], first.token, len(prompt)
+            for _ in range(6):
+                (o,) = run(Step.of([token], pos, seq=seq, want=want))
+                got.append(o.token if want is Want.ARGMAX else o.logits)
+                token, pos = (o.token if want is Want.ARGMAX else int(np.argmax(o.logits))), pos + 1
+            out.append(got)
+        return out
+
+    def batched(want):
+        tokens, positions, out = [], [], [[] for _ in PROMPTS]
+        for seq, prompt in enumerate(PROMPTS):
+            runner.reset(seq)
+            tokens.append(run(Step.of(prompt, 0, seq=seq, want=Want.ARGMAX))[0].token)
+            positions.append(len(prompt))
+        for _ in range(6):
+            answers = run(Step(tuple(Slice((t,), p, seq) for seq, (t, p) in enumerate(zip(tokens, positions))), want))
+            for seq, o in enumerate(answers):
+                out[seq].append(o.token if want is Want.ARGMAX else o.logits)
+                tokens[seq] = o.token if want is Want.ARGMAX else int(np.argmax(o.logits))
+                positions[seq] += 1
+        return out
+
+    assert batched(Want.ARGMAX) == alone(Want.ARGMAX)
+    for one, many in zip(alone(Want.LOGITS), batched(Want.LOGITS)):
+        for a, b in zip(one, many):
+            np.testing.assert_array_equal(a, b)
+    assert (3, Want.ARGMAX, (0, 1, 2)) in runner._programs and (3, Want.LOGITS, (0, 1, 2)) in runner._programs

@@ -29,9 +29,11 @@ from pyshim.models.rope import RopeSpec, pair_tables
 from pyshim.plan.settings import MAX_THREADS, Arithmetic, kv_type as kv_type_named
 
 OP_WORDS = 20
+ABI = 2                          # what the ops mean (engine.c's `abi`: 2 has the matmul's PER_TOKEN flag)
 OP = {name: i for i, name in enumerate(("embed", "matmul", "rmsnorm", "rope", "attention", "glu", "add", "scale",
                                          "softcap", "copy_cols", "argmax", "topk"), start=1)}
 F32_ROUTE = 0x100                # or-ed into a matmul's type word (engine.c)
+PER_TOKEN = 0x200                # or-ed too: a batched decode step, each token's arithmetic the one it has alone
 GLU_ACT = {"silu": 0, "gelu_tanh": 1}
 GELU_LLAMA_CPP = 2               # tanh-GELU through f16, as llama.cpp's CPU backend (the int8 route's)
 ALIGN = 64
@@ -94,7 +96,8 @@ class WasmProgram:
 
 
 class WasmOps:
-    """`pyshim.models.ops.Ops` recorded for the CPU engine; `begin(n, seq)` ... `end()` around a forward."""
+    """`pyshim.models.ops.Ops` recorded for the CPU engine; `begin(n, seq)` ... `end()` around a forward
+    (`begin(n, seqs=...)`: a batched decode step, token t sequence seqs[t]'s next one)."""
 
     def __init__(self, module: Module, store: WeightStore, spec, n_ctx: int, arithmetic: Arithmetic, *, max_seqs: int,
                  max_step: int, top_k: int, kv_type: str = "f32", upload_now: bool = True):
@@ -102,10 +105,10 @@ class WasmOps:
             raise UnsupportedError(f"the CPU engine runs the int8 route or f32, not {arithmetic.value}",
                                    hint="use arithmetic 'int8' (the default) or 'f32'")
         try:
-            words = module.call("op_words")
-        except Exception:       # (a module older than the export: wasmtime's KeyError, the page's TypeError)
+            words = (module.call("op_words"), module.call("abi"))
+        except Exception:       # (a module older than the exports: wasmtime's KeyError, the page's TypeError)
             words = None
-        if words != OP_WORDS:
+        if words != (OP_WORDS, ABI):
             raise UnsupportedError("the CPU engine's module was built from an older shaders/wasm/engine.c",
                                    hint="rebuild it: pyshim setup")
         kv_type_named(kv_type).check_heads(spec.head_dim_k, spec.head_dim_v)
@@ -119,7 +122,7 @@ class WasmOps:
         self._caches: dict[int, list[tuple[int, int]]] = {}        # seq -> per layer (k ptr, v ptr)
         self.tokens_ptr = module.alloc(4 * max_step)
         self.positions_ptr = module.alloc(4 * max_step)
-        self.argmax_ptr = module.alloc(4)           # a greedy step's one id
+        self.argmax_ptr = module.alloc(4 * max_seqs)    # a greedy step's id, one a sequence when batched
         self.top_k = top_k                          # a sampled step's candidates: ids, then their logits
         self.topk_ptr = module.alloc(8 * top_k)
         self.arena_ptr, self.arena_bytes = 0, 0
@@ -130,6 +133,7 @@ class WasmOps:
         self.uploads: list[tuple[int, int, int]] = []
         self._program: WasmProgram | None = None
         self._seq = 0
+        self._seqs: tuple[int, ...] | None = None
 
     # --- weights ---
     def has_weight(self, name: str) -> bool:
@@ -188,9 +192,14 @@ class WasmOps:
         return (self._cache_bytes(spec.head_dim_k) + self._cache_bytes(spec.head_dim_v)) * spec.n_layers * len(self._caches)
 
     # --- recording ---
-    def begin(self, n: int, seq: int) -> WasmProgram:
-        self._program, self._seq = WasmProgram(), seq
-        self.cache(seq)
+    def begin(self, n: int, seq: int = 0, seqs: tuple[int, ...] | None = None) -> WasmProgram:
+        """Record a step of n tokens of sequence `seq`, or with `seqs` one token of each of those sequences
+        (every op but attention is row by row, so each token is computed as it is alone)."""
+        if seqs is not None and (len(seqs) != n or len(set(seqs)) != n):
+            raise ValueError(f"a batched step takes one token of each of {n} distinct sequences, got {seqs}")
+        self._program, self._seq, self._seqs = WasmProgram(), seq, seqs
+        for s in seqs or (seq,):
+            self.cache(s)
         return self._program
 
     def tokens(self, n: int) -> Fixed:
@@ -211,6 +220,12 @@ class WasmOps:
         """The last row's greedy id into `argmax_ptr`."""
         self._op("argmax", Tensor(x.buf, (1, x.shape[1]), x.off + 4 * (x.shape[0] - 1) * x.shape[1]), 1, x.shape[1],
                  Fixed(self.argmax_ptr))
+
+    def record_argmax_rows(self, x: Tensor) -> None:
+        """Each row's greedy id into `argmax_ptr` (a batched step's: a word a sequence)."""
+        n, vocab = x.shape
+        for t in range(n):
+            self._op("argmax", _row(x, t), 1, vocab, Fixed(self.argmax_ptr + 4 * t))
 
     def record_topk(self, x: Tensor) -> None:
         """The last row's `top_k` largest logits and their ids into `topk_ptr` (ids first)."""
@@ -271,7 +286,8 @@ class WasmOps:
         n, k = x.shape
         m = w.shape[0]
         out = self._new((n, m))
-        qtype = int(w.qtype) | (F32_ROUTE if self.arithmetic is Arithmetic.F32 else 0)
+        qtype = (int(w.qtype) | (F32_ROUTE if self.arithmetic is Arithmetic.F32 else 0)
+                 | (PER_TOKEN if self._seqs is not None else 0))
         scratch = self.module.call("matmul_scratch", qtype, n, k)
         self._op("matmul", x, n, k, w, qtype, m, out, bias, residual, Tensor(Buf(max(scratch, 4)), (scratch,)))
         return out
@@ -327,11 +343,16 @@ class WasmOps:
     def attention(self, q: Tensor, k: Tensor, v: Tensor, positions: Fixed, spec: AttnSpec) -> Tensor:
         n = q.shape[0]
         out = self._new((n, spec.n_heads * spec.head_dim_v))
-        kc, vc = self.cache(self._seq)[spec.layer]
         scores = Tensor(Buf(4 * self.n_ctx * MAX_THREADS), (MAX_THREADS, self.n_ctx))     # a row per thread
-        self._op("attention", q, k, v, positions, n, spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.head_dim_v,
-                 Fixed(kc), Fixed(vc), F(spec.scale), spec.window, F(spec.softcap), out, scores, self.n_ctx,
-                 KV_CODE[self.kv_type])
+        # a batched step: each token's keys into, and its attention over, its own sequence's cache
+        parts = ([(q, k, v, positions, out, self._seq, n)] if self._seqs is None else
+                 [(_row(q, t), _row(k, t), _row(v, t), Fixed(positions.ptr + 4 * t, (1,)), _row(out, t), seq, 1)
+                  for t, seq in enumerate(self._seqs)])
+        for q_, k_, v_, pos, out_, seq, count in parts:
+            kc, vc = self.cache(seq)[spec.layer]
+            self._op("attention", q_, k_, v_, pos, count, spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.head_dim_v,
+                     Fixed(kc), Fixed(vc), F(spec.scale), spec.window, F(spec.softcap), out_, scores, self.n_ctx,
+                     KV_CODE[self.kv_type])
         return out
 
     def glu(self, gate: Tensor, up: Tensor, act: str) -> Tensor:
@@ -365,6 +386,12 @@ class WasmOps:
     def last(self, x: Tensor) -> Tensor:
         n, d = x.shape
         return Tensor(x.buf, (1, d), x.off + 4 * (n - 1) * d)
+
+
+def _row(x: Tensor, t: int) -> Tensor:
+    """Row t (the first axis) of a contiguous tensor."""
+    per = math.prod(x.shape[1:])
+    return Tensor(x.buf, (1,) + tuple(x.shape[1:]), x.off + 4 * t * per)
 
 
 def _i32(ptr: int) -> int:

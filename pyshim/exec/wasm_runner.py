@@ -3,13 +3,17 @@ program recorded once per step shape (pyshim.exec.wasm_ops) — natively under w
 without a usable GPU in the page.
 
 A step's slices run one after another, each its sequence's program for (tokens in the slice, what comes
-back): greedy ids are picked inside the module (4 bytes read back), logits are read when asked for.
+back): greedy ids are picked inside the module (4 bytes read back), logits are read when asked for. A step
+of one token of each of several sequences (continuous batching, pyshim.serve.batching) runs as one
+program instead: its matmuls take all the tokens at once — each weight row read once for all of them,
+each token's dot products the same as alone — and attention runs per token in its own sequence's cache.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,7 +41,8 @@ class WasmRunner:
         self.capacity = Capacity(n_ctx=n_ctx, max_seqs=ops.max_seqs, max_step_tokens=ops.max_step, top_k=TOP_K)
         self.stats = RunnerStats()
         self.held = HeldTokens()      # caches are indexed by position, windows included: no ring to wrap
-        self._programs: OrderedDict[tuple[int, bool, bool, int], WasmProgram] = OrderedDict()
+        # by (tokens, want, the sequence — or a batched step's sequences)
+        self._programs: OrderedDict[tuple[int, Want, int | tuple[int, ...]], WasmProgram] = OrderedDict()
 
     @property
     def n_ctx(self) -> int:
@@ -65,17 +70,21 @@ class WasmRunner:
         for want in (Want.ARGMAX, Want.TOP_K, Want.LOGITS):      # greedy, sampled, penalized or constrained
             self.program(1, want, 0)
 
-    def program(self, n: int, want: Want, seq: int) -> WasmProgram:
+    def program(self, n: int, want: Want, seq: int | tuple[int, ...]) -> WasmProgram:
         """The program of an n-token step of sequence `seq` answering `want` (ARGMAX and TOP_K picked in the
-        module; the others' logits read back)."""
+        module; the others' logits read back); `seq` a tuple: a batched decode step's sequences (ARGMAX or
+        LOGITS, answered for every one)."""
         want = want if want in (Want.ARGMAX, Want.TOP_K, Want.ALL_LOGITS) else Want.LOGITS
         key = (n, want, seq)
+        batched = isinstance(seq, tuple)
         if key not in self._programs:
             ops = self.ops
-            program = ops.begin(n, seq)
-            logits = self.model.forward(ops, ops.tokens(n), ops.positions(n), want is Want.ALL_LOGITS)
+            program = ops.begin(n, seqs=seq) if batched else ops.begin(n, seq)
+            logits = self.model.forward(ops, ops.tokens(n), ops.positions(n), want is Want.ALL_LOGITS or batched)
             program.output = logits
-            if want is Want.ARGMAX:
+            if want is Want.ARGMAX and batched:
+                ops.record_argmax_rows(logits)
+            elif want is Want.ARGMAX:
                 ops.record_argmax(logits)
             elif want is Want.TOP_K:
                 ops.record_topk(logits)
@@ -94,22 +103,53 @@ class WasmRunner:
 
     def run(self, step: Step) -> list[Output]:
         check_step(step, self.capacity, self.spec.n_vocab)
-        outputs = []
-        for s in step.slices:
-            with self.held.writing(s):
-                outputs.append(self._slice(s.tokens, s.start, s.seq, step))
+        slices = step.slices
+        if (len(slices) > 1 and step.want in (Want.ARGMAX, Want.LOGITS, Want.NONE) and all(len(s.tokens) == 1 for s in slices)
+                and len({s.seq for s in slices}) == len(slices)):
+            with ExitStack() as held:
+                for s in slices:
+                    held.enter_context(self.held.writing(s))
+                outputs = self._batch(step)
+        else:
+            outputs = []
+            for s in slices:
+                with self.held.writing(s):
+                    outputs.append(self._slice(s.tokens, s.start, s.seq, step))
         self.stats.steps += 1
         return outputs
 
-    def _slice(self, tokens, start: int, seq: int, step: Step) -> Output:
-        program = self.program(len(tokens), step.want, seq)
+    def _batch(self, step: Step) -> list[Output]:
+        """One token of each sequence in one program."""
+        n = len(step.slices)
+        program = self.program(n, step.want, tuple(s.seq for s in step.slices))
+        self._run(program, [s.tokens[0] for s in step.slices], [s.start for s in step.slices])
+        if step.want is Want.NONE:
+            return [Output() for _ in range(n)]
+        if step.want is Want.ARGMAX:
+            self.stats.bytes_read += 4 * n
+            return [Output(token=int(t)) for t in np.frombuffer(self.module.read(self.ops.argmax_ptr, 4 * n), dtype=np.int32)]
+        rows = self._logits(program)
+        return [Output(logits=row.copy()) for row in rows]
+
+    def _run(self, program: WasmProgram, tokens, positions) -> None:
         module, ops = self.module, self.ops
         module.write(ops.tokens_ptr, np.asarray(tokens, dtype=np.int32))
-        module.write(ops.positions_ptr, np.arange(start, start + len(tokens), dtype=np.int32))
+        module.write(ops.positions_ptr, np.asarray(positions, dtype=np.int32))
         bad = module.call("run", program.ptr, program.count)
         if bad:
             raise UnsupportedError(f"the CPU engine does not know op {bad - 1} of its program",
                                    hint="rebuild it: pyshim setup")
+
+    def _logits(self, program: WasmProgram) -> np.ndarray:
+        out = program.output
+        ptr = program.arena_ptr + out.buf.offset + out.off      # (its own arena: a later program may have a larger one)
+        self.stats.bytes_read += 4 * out.size
+        return np.frombuffer(self.module.read(ptr, 4 * out.size), dtype=np.float32).reshape(out.shape)
+
+    def _slice(self, tokens, start: int, seq: int, step: Step) -> Output:
+        program = self.program(len(tokens), step.want, seq)
+        module, ops = self.module, self.ops
+        self._run(program, tokens, np.arange(start, start + len(tokens)))
         if step.want is Want.ARGMAX:
             self.stats.bytes_read += 4
             return Output(token=int(np.frombuffer(module.read(ops.argmax_ptr, 4), dtype=np.int32)[0]))
@@ -120,10 +160,7 @@ class WasmRunner:
             return Output(values=values.copy(), ids=ids.astype(np.int64))
         if step.want is Want.NONE:
             return Output()
-        out = program.output
-        ptr = program.arena_ptr + out.buf.offset + out.off      # (its own arena: a later program may have a larger one)
-        logits = np.frombuffer(module.read(ptr, 4 * out.size), dtype=np.float32).reshape(out.shape)
-        self.stats.bytes_read += 4 * out.size
+        logits = self._logits(program)
         return answer(logits if step.want is Want.ALL_LOGITS else logits[-1], step)
 
     def reset(self, seq: int = 0) -> None:

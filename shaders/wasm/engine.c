@@ -287,7 +287,8 @@ static void quantize_q8_k(const float *x, int k, int8_t *q, Q8KMeta *meta) {
 
 // Q4_0 / Q4_1 / Q5_0 / Q8_0 row . Q8_0-rounded activations
 // (inlined at each call with its type a constant: the type's branches leave the inner loops)
-static inline __attribute__((always_inline)) void dot_q8_0_family(int t, const uint8_t *w, const int8_t *q, const Q8Meta *meta, int k, int nt, float *out) {
+static inline __attribute__((always_inline)) void dot_q8_0_family(int t, const uint8_t *w, const int8_t *q, const Q8Meta *meta, int k, int nt,
+                                                                  int per_token, float *out) {
     v128_t acc[TOKENS];
     float mins[TOKENS];
     for (int j = 0; j < nt; j++) { acc[j] = wasm_f32x4_splat(0.0f); mins[j] = 0.0f; }
@@ -326,9 +327,11 @@ static inline __attribute__((always_inline)) void dot_q8_0_family(int t, const u
         // Q8_0's levels are signed: their magnitudes against the activations with the levels' signs (the
         // activations are within +-127, so negating one is exact); a level of -128, which llama.cpp never
         // writes, has no magnitude below 128: such a block takes the plain route below. For one token the
-        // signs cost more than they save (measured in Chromium: 0.8x), so decoding takes it too.
+        // signs cost more than they save (measured in Chromium: 0.8x), so decoding takes it too — and so
+        // does a batched decode step (`per_token`), whose tokens must each get what they get alone: the
+        // two routes sum the same integers in other lanes, which the float sums round differently.
         v128_t slo = wasm_i32x4_splat(0), shi = slo;
-        int relaxed = t != T_Q8_0 || nt > 1;
+        int relaxed = t != T_Q8_0 || (nt > 1 && !per_token);
         if (t == T_Q8_0 && relaxed) {
             const v128_t min8 = wasm_i8x16_splat(-128);
             relaxed = !wasm_v128_any_true(wasm_v128_or(wasm_i8x16_eq(lo, min8), wasm_i8x16_eq(hi, min8)));
@@ -508,16 +511,18 @@ static float dot_f16(const uint8_t *w, const float *x, int k) {
 // Scratch bytes `matmul` needs to round n rows of k activations against a weight of type t.
 #define MAX_THREADS 8        // threads a program may run on (scratch is sized for them)
 #define F32_ROUTE 0x100      // or-ed into a matmul's type: f32 activations against dequantized rows
+#define PER_TOKEN 0x200      // or-ed into a matmul's type: a batched decode step, each token as if alone
 
 // Scratch bytes one thread of `matmul` needs: a dequantized row (the f32 route), or the n rows of k
 // activations rounded against a weight of type t. Each thread rounds them itself, into its own part:
 // a cheap repetition (n x k against the n x k x m/threads of the products) that saves a barrier.
 static uint32_t thread_scratch(int t, int n, int k) {
     uint32_t bytes;
+    int type = t & 0xff;
     if (t & F32_ROUTE) bytes = (uint32_t)(k * 4);
-    else if (t == T_F32) bytes = 0;
-    else if (t == T_F16) bytes = (uint32_t)(n * k * 4);
-    else if (t >= T_Q4_K) bytes = (uint32_t)(n * k + n * (k / 256) * sizeof(Q8KMeta));
+    else if (type == T_F32) bytes = 0;
+    else if (type == T_F16) bytes = (uint32_t)(n * k * 4);
+    else if (type >= T_Q4_K) bytes = (uint32_t)(n * k + n * (k / 256) * sizeof(Q8KMeta));
     else bytes = (uint32_t)(n * k + n * (k / 32) * sizeof(Q8Meta));
     return (bytes + 63) & ~63u;
 }
@@ -545,6 +550,7 @@ static void matmul_part(const float *x, int n, int k, const uint8_t *w, int t, i
         }
         return;
     }
+    int per_token = (t & PER_TOKEN) != 0;
     t &= 0xff;
     int8_t *q = (int8_t *)scratch;
     void *meta = scratch + n * k;
@@ -563,7 +569,7 @@ static void matmul_part(const float *x, int n, int k, const uint8_t *w, int t, i
             case T_F32: for (int j = 0; j < nt; j++) v[j] = dot_f32((const float *)row, x + (size_t)(i + j) * k, k); break;
             case T_F16: for (int j = 0; j < nt; j++) v[j] = dot_f16(row, xh + (size_t)(i + j) * k, k); break;
 // each type's kernel called with its type a constant (so inlined for that type alone)
-#define FAMILY(T) dot_q8_0_family(T, row, q + (size_t)i * k, (Q8Meta *)meta + (size_t)i * (k / 32), k, nt, v)
+#define FAMILY(T) dot_q8_0_family(T, row, q + (size_t)i * k, (Q8Meta *)meta + (size_t)i * (k / 32), k, nt, per_token, v)
 #define K_QUANT(T) dot_q45_k(T, row, q + (size_t)i * k, (Q8KMeta *)meta + (size_t)i * (k / 256), k, nt, v)
             case T_Q4_K: K_QUANT(T_Q4_K); break;
             case T_Q5_K: K_QUANT(T_Q5_K); break;
@@ -855,8 +861,10 @@ static int run_ops(const Word *prog, int count, int tid, int nth) {
     return 0;
 }
 
-// The words an op takes: Python checks it against its own (a module built from an older engine.c says so).
+// The words an op takes, and the revision of what ops mean (2: a matmul's PER_TOKEN flag): Python checks
+// both against its own (a module built from an older engine.c says so).
 EXPORT(op_words) int op_words(void) { return OP_WORDS; }
+EXPORT(abi) int abi(void) { return 2; }
 
 // Run a program on this thread alone.
 EXPORT(run) int run(const Word *prog, int count) { return run_ops(prog, count, 0, 1); }
