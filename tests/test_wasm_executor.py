@@ -255,3 +255,23 @@ def test_a_batched_step_gives_each_sequence_what_it_gets_alone(tmp_path_factory,
         for a, b in zip(one, many):
             np.testing.assert_array_equal(a, b)
     assert (3, Want.ARGMAX, (0, 1, 2)) in runner._programs and (3, Want.LOGITS, (0, 1, 2)) in runner._programs
+
+
+@pytest.mark.parametrize("kv_type", ["f32", "q4"])
+def test_a_shared_prefix_is_copied_not_run_again(tmp_path_factory, kv_type):
+    """A sequence taking another's first 20 positions (a system prompt) goes on to the tokens it gets when
+    it runs them itself: the copied keys are the computed ones, in every cache type."""
+    runner = wasm(tiny(tmp_path_factory, "gemma3", "Q8_0"), kv_type=kv_type).runner
+    ids = tiny_models.test_ids() * 2
+    mine = ids[:20] + [7, 8, 9]
+
+    def greedy(seq, tokens, start, n=6):
+        out = [runner.run(Step.of(tokens, start, seq=seq, want=Want.ARGMAX))[0].token]
+        for i in range(n - 1):
+            out.append(runner.run(Step.of([out[-1]], start + len(tokens) + i, seq=seq, want=Want.ARGMAX))[0].token)
+        return out
+
+    alone = greedy(2, mine, 0)
+    greedy(0, ids[:24], 0, 1)
+    assert runner.share(0, 1, 20) and runner.held.tokens(1) == ids[:20]
+    assert greedy(1, mine[20:], 20) == alone

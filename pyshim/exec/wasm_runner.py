@@ -25,6 +25,7 @@ from pyshim.exec.wasm_module import Module, NativeModule
 from pyshim.exec.wasm_ops import WasmOps, WasmProgram
 from pyshim.plan.memory import per_token
 from pyshim.plan.settings import AUTO, Arithmetic, RunSettings
+from pyshim.plan.settings import kv_type as kv_type_named
 
 MAX_SEQS = 8            # sequences held at once (each KV cache is made on first use)
 KEEP_PROGRAMS = 8       # step shapes (other than one token) kept recorded
@@ -162,6 +163,21 @@ class WasmRunner:
             return Output()
         logits = self._logits(program)
         return answer(logits if step.want is Want.ALL_LOGITS else logits[-1], step)
+
+    def share(self, src: int, dst: int, n: int) -> bool:
+        """Sequence `dst` takes `src`'s keys and values for positions [0, n) — copied in the module's memory
+        (a cache holds each position in its own rows, sliding windows included) instead of run again: a
+        system prompt that concurrent requests share."""
+        if src == dst or n < 1:
+            return False
+        ops, spec = self.ops, self.spec
+        per_value = kv_type_named(ops.kv_type).bytes_per_value
+        for (ks, vs), (kd, vd) in zip(ops.cache(src), ops.cache(dst)):
+            for a, b, head_dim in ((ks, kd, spec.head_dim_k), (vs, vd, spec.head_dim_v)):
+                nbytes = int(per_value * head_dim) * spec.n_kv_heads * n
+                self.module.write(b, self.module.read(a, nbytes))
+        self.held.copied(src, dst, n)
+        return True
 
     def reset(self, seq: int = 0) -> None:
         """Only `held` forgets: a step's attention reads only positions up to its own, all written before."""
