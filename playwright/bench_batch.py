@@ -225,8 +225,8 @@ def markdown(report: dict) -> str:
         if load:
             lines += ["", f"Time to first token of a request arriving while {load['others']} others decode: "
                           f"{load['ttft_under_load_ms']} ms (alone {load['ttft_alone_ms']} ms). A request under the "
-                          f"{load['system_tokens']}-token system prompt another sequence holds shares "
-                          f"{load['shared_tokens']} tokens' KV pages: prefill {load['prefill_shared_ms']} ms "
+                          f"{load['system_tokens']}-token system prompt another sequence holds takes "
+                          f"{load['shared_tokens']} tokens' keys from it: prefill {load['prefill_shared_ms']} ms "
                           f"(without sharing {load['prefill_unshared_ms']} ms)."]
         lines.append("")
     return "\n".join(lines)

@@ -53,16 +53,16 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
     last that many layers are streamed from the store through rotating GPU buffers (None: auto decides).
     `base_url` (with an optional `api_key`): `model` is served by that OpenAI-compatible server (vLLM,
     llama.cpp's server, Ollama's /v1) instead, through the same API (pyshim.serve.remote). `parallel`: how
-    many requests run at once (gpu backend: decode steps batched; default 1), sharing a KV cache of
-    `kv_pages` pages of 16 positions (default: room for every request's whole context; fewer: a request
-    that finds none free fails with KVCacheFullError, the others run on)."""
+    many requests run at once (default 1), their decode steps batched; on the gpu backend they share a KV
+    cache of `kv_pages` pages of 16 positions (default: room for every request's whole context; fewer: a
+    request that finds none free waits for another to end, or fails with KVCacheFullError when all wait)."""
     settings = RunSettings(context=n_ctx, kv_type=kv_type, arithmetic=arithmetic, rope_scaling=rope_scaling,
                            rope_scale=rope_scale, yarn_orig_ctx=yarn_orig_ctx, expert_slots=expert_slots, streamed_layers=streamed_layers,
                            budget_bytes=None if budget_mb is None else int(budget_mb * 2**20), parallel=parallel,
                            kv_pages=kv_pages)
-    if parallel > 1 and (base_url is not None or (backend or ("browser" if IN_PYODIDE else "gpu")) != "gpu"):
-        raise BadRequestError("parallel requests run on the gpu backend for now", hint="use backend='gpu', or parallel=1",
-                              param="parallel")
+    if parallel > 1 and base_url is not None:
+        raise BadRequestError("parallel requests run on pyshim's own engines, not through a remote server",
+                              hint="leave parallel at 1: the server schedules its own requests", param="parallel")
     if base_url is not None:
         if IN_PYODIDE:   # the page's fetch, through the JS API's remote engine (web/engine/remote.js)
             from pyshim.serve.js_engine import load_js_session
@@ -90,6 +90,10 @@ async def load(model: str, *, backend: str | None = None, n_ctx: int | None = No
     from pyshim.setup.catalog import resolve_model
 
     runner = await load_runner(resolve_model(model), backend=backend, settings=settings)
+    if parallel > runner.capacity.max_seqs:
+        runner.close()
+        raise BadRequestError(f"the {backend} backend holds at most {runner.capacity.max_seqs} sequences, not {parallel}",
+                              hint=f"use parallel={runner.capacity.max_seqs} or fewer", param="parallel")
     if parallel > 1:
         from pyshim.serve.batching import BatchingRunner
 

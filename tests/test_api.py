@@ -100,15 +100,17 @@ def test_kv_type_reaches_the_engine():
         run(load("smollm2", backend="cpu", kv_type="q3"))
 
 
-def test_parallel_requests_are_decoded_together_each_as_alone():
-    """`parallel=3`: three gathered requests run at once, each in a cache of its own, their decode steps
-    batched; each reply is the one it gets alone, and the batched steps really ran."""
+@pytest.mark.parametrize("backend", ["gpu", "wasm"])
+def test_parallel_requests_are_decoded_together_each_as_alone(backend):
+    """`parallel=3`: three gathered requests run at once, each in a sequence of its own, their decode steps
+    batched (on the GPU and on the CPU engine); each reply is the one it gets alone, and the batched steps
+    really ran."""
     questions = [MESSAGES, [{"role": "user", "content": "Name a colour."}],
                  [{"role": "user", "content": "Write one word that rhymes with cat."}]]
     tokens = [8, 5, 10]
 
     async def scene():
-        engine = await load("smollm2", backend="gpu", n_ctx=256, parallel=3)
+        engine = await load("smollm2", backend=backend, n_ctx=256, parallel=3)
         try:
             def ask(messages, n):
                 return engine.chat.completions.create(messages=messages, temperature=0, max_tokens=n)
@@ -127,8 +129,9 @@ def test_parallel_requests_are_decoded_together_each_as_alone():
         assert {k: a["usage"][k] for k in ("prompt_tokens", "completion_tokens")} == \
             {k: b["usage"][k] for k in ("prompt_tokens", "completion_tokens")}
     assert batched >= min(tokens) - 2 and stats == {"running": 0, "queued": 0, "done": 6, "sequences": 3}
-    with pytest.raises(BadRequestError, match="parallel"):
-        run(load("smollm2", backend="cpu", parallel=2))
+    if backend == "wasm":
+        with pytest.raises(BadRequestError, match="holds at most 8 sequences, not 9"):
+            run(load("smollm2", backend="wasm", parallel=9))
 
 
 def test_a_system_prompt_a_running_request_holds_is_prefilled_once():
