@@ -22,6 +22,9 @@ from test_gpu_executor import CASES, assert_like_emulation, ref_logits
 from test_gpu_llama_cpp import FX, _model
 
 F32, INT8 = Arithmetic.F32, Arithmetic.INT8
+# every MoE architecture and the weight types among them (test_moe.py's, less the ones it repeats)
+MOE_CASES = [("qwen2moe", "Q4_0"), ("qwen3moe", "Q4_K"), ("olmoe", "Q8_0"), ("mixtral", "Q5_K"), ("qwen3moe", "Q6_K"),
+             ("qwen2moe", "F16")]
 
 
 def wasm(path, *, arithmetic=INT8, context=tiny_models.N_CTX, chunk=None, relaxed=None, **settings) -> Drive:
@@ -179,10 +182,21 @@ def test_refuses_what_it_does_not_run(tmp_path_factory, settings, error, match):
         load_wasm(path, settings=RunSettings(context=64, **settings))
 
 
-def test_refuses_mixtures_of_experts_by_name(tmp_path_factory):
-    path = tiny(tmp_path_factory, "qwen3moe", "Q4_K")
-    with pytest.raises(UnsupportedError, match="mixtures of experts.*gpu backend"):
-        load_wasm(path, settings=RunSettings(context=64))
+@pytest.mark.parametrize("arch, qtype", MOE_CASES, ids=[f"{a}-{q}" for a, q in MOE_CASES])
+def test_mixtures_of_experts_match_reference(tmp_path_factory, arch, qtype):
+    """Every MoE architecture (Qwen2-MoE's gated shared expert, qwen3moe, OLMoE, Mixtral-style llama): the
+    router, each pair's expert and the weighted sums, f32 against the reference and the int8 route
+    against its llama.cpp emulation, over the whole prompt and then one token at a time."""
+    path = tiny(tmp_path_factory, arch, qtype)
+    want = ref_logits(path)
+    got = wasm(path, arithmetic=F32).logits(tiny_models.test_ids(), all_logits=True)
+    np.testing.assert_allclose(got, want, atol=2e-4 * np.abs(want).max(), rtol=1e-3)
+    want8, plain = ref_logits(path, INT8), ref_logits(path)
+    drive = wasm(path)
+    assert_like_emulation(drive.logits(tiny_models.test_ids(), all_logits=True), want8, plain)
+    drive.runner.reset()
+    steps = np.stack([drive.step([t], pos).logits for pos, t in enumerate(tiny_models.test_ids())])
+    assert_like_emulation(steps, want8, plain)
 
 
 def test_threads_give_the_same_logits(tmp_path_factory):
@@ -211,6 +225,7 @@ def test_missing_module_says_how_to_build_it(tmp_path):
 
 
 PROMPTS = [[5, 77, 300, 9, 12], [41, 42], [7, 8, 9, 10, 11, 12, 13, 14, 15]]
+
 
 
 @pytest.mark.parametrize("arch, qtype, arithmetic", [("llama", "Q4_0", INT8), ("gemma3", "Q8_0", INT8),

@@ -29,9 +29,12 @@ from pyshim.models.rope import RopeSpec, pair_tables
 from pyshim.plan.settings import MAX_THREADS, Arithmetic, kv_type as kv_type_named
 
 OP_WORDS = 20
-ABI = 2                          # what the ops mean (engine.c's `abi`: 2 has the matmul's PER_TOKEN flag)
+ABI = 3                          # what the ops mean (engine.c's `abi`: 2 the matmul's PER_TOKEN flag, 3 the experts' ops)
+GATING = {"softmax": 0, "sigmoid": 1}   # the router's gating word (engine.c's route)
+MAX_EXPERTS = 256                # engine.c: the router's probabilities of a row live on the stack
 OP = {name: i for i, name in enumerate(("embed", "matmul", "rmsnorm", "rope", "attention", "glu", "add", "scale",
-                                         "softcap", "copy_cols", "argmax", "topk"), start=1)}
+                                         "softcap", "copy_cols", "argmax", "topk", "route", "expert_matmul", "expert_sum",
+                                         "sigmoid_gate"), start=1)}
 F32_ROUTE = 0x100                # or-ed into a matmul's type word (engine.c)
 PER_TOKEN = 0x200                # or-ed too: a batched decode step, each token's arithmetic the one it has alone
 GLU_ACT = {"silu": 0, "gelu_tanh": 1}
@@ -147,10 +150,7 @@ class WasmOps:
             return self._bound[name]
         ref = self.store.checked(name, shape)
         check_runnable(name, ref.qtype, "wasm")
-        if len(shape) == 1 or len(shape) >= 3:
-            if len(shape) >= 3:
-                raise UnsupportedError(f"{name}: the CPU engine does not run mixtures of experts yet",
-                                       hint="use the gpu backend for this model")
+        if len(shape) == 1:         # norms and biases in f32
             values = dequantize_rows(self.store.raw(name), ref.qtype).astype(np.float32).reshape(-1)
             w = Weight(self._upload(values), QT.F32, tuple(shape))
         elif self.upload_now:
@@ -282,12 +282,16 @@ class WasmOps:
         self._op("embed", table, int(table.qtype), d, tokens, n, out)
         return out
 
+    def _type_word(self, w: Weight) -> int:
+        """A matmul's type word: the weight's type, the route (F32_ROUTE) and a batched step's PER_TOKEN."""
+        return (int(w.qtype) | (F32_ROUTE if self.arithmetic is Arithmetic.F32 else 0)
+                | (PER_TOKEN if self._seqs is not None else 0))
+
     def matmul(self, x: Tensor, w: Weight, bias: Weight | None = None, residual: Tensor | None = None) -> Tensor:
         n, k = x.shape
         m = w.shape[0]
         out = self._new((n, m))
-        qtype = (int(w.qtype) | (F32_ROUTE if self.arithmetic is Arithmetic.F32 else 0)
-                 | (PER_TOKEN if self._seqs is not None else 0))
+        qtype = self._type_word(w)
         scratch = self.module.call("matmul_scratch", qtype, n, k)
         self._op("matmul", x, n, k, w, qtype, m, out, bias, residual, Tensor(Buf(max(scratch, 4)), (scratch,)))
         return out
@@ -363,10 +367,39 @@ class WasmOps:
         self._op("glu", gate, up, gate.size, code, out)
         return out
 
-    def route(self, logits: Tensor, spec: RouterSpec):
-        raise UnsupportedError("the CPU engine does not run mixtures of experts yet", hint="use the gpu backend for this model")
+    def route(self, logits: Tensor, spec: RouterSpec) -> tuple[Tensor, Tensor]:
+        if spec.gating not in GATING:
+            raise UnsupportedError(f"router gating {spec.gating!r} is not one of {tuple(GATING)}")
+        if spec.n_experts > MAX_EXPERTS:
+            raise UnsupportedError(f"the CPU engine routes among at most {MAX_EXPERTS} experts, not {spec.n_experts}",
+                                   hint="use the gpu backend for this model")
+        n = logits.shape[0]
+        weights, ids = self._new((n, spec.n_used)), self._new((n, spec.n_used))     # ids: int32 words
+        self._op("route", logits, n, spec.n_experts, spec.n_used, GATING[spec.gating], int(spec.norm), F(spec.scale),
+                 weights, ids)
+        return weights, ids
 
-    expert_matmul = expert_sum = sigmoid_gate = route
+    def expert_matmul(self, x: Tensor, w: Weight, ids: Tensor) -> Tensor:
+        n, used = ids.shape
+        _, m, k = w.shape
+        per = used if x.shape[0] == n else 1        # a row per token for all its experts, or a row per pair
+        out = self._new((n * used, m))
+        qtype = self._type_word(w)
+        scratch = self.module.call("matmul_scratch", qtype, 1, k)
+        self._op("expert_matmul", x, n * used, per, k, w, qtype, m, ids, out, Tensor(Buf(max(scratch, 4)), (scratch,)))
+        return out
+
+    def expert_sum(self, y: Tensor, weights: Tensor) -> Tensor:
+        n, used = weights.shape
+        out = self._new((n, y.shape[1]))
+        self._op("expert_sum", y, weights, n, used, y.shape[1], out)
+        return out
+
+    def sigmoid_gate(self, x: Tensor, g: Tensor) -> Tensor:
+        n, d = x.shape
+        out = self._new((n, d))
+        self._op("sigmoid_gate", x, g, n, d, out)
+        return out
 
     def add(self, a: Tensor, b: Tensor) -> Tensor:
         out = self._new(a.shape)

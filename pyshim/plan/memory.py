@@ -341,14 +341,15 @@ WASM_MEMORY_BYTES = 4 << 30
 
 def cpu_engine_fit(spec: ModelSpec, est: MemoryEstimate, context: int, kv_type: str = "f32") -> Fit:
     """Whether the model runs on the WebAssembly CPU engine (pyshim.exec.wasm_runner: no WebGPU adapter,
-    or the CPU chosen): its tensor types; no mixture of experts yet; weights, a `kv_type` KV cache of
-    `context` positions and the activations within its 4 GiB memory."""
+    or the CPU chosen): its tensor types; a mixture of at most 256 experts (its router's limit); weights,
+    a `kv_type` KV cache of `context` positions and the activations within its 4 GiB memory."""
     reasons = []
     unrunnable = unrunnable_reason(est.unrunnable)
     if unrunnable:
         reasons.append(unrunnable)
-    if spec.n_experts:
-        reasons.append("mixtures of experts do not run on the CPU engine yet, and this browser gives no WebGPU adapter")
+    if spec.n_experts > 256:
+        reasons.append(f"the CPU engine routes among at most 256 experts, not {spec.n_experts}, and this browser gives "
+                       "no WebGPU adapter")
     kv = kv_cache_bytes(spec, context, kv_type)
     need = cpu_engine_bytes(spec, est, context, kv_type)
     if need > WASM_MEMORY_BYTES:

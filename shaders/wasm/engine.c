@@ -811,12 +811,81 @@ EXPORT(topk) void topk(const float *x, int rows, int cols, int k, int32_t *ids, 
     }
 }
 
+// ------------------------------------------------------------------ mixtures of experts
+
+#define MAX_EXPERTS 256
+#define ROUTER_NORM_MIN 6.103515625e-5f     // the sum of the chosen weights is clamped here (llama.cpp: f16's smallest normal)
+
+// The router (pyshim.exec.reference's route): each row of logits [n, e] gated (0: softmax, 1: sigmoid),
+// its `used` largest probabilities picked in descending order (ties: the lower expert), divided by their
+// sum when `norm`, times `scale`: weights [n, used] f32, ids [n, used] int32.
+EXPORT(route) void route(const float *logits, int n, int e, int used, int gating, int norm, float scale, float *weights,
+                         int32_t *ids) {
+    float probs[MAX_EXPERTS];
+    for (int t = 0; t < n; t++) {
+        const float *x = logits + (size_t)t * e;
+        if (gating == 0) {
+            float best = x[0], total = 0.0f;
+            for (int j = 1; j < e; j++) best = x[j] > best ? x[j] : best;
+            for (int j = 0; j < e; j++) { probs[j] = expf(x[j] - best); total += probs[j]; }
+            for (int j = 0; j < e; j++) probs[j] /= total;
+        } else {
+            for (int j = 0; j < e; j++) probs[j] = 1.0f / (1.0f + expf(-x[j]));
+        }
+        uint8_t taken[MAX_EXPERTS] = {0};
+        float *w = weights + (size_t)t * used, sum = 0.0f;
+        int32_t *id = ids + (size_t)t * used;
+        for (int u = 0; u < used; u++) {
+            int best = -1;
+            for (int j = 0; j < e; j++) if (!taken[j] && (best < 0 || probs[j] > probs[best])) best = j;
+            taken[best] = 1;
+            id[u] = best;
+            w[u] = probs[best];
+            sum += probs[best];
+        }
+        if (norm) for (int u = 0; u < used; u++) w[u] /= sum > ROUTER_NORM_MIN ? sum : ROUTER_NORM_MIN;
+        if (scale != 1.0f) for (int u = 0; u < used; u++) w[u] *= scale;
+    }
+}
+
+// Each (token, slot) pair times its expert's matrix: y[p] = x[p / per] . W[ids[p]]^T, W [e][m][k] in
+// blocks of type t (a matmul's type word), x a row per token (per = used) or per pair (per = 1). Each
+// pair is a one-row matmul, thread tid taking its share of the expert's rows.
+static void expert_matmul_part(const float *x, int pairs, int per, int k, const uint8_t *w, int t, int m,
+                               const int32_t *ids, float *y, uint8_t *scratch, int tid, int nth) {
+    size_t expert_bytes = (size_t)m * row_bytes(t & 0xff, k);
+    for (int p = 0; p < pairs; p++)
+        matmul_part(x + (size_t)(p / per) * k, 1, k, w + (size_t)ids[p] * expert_bytes, t, m, y + (size_t)p * m,
+                    0, 0, scratch, tid, nth);
+}
+
+// Each token's experts' outputs y [n * used, d] weighted and summed in slot order: out [n, d].
+EXPORT(expert_sum) void expert_sum(const float *y, const float *weights, int n, int used, int d, float *out) {
+    for (int t = 0; t < n; t++) {
+        float *o = out + (size_t)t * d;
+        for (int u = 0; u < used; u++) {
+            const float *r = y + ((size_t)t * used + u) * d;
+            float w = weights[(size_t)t * used + u];
+            for (int i = 0; i < d; i++) o[i] = u ? o[i] + r[i] * w : r[i] * w;
+        }
+    }
+}
+
+// x [n, d] times the sigmoid of its row's gate g [n] (Qwen2-MoE's shared expert).
+EXPORT(sigmoid_gate) void sigmoid_gate(const float *x, const float *g, int n, int d, float *out) {
+    for (int t = 0; t < n; t++) {
+        float s = 1.0f / (1.0f + expf(-g[t]));
+        for (int i = 0; i < d; i++) out[(size_t)t * d + i] = x[(size_t)t * d + i] * s;
+    }
+}
+
 // ------------------------------------------------------------------ programs
 
 enum {
     OP_EMBED = 1, OP_MATMUL, OP_RMSNORM, OP_ROPE, OP_ATTENTION, OP_GLU, OP_ADD, OP_SCALE, OP_SOFTCAP,
-    OP_COPY_COLS, OP_ARGMAX, OP_TOPK,
+    OP_COPY_COLS, OP_ARGMAX, OP_TOPK, OP_ROUTE, OP_EXPERT_MATMUL, OP_EXPERT_SUM, OP_SIGMOID_GATE,
 };
+#define OP_LAST OP_SIGMOID_GATE
 #define OP_WORDS 20
 
 typedef union { int32_t i; float f; } Word;
@@ -826,7 +895,7 @@ typedef union { int32_t i; float f; } Word;
 #define F(j) (a[j].f)
 
 // Thread tid's part of `count` ops of OP_WORDS words each from `prog`; the index of an unknown op + 1, else 0.
-static inline int is_parallel(int op) { return op == OP_MATMUL || op == OP_ATTENTION; }
+static inline int is_parallel(int op) { return op == OP_MATMUL || op == OP_ATTENTION || op == OP_EXPERT_MATMUL; }
 
 static int run_ops(const Word *prog, int count, int tid, int nth) {
     for (int at = 0; at < count; at++, prog += OP_WORDS) {
@@ -834,6 +903,8 @@ static int run_ops(const Word *prog, int count, int tid, int nth) {
         int op = prog[0].i;
         if (op == OP_MATMUL) {
             matmul_part(P(0), I(1), I(2), P(3), I(4), I(5), P(6), P(7), P(8), P(9), tid, nth);
+        } else if (op == OP_EXPERT_MATMUL) {
+            expert_matmul_part(P(0), I(1), I(2), I(3), P(4), I(5), I(6), P(7), P(8), P(9), tid, nth);
         } else if (op == OP_ATTENTION) {
             attention_part(P(0), P(1), P(2), P(3), I(4), I(5), I(6), I(7), I(8), P(9), P(10), F(11), I(12), F(13), P(14),
                            P(15), I(16), I(17), tid, nth);
@@ -849,9 +920,12 @@ static int run_ops(const Word *prog, int count, int tid, int nth) {
             case OP_COPY_COLS: copy_cols(P(0), I(1), I(2), I(3), P(4)); break;
             case OP_ARGMAX: argmax(P(0), I(1), I(2), P(3)); break;
             case OP_TOPK: topk(P(0), I(1), I(2), I(3), P(4), P(5)); break;
+            case OP_ROUTE: route(P(0), I(1), I(2), I(3), I(4), I(5), F(6), P(7), P(8)); break;
+            case OP_EXPERT_SUM: expert_sum(P(0), P(1), I(2), I(3), I(4), P(5)); break;
+            case OP_SIGMOID_GATE: sigmoid_gate(P(0), P(1), I(2), I(3), P(4)); break;
             default: return at + 1;
             }
-        } else if (op < OP_EMBED || op > OP_TOPK) {
+        } else if (op < OP_EMBED || op > OP_LAST) {
             return at + 1;                  // (as thread 0 does, before the barrier it would wait in)
         }
         // every thread sees the op's results before the next op starts; between two of thread 0's own
@@ -861,10 +935,10 @@ static int run_ops(const Word *prog, int count, int tid, int nth) {
     return 0;
 }
 
-// The words an op takes, and the revision of what ops mean (2: a matmul's PER_TOKEN flag): Python checks
-// both against its own (a module built from an older engine.c says so).
+// The words an op takes, and the revision of what ops mean (2: a matmul's PER_TOKEN flag; 3: the mixture
+// of experts' ops): Python checks both against its own (a module built from an older engine.c says so).
 EXPORT(op_words) int op_words(void) { return OP_WORDS; }
-EXPORT(abi) int abi(void) { return 2; }
+EXPORT(abi) int abi(void) { return 3; }
 
 // Run a program on this thread alone.
 EXPORT(run) int run(const Word *prog, int count) { return run_ops(prog, count, 0, 1); }
