@@ -11,7 +11,7 @@ from pyshim.exec.wasm_module import NativeModule
 from pyshim.gguf.header import read_header_from_file
 from pyshim.gguf.spec import ModelSpec
 from pyshim.plan.settings import RunSettings
-from pyshim.serve.engine_choice import cpu_can_run, measure, probe_tensor
+from pyshim.serve.engine_choice import cpu_can_run, decide, fast_gpu, measure, probe_tensor, slow
 from pyshim.setup.catalog import resolve_model
 
 
@@ -42,6 +42,21 @@ def test_probe_times_one_matvec_on_both_and_picks_the_faster(loop, device, threa
     assert choice.device == ("cpu" if choice.cpu_ms < choice.gpu_ms else "gpu")
     assert f"{tensor.shape[1]}×{tensor.shape[0]} {tensor.type.name}" in choice.reason
     assert f"({threads} thread" in choice.reason and device.caps.summary() in choice.reason
+
+
+def test_a_real_gpu_is_measured_against_the_cpu_engine_only_when_slow():
+    """A real adapter's probe matvec streaming 50 GB/s keeps the GPU without instantiating the CPU engine;
+    one at 2 GB/s (an old integrated GPU) is measured against it, and the CPU engine may win."""
+    from types import SimpleNamespace
+
+    tensor = probe_tensor(read_header_from_file(resolve_model("smollm2")))
+    assert not slow(tensor, tensor.nbytes / 50e9) and slow(tensor, tensor.nbytes / 2e9)
+    choice = fast_gpu("NVIDIA H200", tensor, tensor.nbytes / 1e12)
+    assert choice.device == "gpu" and "(1000 GB/s)" in choice.reason and choice.cpu_ms is None
+    igpu = SimpleNamespace(caps=SimpleNamespace(is_fallback=False, summary=lambda: "an old integrated GPU"))
+    choice = decide(igpu, SimpleNamespace(threads=2), tensor, gpu_s=2e-3, cpu_s=1e-3)
+    assert choice.device == "cpu" and "2.0× faster than WebGPU on this GPU" in choice.reason
+    assert decide(igpu, SimpleNamespace(threads=2), tensor, gpu_s=1e-3, cpu_s=3e-3).device == "gpu"
 
 
 def test_the_cpu_engine_is_not_offered_what_it_cannot_run(tmp_path):

@@ -242,12 +242,11 @@ async def _open_engine(model_id: str, header, source, settings: RunSettings, sto
     module = None
     try:
         choice = engine_choice.named("gpu") if settings.device == "gpu" else engine_choice.real_gpu(device.caps.summary())
-        if settings.device == "auto" and device.caps.is_fallback:
+        if settings.device == "auto":
             why_not = engine_choice.cpu_can_run(settings.spec_for(ModelSpec.from_header(header)), header, settings)
             if why_not:
                 choice = engine_choice.Choice("gpu", f"WebGPU runs it ({device.caps.summary()}); the CPU engine cannot: {why_not}")
             else:
-                module = PageModule(await store.cpuEngine(settings.threads))
                 tensor = engine_choice.probe_tensor(header)
 
                 async def fill_gpu(buffer):
@@ -256,7 +255,13 @@ async def _open_engine(model_id: str, header, source, settings: RunSettings, sto
                 async def fill_cpu(ptr):
                     await store.uploadCpu(model_id, module.engine, [(tensor.offset, tensor.nbytes, ptr)], True)
 
-                choice = await engine_choice.measure(device, module, tensor, fill_gpu, fill_cpu, settings.arithmetic)
+                gpu_s = await engine_choice.gpu_matvec_s(device, tensor, fill_gpu, settings.arithmetic)
+                if device.caps.is_fallback or engine_choice.slow(tensor, gpu_s):
+                    module = PageModule(await store.cpuEngine(settings.threads))
+                    choice = engine_choice.decide(device, module, tensor, gpu_s,
+                                                  await engine_choice.cpu_matvec_s(module, tensor, fill_cpu))
+                else:
+                    choice = engine_choice.fast_gpu(device.caps.summary(), tensor, gpu_s)
         if choice.device == "cpu":
             device.destroy()
             device, probed, module = None, module, None       # the probe's engine loads the model (it closes it on failure)
