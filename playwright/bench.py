@@ -454,6 +454,10 @@ def needle_config(args) -> "bench_needle.NeedleConfig":
     if args.seeds:
         config.seeds = max(1, args.seeds)
     config.kv_types = _csv(args.kv_types) or config.kv_types
+    if args.backends != ",".join(BACKENDS):
+        config.backend = args.backends
+        if config.backend not in ("gpu", "wasm"):
+            raise SystemExit(f"--needle runs on one backend, gpu or wasm, not {config.backend!r}")
     if config.kv_types[0] != "f32":
         raise SystemExit("--kv-types: the first must be f32 (the others' answers are compared with its)")
     return config

@@ -4,7 +4,8 @@ A haystack of English prose (CPython's own pydoc topics, shuffled by seed) with 
 number of the archive is 48213." — placed at 15%, 50% and 85% of its depth; at the end the text starts the
 sentence again ("The secret number of the archive is") and the model continues greedily. A cell retrieves
 when its continuation holds the number. Every cell runs with each KV cache type on the native GPU
-executor (the kernels the browser runs), over several seeds and context lengths; beside retrieval it
+executor (the kernels the browser runs; `--backends wasm`: the WebAssembly CPU engine, whose caches round
+as the GPU's do, and whose prefill is faster on a machine without a GPU), over several seeds and context lengths; beside retrieval it
 reports the share of answer tokens equal to the f32 cache's (next-token agreement on the same prompt).
 
 Writes needle-<stamp>.json (every cell), .md (the tables) and .html (the same tables, opens offline).
@@ -37,7 +38,11 @@ class NeedleConfig:
     seeds: int = 3
     kv_types: list[str] = field(default_factory=lambda: ["f32", "f16", "q8", "q4"])
     depths: tuple[float, ...] = DEPTHS
+    backend: str = "gpu"        # or "wasm": the WebAssembly CPU engine under wasmtime, on THREADS threads
     out: Path | None = None
+
+
+THREADS = 2                     # the CPU engine's threads (`wasm`)
 
 
 def filler_paragraphs() -> list[str]:
@@ -84,6 +89,7 @@ async def _answer(runner, ids: list[int]) -> list[int]:
 
 async def run_model(name: str, config: NeedleConfig, log) -> list[dict]:
     from pyshim.exec.gpu_runner import load_gpu
+    from pyshim.exec.wasm_runner import load_wasm
     from pyshim.gguf.header import read_header_from_file
     from pyshim.plan.settings import RunSettings
     from pyshim.setup.catalog import resolve_model
@@ -98,7 +104,10 @@ async def run_model(name: str, config: NeedleConfig, log) -> list[dict]:
                    for depth in config.depths for seed in range(config.seeds)]
         answers_f32: dict[tuple, list[int]] = {}
         for kv_type in config.kv_types:
-            runner = await load_gpu(path, settings=RunSettings(context=context, kv_type=kv_type))
+            if config.backend == "wasm":
+                runner = load_wasm(path, settings=RunSettings(context=context, kv_type=kv_type, threads=THREADS))
+            else:
+                runner = await load_gpu(path, settings=RunSettings(context=context, kv_type=kv_type))
             try:
                 for depth, seed, ids, key in prompts:
                     t0 = time.perf_counter()
@@ -184,7 +193,8 @@ def run(config: NeedleConfig, log=print) -> dict:
         finally:
             device.destroy()
 
-    adapter = asyncio.run(adapter_summary())
+    adapter = (f"the CPU engine under wasmtime ({THREADS} threads)" if config.backend == "wasm"
+               else asyncio.run(adapter_summary()))
     cells = []
     for name in config.models:
         cells += asyncio.run(run_model(name, config, log))
