@@ -252,10 +252,8 @@ class GpuRunner:
     def _batched(self, step: Step) -> bool:
         """Whether a step runs as one batched decode program: one token of each of several distinct
         sequences, asking for their greedy ids or logits, with no weights streamed mid-step."""
-        slices = step.slices
-        return (len(slices) > 1 and step.want in (Want.ARGMAX, Want.LOGITS, Want.NONE)
-                and all(len(s.tokens) == 1 for s in slices) and len({s.seq for s in slices}) == len(slices)
-                and len(slices) <= self.ops.max_chunk and self.ops.expert_cache is None and self.ops.layer_stream is None)
+        return (step.one_token_each and len(step.slices) <= self.ops.max_chunk and self.ops.expert_cache is None
+                and self.ops.layer_stream is None)
 
     async def _batch(self, step: Step) -> list[Output]:
         """One token of each sequence in one program: the weights are read once for all of them."""

@@ -68,6 +68,14 @@ class Step:
         """A step of one slice."""
         return cls((Slice(tuple(tokens), start, seq),), want, k)
 
+    @property
+    def one_token_each(self) -> bool:
+        """One token of each of several distinct sequences, asking for their greedy ids, logits or nothing:
+        what an executor runs as one batched decode program (pyshim.serve.batching makes such steps)."""
+        s = self.slices
+        return (len(s) > 1 and self.want in (Want.ARGMAX, Want.LOGITS, Want.NONE) and all(len(x.tokens) == 1 for x in s)
+                and len({x.seq for x in s}) == len(s))
+
 
 @dataclass
 class Output:

@@ -218,18 +218,15 @@ class WasmOps:
 
     def record_argmax(self, x: Tensor) -> None:
         """The last row's greedy id into `argmax_ptr`."""
-        self._op("argmax", Tensor(x.buf, (1, x.shape[1]), x.off + 4 * (x.shape[0] - 1) * x.shape[1]), 1, x.shape[1],
-                 Fixed(self.argmax_ptr))
+        self._op("argmax", _row(x, x.shape[0] - 1), 1, x.shape[1], Fixed(self.argmax_ptr))
 
     def record_argmax_rows(self, x: Tensor) -> None:
         """Each row's greedy id into `argmax_ptr` (a batched step's: a word a sequence)."""
-        n, vocab = x.shape
-        for t in range(n):
-            self._op("argmax", _row(x, t), 1, vocab, Fixed(self.argmax_ptr + 4 * t))
+        self._op("argmax", x, x.shape[0], x.shape[1], Fixed(self.argmax_ptr))
 
     def record_topk(self, x: Tensor) -> None:
         """The last row's `top_k` largest logits and their ids into `topk_ptr` (ids first)."""
-        self._op("topk", Tensor(x.buf, (1, x.shape[1]), x.off + 4 * (x.shape[0] - 1) * x.shape[1]), 1, x.shape[1],
+        self._op("topk", _row(x, x.shape[0] - 1), 1, x.shape[1],
                  self.top_k, Fixed(self.topk_ptr), Fixed(self.topk_ptr + 4 * self.top_k))
 
     def end(self) -> WasmProgram:
@@ -417,8 +414,7 @@ class WasmOps:
         return out
 
     def last(self, x: Tensor) -> Tensor:
-        n, d = x.shape
-        return Tensor(x.buf, (1, d), x.off + 4 * (n - 1) * d)
+        return _row(x, x.shape[0] - 1)
 
 
 def _row(x: Tensor, t: int) -> Tensor:

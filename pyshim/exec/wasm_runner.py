@@ -105,8 +105,7 @@ class WasmRunner:
     def run(self, step: Step) -> list[Output]:
         check_step(step, self.capacity, self.spec.n_vocab)
         slices = step.slices
-        if (len(slices) > 1 and step.want in (Want.ARGMAX, Want.LOGITS, Want.NONE) and all(len(s.tokens) == 1 for s in slices)
-                and len({s.seq for s in slices}) == len(slices)):
+        if step.one_token_each:
             with ExitStack() as held:
                 for s in slices:
                     held.enter_context(self.held.writing(s))

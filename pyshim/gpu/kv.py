@@ -200,9 +200,14 @@ class GpuKV:
 
     def _page_copies(self, src: int, dst: int) -> list[tuple[Any, int, Any, int, int]]:
         """Page `src` of every full layer's pools into page `dst`, through the scratch page."""
+        return self._copies(self.table_off, src, dst, 1)
+
+    def _copies(self, table_off: int, src: int, dst: int, pages: int) -> list[tuple[Any, int, Any, int, int]]:
+        """`pages` pages from page src * pages to page dst * pages of the pools of the layers whose table
+        is at `table_off`, each through the scratch pages."""
         k_bytes, v_bytes = self.page_bytes
-        return [copy for layer in self._layers if layer.table_off == self.table_off
-                for buf, size in ((layer.k, k_bytes), (layer.v, v_bytes))
+        return [copy for layer in self._layers if layer.table_off == table_off
+                for buf, size in ((layer.k, k_bytes * pages), (layer.v, v_bytes * pages))
                 for copy in ((buf, src * size, self._scratch, 0, size), (self._scratch, 0, buf, dst * size, size))]
 
     def share(self, src: int, dst: int, n: int) -> list[tuple[Any, int, Any, int, int]]:
@@ -217,12 +222,7 @@ class GpuKV:
             if page != NO_PAGE:
                 table.refs[page] += 1
         self._last_step[dst] = self._steps
-        if not self.ring_len:
-            return []
-        k_bytes, v_bytes = self.page_bytes
-        return [copy for layer in self._layers if layer.table_off == self.ring_off
-                for buf, size in ((layer.k, k_bytes * self.ring_len), (layer.v, v_bytes * self.ring_len))
-                for copy in ((buf, src * size, self._scratch, 0, size), (self._scratch, 0, buf, dst * size, size))]
+        return self._copies(self.ring_off, src, dst, self.ring_len) if self.ring_len else []
 
     def release(self, seq: int) -> None:
         """Sequence `seq` starts over: its pages go back to the pool (a page another holds stays theirs)."""
