@@ -4,6 +4,8 @@
 // (p, p + dims/2), otherwise (2p, 2p+1). Dims past `dims` are copied. One invocation per
 // (pair of head_dim/2, head, token). Defines: WG, optional NEOX; NORM: each head is RMS-normed by `w`
 // first (qwen3's and gemma3's q norm), its squares summed as rmsnorm.wgsl sums a row's, in this pass.
+// SCALE: each rotated head's element e is then multiplied by theta[scale_off + h * head_dim + e] (a q4/q8
+// cache's key scales, pyshim.models.key_scales; kept after the angles so no binding is added).
 struct Params {
     n: u32,             // tokens
     heads: u32,
@@ -14,7 +16,7 @@ struct Params {
     y_off: u32,
     pos_off: u32,       // index of the first position in `positions`
     eps: f32,           // NORM
-    _pad0: u32,
+    scale_off: u32,     // SCALE: index in `theta` of head 0's first scale
     _pad1: u32,
     _pad2: u32,
 }
@@ -34,6 +36,15 @@ struct Params {
 #include "include/rope_angle.wgsl"
 
 var<private> inv_rms: f32;      // NORM: 1 / rms of the head
+
+// element e of head h as it leaves: y (SCALE: times its scale)
+fn scaled(v: f32, h: u32, e: u32) -> f32 {
+#ifdef SCALE
+    return v * theta[params.scale_off + h * params.head_dim + e];
+#else
+    return v;
+#endif
+}
 
 fn x4(i: u32) -> vec4<f32> {
     return vec4<f32>(x[i], x[i + 1u], x[i + 2u], x[i + 3u]);
@@ -69,8 +80,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let half = params.dims / 2u;
     if (p >= half) {            // pass-through dims, two per invocation
         let e = params.dims + 2u * (p - half);
-        y[params.y_off + row + e] = head_at(xr, e);
-        y[params.y_off + row + e + 1u] = head_at(xr, e + 1u);
+        y[params.y_off + row + e] = scaled(head_at(xr, e), h, e);
+        y[params.y_off + row + e + 1u] = scaled(head_at(xr, e + 1u), h, e + 1u);
         return;
     }
 #ifdef NEOX
@@ -83,6 +94,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let cs = rope_cs(positions[params.pos_off + t], p);
     let a = head_at(xr, i0);
     let b = head_at(xr, i1);
-    y[params.y_off + row + i0] = a * cs.x - b * cs.y;
-    y[params.y_off + row + i1] = b * cs.x + a * cs.y;
+    y[params.y_off + row + i0] = scaled(a * cs.x - b * cs.y, h, i0);
+    y[params.y_off + row + i1] = scaled(b * cs.x + a * cs.y, h, i1);
 }

@@ -355,11 +355,12 @@ async def load_gpu(path: str | Path | None = None, *, header=None, source=None, 
     owns_device = device is None
     device = device or await open_device()
     kernel_policy = KernelPolicy.for_device(device.caps, settings.arithmetic, **(policy or {}))
-    ops = GpuOps(device, WeightStore(tensor_refs_from_header(header), source), spec, n_ctx, kernel_policy,
+    store = WeightStore(tensor_refs_from_header(header), source)
+    ops = GpuOps(device, store, spec, n_ctx, kernel_policy,
                  kv_type=settings.kv_type, max_chunk=settings.prefill_chunk, max_binding=max_binding, upload_now=upload_now,
                  expert_slots=settings.expert_slots, streamed_layers=settings.streamed_layers,
                  max_seqs=max_seqs or settings.parallel, kv_pages=settings.kv_pages)
-    model = build_model(spec, ops)
+    model = build_model(spec, ops, store if settings.scaled_keys else None)
     runner = GpuRunner(spec, header, ops, model, settings, n_ctx, owns_device=owns_device)
     runner.auto = choice and choice.as_dict()
     return runner

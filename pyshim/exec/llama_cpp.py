@@ -165,9 +165,9 @@ class ExactOps(Int8Ops):
     def _rmsnorm(self, x: np.ndarray, w: Weight, eps: float) -> np.ndarray:
         return ggml_cpu.rmsnorm(x, w.dense(), eps)
 
-    def rope(self, x: np.ndarray, positions: np.ndarray, spec: RopeSpec, freq_factors: Weight | None = None) -> np.ndarray:
+    def _rotate(self, x: np.ndarray, positions: np.ndarray, spec: RopeSpec, freq_factors: Weight | None) -> np.ndarray:
         if spec.scaling == "yarn" or spec.attn_factor != 1.0:
-            return super().rope(x, positions, spec, freq_factors)
+            return super()._rotate(x, positions, spec, freq_factors)
         ff = freq_factors.dense() if freq_factors is not None else None
         cos, sin = ggml_cpu.rope_cos_sin(positions, spec.dims, spec.base, spec.freq_scale, ff)
         return ggml_cpu.rope(x, cos, sin, spec.neox)

@@ -34,9 +34,9 @@ def load_reference(path: str | Path | None = None, *, header: GGUFHeader | None 
     spec = settings.spec_for(spec)
     settings, choice = auto.resolve(settings, spec, header.tensors)
     n_ctx = settings.context_for(spec.context_length)
-    ops = OPS_FOR[settings.arithmetic or Arithmetic.F32](WeightStore(tensor_refs_from_header(header), source), spec, n_ctx,
-                                                         cache_weights=cache_weights, kv_type=settings.kv_type)
-    runner = ReferenceRunner(spec, header, ops, build_model(spec, ops), settings, n_ctx)
+    store = WeightStore(tensor_refs_from_header(header), source)
+    ops = OPS_FOR[settings.arithmetic or Arithmetic.F32](store, spec, n_ctx, cache_weights=cache_weights, kv_type=settings.kv_type)
+    runner = ReferenceRunner(spec, header, ops, build_model(spec, ops, store if settings.scaled_keys else None), settings, n_ctx)
     runner.auto = choice and choice.as_dict()
     return runner
 

@@ -176,7 +176,12 @@ class ReferenceOps:
     def split(self, x: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
         return np.split(x, np.cumsum(sizes)[:-1], axis=-1)
 
-    def rope(self, x: np.ndarray, positions: np.ndarray, spec: RopeSpec, freq_factors: Weight | None = None) -> np.ndarray:
+    def rope(self, x: np.ndarray, positions: np.ndarray, spec: RopeSpec, freq_factors: Weight | None = None,
+             scale: np.ndarray | None = None) -> np.ndarray:
+        y = self._rotate(x, positions, spec, freq_factors)
+        return y if scale is None else y * scale
+
+    def _rotate(self, x: np.ndarray, positions: np.ndarray, spec: RopeSpec, freq_factors: Weight | None) -> np.ndarray:
         ff = freq_factors.dense() if freq_factors is not None else None
         cos, sin = cos_sin(spec, positions, ff)                 # [n, dims/2]
         return rotate(x, cos, sin, spec)

@@ -29,7 +29,7 @@ from pyshim.models.rope import RopeSpec, pair_tables
 from pyshim.plan.settings import MAX_THREADS, Arithmetic, kv_type as kv_type_named
 
 OP_WORDS = 20
-ABI = 3                          # what the ops mean (engine.c's `abi`: 2 the matmul's PER_TOKEN flag, 3 the experts' ops)
+ABI = 4                          # what the ops mean (engine.c's `abi`: 2 the matmul's PER_TOKEN flag, 3 the experts' ops, 4 rope's scales)
 GATING = {"softmax": 0, "sigmoid": 1}   # the router's gating word (engine.c's route)
 MAX_EXPERTS = 256                # engine.c: the router's probabilities of a row live on the stack
 OP = {name: i for i, name in enumerate(("embed", "matmul", "rmsnorm", "rope", "attention", "glu", "add", "scale",
@@ -122,6 +122,7 @@ class WasmOps:
         self.arithmetic, self.max_seqs, self.max_step = arithmetic, max_seqs, max_step
         self._bound: dict[str, Weight] = {}
         self._ropes: dict[tuple, tuple[int, float]] = {}
+        self._constants: dict[int, tuple[int, np.ndarray]] = {}
         self._caches: dict[int, list[tuple[int, int]]] = {}        # seq -> per layer (k ptr, v ptr)
         self.tokens_ptr = module.alloc(4 * max_step)
         self.positions_ptr = module.alloc(4 * max_step)
@@ -323,12 +324,23 @@ class WasmOps:
             at += size
         return outs
 
-    def rope(self, x: Tensor, positions: Fixed, spec: RopeSpec, freq_factors: Weight | None = None) -> Tensor:
+    def rope(self, x: Tensor, positions: Fixed, spec: RopeSpec, freq_factors: Weight | None = None,
+             scale: np.ndarray | None = None) -> Tensor:
         n, heads, hd = x.shape
         per_pair, mscale = self._rope_table(spec, freq_factors)
         out = self._new(x.shape)
-        self._op("rope", x, out, n, heads, hd, positions, Fixed(per_pair), spec.dims, int(spec.neox), F(mscale))
+        self._op("rope", x, out, n, heads, hd, positions, Fixed(per_pair), spec.dims, int(spec.neox), F(mscale),
+                 None if scale is None else Fixed(self._constant(scale)))
         return out
+
+    def _constant(self, values: np.ndarray) -> int:
+        """A load-time table (f32) in module memory, written once: its address."""
+        if id(values) not in self._constants:
+            data = np.ascontiguousarray(values, dtype=np.float32)
+            ptr = self.module.alloc(data.nbytes)
+            self.module.write(ptr, data)
+            self._constants[id(values)] = (ptr, values)      # (the array kept: its id is the key)
+        return self._constants[id(values)][0]
 
     def _rope_table(self, spec: RopeSpec, freq_factors: Weight | None) -> tuple[int, float]:
         key = (spec, None if freq_factors is None else freq_factors.ptr)

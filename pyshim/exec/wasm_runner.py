@@ -216,10 +216,11 @@ def load_wasm(path: str | Path | None = None, *, header=None, source=None, setti
     own = module is None
     module = module or NativeModule(threads=settings.threads or 1)
     try:
-        ops = WasmOps(module, WeightStore(tensor_refs_from_header(header), source), spec, n_ctx,
+        store = WeightStore(tensor_refs_from_header(header), source)
+        ops = WasmOps(module, store, spec, n_ctx,
                       settings.arithmetic or Arithmetic.INT8, max_seqs=MAX_SEQS, max_step=settings.prefill_chunk, top_k=TOP_K,
                       kv_type=settings.kv_type, upload_now=upload_now)
-        return WasmRunner(spec, header, ops, build_model(spec, ops), settings, n_ctx)
+        return WasmRunner(spec, header, ops, build_model(spec, ops, store if settings.scaled_keys else None), settings, n_ctx)
     except BaseException:
         if own:             # (its helper threads end with it; a caller's module is the caller's to close)
             module.close()

@@ -237,8 +237,8 @@ PARAMS: dict[str, ParamsLayout] = {
     "quantize": _layout("k:u32 n:u32 x_off:u32 x_stride:u32 q_off:u32 row_words:u32 eps:f32 _pad1:u32"),
     "embed": _layout("d:u32 n:u32 row_bytes:u32 w_off:u32 tok_off:u32 out_off:u32 row0:u32 rows:u32"),
     "rmsnorm": _layout("rows:u32 d:u32 eps:f32 x_off:u32 y_off:u32 w_off:u32 r_off:u32 _pad1:u32"),
-    "rope": _layout("n:u32 heads:u32 head_dim:u32 dims:u32 mscale:f32 x_off:u32 y_off:u32 pos_off:u32 eps:f32 _pad0:u32 "
-                    "_pad1:u32 _pad2:u32"),
+    "rope": _layout("n:u32 heads:u32 head_dim:u32 dims:u32 mscale:f32 x_off:u32 y_off:u32 pos_off:u32 eps:f32 "
+                    "scale_off:u32 _pad1:u32 _pad2:u32"),
     "attention": _layout("n:u32 heads:u32 kv_heads:u32 table_len:u32 window:u32 scale:f32 softcap:f32 pos_off:u32 "
                          "q_off:u32 out_off:u32 row_words:u32 seq_off:u32 table_off:u32 _pad0:u32 _pad1:u32 _pad2:u32"),
     "kv_write": _layout("n:u32 k_row:u32 v_row:u32 table_len:u32 pos_off:u32 k_off:u32 v_off:u32 head_dim:u32 dims:u32 "
@@ -300,9 +300,10 @@ def kv_write_grid(kv_type: str, k_row: int, v_row: int, n: int) -> tuple[int, in
     return groups(max(k_row, v_row) // per), n, 1
 
 
-def rope_key(neox: bool = False, norm: bool = False) -> ShaderKey:
-    """rope.wgsl with NEOX pairs or not; `norm`: each head RMS-normed first."""
-    return ShaderKey.of("rope", WG=WG, NEOX=neox, NORM=norm)
+def rope_key(neox: bool = False, norm: bool = False, scale: bool = False) -> ShaderKey:
+    """rope.wgsl with NEOX pairs or not; `norm`: each head RMS-normed first; `scale`: the rotated heads
+    multiplied by a table of scales (a q4 or q8 cache's key scales, pyshim.models.key_scales)."""
+    return ShaderKey.of("rope", WG=WG, NEOX=neox, NORM=norm, SCALE=scale)
 
 
 def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int,
@@ -475,7 +476,7 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
              [(False, False, False), (True, False, False), (True, True, False), (True, False, True), (True, True, True)]]
     if subgroups:
         keys += [rmsnorm_key(reduce=True, subgroup=True, residual=r) for r in (False, True)]
-    keys += [rope_key(neox, norm) for neox in (False, True) for norm in (False, True)]
+    keys += [rope_key(neox, norm, scale) for neox in (False, True) for norm in (False, True) for scale in (False, True)]
     for hd in head_dims:
         for splits in (1, ATTN_SPLITS_GPU):
             keys += [k for cap in (False, True) for t in KV_TYPES for lanes in (0, ATTN_LANES_GPU)

@@ -101,7 +101,7 @@ class GpuOps(FusedOps, ExpertOps):
         self._batched = False       # the step being recorded is a batched decode step
         self._quantized: dict[tuple[Tensor, str], tuple[Activation, int]] = {}
         self._groups: dict[Tensor, Activation] = {}
-        self._theta: dict[tuple, tuple[Any, float]] = {}
+        self._theta: dict[tuple, tuple[Any, float, Any]] = {}
         self._joined: dict[tuple, Any] = {}    # several weights' biases in one buffer (pyshim.gpu.fused)
 
     @property
@@ -313,25 +313,30 @@ class GpuOps(FusedOps, ExpertOps):
             at += size
         return parts
 
-    def rope(self, x: Tensor, positions: Tensor, spec: RopeSpec, freq_factors: WeightSlot | None = None) -> Tensor:
+    def rope(self, x: Tensor, positions: Tensor, spec: RopeSpec, freq_factors: WeightSlot | None = None,
+             scale: np.ndarray | None = None) -> Tensor:
         n, heads, hd = x.shape
-        cache_key = (spec, None if freq_factors is None else freq_factors.name)
+        # the angle table, with the scales after it (rope.wgsl's SCALE reads them there): one per layer and side
+        cache_key = (spec, None if freq_factors is None else freq_factors.name, None if scale is None else id(scale))
         if cache_key not in self._theta:
             theta, mscale = rope_theta(spec, None if freq_factors is None else freq_factors.values)
-            buf = self.allocator.buffer(theta.nbytes, "rope_theta")
-            self.device.write(buf, theta)
-            self._theta[cache_key] = (buf, mscale)
-        theta_buf, mscale = self._theta[cache_key]
+            table = theta if scale is None else np.concatenate([theta, scale.reshape(-1)]).astype(np.float32)
+            buf = self.allocator.buffer(table.nbytes, "rope_theta")
+            self.device.write(buf, table)
+            self._theta[cache_key] = (buf, mscale, scale)     # (the scale kept: its id is the key)
+        theta_buf, mscale, _ = self._theta[cache_key]
         out = self._tensor(x.shape, "rope")
         norm = self._producer(x, Norm)
         if norm is not None and norm.x.shape != x.shape:
             norm = None                 # only a norm of each head (qwen3, gemma3) folds into the rotation
         src = x if norm is None else norm.x
-        self._record("rope", rope_key(spec.neox, norm is not None),
+        self._record("rope", rope_key(spec.neox, norm is not None, scale is not None),
                      [src.buf, positions.buf, theta_buf] + ([norm.w.f32_buf] if norm is not None else []) + [out.buf],
                      (groups(hd // 2), heads, n), n=n, heads=heads, head_dim=hd, dims=spec.dims, mscale=mscale,
-                     x_off=src.off, y_off=out.off, pos_off=positions.off, eps=norm.eps if norm is not None else 0.0)
-        self._produced(out, Rope(src, positions, spec, theta_buf, mscale, norm))
+                     x_off=src.off, y_off=out.off, pos_off=positions.off, eps=norm.eps if norm is not None else 0.0,
+                     scale_off=spec.dims // 2)
+        if scale is None:               # (scaled keys are stored as the rope leaves them: kv_write does not fold it)
+            self._produced(out, Rope(src, positions, spec, theta_buf, mscale, norm))
         return out
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, spec: AttnSpec) -> Tensor:

@@ -9,11 +9,19 @@ May import: pyshim.errors, pyshim.gguf (never an executor: models know nothing o
 from __future__ import annotations
 
 from pyshim.gguf.spec import ModelSpec, check_supported
+from pyshim.gguf.tensors import WeightStore
 from pyshim.models.decoder import Decoder
+from pyshim.models.key_scales import key_scales
 from pyshim.models.ops import Ops
 
 
-def build_model(spec: ModelSpec, ops: Ops) -> Decoder:
-    """Bind every weight of the architecture through `ops` (checks names, shapes, types; reads no tensor data)."""
+def build_model(spec: ModelSpec, ops: Ops, key_store: WeightStore | None = None) -> Decoder:
+    """Bind every weight of the architecture through `ops` (checks names, shapes, types; reads no tensor
+    data). `key_store`: for a KV cache that stores scaled keys (pyshim.plan.settings.KVType.scaled_keys),
+    the weights the scales are made from (the key projections and norms are read from it now)."""
     check_supported(spec)
-    return Decoder(spec, ops)
+    model = Decoder(spec, ops)
+    if key_store is not None:
+        for b, scales in zip(model.blk, key_scales(spec, key_store, [b.rope for b in model.blk])):
+            b.key_scales = scales
+    return model

@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
+import numpy as np
+
 from pyshim.models.rope import RopeSpec
 
 Tensor = Any    # an executor's activation handle; has `.shape`
@@ -108,9 +110,12 @@ class Ops(Protocol):
         """x [n, sum(sizes)] cut along the last dim -> [n, sizes[i]] each (fused qkv, fused gate/up)."""
         ...
 
-    def rope(self, x: Tensor, positions: Tensor, spec: RopeSpec, freq_factors: Weight | None = None) -> Tensor:
+    def rope(self, x: Tensor, positions: Tensor, spec: RopeSpec, freq_factors: Weight | None = None,
+             scale: np.ndarray | None = None) -> Tensor:
         """Rotate the first `spec.dims` of each head; x [n, heads, head_dim], positions [n] -> x's shape.
-        `freq_factors` [dims/2] (Llama 3.1's `rope_freqs.weight`) divide each pair's angle."""
+        `freq_factors` [dims/2] (Llama 3.1's `rope_freqs.weight`) divide each pair's angle. `scale`
+        [heads, head_dim] f32, a constant made at load (pyshim.models.key_scales): the rotated heads are
+        then multiplied by it, element by element (f32)."""
         ...
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, spec: AttnSpec) -> Tensor:

@@ -37,6 +37,9 @@ class KVType:
     bytes_per_value: Fraction     # q8/q4: blocks of 32 int8 / 4-bit values along the head with an f32 scale
     block: int = 1                # values per quantization block along a head: head sizes must be multiples
     note: str = ""
+    # keys stored divided pair by pair by a per-model scale, queries multiplied by it (pyshim.models.key_scales):
+    # the dot products are unchanged while the few large channels no longer set the blocks' steps
+    scaled_keys: bool = False
 
     def check_heads(self, head_dim_k: int, head_dim_v: int) -> None:
         if head_dim_k % self.block or head_dim_v % self.block:
@@ -49,8 +52,8 @@ class KVType:
 KV_TYPES: dict[str, KVType] = {t.name: t for t in (
     KVType("f32", Fraction(4), note="exact"),
     KVType("f16", Fraction(2), note="half the memory"),
-    KVType("q8", Fraction(36, 32), block=32, note="int8 blocks, 28% of f32"),
-    KVType("q4", Fraction(20, 32), block=32, note="4-bit blocks, 16% of f32"),
+    KVType("q8", Fraction(36, 32), block=32, note="int8 blocks, 28% of f32", scaled_keys=True),
+    KVType("q4", Fraction(20, 32), block=32, note="4-bit blocks, 16% of f32", scaled_keys=True),
 )}
 
 
@@ -157,6 +160,12 @@ class RunSettings:
         from pyshim.gguf.spec import with_rope_override
 
         return with_rope_override(spec, self.rope_scaling, self.rope_scale, self.yarn_orig_ctx)
+
+    @property
+    def scaled_keys(self) -> bool:
+        """Whether the KV cache stores keys divided by per-model scales (KVType.scaled_keys; "auto" is resolved
+        by the loader before it asks)."""
+        return self.kv_type in KV_TYPES and KV_TYPES[self.kv_type].scaled_keys
 
     def context_for(self, training_context: int) -> int:
         return min(training_context, DEFAULT_CONTEXT) if self.context is None else self.context

@@ -196,7 +196,7 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     t0 = time.perf_counter()
     unload_now()
     header = await _read_header(store, model_id, int(file_size))
-    small = [(t.offset, t.nbytes) for t in header.tensors if len(t.shape) == 1]
+    small = [(t.offset, t.nbytes) for t in header.tensors if len(t.shape) == 1 or t.name in _key_tensors(header, settings)]
     pieces = await store.readRanges(model_id, _dump([[o, n] for o, n in small]))
     source = _Ranges({offset: _bytes(piece) for (offset, _), piece in zip(small, pieces)})
     runner, choice = await _open_engine(model_id, header, source, settings, store)
@@ -303,6 +303,19 @@ def _streamer(store, model_id: str, device):
                                  hint="it may have been deleted or evicted (another tab?): store it again, or pick another model") from None
 
     return fetch
+
+
+def _key_tensors(header, settings: RunSettings) -> set[str]:
+    """The key projections a KV cache of scaled keys makes its scales from (pyshim.models.key_scales), when
+    the settings may give one ("auto" may: their bytes are a few per cent of the attention's)."""
+    from pyshim.gguf.spec import ModelSpec
+    from pyshim.models.key_scales import key_tensors
+    from pyshim.plan.settings import AUTO
+
+    if not (settings.scaled_keys or settings.kv_type == AUTO):
+        return set()
+    spec = ModelSpec.from_header(header)
+    return {name for il in range(spec.n_layers) for name in key_tensors(spec, il)}
 
 
 class _Ranges:

@@ -617,9 +617,11 @@ EXPORT(rmsnorm) void rmsnorm(const float *x, int rows, int d, const float *w, fl
 }
 
 // Rope of x [n, heads, hd] into y (which may be x): pair i of the first `dims` turns by pos * per_pair[i] (f64, YaRN and
-// frequency factors folded in, pyshim.models.rope.pair_tables), cos and sin scaled by mscale.
+// frequency factors folded in, pyshim.models.rope.pair_tables), cos and sin scaled by mscale. `scale` (or NULL):
+// [heads, hd], each rotated head then multiplied by it element by element (a q4/q8 cache's key scales,
+// pyshim.models.key_scales).
 EXPORT(rope) void rope(const float *x, float *y, int n, int heads, int hd, const int32_t *pos, const double *per_pair, int dims,
-                       int neox, float mscale) {
+                       int neox, float mscale, const float *scale) {
     if (y != x)                               // the dims past `dims` pass through
         for (size_t i = 0; i < (size_t)n * heads; i++) memcpy(y + i * hd + dims, x + i * hd + dims, (size_t)(hd - dims) * 4);
     for (int t = 0; t < n; t++) {
@@ -636,6 +638,8 @@ EXPORT(rope) void rope(const float *x, float *y, int n, int heads, int hd, const
             }
         }
     }
+    if (scale)
+        for (size_t i = 0; i < (size_t)n * heads * hd; i++) y[i] *= scale[i % ((size_t)heads * hd)];
 }
 
 // The KV cache's types (pyshim.plan.settings.KV_TYPES; pyshim.exec.kvcache rounds as these store): a row
@@ -912,7 +916,7 @@ static int run_ops(const Word *prog, int count, int tid, int nth) {
             switch (op) {
             case OP_EMBED: embed(P(0), I(1), I(2), P(3), I(4), P(5)); break;
             case OP_RMSNORM: rmsnorm(P(0), I(1), I(2), P(3), F(4), P(5), P(6)); break;
-            case OP_ROPE: rope(P(0), P(1), I(2), I(3), I(4), P(5), P(6), I(7), I(8), F(9)); break;
+            case OP_ROPE: rope(P(0), P(1), I(2), I(3), I(4), P(5), P(6), I(7), I(8), F(9), P(10)); break;
             case OP_GLU: glu(P(0), P(1), I(2), I(3), P(4)); break;
             case OP_ADD: add(P(0), P(1), I(2), P(3)); break;
             case OP_SCALE: scale(P(0), I(1), F(2), P(3)); break;
@@ -938,7 +942,7 @@ static int run_ops(const Word *prog, int count, int tid, int nth) {
 // The words an op takes, and the revision of what ops mean (2: a matmul's PER_TOKEN flag; 3: the mixture
 // of experts' ops): Python checks both against its own (a module built from an older engine.c says so).
 EXPORT(op_words) int op_words(void) { return OP_WORDS; }
-EXPORT(abi) int abi(void) { return 3; }
+EXPORT(abi) int abi(void) { return 4; }
 
 // Run a program on this thread alone.
 EXPORT(run) int run(const Word *prog, int count) { return run_ops(prog, count, 0, 1); }
