@@ -81,3 +81,23 @@ def test_scaled_keys_lift_qwen25s_q4_cache():
         runner = _scaled(load_reference(path, settings=RunSettings(context=128, kv_type="q4")), on)
         agreement[on] = float((Drive(runner).logits(ids, all_logits=True).argmax(-1) == top).mean())
     assert agreement[True] >= 0.7 and agreement[True] > agreement[False] + 0.15, agreement
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("device", ["gpu", "cpu"])
+def test_a_q4_cache_in_the_browser_gets_its_scales_from_the_store(tmp_path, capsys, device):
+    """`--backend browser --kv-type q4`: the Worker hands the key projections' bytes from IndexedDB to
+    Python, which makes the scales; WebGPU and the CPU engine give the reference's greedy tokens with that
+    cache."""
+    import json
+
+    from pyshim.cli import main
+
+    model = write_tiny_model(tmp_path, "qwen2", QT.F32)
+    argv = ["generate", str(model), "--prompt", "hello there", "--max-tokens", "12", "--ignore-eos", "--json",
+            "--kv-type", "q4"]
+    assert main(argv + ["--backend", "browser", "--device", device]) == 0, capsys.readouterr().err
+    browser = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(argv + ["--arithmetic", browser["arithmetic"]]) == 0
+    cpu = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert browser["ids"] == cpu["ids"] and len(cpu["ids"]) == 12
