@@ -1,8 +1,9 @@
 """What the smaller KV caches change (not a test): next-token top-1 agreement with the f32 cache over a
 passage of English, per model and cache type, in the NumPy reference (whose caches round as the GPU's
-do: tests/test_kv_types.py). Besides the shipped types it emulates the other 4-bit layout considered —
-one f32 scale per head row (Shimmy's: symmetric levels -8..7, d = amax / 7) — to show why q4 uses
-llama.cpp's blocks of 32. Also prints each layout's bytes per value.
+do: tests/test_kv_types.py). Besides the shipped types it emulates them without their key scales
+(pyshim.models.key_scales) and the other 4-bit layouts considered — one f32 scale per head row (Shimmy's:
+symmetric levels -8..7, d = amax / 7), Hadamard-rotated blocks — to show why q4 uses llama.cpp's blocks of
+32 with scaled keys. Also prints each layout's bytes per value.
 
     .venv/bin/python tests/bench_kv_types.py [smollm2 gemma3 qwen2.5] [--tokens N]
 """
@@ -52,10 +53,13 @@ def rotated(rounding, width: int):
 
 
 def emulate_other_layouts(head_dim: int) -> None:
-    """Registers the layouts considered beside the shipped types: one scale per head row ("q4-head": half
-    a byte a value, 4 per row), and q4 over values rotated by a Hadamard matrix in blocks of 32 or the
-    whole head ("q4-rot32", "q4-rothead": q4's bytes)."""
-    for name, bpv, rounding in (("q4-head", Fraction(1, 2) + Fraction(4, head_dim), q4_per_head),
+    """Registers the layouts considered beside the shipped types: q8 and q4 without the key scales
+    ("q8-plain", "q4-plain": what shipped before pyshim.models.key_scales), one scale per head row
+    ("q4-head": half a byte a value, 4 per row), and q4 over values rotated by a Hadamard matrix in blocks of
+    32 or the whole head ("q4-rot32", "q4-rothead": q4's bytes). Only the shipped types scale their keys."""
+    for name, bpv, rounding in (("q8-plain", KV_TYPES["q8"].bytes_per_value, kvcache.q8_round),
+                                ("q4-plain", KV_TYPES["q4"].bytes_per_value, kvcache.q4_round),
+                                ("q4-head", Fraction(1, 2) + Fraction(4, head_dim), q4_per_head),
                                 ("q4-rot32", KV_TYPES["q4"].bytes_per_value, rotated(kvcache.q4_round, 32)),
                                 ("q4-rothead", KV_TYPES["q4"].bytes_per_value, rotated(kvcache.q4_round, 0))):
         run_settings.KV_TYPES[name] = KVType(name, bpv, note="emulated")

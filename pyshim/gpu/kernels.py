@@ -215,7 +215,7 @@ class ParamsLayout:
 # Params fields left 0 unless given: the matvecs' expert fields (read only with EXPERTS), their bias stride
 # (0: a bias shared by every token)
 OPTIONAL_PARAMS = frozenset({"expert_bytes", "pair_div", "e_first", "e_count", "e_tiles", "n_experts", "bias_stride", "r_off",
-                             "eps", "head_dim", "dims", "mscale", "row_words"})
+                             "eps", "head_dim", "dims", "mscale", "row_words", "scale_off"})
 # Most experts the router kernel selects from (router.wgsl MAX_EXPERTS: its bitmask of taken experts)
 MAX_EXPERTS = 256
 
