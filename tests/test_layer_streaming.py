@@ -102,3 +102,26 @@ def test_streamed_layers_in_the_browser_come_from_indexeddb(tmp_path, capsys):
     stream = browser["layer_stream"]
     assert stream["streamed_layers"] == 3 and stream["layer_uploads"] >= 2 * 12 and stream["uploaded_bytes"] > 0, stream
     assert browser["auto"]["mode"] == "layers streamed"
+
+
+@pytest.mark.models
+def test_a_q4_k_m_mix_streams_its_q6_k_layers_through_the_same_buffers(tmp_path, loop, device):
+    """llama.cpp's Q4_K_M gives attn_v and ffn_down Q6_K in some layers (0, 3, 6, 7 of 8) and Q4_K in the
+    others: streamed layers of both kinds share a set's buffers, sized for the larger, each read with its
+    own type's kernels; logits equal the resident model's, and the buffers are what the plan counts."""
+    from pyshim.plan.memory import stream_buffer_bytes
+    from pyshim.setup import synthetic
+    from pyshim.setup.catalog import model_path
+
+    shape = synthetic.Shape(arch="llama", tokenizer_from="smollm2", n_layers=8, n_embd=512, n_heads=8, n_kv_heads=2,
+                            n_ff=768, context=256)
+    path = synthetic.write(shape, model_path("smollm2"), path=tmp_path / "k.gguf", quant="q4_k_m")
+    load = lambda **kw: Drive(loop.run_until_complete(gpu(path, context=64, device=device,  # noqa: E731
+                                                          arithmetic=F32, chunk=8, **kw)), loop)
+    streamed, resident = load(streamed_layers=5), load()
+    stream = streamed.runner.ops.layer_stream
+    assert {stream.set_of(il) for il in (3, 7)} == {stream.set_of(5)}     # a Q6_K and a Q4_K layer share a set
+    header = read_header_from_file(path)
+    assert stream.nbytes == stream_buffer_bytes(header.tensors, stream.layers)
+    ids = [1, 504, 1573, 33059, 9318, 418, 260, 5595, 282, 260, 28899, 327]
+    np.testing.assert_array_equal(streamed.logits(ids, all_logits=True), resident.logits(ids, all_logits=True))

@@ -24,13 +24,35 @@ from pyshim.plan.settings import Arithmetic, RunSettings
 # gpu: the WebGPU executor (pyshim.gpu) through native wgpu or, in Pyodide, navigator.gpu; wasm: the
 # WebAssembly CPU engine (pyshim.exec.wasm_runner), natively under wasmtime
 BACKENDS = ("cpu", "gpu", "wasm")
+# The reference keeps dequantized weights only where they take at most this share of the machine's memory.
+CACHE_SHARE = 0.4
+UNKNOWN_MEMORY = 8 << 30      # what physical_memory() assumes where the platform does not say (Pyodide)
+
+
+def physical_memory() -> int:
+    """Bytes of this machine's memory (UNKNOWN_MEMORY where it cannot be asked)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return UNKNOWN_MEMORY
+
+
+def dequantized_bytes(header: GGUFHeader) -> int:
+    """f32 bytes of the file's matrices, as the reference holds them once dequantized."""
+    return sum(4 * t.n_elements for t in header.tensors if len(t.shape) >= 2)
 
 
 def load_reference(path: str | Path | None = None, *, header: GGUFHeader | None = None, source: ByteSource | None = None,
-                   settings: RunSettings = RunSettings(), cache_weights: bool = True) -> ReferenceRunner:
+                   settings: RunSettings = RunSettings(), cache_weights: bool | None = None) -> ReferenceRunner:
     """The NumPy reference for a GGUF file (or a header plus a byte source), in `settings.arithmetic`
-    (default f32). It computes immediately, so it needs no event loop: `runner.run(step)` works too."""
+    (default f32). It computes immediately, so it needs no event loop: `runner.run(step)` works too.
+    `cache_weights`: keep every weight dequantized after first use (fast); None: where they fit in
+    CACHE_SHARE of this machine's memory (a 7B model's 30 GB of f32 would be killed for memory)."""
     header, source, spec = open_model(path, header=header, source=source)
+    if cache_weights is None:
+        cache_weights = dequantized_bytes(header) <= CACHE_SHARE * physical_memory()
     spec = settings.spec_for(spec)
     settings, choice = auto.resolve(settings, spec, header.tensors)
     n_ctx = settings.context_for(spec.context_length)

@@ -57,7 +57,7 @@ class LayerStream:
         self.fetch = fetch or self._read_and_write
         self.stats = StreamStats()
         self._buffers: list[dict[str, list]] = [{} for _ in range(SETS)]   # set -> tensor suffix -> part buffers
-        self._layouts: dict[str, tuple] = {}                   # suffix -> (shape, qtype, grouped)
+        self._layouts: dict[str, tuple] = {}                   # suffix -> (shape, grouped)
         self._slots: dict[int, list[WeightSlot]] = {i: [] for i in self.layers}
         self.held: list[int | None] = [None] * SETS            # which layer each set holds
         self._repack: list[Program | None] = [None] * SETS
@@ -89,26 +89,46 @@ class LayerStream:
         layer = layer_of(name)
         suffix = name.split(".", 2)[2]
         grouped = ref.qtype in self.weights.grouped_types
-        layout = (tuple(shape), ref.qtype, grouped)
+        layout = (tuple(shape), grouped)      # the type may differ (Q4_K_M: Q6_K in some layers): buffers fit the largest
         if self._layouts.setdefault(suffix, layout) != layout:
-            raise UnsupportedError(f"tensor {name!r} is {shape} {ref.qtype.name}, another layer's {suffix} is "
-                                   f"{self._layouts[suffix][0]} {self._layouts[suffix][1].name}: layers of different "
-                                   "shapes cannot share streaming buffers")
+            raise UnsupportedError(f"tensor {name!r} is {shape}{' Q8_0' if grouped else ''}, another layer's {suffix} is "
+                                   f"{self._layouts[suffix][0]}{' Q8_0' if self._layouts[suffix][1] else ''}: layers of "
+                                   "different shapes cannot share streaming buffers")
         s = self.set_of(layer)
         w = WeightSlot(ref, tuple(shape), grouped=grouped)
-        pad = REPACK_GROUP_BYTES if grouped else 0
-        per = int(np.prod(shape[1:-1], dtype=np.int64))
-        parts = row_parts(shape[0], ref.row_bytes * per, self.weights.limit, pad)
+        parts = self._parts(ref, shape, grouped)
         if suffix not in self._buffers[s]:
-            self._buffers[s][suffix] = [
-                self.weights.allocator.buffer(repack_bytes(units * per, ref.row_bytes) if grouped else units * per * ref.row_bytes,
-                                              f"stream{s}.{suffix}[{unit0 * per}:]") for unit0, units in parts]
+            self._buffers[s][suffix] = [self.weights.allocator.buffer(nbytes, f"stream{s}.{suffix}[{i}]")
+                                        for i, nbytes in enumerate(self._part_sizes(s, suffix, shape, grouped))]
+        per = int(np.prod(shape[1:-1], dtype=np.int64))
         for (unit0, units), buf in zip(parts, self._buffers[s][suffix]):
             w.parts.append(Part(buf, unit0 * per, units * per))
             self.part_layer[id(w.parts[-1])] = layer
         self._slots[layer].append(w)
         self.weights.slots[name] = w
         return w
+
+    def _parts(self, ref, shape, grouped: bool) -> list[tuple[int, int]]:
+        """(first unit, units) of each part a tensor of `ref`'s type is split into (pyshim.plan.memory.row_parts)."""
+        per = int(np.prod(shape[1:-1], dtype=np.int64))
+        return row_parts(shape[0], ref.row_bytes * per, self.weights.limit, REPACK_GROUP_BYTES if grouped else 0)
+
+    def _part_sizes(self, s: int, suffix: str, shape, grouped: bool) -> list[int]:
+        """The buffers of set `s` for tensor `suffix`: part by part, the largest any of the set's layers needs."""
+        per = int(np.prod(shape[1:-1], dtype=np.int64))
+        sizes: list[int] = []
+        for layer in self.layers:
+            name = f"blk.{layer}.{suffix}"
+            if self.set_of(layer) != s or name not in self.weights.store:
+                continue
+            ref = self.weights.store.info(name)
+            for i, (_, units) in enumerate(self._parts(ref, shape, grouped)):
+                nbytes = repack_bytes(units * per, ref.row_bytes) if grouped else units * per * ref.row_bytes
+                if i < len(sizes):
+                    sizes[i] = max(sizes[i], nbytes)
+                else:
+                    sizes.append(nbytes)
+        return sizes
 
     async def before_layer(self, layer: int, kernels, pool, device) -> None:
         """At the stop before streamed `layer`: it must be in its set; the next streamed layer goes into the
@@ -144,7 +164,7 @@ class LayerStream:
             program = Program(0)
             key = ShaderKey.of("repack", WG=WG)
             for suffix, bufs in self._buffers[s].items():
-                if self._layouts[suffix][2]:
+                if self._layouts[suffix][1]:
                     for buf in bufs:
                         n_groups = int(buf.size) // REPACK_GROUP_BYTES
                         program.dispatches.append(Dispatch(key, [buf], PARAMS["repack"].pack(groups=n_groups, first=0),

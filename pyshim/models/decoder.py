@@ -109,7 +109,7 @@ class Block:
         self.post_ffw_norm = w("post_ffw_norm.weight", (d,)) if hp.post_norms else None
         self.rope = layer_rope(hp, il)           # gemma3's local layers: their own base, no context scaling
         self.attn = layer_attn(hp, il)
-        self.key_scales: KeyScales | None = None  # a q4 cache's (pyshim.models.key_scales; set by build_model)
+        self.key_scales: KeyScales | None = None  # a q8/q4 cache's (pyshim.models.key_scales; set by build_model)
 
 
 class Decoder:
@@ -154,8 +154,8 @@ class Decoder:
         k = ops.view(k, (n, hp.n_kv_heads, hp.head_dim_k))                            # [n, Hkv, hd]
         v = ops.view(v, (n, hp.n_kv_heads, hp.head_dim_v))                            # [n, Hkv, hd_v]
         ks = b.key_scales               # keys divided pair by pair, queries multiplied: the same dot products
-        q = ops.rope(self.head_norm(ops, q, b.attn_q_norm), positions, b.rope, self.rope_factors, ks and ks.q)
-        k = ops.rope(self.head_norm(ops, k, b.attn_k_norm), positions, b.rope, self.rope_factors, ks and ks.k)
+        q = ops.rope(self.head_norm(ops, q, b.attn_q_norm), positions, b.rope, self.rope_factors, ks.q if ks else None)
+        k = ops.rope(self.head_norm(ops, k, b.attn_k_norm), positions, b.rope, self.rope_factors, ks.k if ks else None)
         a = ops.attention(q, k, v, positions, b.attn)                                  # [n, Hq * hd_v]
         if b.post_attention_norm is None:
             return ops.matmul(a, b.attn_output, residual=x)                            # [n, d]

@@ -1,4 +1,4 @@
-"""Per-model key scales for a 4-bit KV cache: why Qwen2.5's q4 cache lost its needles, and the fix.
+"""Per-model key scales for the quantized KV caches (q8, q4): why Qwen2.5's q4 cache lost its needles, and the fix.
 
 A q4 cache rounds each block of 32 key values to 16 steps of the block's largest value. Keys have a few
 channels far larger than the rest (Qwen2's key biases; rope's slow pairs carry them almost unturned), so
@@ -14,9 +14,10 @@ its expected square is sum_j W_ij^2 g_j^2 (+ b_i^2); a head norm (qwen3, gemma3)
 (olmoe) rescales those to unit mean square times its own weight. A pair's magnitude is the square root of
 its two channels' sum, and s is that magnitude to the power 1/2 — SmoothQuant's migration strength 0.5,
 which splits the spread between keys and queries. Measured with the NumPy reference (tests/bench_kv_types.py,
-400 tokens of English, top-1 agreement with the f32 cache): Qwen2.5 46% -> 82%, Gemma 3 79% -> 85%,
-SmolLM2 76% -> 77%. Power 1 gave 72% on Qwen2.5, 0.4 gave 66%; per-sequence scales from the first chunk's
-largest pairs gave 82-85%, no better, at the cost of per-sequence state.
+400 tokens of English, top-1 agreement with the f32 cache): q4 on Qwen2.5 46% -> 84%, Gemma 3 79% -> 85%,
+SmolLM2 76% -> 78%; q8 on Qwen2.5 93.5% -> 98.5%. Power 1 gave 72% on Qwen2.5's q4, 0.4 gave 66%;
+per-sequence scales from the first chunk's largest pairs gave 82-85%, no better, at the cost of
+per-sequence state.
 """
 
 from __future__ import annotations

@@ -224,6 +224,21 @@ def layer_matrix_bytes(tensors: Iterable[TensorInfo]) -> dict[int, int]:
 STREAM_SETS = 2        # rotating sets of buffers streamed layers go through (pyshim.gpu.layer_stream.SETS)
 
 
+def stream_buffer_bytes(tensors: Iterable[TensorInfo], streamed: list[int]) -> int:
+    """Bytes of the rotating sets that `streamed` layers (in order) go through: streamed layer i uses set
+    i % STREAM_SETS, which holds each of its matrices (attn_q, ffn_down, ...) at the largest size that
+    matrix has among the set's layers (a Q4_K_M file gives some layers Q6_K where others have Q4_K)."""
+    sets = {layer: i % STREAM_SETS for i, layer in enumerate(streamed)}
+    sizes: dict[tuple[int, str], int] = {}
+    for t in tensors:
+        if t.name.startswith("blk.") and len(t.shape) >= 2:
+            _, layer, suffix = t.name.split(".", 2)
+            if int(layer) in sets:
+                key = (sets[int(layer)], suffix)
+                sizes[key] = max(sizes.get(key, 0), t.nbytes)
+    return sum(sizes.values())
+
+
 def streamed_bytes_per_token(spec: ModelSpec, tensors: Iterable[TensorInfo], *, expert_slots: int | None = None,
                              streamed_layers: int | None = None) -> int:
     """Store bytes a decode token reads under a streamed plan (experts: at random routing, a ceiling)."""
@@ -266,7 +281,7 @@ def estimate(spec: ModelSpec, tensors: Iterable[TensorInfo], *, context: int | N
     if streamed_layers:
         per_layer = layer_matrix_bytes(tensors)
         streamed = sorted(per_layer)[-streamed_layers:]
-        cache_bytes = min(STREAM_SETS, len(streamed)) * max(per_layer[i] for i in streamed)
+        cache_bytes = stream_buffer_bytes(tensors, streamed)
         weight_bytes += cache_bytes - sum(per_layer[i] for i in streamed)
     step = min(chunk, context)
     return MemoryEstimate(
