@@ -30,10 +30,10 @@ STREAMED_CONTEXT_CAP = 4096
 # context that leaves room for them): two tokens' worth, so a prompt runs in steps of two and a token can
 # find the last one's experts. Where it does not, one token's worth (steps of one token).
 MIN_SLOTS_PER_USED = 2
-# KV types auto may pick, least rounding first. At 1024 tokens (SmolLM2, `pyshim bench --needle`, one seed)
-# f16 and q8 found the needle at 15/50/85% depth wherever f32 did, and agree with f32 on 94-100% of next
-# tokens; q4 missed it at 50% and 85% (a digit of the answer lost) and agreed on 31-85% of next tokens, so it
-# is used only when asked for (`kv_type="q4"`).
+# KV types auto may pick, least rounding first. On the CPU engine (`pyshim bench --needle`, 3 seeds at 1k and
+# 2k on SmolLM2 and Qwen2.5-0.5B) q8 with scaled keys found every needle f32 found and agrees with f32 on
+# 98.5-99% of next tokens; q4 found all of Qwen2.5's but lost SmolLM2's in the middle of the text (1 and 0
+# of 3 at 50% depth), so it is used only when asked for (`kv_type="q4"`).
 RETRIEVAL_SAFE = ("f32", "f16", "q8")
 WHY_TYPES = {"f32": "exact", "f16": "half the memory; found every needle f32 found",
              "q8": "28% of f32's memory; found every needle f32 found", "q4": "16% of f32's memory, asked for"}
