@@ -153,17 +153,22 @@ def test_rmsnorm_with_residual(eng):
     RopeSpec(dims=32, base=10000.0, neox=True),                    # partial rotation: the rest passes through
     RopeSpec(dims=64, base=1e6, neox=True, scaling="yarn", factor=4.0, n_ctx_orig=4096),
 ], ids=["neox", "normal", "partial", "yarn"])
-def test_rope(eng, spec):
+@pytest.mark.parametrize("scaled", [False, True], ids=["plain", "scaled"])
+def test_rope(eng, spec, scaled):
+    """Rope, and with a table of scales (a q8/q4 cache's key scales) each rotated head times it."""
     rng = np.random.default_rng(5)
     n, heads, hd = 3, 4, 64
     x = rng.standard_normal((n, heads, hd), dtype=np.float32)
     pos = np.array([0, 17, 9000], np.int32)
     inv_freq, mix, mscale = pair_tables(spec)
     per_pair = (inv_freq * (spec.freq_scale * (1.0 - mix) + mix)).astype(np.float64)
+    scale = rng.uniform(0.25, 4.0, (heads, hd)).astype(np.float32)
     y = eng.empty(x.nbytes)
-    eng.m.call("rope", eng.put(x), y, n, heads, hd, eng.put(pos), eng.put(per_pair), spec.dims, int(spec.neox), float(mscale))
+    eng.m.call("rope", eng.put(x), y, n, heads, hd, eng.put(pos), eng.put(per_pair), spec.dims, int(spec.neox), float(mscale),
+               eng.put(scale) if scaled else 0)
     cos, sin = cos_sin(spec, pos.astype(np.int64))
-    check(eng.get(y, x.shape), rotate(x, cos, sin, spec), rel=1e-6)
+    want = rotate(x, cos, sin, spec)
+    check(eng.get(y, x.shape), want * scale if scaled else want, rel=1e-6)
 
 
 def kv_rows(kv_type: str, x: np.ndarray) -> np.ndarray:
