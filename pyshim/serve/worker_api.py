@@ -196,7 +196,8 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     t0 = time.perf_counter()
     unload_now()
     header = await _read_header(store, model_id, int(file_size))
-    small = [(t.offset, t.nbytes) for t in header.tensors if len(t.shape) == 1 or t.name in _key_tensors(header, settings)]
+    keys = _key_tensors(header, settings)
+    small = [(t.offset, t.nbytes) for t in header.tensors if len(t.shape) == 1 or t.name in keys]
     pieces = await store.readRanges(model_id, _dump([[o, n] for o, n in small]))
     source = _Ranges({offset: _bytes(piece) for (offset, _), piece in zip(small, pieces)})
     runner, choice = await _open_engine(model_id, header, source, settings, store)
