@@ -3,7 +3,7 @@ passage of English, per model and cache type, in the NumPy reference (whose cach
 do: tests/test_kv_types.py). Besides the shipped types it emulates them without their key scales
 (pyshim.models.key_scales) and the other 4-bit layouts considered — one f32 scale per head row (Shimmy's:
 symmetric levels -8..7, d = amax / 7), Hadamard-rotated blocks — to show why q4 uses llama.cpp's blocks of
-32 with scaled keys. Also prints each layout's bytes per value.
+32 with scaled (and, without a key bias, rotated) keys. Also prints each layout's bytes per value.
 
     .venv/bin/python tests/bench_kv_types.py [smollm2 gemma3 qwen2.5] [--tokens N]
 """
@@ -54,9 +54,13 @@ def rotated(rounding, width: int):
 
 def emulate_other_layouts(head_dim: int) -> None:
     """Registers the layouts considered beside the shipped types: q8 and q4 without the key scales
-    ("q8-plain", "q4-plain": what shipped before pyshim.models.key_scales), one scale per head row
-    ("q4-head": half a byte a value, 4 per row), and q4 over values rotated by a Hadamard matrix in blocks of
-    32 or the whole head ("q4-rot32", "q4-rothead": q4's bytes). Only the shipped types scale their keys."""
+    ("q8-plain", "q4-plain": what shipped before pyshim.models.key_scales), q4 with scaled keys that are not
+    rotated ("q4-scaled": what shipped before the rotation), one scale per head row ("q4-head": half a byte
+    a value, 4 per row), and q4 over unscaled keys and values rotated by a Hadamard matrix in blocks of 32
+    or the whole head ("q4-rot32", "q4-rothead": q4's bytes)."""
+    run_settings.KV_TYPES["q4-scaled"] = KVType("q4-scaled", KV_TYPES["q4"].bytes_per_value, note="emulated",
+                                                scaled_keys=True)
+    kvcache.ROUNDING["q4-scaled"] = kvcache.q4_round
     for name, bpv, rounding in (("q8-plain", KV_TYPES["q8"].bytes_per_value, kvcache.q8_round),
                                 ("q4-plain", KV_TYPES["q4"].bytes_per_value, kvcache.q4_round),
                                 ("q4-head", Fraction(1, 2) + Fraction(4, head_dim), q4_per_head),

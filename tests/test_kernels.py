@@ -11,11 +11,12 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf import quants
 
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, UNIFORM_X_BYTES, WEIGHT_TYPES, WG, attention_combine_grid,
-                                attention_grid, attention_keys, attention_record_bytes, groups, matvec_grid, matvec_key,
-                                rope_theta, shader_block)
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, HADAMARD_KEY, PARAMS, UNIFORM_X_BYTES, WEIGHT_TYPES, WG,
+                                attention_combine_grid, attention_grid, attention_keys, attention_record_bytes, groups,
+                                matvec_grid, matvec_key, rope_theta, shader_block)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from gpu_helpers import page_params
+from pyshim.models.key_scales import hadamard, hadamard_norm
 from pyshim.models.ops import AttnSpec
 from pyshim.exec.reference import ReferenceOps, dequantize_rows
 from pyshim.models.rope import RopeSpec
@@ -180,6 +181,20 @@ def test_rope(gpu, name):
     want = REF.rope(x, positions, spec)
     # angles up to 1500 rad in f32: the GPU's angle differs from the f64 one by ~1e-4 rad
     np.testing.assert_allclose(f32(out, x.shape), want, atol=5e-4 * np.abs(x).max())
+
+
+@pytest.mark.parametrize("width", [32, 64, 128, 256])
+def test_hadamard(gpu, width):
+    """A q4 cache's Hadamard rotation: the reference's bits (the same butterflies, the same f32 norm), at
+    offsets into both buffers."""
+    rng = np.random.default_rng(width)
+    n, heads, hd = 3, 2, 256
+    x = rng.standard_normal(8 + n * heads * hd, dtype=np.float32) * 3
+    (out,) = gpu.dispatch(HADAMARD_KEY, [x], [x.nbytes + 16],
+                          dict(n=n, groups=heads * hd // width, width=width, norm=float(hadamard_norm(width)), x_off=8,
+                               y_off=4), (heads * hd // width, n, 1))
+    want = hadamard(x[8:].reshape(n, heads, hd), width)
+    assert np.array_equal(f32(out, (x.size + 4,))[4:4 + want.size], want.reshape(-1))
 
 
 def attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, history, n, cap, splits=1, lanes=0):

@@ -7,13 +7,14 @@ are what lifts Qwen2.5's q4 cache."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import tiny_models
 from pyshim.exec.loading import load_reference
-from pyshim.models.key_scales import key_scales
+from pyshim.models.key_scales import hadamard, key_scales, rotation_width
 from pyshim.plan.settings import KV_TYPES, RunSettings
 from runners import Drive
 from tiny_models import QT, write_tiny_model
@@ -22,28 +23,33 @@ ROOT = Path(__file__).resolve().parent.parent
 IDS = tiny_models.test_ids() + [5, 77, 300, 9, 12, 41, 42, 43]
 
 
-def _scaled(runner, on: bool):
-    """`runner`'s model with the scales of its own weights attached (on) or taken off."""
+def _scaled(runner, on: bool, rotate: bool = False):
+    """`runner`'s model with the scales of its own weights attached (on; `rotate`: and the q4 cache's
+    rotation where the model takes it) or taken off."""
     model = runner.model
-    scales = key_scales(runner.spec, runner.ops.store, [b.rope for b in model.blk]) if on else [None] * len(model.blk)
+    scales = (key_scales(runner.spec, runner.ops.store, [b.rope for b in model.blk], rotate) if on
+              else [None] * len(model.blk))
     for b, s in zip(model.blk, scales):
         b.key_scales = s
     return runner
 
 
-def test_only_the_quantized_caches_scale_their_keys():
+def test_only_the_quantized_caches_scale_their_keys_and_only_q4_rotates_them():
     assert [t.name for t in KV_TYPES.values() if t.scaled_keys] == ["q8", "q4"]
+    assert [t.name for t in KV_TYPES.values() if t.rotated_keys] == ["q4"]
 
 
+@pytest.mark.parametrize("rotate", [False, True], ids=["scaled", "rotated"])
 @pytest.mark.parametrize("arch", tiny_models.ALL_ARCHS)
-def test_scales_leave_the_dot_products_alone(tmp_path, arch):
-    """With an f32 cache the scaled keys and queries give the plain logits to f32 rounding: every
-    architecture's pairing (normal, NeoX), head norms, whole-projection norms, fused qkv, biases."""
+def test_scales_leave_the_dot_products_alone(tmp_path, arch, rotate):
+    """With an f32 cache the scaled (and rotated) keys and queries give the plain logits to f32 rounding:
+    every architecture's pairing (normal, NeoX), head norms, whole-projection norms, fused qkv, biases."""
     path = write_tiny_model(tmp_path, arch, QT.Q8_0)
     settings = RunSettings(context=tiny_models.N_CTX)
     plain = Drive(load_reference(path, settings=settings)).logits(IDS, all_logits=True)
-    runner = _scaled(load_reference(path, settings=settings), True)
+    runner = _scaled(load_reference(path, settings=settings), True, rotate)
     assert any(not np.allclose(b.key_scales.k, 1) for b in runner.model.blk)       # the scales are not all 1
+    assert all(b.key_scales.rotation == (rotation_width(runner.spec) if rotate else 0) for b in runner.model.blk)
     scaled = Drive(runner).logits(IDS, all_logits=True)
     np.testing.assert_allclose(scaled, plain, atol=2e-4 * np.abs(plain).max(), rtol=0)
 
@@ -60,6 +66,35 @@ def test_a_model_with_a_q4_cache_gets_the_scales_and_one_with_f32_does_not(tmp_p
     np.testing.assert_allclose(s.q[::group] * s.k, 1, rtol=1e-6)
     half = q4.spec.head_dim_k // 2          # qwen2: NeoX pairs (i, i + half)
     np.testing.assert_array_equal(s.k[:, :half], s.k[:, half:])
+
+
+def test_a_q4_cache_rotates_keys_without_a_bias():
+    """llama's keys are rotated across the head (a power of two), Phi-3's 96 in groups of 32, the widest
+    at 256; Qwen2's biased keys and a q8 cache's are not."""
+    spec = lambda **kw: SimpleNamespace(**{"qkv_bias": False, "head_dim_k": 64, **kw})
+    assert [rotation_width(spec(head_dim_k=hd)) for hd in (64, 96, 128, 256, 512, 80)] == [64, 32, 128, 256, 256, 16]
+    assert rotation_width(spec(qkv_bias=True)) == 0
+
+
+@pytest.mark.parametrize("arch,kv_type,rotated", [("llama", "q4", True), ("qwen2", "q4", False), ("llama", "q8", False)])
+def test_which_caches_get_the_rotation(tmp_path, arch, kv_type, rotated):
+    path = write_tiny_model(tmp_path, arch, QT.F32)
+    runner = load_reference(path, settings=RunSettings(context=tiny_models.N_CTX, kv_type=kv_type))
+    width = runner.spec.head_dim_k if rotated else 0
+    assert [b.key_scales.rotation for b in runner.model.blk] == [width] * runner.spec.n_layers
+
+
+@pytest.mark.parametrize("width", [32, 64, 256])
+def test_hadamard_is_the_orthonormal_sylvester_matrix(width):
+    h = np.ones((1, 1))
+    while len(h) < width:
+        h = np.block([[h, h], [h, -h]])
+    x = np.random.default_rng(width).standard_normal((3, 2, 256)).astype(np.float32)
+    want = (x.astype(np.float64).reshape(3, 2, -1, width) @ (h / np.sqrt(width))).reshape(x.shape)
+    got = hadamard(x, width)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(hadamard(got, width), x, rtol=0, atol=1e-5)      # its own inverse
 
 
 @pytest.mark.models
@@ -87,13 +122,13 @@ def test_scaled_keys_lift_qwen25s_q4_cache():
 @pytest.mark.parametrize("device", ["gpu", "cpu"])
 def test_a_q4_cache_in_the_browser_gets_its_scales_from_the_store(tmp_path, capsys, device):
     """`--backend browser --kv-type q4`: the Worker hands the key projections' bytes from IndexedDB to
-    Python, which makes the scales; WebGPU and the CPU engine give the reference's greedy tokens with that
-    cache."""
+    Python, which makes the scales (llama's keys: rotated too); WebGPU and the CPU engine give the
+    reference's greedy tokens with that cache."""
     import json
 
     from pyshim.cli import main
 
-    model = write_tiny_model(tmp_path, "qwen2", QT.F32)
+    model = write_tiny_model(tmp_path, "llama", QT.F32)
     argv = ["generate", str(model), "--prompt", "hello there", "--max-tokens", "12", "--ignore-eos", "--json",
             "--kv-type", "q4"]
     assert main(argv + ["--backend", "browser", "--device", device]) == 0, capsys.readouterr().err

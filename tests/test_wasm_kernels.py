@@ -16,6 +16,7 @@ from pyshim.exec.reference import gelu_tanh, rotate
 from pyshim.exec.kvcache import ROUNDING, q4_round, q8_round
 from pyshim.exec.wasm_ops import F32_ROUTE, GELU_LLAMA_CPP, KV_CODE
 from pyshim.gguf.tensors import dequantize_rows
+from pyshim.models.key_scales import hadamard, hadamard_norm
 from pyshim.models.rope import RopeSpec, cos_sin, pair_tables
 
 TYPES = [QT.F32, QT.F16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K]
@@ -169,6 +170,19 @@ def test_rope(eng, spec, scaled):
     cos, sin = cos_sin(spec, pos.astype(np.int64))
     want = rotate(x, cos, sin, spec)
     check(eng.get(y, x.shape), want * scale if scaled else want, rel=1e-6)
+
+
+@pytest.mark.parametrize("width", [32, 64, 256])
+def test_hadamard(eng, width):
+    """A q4 cache's Hadamard rotation: the reference's bits, into a buffer of its own and in place."""
+    rng = np.random.default_rng(width)
+    x = rng.standard_normal((3, 2, 256), dtype=np.float32) * 3
+    want = hadamard(x, width)
+    y = eng.empty(x.nbytes)
+    eng.m.call("hadamard", eng.put(x), y, x.size, width, float(hadamard_norm(width)))
+    assert np.array_equal(eng.get(y, x.shape), want)
+    eng.m.call("hadamard", y, y, x.size, width, float(hadamard_norm(width)))      # its own inverse, to rounding
+    check(eng.get(y, x.shape), x, rel=1e-6)
 
 
 def kv_rows(kv_type: str, x: np.ndarray) -> np.ndarray:

@@ -360,7 +360,7 @@ async def load_gpu(path: str | Path | None = None, *, header=None, source=None, 
                  kv_type=settings.kv_type, max_chunk=settings.prefill_chunk, max_binding=max_binding, upload_now=upload_now,
                  expert_slots=settings.expert_slots, streamed_layers=settings.streamed_layers,
                  max_seqs=max_seqs or settings.parallel, kv_pages=settings.kv_pages)
-    model = build_model(spec, ops, store if settings.scaled_keys else None)
+    model = build_model(spec, ops, store if settings.scaled_keys else None, settings.rotated_keys)
     runner = GpuRunner(spec, header, ops, model, settings, n_ctx, owns_device=owns_device)
     runner.auto = choice and choice.as_dict()
     return runner

@@ -58,7 +58,7 @@ def load_reference(path: str | Path | None = None, *, header: GGUFHeader | None 
     n_ctx = settings.context_for(spec.context_length)
     store = WeightStore(tensor_refs_from_header(header), source)
     ops = OPS_FOR[settings.arithmetic or Arithmetic.F32](store, spec, n_ctx, cache_weights=cache_weights, kv_type=settings.kv_type)
-    runner = ReferenceRunner(spec, header, ops, build_model(spec, ops, store if settings.scaled_keys else None), settings, n_ctx)
+    runner = ReferenceRunner(spec, header, ops, build_model(spec, ops, store if settings.scaled_keys else None, settings.rotated_keys), settings, n_ctx)
     runner.auto = choice and choice.as_dict()
     return runner
 

@@ -25,6 +25,7 @@ from pyshim.exec.runner import Capacity, HeldTokens, Output, Progress, RunnerSta
 from pyshim.gguf.tensors import TensorRef, WeightStore, dequantize_rows
 from pyshim.gguf.types import check_runnable
 from pyshim.models.ops import ACTIVATIONS, GATINGS, AttnSpec, RouterSpec
+from pyshim.models.key_scales import hadamard
 from pyshim.models.rope import RopeSpec, cos_sin
 from pyshim.plan.memory import per_token
 from pyshim.plan.settings import Arithmetic, RunSettings
@@ -185,6 +186,9 @@ class ReferenceOps:
         ff = freq_factors.dense() if freq_factors is not None else None
         cos, sin = cos_sin(spec, positions, ff)                 # [n, dims/2]
         return rotate(x, cos, sin, spec)
+
+    def hadamard(self, x: np.ndarray, width: int) -> np.ndarray:
+        return hadamard(x, width)
 
     def attention(self, q, k, v, positions, spec: AttnSpec) -> np.ndarray:
         n, hq, hd = q.shape

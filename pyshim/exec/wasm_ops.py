@@ -24,17 +24,19 @@ from pyshim.errors import UnsupportedError
 from pyshim.exec.wasm_module import Module
 from pyshim.gguf.tensors import WeightStore, dequantize_rows
 from pyshim.gguf.types import check_runnable
+from pyshim.models.key_scales import hadamard_norm
 from pyshim.models.ops import ACTIVATIONS, AttnSpec, RouterSpec
 from pyshim.models.rope import RopeSpec, pair_tables
 from pyshim.plan.settings import MAX_THREADS, Arithmetic, kv_type as kv_type_named
 
 OP_WORDS = 20
-ABI = 4                          # what the ops mean (engine.c's `abi`: 2 the matmul's PER_TOKEN flag, 3 the experts' ops, 4 rope's scales)
+ABI = 5                          # what the ops mean (engine.c's `abi`: 2 the matmul's PER_TOKEN flag, 3 the experts' ops, 4 rope's scales,
+                                 # 5 the Hadamard rotation)
 GATING = {"softmax": 0, "sigmoid": 1}   # the router's gating word (engine.c's route)
 MAX_EXPERTS = 256                # engine.c: the router's probabilities of a row live on the stack
 OP = {name: i for i, name in enumerate(("embed", "matmul", "rmsnorm", "rope", "attention", "glu", "add", "scale",
                                          "softcap", "copy_cols", "argmax", "topk", "route", "expert_matmul", "expert_sum",
-                                         "sigmoid_gate"), start=1)}
+                                         "sigmoid_gate", "hadamard"), start=1)}
 F32_ROUTE = 0x100                # or-ed into a matmul's type word (engine.c)
 PER_TOKEN = 0x200                # or-ed too: a batched decode step, each token's arithmetic the one it has alone
 GLU_ACT = {"silu": 0, "gelu_tanh": 1}
@@ -331,6 +333,11 @@ class WasmOps:
         out = self._new(x.shape)
         self._op("rope", x, out, n, heads, hd, positions, Fixed(per_pair), spec.dims, int(spec.neox), F(mscale),
                  None if scale is None else Fixed(self._constant(scale)))
+        return out
+
+    def hadamard(self, x: Tensor, width: int) -> Tensor:
+        out = self._new(x.shape)
+        self._op("hadamard", x, out, x.size, width, F(float(hadamard_norm(width))))
         return out
 
     def _constant(self, values: np.ndarray) -> int:

@@ -220,7 +220,7 @@ def load_wasm(path: str | Path | None = None, *, header=None, source=None, setti
         ops = WasmOps(module, store, spec, n_ctx,
                       settings.arithmetic or Arithmetic.INT8, max_seqs=MAX_SEQS, max_step=settings.prefill_chunk, top_k=TOP_K,
                       kv_type=settings.kv_type, upload_now=upload_now)
-        return WasmRunner(spec, header, ops, build_model(spec, ops, store if settings.scaled_keys else None), settings, n_ctx)
+        return WasmRunner(spec, header, ops, build_model(spec, ops, store if settings.scaled_keys else None, settings.rotated_keys), settings, n_ctx)
     except BaseException:
         if own:             # (its helper threads end with it; a caller's module is the caller's to close)
             module.close()

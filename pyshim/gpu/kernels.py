@@ -218,6 +218,7 @@ OPTIONAL_PARAMS = frozenset({"expert_bytes", "pair_div", "e_first", "e_count", "
                              "eps", "head_dim", "dims", "mscale", "row_words", "scale_off"})
 # Most experts the router kernel selects from (router.wgsl MAX_EXPERTS: its bitmask of taken experts)
 MAX_EXPERTS = 256
+HADAMARD_KEY = ShaderKey.of("hadamard", WG=WG)      # rotations of up to key_scales.MAX_ROTATION values
 
 
 def _layout(spec: str) -> ParamsLayout:
@@ -243,6 +244,7 @@ PARAMS: dict[str, ParamsLayout] = {
                          "q_off:u32 out_off:u32 row_words:u32 seq_off:u32 table_off:u32 _pad0:u32 _pad1:u32 _pad2:u32"),
     "kv_write": _layout("n:u32 k_row:u32 v_row:u32 table_len:u32 pos_off:u32 k_off:u32 v_off:u32 head_dim:u32 dims:u32 "
                         "mscale:f32 eps:f32 seq_off:u32 table_off:u32 _pad0:u32 _pad1:u32 _pad2:u32"),
+    "hadamard": _layout("n:u32 groups:u32 width:u32 norm:f32 x_off:u32 y_off:u32 _pad0:u32 _pad1:u32"),
     "glu": _layout("n:u32 f:u32 gate_off:u32 gate_stride:u32 up_off:u32 up_stride:u32 out_off:u32 _pad0:u32"),
     "eltwise": _layout("n:u32 width:u32 a_off:u32 a_stride:u32 b_off:u32 b_stride:u32 y_off:u32 s:f32"),
     "argmax": _layout("len:u32 chunk:u32 x_off:u32 _pad0:u32"),
@@ -501,7 +503,7 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
     keys += [ShaderKey.of("eltwise", WG=WG, **{op: True}) for op in ("OP_ADD", "OP_SCALE", "OP_SOFTCAP", "OP_COPY")]
     keys += [*argmax_keys()] + ([*argmax_keys(subgroup=True)] if subgroups else [])
     keys += [ShaderKey.of("topk", WG=WG, K=TOPK, **{p: True}) for p in ("PASS1", "PASS2")]
-    keys += [ShaderKey.of("stream", WG=WG, STRIDED=s) for s in (False, True)]
+    keys += [ShaderKey.of("stream", WG=WG, STRIDED=s) for s in (False, True)] + [HADAMARD_KEY]
     if f16:         # the f32 route's arithmetic in halves (real GPUs with shader-f16)
         keys += [matvec_key(q, bias=bias, reduce=True, f16=True) for q in WEIGHT_TYPES for bias in (False, True)]
         keys += [matvec_key(q, reduce=True, glu=act, f16=True) for q in WEIGHT_TYPES for act in ACTIVATIONS]

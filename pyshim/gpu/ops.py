@@ -26,7 +26,7 @@ from pyshim.gpu.expert_cache import ExpertCache
 from pyshim.gpu.experts import ExpertOps
 from pyshim.gpu.fused import Attention, FusedOps, Norm, Rope, drop_unread
 from pyshim.gpu.layer_stream import LayerStream
-from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_TYPES, I8_TOKENS, PARAMS, glu_key,
+from pyshim.gpu.kernels import (HADAMARD_KEY, I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_TYPES, I8_TOKENS, PARAMS, glu_key,
                                 TOPK, TOPK_CHUNK, UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, GROUPED_TYPES, KernelCache,
                                 argmax_keys, argmax_pass1, attention_combine_grid, attention_grid, attention_keys,
                                 attention_prefill_grid, attention_prefill_key, attention_record_bytes, embed_key, groups,
@@ -40,6 +40,7 @@ from pyshim.gpu.pool import Activation, ActivationPool, Allocator
 from pyshim.gpu.program import Dispatch, Program, Stop, Tensor
 from pyshim.gpu.shaderc import ShaderKey
 from pyshim.gpu.slots import WeightSlot, WeightSlots
+from pyshim.models.key_scales import hadamard_norm
 from pyshim.models.ops import ACTIVATIONS, AttnSpec
 from pyshim.models.rope import RopeSpec
 from pyshim.plan.settings import PREFILL_CHUNK
@@ -337,6 +338,14 @@ class GpuOps(FusedOps, ExpertOps):
                      scale_off=spec.dims // 2)
         if scale is None:               # (scaled keys are stored as the rope leaves them: kv_write does not fold it)
             self._produced(out, Rope(src, positions, spec, theta_buf, mscale, norm))
+        return out
+
+    def hadamard(self, x: Tensor, width: int) -> Tensor:
+        n = x.shape[0]
+        groups_per_token = x.size // n // width
+        out = self._tensor(x.shape, "hadamard")
+        self._record("hadamard", HADAMARD_KEY, [x.buf, out.buf], (groups_per_token, n, 1), n=n,
+                     groups=groups_per_token, width=width, norm=float(hadamard_norm(width)), x_off=x.off, y_off=out.off)
         return out
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, spec: AttnSpec) -> Tensor:

@@ -15,13 +15,14 @@ from pyshim.models.key_scales import key_scales
 from pyshim.models.ops import Ops
 
 
-def build_model(spec: ModelSpec, ops: Ops, key_store: WeightStore | None = None) -> Decoder:
+def build_model(spec: ModelSpec, ops: Ops, key_store: WeightStore | None = None, rotate_keys: bool = False) -> Decoder:
     """Bind every weight of the architecture through `ops` (checks names, shapes, types; reads no tensor
     data). `key_store`: for a KV cache that stores scaled keys (pyshim.plan.settings.KVType.scaled_keys),
-    the weights the scales are made from (the key projections and norms are read from it now)."""
+    the weights the scales are made from (the key projections and norms are read from it now);
+    `rotate_keys`: such a cache also rotates them (KVType.rotated_keys)."""
     check_supported(spec)
     model = Decoder(spec, ops)
     if key_store is not None:
-        for b, scales in zip(model.blk, key_scales(spec, key_store, [b.rope for b in model.blk])):
+        for b, scales in zip(model.blk, key_scales(spec, key_store, [b.rope for b in model.blk], rotate_keys)):
             b.key_scales = scales
     return model

@@ -18,6 +18,14 @@ which splits the spread between keys and queries. Measured with the NumPy refere
 SmolLM2 76% -> 78%; q8 on Qwen2.5 93.5% -> 98.5%. Power 1 gave 72% on Qwen2.5's q4, 0.4 gave 66%;
 per-sequence scales from the first chunk's largest pairs gave 82-85%, no better, at the cost of
 per-sequence state.
+
+A q4 cache then also turns each scaled key (and its query) by a Hadamard rotation within the head: an
+orthonormal H leaves q.k as it was, and spreads every channel over the whole head, so a block's step is
+set by the head's overall size rather than by one channel that a token makes large. Measured the same
+way: SmolLM2 q4 78% -> 86%, Gemma 3 84% -> 87.5%, and SmolLM2's needles in the middle of the text (bench
+--needle, 3 seeds at 50% depth), which lost a digit of the number, from 1 of 3 found to NEEDLE_RESULT. Keys that carry a bias (Qwen2's) are the exception: the bias is a large,
+steady part of every key that the scales already even out pair by pair, and a rotation smears it over
+every block instead: Qwen2.5 q4 84% -> 74%, and it lost needles. So those keys are only scaled.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from pyshim.gguf.tensors import WeightStore, dequantize_rows
 
 STRENGTH = 0.5          # s = pair magnitude ** STRENGTH
 FLOOR = 1e-3            # a pair's magnitude at least this fraction of the head's largest (a zero row divides nothing)
+MAX_ROTATION = 256      # widest Hadamard rotation (shaders/hadamard.wgsl holds one group in workgroup memory)
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,7 @@ class KeyScales:
 
     q: np.ndarray
     k: np.ndarray
+    rotation: int = 0       # then rotate q and k by a Hadamard matrix in groups of this many values (0: not)
 
 
 def key_tensors(spec: ModelSpec, il: int) -> list[str]:
@@ -54,9 +64,41 @@ def key_tensors(spec: ModelSpec, il: int) -> list[str]:
     return names
 
 
-def key_scales(spec: ModelSpec, store: WeightStore, pairs: list) -> list[KeyScales]:
-    """Every layer's scales; `pairs[il]` is layer il's RopeSpec (its rotated dims and NeoX pairing)."""
-    return [_layer(spec, store, il, pairs[il]) for il in range(spec.n_layers)]
+def key_scales(spec: ModelSpec, store: WeightStore, pairs: list, rotate: bool = False) -> list[KeyScales]:
+    """Every layer's scales; `pairs[il]` is layer il's RopeSpec (its rotated dims and NeoX pairing).
+    `rotate`: the cache rotates keys where the model allows (KVType.rotated_keys, rotation_width)."""
+    width = rotation_width(spec) if rotate else 0
+    return [KeyScales(s.q, s.k, width) for s in (_layer(spec, store, il, pairs[il]) for il in range(spec.n_layers))]
+
+
+def rotation_width(spec: ModelSpec) -> int:
+    """How many values of a head one Hadamard rotation spans: the largest power of two that divides the
+    head (the whole head for 64, 128, 256; 32 for Phi-3's 96), at most MAX_ROTATION; 0 for keys with a bias."""
+    if spec.qkv_bias:
+        return 0
+    hd = spec.head_dim_k
+    return min(hd & -hd, MAX_ROTATION)
+
+
+def hadamard(x: np.ndarray, width: int) -> np.ndarray:
+    """x [..., head_dim] (f32) with each group of `width` values along the head multiplied by the orthonormal
+    Sylvester Hadamard matrix H / sqrt(width) — its own inverse. Computed as the kernels do, so every
+    executor gets the same bits: log2(width) butterfly stages (a + b, a - b) over pairs `half` apart
+    (half = 1, 2, 4, ...), then a multiply by f32(1 / sqrt(width))."""
+    shape = x.shape
+    y = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, width)
+    half = 1
+    while half < width:
+        y = y.reshape(-1, width // (2 * half), 2, half)
+        a, b = y[:, :, 0], y[:, :, 1]
+        y = np.stack([a + b, a - b], axis=2)
+        half *= 2
+    return (y.reshape(shape) * hadamard_norm(width)).astype(np.float32)
+
+
+def hadamard_norm(width: int) -> np.float32:
+    """1 / sqrt(width) as every executor multiplies by it (rounded to f32 once)."""
+    return np.float32(1.0 / np.sqrt(width))
 
 
 def _dense(store: WeightStore, name: str) -> np.ndarray:

@@ -118,6 +118,12 @@ class Ops(Protocol):
         then multiplied by it, element by element (f32)."""
         ...
 
+    def hadamard(self, x: Tensor, width: int) -> Tensor:
+        """x [n, heads, head_dim] with each group of `width` (a power of two dividing head_dim, at most
+        256) values multiplied by the orthonormal Hadamard matrix, as pyshim.models.key_scales.hadamard
+        computes it -> x's shape."""
+        ...
+
     def attention(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, spec: AttnSpec) -> Tensor:
         """Store k, v in layer `spec.layer`'s KV cache at `positions`, then attend: each query sees the keys
         at positions <= its own (and within the window), including this step's.

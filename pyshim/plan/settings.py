@@ -40,6 +40,9 @@ class KVType:
     # keys stored divided pair by pair by a per-model scale, queries multiplied by it (pyshim.models.key_scales):
     # the dot products are unchanged while the few large channels no longer set the blocks' steps
     scaled_keys: bool = False
+    # scaled keys (and queries) then turned by a Hadamard rotation within each head, where the model's keys
+    # carry no bias (pyshim.models.key_scales.rotation_width): no channel then sets a block's step alone
+    rotated_keys: bool = False
 
     def check_heads(self, head_dim_k: int, head_dim_v: int) -> None:
         if head_dim_k % self.block or head_dim_v % self.block:
@@ -53,7 +56,8 @@ KV_TYPES: dict[str, KVType] = {t.name: t for t in (
     KVType("f32", Fraction(4), note="exact"),
     KVType("f16", Fraction(2), note="half the memory"),
     KVType("q8", Fraction(36, 32), block=32, note="int8 blocks, 28% of f32", scaled_keys=True),
-    KVType("q4", Fraction(20, 32), block=32, note="4-bit blocks, 16% of f32", scaled_keys=True),
+    KVType("q4", Fraction(20, 32), block=32, note="4-bit blocks, 16% of f32", scaled_keys=True,
+           rotated_keys=True),
 )}
 
 
@@ -166,6 +170,11 @@ class RunSettings:
         """Whether the KV cache stores keys divided by per-model scales (KVType.scaled_keys; "auto" is resolved
         by the loader before it asks)."""
         return self.kv_type in KV_TYPES and KV_TYPES[self.kv_type].scaled_keys
+
+    @property
+    def rotated_keys(self) -> bool:
+        """Whether the cache's keys are also Hadamard-rotated, model permitting (KVType.rotated_keys)."""
+        return self.kv_type in KV_TYPES and KV_TYPES[self.kv_type].rotated_keys
 
     def context_for(self, training_context: int) -> int:
         return min(training_context, DEFAULT_CONTEXT) if self.context is None else self.context

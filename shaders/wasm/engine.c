@@ -642,6 +642,24 @@ EXPORT(rope) void rope(const float *x, float *y, int n, int heads, int hd, const
         for (size_t i = 0; i < (size_t)n * heads * hd; i++) y[i] *= scale[i % ((size_t)heads * hd)];
 }
 
+// Hadamard rotation of x [count] into y (which may be x): each group of `width` values multiplied by the orthonormal
+// Sylvester matrix (a q4 cache's keys and queries, pyshim.models.key_scales.hadamard): butterfly stages (a + b, a - b)
+// over pairs `span` apart, span = 1, 2, 4, ..., then times `norm` (f32(1 / sqrt(width))) — the reference's order.
+EXPORT(hadamard) void hadamard(const float *x, float *y, int count, int width, float norm) {
+    if (y != x) memcpy(y, x, (size_t)count * 4);
+    for (size_t g = 0; g < (size_t)count; g += width) {
+        float *v = y + g;
+        for (int span = 1; span < width; span *= 2)
+            for (int i = 0; i < width / 2; i++) {
+                int j = i / span * 2 * span + i % span;
+                float a = v[j], b = v[j + span];
+                v[j] = a + b;
+                v[j + span] = a - b;
+            }
+        for (int i = 0; i < width; i++) v[i] *= norm;
+    }
+}
+
 // The KV cache's types (pyshim.plan.settings.KV_TYPES; pyshim.exec.kvcache rounds as these store): a row
 // of `count` values (one head of one position) is f32, f16, or blocks of 32 — q8: an f32 scale amax / 127
 // and 32 int8 (36 bytes); q4: an f32 scale d = m / -8 (m: the first value of largest magnitude) and 16
@@ -887,9 +905,9 @@ EXPORT(sigmoid_gate) void sigmoid_gate(const float *x, const float *g, int n, in
 
 enum {
     OP_EMBED = 1, OP_MATMUL, OP_RMSNORM, OP_ROPE, OP_ATTENTION, OP_GLU, OP_ADD, OP_SCALE, OP_SOFTCAP,
-    OP_COPY_COLS, OP_ARGMAX, OP_TOPK, OP_ROUTE, OP_EXPERT_MATMUL, OP_EXPERT_SUM, OP_SIGMOID_GATE,
+    OP_COPY_COLS, OP_ARGMAX, OP_TOPK, OP_ROUTE, OP_EXPERT_MATMUL, OP_EXPERT_SUM, OP_SIGMOID_GATE, OP_HADAMARD,
 };
-#define OP_LAST OP_SIGMOID_GATE
+#define OP_LAST OP_HADAMARD
 #define OP_WORDS 20
 
 typedef union { int32_t i; float f; } Word;
@@ -927,6 +945,7 @@ static int run_ops(const Word *prog, int count, int tid, int nth) {
             case OP_ROUTE: route(P(0), I(1), I(2), I(3), I(4), I(5), F(6), P(7), P(8)); break;
             case OP_EXPERT_SUM: expert_sum(P(0), P(1), I(2), I(3), I(4), P(5)); break;
             case OP_SIGMOID_GATE: sigmoid_gate(P(0), P(1), I(2), I(3), P(4)); break;
+            case OP_HADAMARD: hadamard(P(0), P(1), I(2), I(3), F(4)); break;
             default: return at + 1;
             }
         } else if (op < OP_EMBED || op > OP_LAST) {
@@ -942,7 +961,7 @@ static int run_ops(const Word *prog, int count, int tid, int nth) {
 // The words an op takes, and the revision of what ops mean (2: a matmul's PER_TOKEN flag; 3: the mixture
 // of experts' ops): Python checks both against its own (a module built from an older engine.c says so).
 EXPORT(op_words) int op_words(void) { return OP_WORDS; }
-EXPORT(abi) int abi(void) { return 4; }
+EXPORT(abi) int abi(void) { return 5; }
 
 // Run a program on this thread alone.
 EXPORT(run) int run(const Word *prog, int count) { return run_ops(prog, count, 0, 1); }
