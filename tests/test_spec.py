@@ -277,8 +277,14 @@ def test_auto_prefers_the_longest_context_then_less_rounding():
     assert pick(total["f32"]) == (4096, "f32")
     assert pick(total["f32"] - 1) == (4096, "f16")
     assert pick(total["f16"] - 1) == (4096, "q8")
-    # half the context: f32 would not fit, f16 (half f32's bytes at 2048) does
-    assert pick(total["q8"] - 1) == (2048, "f16")
-    assert pick(estimate(spec, header.tensors, context=2048, kv_type="f16").total_bytes - 1) == (2048, "q8")
+    # q4 kept retrieval up to 4096 (auto.SAFE_UP_TO): where q8 does not fit there, q4 does
+    assert pick(total["q8"] - 1) == (4096, "q4")
+    # half the context: f32 and f16 (a quarter of f32's 4096 bytes, more than q4's sixth) would not fit, q8 does
+    assert pick(total["q4"] - 1) == (2048, "q8")
+    assert pick(estimate(spec, header.tensors, context=2048, kv_type="q8").total_bytes - 1) == (2048, "q4")
     assert pick(estimate(spec, header.tensors, context=512, kv_type="q8").total_bytes) == (512, "q8")
-    assert pick(estimate(spec, header.tensors, context=512, kv_type="q8").total_bytes - 1) is None
+    assert pick(estimate(spec, header.tensors, context=512, kv_type="q8").total_bytes - 1) == (512, "q4")
+    assert pick(estimate(spec, header.tensors, context=512, kv_type="q4").total_bytes - 1) is None
+    # past the longest context q4 was measured at, auto does not take it; a named type is always kept
+    assert auto.kv_types_at("auto", 4096) == ("f32", "f16", "q8", "q4")
+    assert auto.kv_types_at("auto", 8192) == ("f32", "f16", "q8") and auto.kv_types_at("q4", 32768) == ("q4",)

@@ -24,8 +24,8 @@ from pyshim.exec.kvcache import KVCache
 from pyshim.exec.runner import Capacity, HeldTokens, Output, Progress, RunnerStats, Step, Want, answer, check_step
 from pyshim.gguf.tensors import TensorRef, WeightStore, dequantize_rows
 from pyshim.gguf.types import check_runnable
-from pyshim.models.ops import ACTIVATIONS, GATINGS, AttnSpec, RouterSpec
 from pyshim.models.key_scales import hadamard
+from pyshim.models.ops import ACTIVATIONS, GATINGS, AttnSpec, RouterSpec
 from pyshim.models.rope import RopeSpec, cos_sin
 from pyshim.plan.memory import per_token
 from pyshim.plan.settings import Arithmetic, RunSettings

@@ -22,10 +22,12 @@ per-sequence state.
 A q4 cache then also turns each scaled key (and its query) by a Hadamard rotation within the head: an
 orthonormal H leaves q.k as it was, and spreads every channel over the whole head, so a block's step is
 set by the head's overall size rather than by one channel that a token makes large. Measured the same
-way: SmolLM2 q4 78% -> 86%, Gemma 3 84% -> 87.5%, and SmolLM2's needles in the middle of the text (bench
---needle, 3 seeds at 50% depth), which lost a digit of the number, from 1 of 3 found to NEEDLE_RESULT. Keys that carry a bias (Qwen2's) are the exception: the bias is a large,
-steady part of every key that the scales already even out pair by pair, and a rotation smears it over
-every block instead: Qwen2.5 q4 84% -> 74%, and it lost needles. So those keys are only scaled.
+way: SmolLM2 q4 78% -> 86%, Gemma 3 84% -> 87.5%; SmolLM2's needles in the middle of the text (`pyshim
+bench --needle` on the CPU engine, 3 seeds at 50% depth), each lost to a digit dropped from the number,
+from 1 of 3 found to 2 at 1k and from 0 to 3 at 2k. Keys that carry a bias (Qwen2's) are the exception:
+the bias is a large, steady part of every key that the scales already even out pair by pair, and a
+rotation smears it over every block instead (emulated: Qwen2.5 q4 84% -> 74%, and needles lost), so those
+keys are only scaled.
 """
 
 from __future__ import annotations

@@ -30,13 +30,16 @@ STREAMED_CONTEXT_CAP = 4096
 # context that leaves room for them): two tokens' worth, so a prompt runs in steps of two and a token can
 # find the last one's experts. Where it does not, one token's worth (steps of one token).
 MIN_SLOTS_PER_USED = 2
-# KV types auto may pick, least rounding first. On the CPU engine (`pyshim bench --needle`, 3 seeds at 1k and
-# 2k on SmolLM2 and Qwen2.5-0.5B) q8 with scaled keys found every needle f32 found and agrees with f32 on
-# 98.5-99% of next tokens; q4 found all of Qwen2.5's but lost SmolLM2's in the middle of the text (1 and 0
-# of 3 at 50% depth), so it is used only when asked for (`kv_type="q4"`).
-RETRIEVAL_SAFE = ("f32", "f16", "q8")
+# KV types auto may pick, least rounding first. On the CPU engine (`pyshim bench --needle`, 3 seeds at 15/50/85%
+# depth on SmolLM2 and Qwen2.5-0.5B) q8 with scaled keys found every needle f32 found at 1k and 2k and agrees
+# with f32 on 98.5-99% of next tokens; q4 with scaled (and rotated) keys stayed within one needle of f32 at
+# every depth at 1k, 2k and 4k (Qwen2.5's 4k in the reference) and agrees on 84-88%, so auto takes it up to
+# that length only, and there only where q8 does not fit.
+RETRIEVAL_SAFE = ("f32", "f16", "q8", "q4")
+SAFE_UP_TO = {"q4": 4096}       # the longest context a type was measured to keep retrieval at (others: any)
 WHY_TYPES = {"f32": "exact", "f16": "half the memory; found every needle f32 found",
-             "q8": "28% of f32's memory; found every needle f32 found", "q4": "16% of f32's memory, asked for"}
+             "q8": "28% of f32's memory; found every needle f32 found",
+             "q4": "16% of f32's memory; within one needle of f32 up to 4096 tokens"}
 
 
 @dataclass(frozen=True)
@@ -81,30 +84,28 @@ def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int,
     `seqs`: sequences run together, sharing `kv_pages` KV pages (None: room for each one's whole context)."""
     tensors = tuple(tensors)
     ceiling = min(spec.context_length, AUTO_CONTEXT_CAP) if context is None else context
-    types = RETRIEVAL_SAFE if kv_type == AUTO else (kv_type,)
     limits = dict(budget_bytes=budget_bytes, max_binding_bytes=max_binding_bytes)
     if expert_slots is None and streamed_layers is None:
         lengths = [context] if context is not None and fixed_context else _halvings(ceiling)
         refused: list[str] = []
         for n in lengths:
-            for t in types:
+            for t in kv_types_at(kv_type, n):
                 est = estimate(spec, tensors, context=n, kv_type=t, chunk=chunk, seqs=seqs, kv_pages=kv_pages)
                 if fits(est, **limits).ok:
                     return AutoChoice(n, t, est, _reason(spec, est, budget_bytes, refused, lengths[0], ceiling, context, kv_type))
                 if n == lengths[0]:
                     refused.append(f"{t} would need {_gb(est.total_bytes)}")
     if streamed_layers is not None or (expert_slots is None and not spec.n_experts):
-        return _stream_layers(spec, tensors, budget_bytes, context, fixed_context, ceiling, types, chunk, limits,
+        return _stream_layers(spec, tensors, budget_bytes, context, fixed_context, ceiling, chunk, limits,
                               kv_type, streamed_layers, seqs, kv_pages)
     streamed_ceiling = min(ceiling, STREAMED_CONTEXT_CAP) if context is None else context
     lengths = [context] if context is not None and fixed_context else _halvings(streamed_ceiling)
     # two tokens' experts a layer where that fits at some context, else one token's (steps of one token);
     # the retrieval-safe types smallest first: memory a cache type saves is expert slots, i.e. speed
-    types = types[::-1]
     for per_used in (MIN_SLOTS_PER_USED, 1):
         least = min(spec.n_experts - 1, per_used * spec.n_experts_used)
         for n in lengths:
-            for t in types:
+            for t in kv_types_at(kv_type, n)[::-1]:
                 slots = expert_slots or _slots_that_fit(spec, tensors, n, t, chunk, budget_bytes, seqs, kv_pages)
                 if slots < least and not expert_slots:
                     continue
@@ -115,7 +116,7 @@ def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int,
     return None
 
 
-def _stream_layers(spec, tensors, budget, context, fixed_context, ceiling, types, chunk, limits, kv_type, named, seqs=1,
+def _stream_layers(spec, tensors, budget, context, fixed_context, ceiling, chunk, limits, kv_type, named, seqs=1,
                    kv_pages=None):
     """Layer streaming's plan: the longest context up to STREAMED_CONTEXT_CAP, the smallest retrieval-safe KV
     type, and the fewest streamed layers that fit (or the `named` count)."""
@@ -125,7 +126,7 @@ def _stream_layers(spec, tensors, budget, context, fixed_context, ceiling, types
     top = min(ceiling, STREAMED_CONTEXT_CAP) if context is None else context
     lengths = [context] if context is not None and fixed_context else _halvings(top)
     for n in lengths:
-        for t in types[::-1]:
+        for t in kv_types_at(kv_type, n)[::-1]:
             if named is not None:
                 streamed = named
             else:
@@ -164,6 +165,14 @@ def resolve(settings: RunSettings, spec: ModelSpec, tensors: Iterable[TensorInfo
                                hint="raise the budget if the GPU has more memory, or use a smaller quantization")
     return replace(settings, kv_type=choice.kv_type, context=choice.context, expert_slots=choice.expert_slots,
                    streamed_layers=choice.streamed_layers), choice
+
+
+def kv_types_at(kv_type: str, context: int) -> tuple[str, ...]:
+    """The KV types to try at `context`: the one asked for, or for auto the retrieval-safe ones measured
+    to keep retrieval at that length (least rounding first)."""
+    if kv_type != AUTO:
+        return (kv_type,)
+    return tuple(t for t in RETRIEVAL_SAFE if context <= SAFE_UP_TO.get(t, context))
 
 
 def _halvings(ceiling: int) -> list[int]:
