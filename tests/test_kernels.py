@@ -11,12 +11,12 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf import quants
 
-from pyshim.gpu.kernels import (ARGMAX_CHUNK, HADAMARD_KEY, PARAMS, UNIFORM_X_BYTES, WEIGHT_TYPES, WG,
+from pyshim.gpu.kernels import (ARGMAX_CHUNK, PARAMS, UNIFORM_X_BYTES, WEIGHT_TYPES, WG,
                                 attention_combine_grid, attention_grid, attention_keys, attention_record_bytes, groups,
                                 matvec_grid, matvec_key, rope_theta, shader_block)
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from gpu_helpers import page_params
-from pyshim.models.key_scales import hadamard, hadamard_norm
+from pyshim.models.key_scales import hadamard_norm
 from pyshim.models.ops import AttnSpec
 from pyshim.exec.reference import ReferenceOps, dequantize_rows
 from pyshim.models.rope import RopeSpec
@@ -183,18 +183,29 @@ def test_rope(gpu, name):
     np.testing.assert_allclose(f32(out, x.shape), want, atol=5e-4 * np.abs(x).max())
 
 
-@pytest.mark.parametrize("width", [32, 64, 128, 256])
-def test_hadamard(gpu, width):
-    """A q4 cache's Hadamard rotation: the reference's bits (the same butterflies, the same f32 norm), at
-    offsets into both buffers."""
-    rng = np.random.default_rng(width)
-    n, heads, hd = 3, 2, 256
-    x = rng.standard_normal(8 + n * heads * hd, dtype=np.float32) * 3
-    (out,) = gpu.dispatch(HADAMARD_KEY, [x], [x.nbytes + 16],
-                          dict(n=n, groups=heads * hd // width, width=width, norm=float(hadamard_norm(width)), x_off=8,
-                               y_off=4), (heads * hd // width, n, 1))
-    want = hadamard(x[8:].reshape(n, heads, hd), width)
-    assert np.array_equal(f32(out, (x.size + 4,))[4:4 + want.size], want.reshape(-1))
+@pytest.mark.parametrize("hd,width", [(64, 64), (128, 128), (256, 256), (96, 32), (512, 256)])
+def test_rope_with_scales_and_rotation(gpu, hd, width):
+    """A q4 cache's keys: rope, the scales, then the Hadamard rotation, a workgroup a head. At position 0
+    (no turn: cos 1, sin 0 in both) the reference's bits, the butterflies in its order; elsewhere within
+    the angles' f32 error, as test_rope."""
+    spec = RopeSpec(dims=hd, base=10000.0, neox=True)
+    rng = np.random.default_rng(hd + width)
+    n, heads = 3, 2
+    x = rng.standard_normal((n, heads, hd), dtype=np.float32)
+    scale = rng.uniform(0.25, 4.0, (heads, hd)).astype(np.float32)
+    theta, mscale = rope_theta(spec)
+    table = np.concatenate([theta, scale.reshape(-1)]).astype(np.float32)
+    for positions in (np.zeros(n, np.int64), np.array([0, 17, 1500], np.int64)):
+        (out,) = gpu.dispatch(ShaderKey.of("rope", WG=WG, NEOX=True, SCALE=True, ROTATE=True),
+                              [x, positions.astype(np.uint32), table], [x.nbytes],
+                              dict(n=n, heads=heads, head_dim=hd, dims=spec.dims, mscale=mscale, x_off=0, y_off=0,
+                                   pos_off=0, scale_off=spec.dims // 2, rot=width, rnorm=float(hadamard_norm(width))),
+                              (1, heads, n))
+        want = REF.rope(x, positions, spec, scale=scale, rotation=width)
+        if not positions.any():
+            assert np.array_equal(f32(out, x.shape), want)
+        else:
+            np.testing.assert_allclose(f32(out, x.shape), want, atol=5e-4 * np.abs(want).max())
 
 
 def attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, history, n, cap, splits=1, lanes=0):

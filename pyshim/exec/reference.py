@@ -178,17 +178,15 @@ class ReferenceOps:
         return np.split(x, np.cumsum(sizes)[:-1], axis=-1)
 
     def rope(self, x: np.ndarray, positions: np.ndarray, spec: RopeSpec, freq_factors: Weight | None = None,
-             scale: np.ndarray | None = None) -> np.ndarray:
+             scale: np.ndarray | None = None, rotation: int = 0) -> np.ndarray:
         y = self._rotate(x, positions, spec, freq_factors)
-        return y if scale is None else y * scale
+        y = y if scale is None else y * scale
+        return hadamard(y, rotation) if rotation else y
 
     def _rotate(self, x: np.ndarray, positions: np.ndarray, spec: RopeSpec, freq_factors: Weight | None) -> np.ndarray:
         ff = freq_factors.dense() if freq_factors is not None else None
         cos, sin = cos_sin(spec, positions, ff)                 # [n, dims/2]
         return rotate(x, cos, sin, spec)
-
-    def hadamard(self, x: np.ndarray, width: int) -> np.ndarray:
-        return hadamard(x, width)
 
     def attention(self, q, k, v, positions, spec: AttnSpec) -> np.ndarray:
         n, hq, hd = q.shape

@@ -327,17 +327,14 @@ class WasmOps:
         return outs
 
     def rope(self, x: Tensor, positions: Fixed, spec: RopeSpec, freq_factors: Weight | None = None,
-             scale: np.ndarray | None = None) -> Tensor:
+             scale: np.ndarray | None = None, rotation: int = 0) -> Tensor:
         n, heads, hd = x.shape
         per_pair, mscale = self._rope_table(spec, freq_factors)
         out = self._new(x.shape)
         self._op("rope", x, out, n, heads, hd, positions, Fixed(per_pair), spec.dims, int(spec.neox), F(mscale),
                  None if scale is None else Fixed(self._constant(scale)))
-        return out
-
-    def hadamard(self, x: Tensor, width: int) -> Tensor:
-        out = self._new(x.shape)
-        self._op("hadamard", x, out, x.size, width, F(float(hadamard_norm(width))))
+        if rotation:                    # in place, after the scales
+            self._op("hadamard", out, out, out.size, rotation, F(float(hadamard_norm(rotation))))
         return out
 
     def _constant(self, values: np.ndarray) -> int:

@@ -215,10 +215,9 @@ class ParamsLayout:
 # Params fields left 0 unless given: the matvecs' expert fields (read only with EXPERTS), their bias stride
 # (0: a bias shared by every token)
 OPTIONAL_PARAMS = frozenset({"expert_bytes", "pair_div", "e_first", "e_count", "e_tiles", "n_experts", "bias_stride", "r_off",
-                             "eps", "head_dim", "dims", "mscale", "row_words", "scale_off"})
+                             "eps", "head_dim", "dims", "mscale", "row_words", "scale_off", "rot", "rnorm"})
 # Most experts the router kernel selects from (router.wgsl MAX_EXPERTS: its bitmask of taken experts)
 MAX_EXPERTS = 256
-HADAMARD_KEY = ShaderKey.of("hadamard", WG=WG)      # rotations of up to key_scales.MAX_ROTATION values
 
 
 def _layout(spec: str) -> ParamsLayout:
@@ -239,12 +238,11 @@ PARAMS: dict[str, ParamsLayout] = {
     "embed": _layout("d:u32 n:u32 row_bytes:u32 w_off:u32 tok_off:u32 out_off:u32 row0:u32 rows:u32"),
     "rmsnorm": _layout("rows:u32 d:u32 eps:f32 x_off:u32 y_off:u32 w_off:u32 r_off:u32 _pad1:u32"),
     "rope": _layout("n:u32 heads:u32 head_dim:u32 dims:u32 mscale:f32 x_off:u32 y_off:u32 pos_off:u32 eps:f32 "
-                    "scale_off:u32 _pad1:u32 _pad2:u32"),
+                    "scale_off:u32 rot:u32 rnorm:f32"),
     "attention": _layout("n:u32 heads:u32 kv_heads:u32 table_len:u32 window:u32 scale:f32 softcap:f32 pos_off:u32 "
                          "q_off:u32 out_off:u32 row_words:u32 seq_off:u32 table_off:u32 _pad0:u32 _pad1:u32 _pad2:u32"),
     "kv_write": _layout("n:u32 k_row:u32 v_row:u32 table_len:u32 pos_off:u32 k_off:u32 v_off:u32 head_dim:u32 dims:u32 "
                         "mscale:f32 eps:f32 seq_off:u32 table_off:u32 _pad0:u32 _pad1:u32 _pad2:u32"),
-    "hadamard": _layout("n:u32 groups:u32 width:u32 norm:f32 x_off:u32 y_off:u32 _pad0:u32 _pad1:u32"),
     "glu": _layout("n:u32 f:u32 gate_off:u32 gate_stride:u32 up_off:u32 up_stride:u32 out_off:u32 _pad0:u32"),
     "eltwise": _layout("n:u32 width:u32 a_off:u32 a_stride:u32 b_off:u32 b_stride:u32 y_off:u32 s:f32"),
     "argmax": _layout("len:u32 chunk:u32 x_off:u32 _pad0:u32"),
@@ -302,10 +300,11 @@ def kv_write_grid(kv_type: str, k_row: int, v_row: int, n: int) -> tuple[int, in
     return groups(max(k_row, v_row) // per), n, 1
 
 
-def rope_key(neox: bool = False, norm: bool = False, scale: bool = False) -> ShaderKey:
+def rope_key(neox: bool = False, norm: bool = False, scale: bool = False, rotate: bool = False) -> ShaderKey:
     """rope.wgsl with NEOX pairs or not; `norm`: each head RMS-normed first; `scale`: the rotated heads
-    multiplied by a table of scales (a q4 or q8 cache's key scales, pyshim.models.key_scales)."""
-    return ShaderKey.of("rope", WG=WG, NEOX=neox, NORM=norm, SCALE=scale)
+    multiplied by a table of scales (a q4 or q8 cache's key scales, pyshim.models.key_scales); `rotate`:
+    then turned by a Hadamard matrix (a q4 cache's), a workgroup a head."""
+    return ShaderKey.of("rope", WG=WG, NEOX=neox, NORM=norm, SCALE=scale, ROTATE=rotate)
 
 
 def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int,
@@ -478,7 +477,8 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
              [(False, False, False), (True, False, False), (True, True, False), (True, False, True), (True, True, True)]]
     if subgroups:
         keys += [rmsnorm_key(reduce=True, subgroup=True, residual=r) for r in (False, True)]
-    keys += [rope_key(neox, norm, scale) for neox in (False, True) for norm in (False, True) for scale in (False, True)]
+    keys += [rope_key(neox, norm, scale, rot) for neox in (False, True) for norm in (False, True)
+             for scale, rot in ((False, False), (True, False), (True, True))]
     for hd in head_dims:
         for splits in (1, ATTN_SPLITS_GPU):
             keys += [k for cap in (False, True) for t in KV_TYPES for lanes in (0, ATTN_LANES_GPU)
@@ -503,7 +503,7 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
     keys += [ShaderKey.of("eltwise", WG=WG, **{op: True}) for op in ("OP_ADD", "OP_SCALE", "OP_SOFTCAP", "OP_COPY")]
     keys += [*argmax_keys()] + ([*argmax_keys(subgroup=True)] if subgroups else [])
     keys += [ShaderKey.of("topk", WG=WG, K=TOPK, **{p: True}) for p in ("PASS1", "PASS2")]
-    keys += [ShaderKey.of("stream", WG=WG, STRIDED=s) for s in (False, True)] + [HADAMARD_KEY]
+    keys += [ShaderKey.of("stream", WG=WG, STRIDED=s) for s in (False, True)]
     if f16:         # the f32 route's arithmetic in halves (real GPUs with shader-f16)
         keys += [matvec_key(q, bias=bias, reduce=True, f16=True) for q in WEIGHT_TYPES for bias in (False, True)]
         keys += [matvec_key(q, reduce=True, glu=act, f16=True) for q in WEIGHT_TYPES for act in ACTIVATIONS]

@@ -26,7 +26,7 @@ from pyshim.gpu.expert_cache import ExpertCache
 from pyshim.gpu.experts import ExpertOps
 from pyshim.gpu.fused import Attention, FusedOps, Norm, Rope, drop_unread
 from pyshim.gpu.layer_stream import LayerStream
-from pyshim.gpu.kernels import (HADAMARD_KEY, I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_TYPES, I8_TOKENS, PARAMS, glu_key,
+from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_TYPES, I8_TOKENS, PARAMS, glu_key,
                                 TOPK, TOPK_CHUNK, UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, GROUPED_TYPES, KernelCache,
                                 argmax_keys, argmax_pass1, attention_combine_grid, attention_grid, attention_keys,
                                 attention_prefill_grid, attention_prefill_key, attention_record_bytes, embed_key, groups,
@@ -315,7 +315,7 @@ class GpuOps(FusedOps, ExpertOps):
         return parts
 
     def rope(self, x: Tensor, positions: Tensor, spec: RopeSpec, freq_factors: WeightSlot | None = None,
-             scale: np.ndarray | None = None) -> Tensor:
+             scale: np.ndarray | None = None, rotation: int = 0) -> Tensor:
         n, heads, hd = x.shape
         # the angle table, with the scales after it (rope.wgsl's SCALE reads them there): one per layer and side
         cache_key = (spec, None if freq_factors is None else freq_factors.name, None if scale is None else id(scale))
@@ -331,21 +331,15 @@ class GpuOps(FusedOps, ExpertOps):
         if norm is not None and norm.x.shape != x.shape:
             norm = None                 # only a norm of each head (qwen3, gemma3) folds into the rotation
         src = x if norm is None else norm.x
-        self._record("rope", rope_key(spec.neox, norm is not None, scale is not None),
+        # with a rotation, a workgroup a head turns it in workgroup memory (in the same pass)
+        grid = (1, heads, n) if rotation else (groups(hd // 2), heads, n)
+        self._record("rope", rope_key(spec.neox, norm is not None, scale is not None, rotation > 0),
                      [src.buf, positions.buf, theta_buf] + ([norm.w.f32_buf] if norm is not None else []) + [out.buf],
-                     (groups(hd // 2), heads, n), n=n, heads=heads, head_dim=hd, dims=spec.dims, mscale=mscale,
-                     x_off=src.off, y_off=out.off, pos_off=positions.off, eps=norm.eps if norm is not None else 0.0,
-                     scale_off=spec.dims // 2)
+                     grid, n=n, heads=heads, head_dim=hd, dims=spec.dims, mscale=mscale, x_off=src.off, y_off=out.off,
+                     pos_off=positions.off, eps=norm.eps if norm is not None else 0.0, scale_off=spec.dims // 2,
+                     rot=rotation, rnorm=float(hadamard_norm(rotation)) if rotation else 0.0)
         if scale is None:               # (scaled keys are stored as the rope leaves them: kv_write does not fold it)
             self._produced(out, Rope(src, positions, spec, theta_buf, mscale, norm))
-        return out
-
-    def hadamard(self, x: Tensor, width: int) -> Tensor:
-        n = x.shape[0]
-        groups_per_token = x.size // n // width
-        out = self._tensor(x.shape, "hadamard")
-        self._record("hadamard", HADAMARD_KEY, [x.buf, out.buf], (groups_per_token, n, 1), n=n,
-                     groups=groups_per_token, width=width, norm=float(hadamard_norm(width)), x_off=x.off, y_off=out.off)
         return out
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, spec: AttnSpec) -> Tensor:

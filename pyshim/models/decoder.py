@@ -153,11 +153,12 @@ class Decoder:
         q = ops.view(q, (n, hp.n_heads, hp.head_dim_k))                               # [n, Hq, hd]
         k = ops.view(k, (n, hp.n_kv_heads, hp.head_dim_k))                            # [n, Hkv, hd]
         v = ops.view(v, (n, hp.n_kv_heads, hp.head_dim_v))                            # [n, Hkv, hd_v]
-        ks = b.key_scales               # keys divided pair by pair, queries multiplied: the same dot products
-        q = ops.rope(self.head_norm(ops, q, b.attn_q_norm), positions, b.rope, self.rope_factors, ks.q if ks else None)
-        k = ops.rope(self.head_norm(ops, k, b.attn_k_norm), positions, b.rope, self.rope_factors, ks.k if ks else None)
-        if ks is not None and ks.rotation:      # (a q4 cache) both turned by one orthonormal H: q.k as it was
-            q, k = ops.hadamard(q, ks.rotation), ops.hadamard(k, ks.rotation)
+        # keys divided pair by pair, queries multiplied (a q4 cache: then both turned by one orthonormal H):
+        # the same dot products
+        ks = b.key_scales
+        qs, kscale, rot = (ks.q, ks.k, ks.rotation) if ks else (None, None, 0)
+        q = ops.rope(self.head_norm(ops, q, b.attn_q_norm), positions, b.rope, self.rope_factors, qs, rot)
+        k = ops.rope(self.head_norm(ops, k, b.attn_k_norm), positions, b.rope, self.rope_factors, kscale, rot)
         a = ops.attention(q, k, v, positions, b.attn)                                  # [n, Hq * hd_v]
         if b.post_attention_norm is None:
             return ops.matmul(a, b.attn_output, residual=x)                            # [n, d]

@@ -41,7 +41,7 @@ from pyshim.gguf.tensors import WeightStore, dequantize_rows
 
 STRENGTH = 0.5          # s = pair magnitude ** STRENGTH
 FLOOR = 1e-3            # a pair's magnitude at least this fraction of the head's largest (a zero row divides nothing)
-MAX_ROTATION = 256      # widest Hadamard rotation (shaders/hadamard.wgsl holds one group in workgroup memory)
+MAX_ROTATION = 256      # widest Hadamard rotation (rope.wgsl's ROTATE turns a head of up to 512 in workgroup memory)
 
 
 @dataclass(frozen=True)

@@ -111,17 +111,13 @@ class Ops(Protocol):
         ...
 
     def rope(self, x: Tensor, positions: Tensor, spec: RopeSpec, freq_factors: Weight | None = None,
-             scale: np.ndarray | None = None) -> Tensor:
+             scale: np.ndarray | None = None, rotation: int = 0) -> Tensor:
         """Rotate the first `spec.dims` of each head; x [n, heads, head_dim], positions [n] -> x's shape.
         `freq_factors` [dims/2] (Llama 3.1's `rope_freqs.weight`) divide each pair's angle. `scale`
         [heads, head_dim] f32, a constant made at load (pyshim.models.key_scales): the rotated heads are
-        then multiplied by it, element by element (f32)."""
-        ...
-
-    def hadamard(self, x: Tensor, width: int) -> Tensor:
-        """x [n, heads, head_dim] with each group of `width` (a power of two dividing head_dim, at most
-        256) values multiplied by the orthonormal Hadamard matrix, as pyshim.models.key_scales.hadamard
-        computes it -> x's shape."""
+        then multiplied by it, element by element (f32); with `rotation` each group of that many values
+        (a power of two dividing head_dim, at most 256) then multiplied by the orthonormal Hadamard matrix,
+        as pyshim.models.key_scales.hadamard computes it (a q4 cache's keys and queries)."""
         ...
 
     def attention(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, spec: AttnSpec) -> Tensor:
