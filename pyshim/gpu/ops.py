@@ -64,6 +64,9 @@ def _addend_params(add: _Addend | None, row0: int) -> dict:
     return {"bias_off": 0, "bias_stride": 0} if add is None else {"bias_off": add.off + row0, "bias_stride": add.stride}
 
 
+ROTATE_MAX_HEAD = 512           # rope.wgsl's ROTATE holds a head in workgroup memory
+
+
 class GpuOps(FusedOps, ExpertOps):
     """`pyshim.models.ops.Ops` recorded for the GPU. Tensors are `Tensor` handles; weights `WeightSlot`s
     (the mixture-of-experts ops are in pyshim.gpu.experts)."""
@@ -332,6 +335,9 @@ class GpuOps(FusedOps, ExpertOps):
             norm = None                 # only a norm of each head (qwen3, gemma3) folds into the rotation
         src = x if norm is None else norm.x
         # with a rotation, a workgroup a head turns it in workgroup memory (in the same pass)
+        if rotation and hd > ROTATE_MAX_HEAD:
+            raise UnsupportedError(f"a q4 cache rotates heads of up to {ROTATE_MAX_HEAD} values, this model's are {hd}",
+                                   hint="use kv_type q8")
         grid = (1, heads, n) if rotation else (groups(hd // 2), heads, n)
         self._record("rope", rope_key(spec.neox, norm is not None, scale is not None, rotation > 0),
                      [src.buf, positions.buf, theta_buf] + ([norm.w.f32_buf] if norm is not None else []) + [out.buf],
