@@ -70,7 +70,7 @@ def key_scales(spec: ModelSpec, store: WeightStore, pairs: list, rotate: bool = 
     """Every layer's scales; `pairs[il]` is layer il's RopeSpec (its rotated dims and NeoX pairing).
     `rotate`: the cache rotates keys where the model allows (KVType.rotated_keys, rotation_width)."""
     width = rotation_width(spec) if rotate else 0
-    return [KeyScales(s.q, s.k, width) for s in (_layer(spec, store, il, pairs[il]) for il in range(spec.n_layers))]
+    return [_layer(spec, store, il, pairs[il], width) for il in range(spec.n_layers)]
 
 
 def rotation_width(spec: ModelSpec) -> int:
@@ -108,7 +108,7 @@ def _dense(store: WeightStore, name: str) -> np.ndarray:
     return dequantize_rows(store.raw(name), ref.qtype).reshape(-1, ref.shape[-1]).astype(np.float64)
 
 
-def _layer(spec: ModelSpec, store: WeightStore, il: int, rope) -> KeyScales:
+def _layer(spec: ModelSpec, store: WeightStore, il: int, rope, rotation: int) -> KeyScales:
     hd, hkv = spec.head_dim_k, spec.n_kv_heads
     names = key_tensors(spec, il)
     g = _dense(store, names[0]).reshape(-1)
@@ -136,4 +136,4 @@ def _layer(spec: ModelSpec, store: WeightStore, il: int, rope) -> KeyScales:
     s = mag ** STRENGTH
     s = (s / np.exp(np.log(s).mean(axis=-1, keepdims=True))).astype(np.float32)   # geometric mean 1 per head
     group = spec.n_heads // hkv
-    return KeyScales(q=np.repeat(s, group, axis=0), k=(np.float32(1) / s).astype(np.float32))
+    return KeyScales(q=np.repeat(s, group, axis=0), k=(np.float32(1) / s).astype(np.float32), rotation=rotation)

@@ -39,7 +39,7 @@ RETRIEVAL_SAFE = ("f32", "f16", "q8", "q4")
 SAFE_UP_TO = {"q4": 4096}       # the longest context a type was measured to keep retrieval at (others: any)
 WHY_TYPES = {"f32": "exact", "f16": "half the memory; found every needle f32 found",
              "q8": "28% of f32's memory; found every needle f32 found",
-             "q4": "16% of f32's memory; within one needle of f32 up to 4096 tokens"}
+             "q4": f"16% of f32's memory; within one needle of f32 up to {SAFE_UP_TO['q4']} tokens"}
 
 
 @dataclass(frozen=True)
