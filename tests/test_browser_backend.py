@@ -18,7 +18,9 @@ import json
 
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType as QT
 
+import tiny_models
 from pyshim.setup.catalog import model_path
 from pyshim.cli import main
 
@@ -152,3 +154,20 @@ def test_a_model_outside_models_is_served_to_the_page_from_disk(tmp_path, capsys
     browser = _json(capsys, argv + ["--backend", "browser", "--device", "gpu"])
     cpu = _json(capsys, argv + _like(browser))
     assert browser["prompt_ids"] == cpu["prompt_ids"] and len(browser["ids"]) == 4
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cpu_engine_in_the_browser_runs_a_model_past_4_gib(tmp_path, capsys, threads):
+    """A context whose f32 cache passes wasm32's 4 GiB, on the page's CPU engine: it takes the 64-bit build
+    (memory64; with two threads over a shared 64-bit memory), and its greedy tokens are the native 32-bit
+    build's at a short context."""
+    from test_wasm_executor import LONG_CONTEXT
+
+    path = str(tiny_models.write_tiny_model(tmp_path, "llama", QT.Q4_0, n_ctx=LONG_CONTEXT))
+    argv = ["generate", path, "--prompt", "hello there", "--max-tokens", "12", "--ignore-eos", "--json"]
+    browser = _json(capsys, argv + ["--backend", "browser", "--device", "cpu", "--threads", str(threads), "--ctx", str(LONG_CONTEXT)])
+    native = _json(capsys, argv + ["--backend", "wasm", "--ctx", "64"])
+    print({k: v for k, v in browser.items() if k not in ("ids", "prompt_ids")})
+    assert browser["device"] == "cpu" and browser["wasm64"] is True and browser["threads"] == threads
+    assert native["wasm64"] is False
+    assert browser["ids"] == native["ids"] and len(native["ids"]) == 12

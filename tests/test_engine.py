@@ -51,8 +51,10 @@ class FileStore:
             device.queue.write_buffer(buffer, buffer_offset, data + b"\0" * (-len(data) % 4))
             self.uploaded += size
 
-    async def cpuEngine(self, threads):
-        return NativeEngine(threads)
+    wasm64 = True                           # (wasmtime runs memory64)
+
+    async def cpuEngine(self, threads, wide=False):
+        return NativeEngine(threads, wide)
 
     async def uploadCpu(self, model_id, engine, uploads, quiet=False):
         for offset, size, ptr in uploads:
@@ -68,11 +70,11 @@ class _Bytes(bytes):
 class NativeEngine:
     """web/engine/cpu.js's engine object as PageModule uses it, natively: the module under wasmtime."""
 
-    def __init__(self, threads):
+    def __init__(self, threads, wide=False):
         from pyshim.exec.wasm_module import NativeModule
 
-        self.module = NativeModule(threads=threads or 1)
-        self.threads, self.relaxed = self.module.threads, self.module.relaxed
+        self.module = NativeModule(threads=threads or 1, wide=wide)
+        self.threads, self.relaxed, self.wide = self.module.threads, self.module.relaxed, self.module.wide
 
     def alloc(self, nbytes):
         return self.module.alloc(nbytes)

@@ -72,8 +72,9 @@ def test_the_cpu_engine_is_not_offered_what_it_cannot_run(tmp_path):
     assert cpu_can_run(spec, h, RunSettings()) is None
     assert "streamed" in cpu_can_run(spec, h, RunSettings(streamed_layers=1))
     spec, h = header(n_layers=96)           # 4.6 GB with an f32 cache of 4096 positions: past 4 GiB
-    assert "more than the 4096.0 MiB" in cpu_can_run(spec, h, RunSettings(context=4096))
-    assert cpu_can_run(spec, h, RunSettings(context=4096, kv_type="q4")) is None
+    assert "over the 4096.0 MiB" in cpu_can_run(spec, h, RunSettings(context=4096), wasm64=False)
+    assert cpu_can_run(spec, h, RunSettings(context=4096, kv_type="q4"), wasm64=False) is None
+    assert cpu_can_run(spec, h, RunSettings(context=4096)) is None       # (the 64-bit build: 16 GiB)
     spec, h = header(n_layers=2, experts=4)
     assert cpu_can_run(spec, h, RunSettings()) is None      # (mixtures of experts run on the CPU engine too)
     spec, h = header(n_layers=2, experts=320)

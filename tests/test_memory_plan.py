@@ -88,3 +88,30 @@ def test_cpu_engine_fit_counts_the_kv_type_asked_for(tmp_path):
 
     spec = ModelSpec.from_header(read_header(data, file_size=total))
     assert f32["need_bytes"] - q8["need_bytes"] == kv_cache_bytes(spec, 4096, "f32") - kv_cache_bytes(spec, 4096, "q8")
+
+
+def test_cpu_engine_fit_grows_to_16_gib_with_memory64(tmp_path):
+    """Where the browser runs 64-bit WebAssembly memories (`wasm64`) the CPU engine's limit is 16 GiB: the
+    f32 cache that does not fit in 4 GiB fits, and the load takes the 64-bit build; past 16 GiB it is
+    refused with both numbers. Without memory64 the refusal says that the browser lacks it."""
+    from pyshim.exec.wasm_runner import needs_wide
+    from pyshim.gguf.header import read_header
+    from pyshim.gguf.spec import ModelSpec
+    from pyshim.plan.memory import WASM64_MEMORY_BYTES, WASM_MEMORY_BYTES
+    from pyshim.plan.probe import probe
+    from pyshim.plan.settings import RunSettings
+    from site_helpers import header_only_gguf
+
+    data, total = header_only_gguf(tmp_path / "deep.gguf", n_vocab=1000, n_embd=1024, n_layers=96, n_ff=1024)
+    header = read_header(data, file_size=total)
+    spec = ModelSpec.from_header(header)
+    wide = probe(data, total, context=4096, kv_type="f32", judge=True, wasm64=True)["fit"]
+    assert wide["ok"] and wide["budget_bytes"] == WASM64_MEMORY_BYTES and wide["need_bytes"] > WASM_MEMORY_BYTES, wide
+    assert needs_wide(spec, header, RunSettings(context=4096, kv_type="f32"))
+    assert not needs_wide(spec, header, RunSettings(context=4096, kv_type="q8"))
+    narrow = probe(data, total, context=4096, kv_type="f32", judge=True)["fit"]
+    assert not narrow["ok"] and any("no 64-bit WebAssembly memory" in r for r in narrow["reasons"])
+    data, total = header_only_gguf(tmp_path / "deeper.gguf", n_vocab=1000, n_embd=1024, n_layers=500, n_ff=1024)
+    over = probe(data, total, context=4096, kv_type="f32", judge=True, wasm64=True)["fit"]
+    assert not over["ok"] and over["need_bytes"] > WASM64_MEMORY_BYTES, over
+    assert any("16384.0 MiB a 64-bit WebAssembly memory can have" in r for r in over["reasons"]), over["reasons"]

@@ -224,6 +224,29 @@ def test_missing_module_says_how_to_build_it(tmp_path):
         NativeModule(tmp_path / "pyshim-cpu.wasm")
 
 
+LONG_CONTEXT = (4 << 30) // (2 * 2 * 2 * tiny_models.HEAD_DIM * 4) + 4096   # tiny llama: an f32 cache past 4 GiB
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_model_past_4_gib_runs_on_the_64_bit_build(tmp_path_factory, threads):
+    """A context whose f32 cache passes wasm32's 4 GiB: the engine takes its 64-bit build (memory64) by
+    itself, the cache lies past 4 GiB, and every logit equals the 32-bit build's at a short context (the
+    same arithmetic: attention reads only the positions written)."""
+    from pyshim.plan.memory import WASM_MEMORY_BYTES
+
+    path = tiny_models.write_tiny_model(tmp_path_factory.mktemp("long"), "llama", QT.Q4_0, n_ctx=LONG_CONTEXT)
+    ids = tiny_models.test_ids()
+    short = wasm(path, context=tiny_models.N_CTX, threads=threads)
+    want = short.logits(ids, all_logits=True)
+    assert not short.runner.wasm64
+    long = wasm(path, context=LONG_CONTEXT, threads=threads)
+    np.testing.assert_array_equal(long.logits(ids, all_logits=True), want)
+    memory = long.runner.memory()
+    assert memory["wasm64"] and memory["kv_bytes"] > WASM_MEMORY_BYTES and memory["module_bytes"] > WASM_MEMORY_BYTES
+    for drive in (short, long):
+        drive.runner.close()
+
+
 PROMPTS = [[5, 77, 300, 9, 12], [41, 42], [7, 8, 9, 10, 11, 12, 13, 14, 15]]
 
 

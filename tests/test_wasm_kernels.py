@@ -25,9 +25,11 @@ TYPES = [QT.F32, QT.F16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_K, Q
 class Engine:
     """The built module with NumPy arrays in and out."""
 
-    def __init__(self, relaxed: bool):
-        self.m = wasm_module.NativeModule(wasm_module.build(relaxed=relaxed))
-        assert self.m.relaxed == relaxed
+    def __init__(self, relaxed: bool, wide: bool):
+        self.m = wasm_module.NativeModule(wasm_module.build(relaxed=relaxed, wide=wide))
+        assert self.m.relaxed == relaxed and self.m.wide == wide
+        if wide:        # everything after this lies past 4 GiB: every pointer needs its 64 bits
+            self.m.alloc(4 << 30)
 
     def put(self, a) -> int:
         a = np.ascontiguousarray(a)
@@ -51,10 +53,12 @@ class Engine:
         return self.get(y, (n, m))
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["simd128", "relaxed"])
+@pytest.fixture(scope="module", params=[(False, False), (True, False), (False, True), (True, True)],
+                ids=["simd128", "relaxed", "simd128-64", "relaxed-64"])
 def eng(request):
-    """The plain SIMD128 build and its relaxed-SIMD twin (their integer dot products are the same sums)."""
-    return Engine(request.param)
+    """The plain SIMD128 build and its relaxed-SIMD twin (their integer dot products are the same sums), and
+    the 64-bit twins of both (memory64) with their data past 4 GiB."""
+    return Engine(*request.param)
 
 
 def activations(rng, n: int, k: int) -> np.ndarray:

@@ -114,11 +114,12 @@ def _add(writer: GGUFWriter, name: str, data: np.ndarray, qtype: QT) -> None:
 
 def write_tiny_model(directory: str | Path, arch: str, qtype: QT, seed: int = 0, *, name: str | None = None,
                      arch_name: str | None = None, drop: frozenset[str] = frozenset(),
-                     retype: dict[str, QT] | None = None, truncate: frozenset[str] = frozenset()) -> Path:
+                     retype: dict[str, QT] | None = None, truncate: frozenset[str] = frozenset(), n_ctx: int = N_CTX) -> Path:
     """Write `tiny-{arch}-{type}.gguf` into `directory` and return its path (same bytes for the same args).
 
     For bad-input tests: `arch_name` writes another general.architecture; `drop` leaves tensors out;
-    `retype` stores tensors in other types (raw bytes of the right size); `truncate` stores matrices one row short."""
+    `retype` stores tensors in other types (raw bytes of the right size); `truncate` stores matrices one row short.
+    `n_ctx`: the training context the file declares (a long one lets a cache pass 4 GiB)."""
     path = Path(directory) / (name or f"tiny-{arch}-{qtype.name}.gguf")
     retype = retype or {}
     rng = np.random.default_rng([seed, ALL_ARCHS.index(arch), int(qtype)])
@@ -130,7 +131,7 @@ def write_tiny_model(directory: str | Path, arch: str, qtype: QT, seed: int = 0,
 
     writer = GGUFWriter(path, arch_name or file_arch)
     writer.add_name("tiny random model")     # (llama.cpp special-cases vocabularies by names like "phi3")
-    writer.add_context_length(N_CTX)
+    writer.add_context_length(n_ctx)
     writer.add_embedding_length(N_EMBD)
     writer.add_block_count(n_layers)
     writer.add_feed_forward_length(N_FF_EXPERT if arch in ("olmoe", "mixtral") else N_FF)   # (their expert width)

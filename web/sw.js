@@ -17,7 +17,7 @@
 
 import { handleEndpoint, handleMessage } from "./engine/endpoint.js";
 
-const CACHE_VERSION = "v13";
+const CACHE_VERSION = "v14";
 const CACHE = `pyshim-shell-${CACHE_VERSION}`;
 const CACHE_PREFIX = "pyshim-shell-";
 const SCOPE = new URL(self.registration.scope);
@@ -34,6 +34,7 @@ const SHELL = [
   "engine/endpoint.js", "engine/host.js", "examples/openai.html", "examples/pyscript.html",
   "engine/grammar.js", "engine/remote.js", "engine/gpu.js", "engine/cpu.js", "engine/cpu-thread.js",
   "vendor/pyshim-cpu.wasm", "vendor/pyshim-cpu-mt.wasm", "vendor/pyshim-cpu-relaxed.wasm", "vendor/pyshim-cpu-mt-relaxed.wasm",
+  "vendor/pyshim-cpu64.wasm", "vendor/pyshim-cpu64-mt.wasm", "vendor/pyshim-cpu64-relaxed.wasm", "vendor/pyshim-cpu64-mt-relaxed.wasm",
   "vendor/xgrammar/index.js",
   "vendor/manifest.json", "vendor/definitions.js",
 ];

@@ -294,5 +294,5 @@ def _run_in_browser(args: argparse.Namespace, path, settings, sampling) -> int:
                   "auto": r.get("auto"), "expert_cache": _per_token(r.get("expert_cache"), len(prompt_ids) + len(r["token_ids"])),
                   "layer_stream": r.get("layer_stream"), "device": r.get("device"), "device_reason": r.get("device_reason"),
                   "threads": r.get("threads"),
-                  "relaxed_simd": r.get("relaxed_simd")})
+                  "relaxed_simd": r.get("relaxed_simd"), "wasm64": r.get("wasm64")})
     return 0

@@ -34,7 +34,7 @@ def run(args) -> int:
         (f"openai {vendoring.OPENAI_VERSION} (npm, integrity checked; the OpenAI example's client)", vendoring.vendor_openai),
         (f"@mlc-ai/web-xgrammar {vendoring.XGRAMMAR_VERSION} (npm, integrity checked; the page's grammar engine)", vendoring.vendor_xgrammar),
         (f"axe-core {vendoring.AXE_VERSION} (npm, integrity checked; the tests' accessibility audit)", vendoring.vendor_axe),
-        ("CPU engine: shaders/wasm/engine.c -> web/vendor/pyshim-cpu*.wasm (zig cc; SIMD128 and relaxed SIMD, one thread and threaded)", wasm_module.build_step),
+        ("CPU engine: shaders/wasm/engine.c -> web/vendor/pyshim-cpu*.wasm (zig cc; SIMD128 and relaxed SIMD, one thread and threaded, 32- and 64-bit memory)", wasm_module.build_step),
         ("web/vendor/manifest.json", vendoring.write_manifest),
         ("web/vendor/definitions.js (request schemas and known models, from Python)", vendoring.write_definitions),
     ]

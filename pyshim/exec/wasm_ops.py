@@ -1,8 +1,8 @@
 """The ops interface recorded as a program for the CPU engine (shaders/wasm/engine.c).
 
 Like the GPU executor, a forward pass is recorded once per step shape and replayed: each op becomes
-OP_WORDS int32 words (opcode, then pointers, sizes, floats as their bits) that the module's `run`
-executes in one call. Tensors are places in one activation arena shared by every program (only one runs
+OP_WORDS words (opcode, then pointers, sizes, floats as their bits; int32, or int64 for the 64-bit build)
+that the module's `run` executes in one call. Tensors are places in one activation arena shared by every program (only one runs
 at a time); after recording, each tensor gets an offset by first fit, freed after its last use, so a
 512-token prefill needs a few of its activations at once, not all of them. Weights are copied into the
 module's memory once, as GGUF blocks (the norms' and biases' as f32), and KV caches are allocated per
@@ -30,8 +30,8 @@ from pyshim.models.rope import RopeSpec, pair_tables
 from pyshim.plan.settings import MAX_THREADS, Arithmetic, kv_type as kv_type_named
 
 OP_WORDS = 20
-ABI = 5                          # what the ops mean (engine.c's `abi`: 2 the matmul's PER_TOKEN flag, 3 the experts' ops, 4 rope's scales,
-                                 # 5 the Hadamard rotation)
+ABI = 6                          # what the ops mean (engine.c's `abi`: 2 the matmul's PER_TOKEN flag, 3 the experts' ops, 4 rope's scales,
+                                 # 5 the Hadamard rotation, 6 the 64-bit build's words)
 GATING = {"softmax": 0, "sigmoid": 1}   # the router's gating word (engine.c's route)
 MAX_EXPERTS = 256                # engine.c: the router's probabilities of a row live on the stack
 OP = {name: i for i, name in enumerate(("embed", "matmul", "rmsnorm", "rope", "attention", "glu", "add", "scale",
@@ -111,6 +111,7 @@ class WasmOps:
                                    hint="use arithmetic 'int8' (the default) or 'f32'")
         try:
             words = (module.call("op_words"), module.call("abi"))
+            self.word_dtype = np.int64 if module.call("word_bytes") == 8 else np.int32
         except Exception:       # (a module older than the exports: wasmtime's KeyError, the page's TypeError)
             words = None
         if words != (OP_WORDS, ABI):
@@ -257,7 +258,7 @@ class WasmOps:
             size = max(top, 2 * self.arena_bytes)
             self.arena_ptr, self.arena_bytes = self.module.alloc(size), size
         program.arena_ptr = self.arena_ptr
-        words = np.zeros((len(program.ops), OP_WORDS), dtype=np.int32)
+        words = np.zeros((len(program.ops), OP_WORDS), dtype=self.word_dtype)
         for i, op in enumerate(program.ops):
             words[i, :len(op)] = [self._word(a) for a in op]
         program.ptr, program.count = self.module.alloc(words.nbytes), len(program.ops)
@@ -266,14 +267,18 @@ class WasmOps:
 
     def _word(self, a) -> int:
         if isinstance(a, Tensor):
-            return _i32(self.arena_ptr + a.buf.offset + a.off)
+            return self._ptr_word(self.arena_ptr + a.buf.offset + a.off)
         if isinstance(a, (Fixed, Weight)):
-            return _i32(a.ptr)
+            return self._ptr_word(a.ptr)
         if isinstance(a, F):
             return struct.unpack("<i", struct.pack("<f", a.value))[0]
         if a is None:
             return 0
         return int(a)
+
+    def _ptr_word(self, ptr: int) -> int:
+        """A pointer as the word that holds it (in an int32 word, addresses above 2 GiB wrap to negative)."""
+        return ptr - (1 << 32) if self.word_dtype == np.int32 and ptr >= (1 << 31) else ptr
 
     # --- ops ---
     def embed(self, table: Weight, tokens: Fixed) -> Tensor:
@@ -439,9 +444,6 @@ def _row(x: Tensor, t: int) -> Tensor:
     return Tensor(x.buf, (1,) + tuple(x.shape[1:]), x.off + 4 * t * per)
 
 
-def _i32(ptr: int) -> int:
-    """A pointer as the int32 word that holds it (addresses above 2 GiB wrap to negative)."""
-    return ptr - (1 << 32) if ptr >= (1 << 31) else ptr
 
 
 def _place(free: list[tuple[int, int]], nbytes: int, top: int) -> tuple[int, int]:

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pyshim.errors import UnsupportedError
+from pyshim.errors import PyshimError, UnsupportedError
 from pyshim.exec.runner import Capacity, HeldTokens, Output, Progress, RunnerStats, Step, Want, answer, check_step
 from pyshim.exec.wasm_module import Module, NativeModule
 from pyshim.exec.wasm_ops import WasmOps, WasmProgram
-from pyshim.plan.memory import per_token
+from pyshim.plan.memory import cpu_engine_bytes, cpu_engine_wide, estimate, per_token
 from pyshim.plan.settings import AUTO, Arithmetic, RunSettings
 from pyshim.plan.settings import kv_type as kv_type_named
 
@@ -61,6 +61,11 @@ class WasmRunner:
     def relaxed_simd(self) -> bool:
         """Whether the module is the relaxed-SIMD build (web/engine/cpu.js and NativeModule pick it where they can)."""
         return self.module.relaxed
+
+    @property
+    def wasm64(self) -> bool:
+        """Whether the module is the 64-bit build (a model past 4 GiB: pyshim.exec.wasm_runner.needs_wide)."""
+        return self.module.wide
 
     @property
     def weight_bytes(self) -> int:
@@ -194,6 +199,7 @@ class WasmRunner:
 
     def memory(self) -> dict:
         return {"module_bytes": self.module.memory_bytes, "threads": self.module.threads, "relaxed_simd": self.relaxed_simd,
+                "wasm64": self.wasm64,
                 "weight_bytes": self.ops.weight_bytes,
                 "kv_bytes": self.ops.kv_bytes(), "arena_bytes": self.ops.arena_bytes}
 
@@ -214,7 +220,7 @@ def load_wasm(path: str | Path | None = None, *, header=None, source=None, setti
         settings = replace(settings, kv_type="f32")   # (the memory plan's choice of cache types is the GPU's)
     n_ctx = settings.context_for(spec.context_length)
     own = module is None
-    module = module or NativeModule(threads=settings.threads or 1)
+    module = module or NativeModule(threads=settings.threads or 1, wide=needs_wide(spec, header, settings))
     try:
         store = WeightStore(tensor_refs_from_header(header), source)
         ops = WasmOps(module, store, spec, n_ctx,
@@ -225,3 +231,16 @@ def load_wasm(path: str | Path | None = None, *, header=None, source=None, setti
         if own:             # (its helper threads end with it; a caller's module is the caller's to close)
             module.close()
         raise
+
+
+def needs_wide(spec, header, settings: RunSettings) -> bool:
+    """Whether the model (its spec as the settings change it) with these settings needs the engine's 64-bit
+    build: weights, cache and activations past wasm32's 4 GiB (pyshim.plan.memory.cpu_engine_wide). A model
+    whose estimate fails is left to the 32-bit build, whose loading then says what is wrong."""
+    kv_type = "f32" if settings.kv_type == AUTO else settings.kv_type
+    n_ctx = settings.context_for(spec.context_length)
+    try:
+        est = estimate(spec, header.tensors, context=n_ctx, kv_type=kv_type)
+    except PyshimError:
+        return False
+    return cpu_engine_wide(cpu_engine_bytes(spec, est, n_ctx, kv_type))

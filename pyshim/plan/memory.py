@@ -350,14 +350,29 @@ def fits(est: MemoryEstimate, *, budget_bytes: int | None = None, max_binding_by
     return Fit(ok=not reasons, reasons=tuple(reasons))
 
 
-# The CPU engine's memory: a wasm32 module addresses at most 4 GiB (browsers allow all of it)
+# The CPU engine's memory: a wasm32 module addresses at most 4 GiB (browsers allow all of it); its 64-bit
+# build (memory64: Chrome 133+, Firefox 134+) up to the 16 GiB a browser gives a 64-bit memory. The 64-bit
+# build runs a model only where the 32-bit one cannot: it checks every access's bounds, which costs speed.
 WASM_MEMORY_BYTES = 4 << 30
+WASM64_MEMORY_BYTES = 16 << 30
+WASM_OVERHEAD_BYTES = 256 << 20     # the module's own: its stack, each step shape's program, matmul scratch
 
 
-def cpu_engine_fit(spec: ModelSpec, est: MemoryEstimate, context: int, kv_type: str = "f32") -> Fit:
+def cpu_engine_wide(need_bytes: int) -> bool:
+    """Whether the CPU engine needs its 64-bit build for a model of `need_bytes` (cpu_engine_bytes)."""
+    return need_bytes + WASM_OVERHEAD_BYTES > WASM_MEMORY_BYTES
+
+
+def cpu_engine_limit(wasm64: bool) -> int:
+    """The most memory the CPU engine can have: 16 GiB where the browser (or wasmtime) runs memory64."""
+    return WASM64_MEMORY_BYTES if wasm64 else WASM_MEMORY_BYTES
+
+
+def cpu_engine_fit(spec: ModelSpec, est: MemoryEstimate, context: int, kv_type: str = "f32", *, wasm64: bool = True) -> Fit:
     """Whether the model runs on the WebAssembly CPU engine (pyshim.exec.wasm_runner: no WebGPU adapter,
     or the CPU chosen): its tensor types; a mixture of at most 256 experts (its router's limit); weights,
-    a `kv_type` KV cache of `context` positions and the activations within its 4 GiB memory."""
+    a `kv_type` KV cache of `context` positions and the activations within its memory: 4 GiB, or 16 GiB
+    where `wasm64` (the browser runs 64-bit WebAssembly memories: the 64-bit build)."""
     reasons = []
     unrunnable = unrunnable_reason(est.unrunnable)
     if unrunnable:
@@ -367,11 +382,16 @@ def cpu_engine_fit(spec: ModelSpec, est: MemoryEstimate, context: int, kv_type: 
                        "no WebGPU adapter")
     kv = kv_cache_bytes(spec, context, kv_type)
     need = cpu_engine_bytes(spec, est, context, kv_type)
-    if need > WASM_MEMORY_BYTES:
+    limit = cpu_engine_limit(wasm64)
+    if need + WASM_OVERHEAD_BYTES > limit:
         smaller = "" if kv_type == "q4" else ", a smaller KV cache type (kv_type q8 or q4)"
+        where = ("a 64-bit WebAssembly memory can have" if wasm64 else
+                 "a 32-bit WebAssembly engine can address (this browser has no 64-bit WebAssembly memory, memory64: "
+                 "Chrome 133+ and Firefox 134+ have it)")
         reasons.append(f"on the CPU engine (no WebGPU adapter here) weights ({_mib(est.weight_bytes)}), a {context}-token "
-                       f"{kv_type} KV cache ({_mib(kv)}) and activations need {_mib(need)}, more than the {_mib(WASM_MEMORY_BYTES)} "
-                       f"a WebAssembly engine can address; try a shorter context{smaller} or a smaller model")
+                       f"{kv_type} KV cache ({_mib(kv)}) and activations need {_mib(need)} and the engine "
+                       f"{_mib(WASM_OVERHEAD_BYTES)} more, over the {_mib(limit)} {where}; try a shorter context{smaller} "
+                       "or a smaller model")
     return Fit(ok=not reasons, reasons=tuple(reasons))
 
 

@@ -11,7 +11,7 @@ import time
 from pyshim.errors import PyshimError
 from pyshim.gguf.header import GGUFHeader, NeedMoreBytes, read_header
 from pyshim.plan import auto
-from pyshim.plan.memory import (WASM_MEMORY_BYTES, cpu_engine_bytes, cpu_engine_fit, estimate, fits, per_token,
+from pyshim.plan.memory import (cpu_engine_bytes, cpu_engine_fit, cpu_engine_limit, estimate, fits, per_token,
                                  unrunnable_reason, weights_by_type)
 from pyshim.plan.settings import AUTO, DEFAULT_BUDGET_BYTES, DEFAULT_CONTEXT
 
@@ -24,12 +24,13 @@ def quant_summary(header: GGUFHeader) -> str:
 
 
 def probe(prefix, file_size: int | None = None, *, context: int | None = None, kv_type: str = "f32",
-          budget_bytes: int | None = None, limits: dict | None = None, judge: bool = False) -> dict:
+          budget_bytes: int | None = None, limits: dict | None = None, judge: bool = False, wasm64: bool = False) -> dict:
     """The header's summary at `context` positions (capped at the training context) with a `kv_type`
     cache. With `judge`, also the verdict `fit` {ok, reasons, need_bytes, budget_bytes}: the model against
     the GPU memory the page may use (`budget_bytes`) and the adapter's `limits` by the executor's own
     layout rules (pyshim.plan.memory.fits); with no adapter (`limits` None), against the WebAssembly CPU
-    engine, which then runs models (pyshim.plan.memory.cpu_engine_fit). `fit.engine` says which.
+    engine, which then runs models (pyshim.plan.memory.cpu_engine_fit: in 4 GiB, or 16 GiB where `wasm64`,
+    the browser running 64-bit WebAssembly memories). `fit.engine` says which.
     `kv_type` "auto": the summary is at what pyshim.plan.auto picks for `budget_bytes` (None: the default
     budget), and `auto` says what it picked and why {context, kv_type, total_bytes, reason} (null: nothing fits)."""
     start = time.perf_counter()
@@ -93,9 +94,9 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
         **({"auto": choice.as_dict() if choice else None} if asked_auto else {}),
     }
     if judge:
-        if limits is None:      # no WebGPU adapter: the WebAssembly CPU engine runs it, in its 4 GiB
-            out["fit"] = {**_verdict(list(cpu_engine_fit(spec, est, cpu_context, cpu_kv).reasons),
-                                     cpu_engine_bytes(spec, est, cpu_context, cpu_kv), WASM_MEMORY_BYTES), "engine": "cpu"}
+        if limits is None:      # no WebGPU adapter: the WebAssembly CPU engine runs it, in its 4 (or 16) GiB
+            out["fit"] = {**_verdict(list(cpu_engine_fit(spec, est, cpu_context, cpu_kv, wasm64=wasm64).reasons),
+                                     cpu_engine_bytes(spec, est, cpu_context, cpu_kv), cpu_engine_limit(wasm64)), "engine": "cpu"}
         else:
             reasons = list(fits(est, budget_bytes=budget_bytes, max_binding_bytes=binding,
                                 max_buffer_bytes=limits.get("max_buffer_size")).reasons)

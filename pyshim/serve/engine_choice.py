@@ -91,7 +91,7 @@ async def cpu_matvec_s(module, tensor: TensorInfo, fill: Callable[[int], Awaitab
     x, y = module.alloc(4 * k), module.alloc(4 * m)
     module.write(x, np.random.default_rng(0).standard_normal(k, dtype=np.float32))
     scratch = module.alloc(module.call("matmul_scratch", t, 1, k))
-    words = np.zeros(OP_WORDS, dtype=np.int32)
+    words = np.zeros(OP_WORDS, dtype=np.int64 if module.call("word_bytes") == 8 else np.int32)
     words[:11] = [OP["matmul"], x, 1, k, w, t, m, y, 0, 0, scratch]
     program = module.alloc(words.nbytes)
     module.write(program, words)
@@ -150,9 +150,9 @@ def _shape(tensor: TensorInfo) -> str:
     return f"{tensor.shape[1]}×{tensor.shape[0]} {tensor.type.name}"
 
 
-def cpu_can_run(spec, header, settings) -> str | None:
+def cpu_can_run(spec, header, settings, *, wasm64: bool = True) -> str | None:
     """None when the CPU engine can run the model with these settings, else why not (then the GPU does,
-    without a probe)."""
+    without a probe). `wasm64`: the browser runs the engine's 64-bit build (memory64)."""
     from pyshim.plan.memory import cpu_engine_fit, estimate
     from pyshim.plan.settings import AUTO
 
@@ -164,7 +164,7 @@ def cpu_can_run(spec, header, settings) -> str | None:
         est = estimate(spec, header.tensors, context=context, kv_type=kv_type)
     except PyshimError as exc:
         return str(exc)
-    fit = cpu_engine_fit(spec, est, context, kv_type)
+    fit = cpu_engine_fit(spec, est, context, kv_type, wasm64=wasm64)
     return None if fit.ok else "; ".join(fit.reasons)
 
 

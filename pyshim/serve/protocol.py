@@ -185,8 +185,10 @@ SCHEMAS: dict[str, dict] = {
                            "kv_type": SETTINGS["properties"]["kv_type"],
                            "budget_bytes": {"type": ["integer", "null"], "minimum": 1, "default": None, "description": "a byte count"},
                            "limits": {"type": ["object", "null"], "default": None, "description": "the adapter's limits (null: none)"},
-                           "judge": {"type": "boolean", "default": False, "description": "true or false"}},
-                      "{file_size, context, kv_type, budget_bytes, limits, judge}"),
+                           "judge": {"type": "boolean", "default": False, "description": "true or false"},
+                           "wasm64": {"type": "boolean", "default": False,
+                                      "description": "true or false (the browser runs 64-bit WebAssembly memories)"}},
+                      "{file_size, context, kv_type, budget_bytes, limits, judge, wasm64}"),
     "abort": _request({"request_id": {"type": "integer", "description": "a request id"}}, {}, "{request_id}"),
 }
 

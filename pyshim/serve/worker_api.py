@@ -8,7 +8,9 @@ with the async methods the loader calls:
     readPrefix(model_id, length) -> Uint8Array       the file's first bytes (the header grows as needed)
     readRanges(model_id, ranges_json) -> [Uint8Array] the few small tensors Python keeps (norms, biases)
     upload(model_id, device, uploads)                every weight, store -> GPU buffer, chunk by chunk
-    cpuEngine(threads) -> engine                     without WebGPU: a fresh WebAssembly CPU engine (cpu.js)
+    cpuEngine(threads, wide) -> engine               without WebGPU: a fresh WebAssembly CPU engine (cpu.js; wide:
+                                                     its 64-bit build)
+    wasm64                                           whether this browser runs it (memory64)
     uploadCpu(model_id, engine, uploads)             every matrix, store -> the engine's memory
 so weights go from IndexedDB into GPU buffers without passing through Python (or Pyodide's heap). The
 one model loaded and its settings live here; requests queue in one Scheduler; `emit(event, data_json)`
@@ -109,7 +111,8 @@ def probe(prefix, request_json: str) -> str:
     request = validate("probe", json.loads(request_json))
     try:
         return _dump(run(_bytes(prefix), request["file_size"], context=request["context"], kv_type=request["kv_type"],
-                         budget_bytes=request["budget_bytes"], limits=request["limits"], judge=request["judge"]))
+                         budget_bytes=request["budget_bytes"], limits=request["limits"], judge=request["judge"],
+                         wasm64=request["wasm64"]))
     except PyshimError as exc:
         return _dump({"refused": {"name": type(exc).__name__, "message": str(exc), "hint": exc.hint}})
 
@@ -244,7 +247,8 @@ async def _open_engine(model_id: str, header, source, settings: RunSettings, sto
     try:
         choice = engine_choice.named("gpu") if settings.device == "gpu" else engine_choice.real_gpu(device.caps.summary())
         if settings.device == "auto":
-            why_not = engine_choice.cpu_can_run(settings.spec_for(ModelSpec.from_header(header)), header, settings)
+            why_not = engine_choice.cpu_can_run(settings.spec_for(ModelSpec.from_header(header)), header, settings,
+                                                wasm64=bool(store.wasm64))
             if why_not:
                 choice = engine_choice.Choice("gpu", f"WebGPU runs it ({device.caps.summary()}); the CPU engine cannot: {why_not}")
             else:
@@ -258,7 +262,7 @@ async def _open_engine(model_id: str, header, source, settings: RunSettings, sto
 
                 gpu_s = await engine_choice.gpu_matvec_s(device, tensor, fill_gpu, settings.arithmetic)
                 if device.caps.is_fallback or engine_choice.slow(tensor, gpu_s):
-                    module = PageModule(await store.cpuEngine(settings.threads))
+                    module = PageModule(await _cpu_engine(header, settings, store))
                     choice = engine_choice.decide(device, module, tensor, gpu_s,
                                                   await engine_choice.cpu_matvec_s(module, tensor, fill_cpu))
                 else:
@@ -283,12 +287,21 @@ async def _load_cpu(header, source, settings: RunSettings, store, module=None):
     from pyshim.exec.wasm_module import PageModule
     from pyshim.exec.wasm_runner import load_wasm
 
-    module = module or PageModule(await store.cpuEngine(settings.threads))
+    module = module or PageModule(await _cpu_engine(header, settings, store))
     try:
         return load_wasm(header=header, source=source, settings=settings, module=module, upload_now=False)
     except BaseException:
         module.close()
         raise
+
+
+async def _cpu_engine(header, settings: RunSettings, store):
+    """A fresh CPU engine in the page: its 64-bit build where the model needs more than 4 GiB (cpu.js refuses
+    that, saying so, in a browser without memory64)."""
+    from pyshim.exec.wasm_runner import needs_wide
+    from pyshim.gguf.spec import ModelSpec
+
+    return await store.cpuEngine(settings.threads, needs_wide(settings.spec_for(ModelSpec.from_header(header)), header, settings))
 
 
 def _streamer(store, model_id: str, device):
@@ -434,7 +447,7 @@ async def complete(request_json: str, file_size: int, store, request_id: int, em
                 "kv_type": runner.settings.kv_type, "auto": runner.auto, "expert_cache": runner.expert_cache_stats(),
                 "layer_stream": runner.layer_stream_stats(), "device": runner.runs_on, "device_reason": _state["engine"].reason,
                 "threads": getattr(runner, "threads", None),
-                "relaxed_simd": getattr(runner, "relaxed_simd", None)}
+                "relaxed_simd": getattr(runner, "relaxed_simd", None), "wasm64": getattr(runner, "wasm64", None)}
 
     return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
 

@@ -1,8 +1,8 @@
 // pyshim's CPU engine: the kernels of a forward pass in C, built to WebAssembly with SIMD128
 // (`pyshim setup`: zig cc, target wasm32-wasi as a reactor: no imports, only its memory).
 //
-// Python records a forward pass once per step shape as a program: an array of ops of OP_WORDS i32
-// words each (an opcode, then pointers into this module's memory, sizes, and floats as their bits),
+// Python records a forward pass once per step shape as a program: an array of ops of OP_WORDS words
+// each (an opcode, then pointers into this module's memory, sizes, and floats as their bits),
 // the same recording the GPU executor makes of its dispatches. `run` executes a program in one call,
 // so a step costs one crossing from Python (or from the page's JS) into this module.
 //
@@ -12,10 +12,32 @@
 // pyshim.exec.llama_cpp.Int8Ops is its oracle; sums run in another order, so results agree to float
 // rounding, not bit for bit.
 
-#include <math.h>
+// The 64-bit build (wasm64, memory64: models past wasm32's 4 GiB, where the browser has it) is the same
+// source for target wasm64-freestanding: wasi-libc is built for wasm32 only, so there the C library's few
+// parts come from the compiler (memcpy, rintf... as builtins: single instructions), zig's compiler_rt
+// (expf, sin, cos: the very functions the wasm32 build links) and libm64.zig (tanhf: zig's, as the
+// wasm32 build's). Pointers are 64-bit there, and so are a program's words (Word below).
 #include <stdint.h>
-#include <string.h>
 #include <wasm_simd128.h>
+#ifdef __wasm64__
+#include <stddef.h>
+#define memcpy __builtin_memcpy
+#define memset __builtin_memset
+#define rintf __builtin_rintf
+#define fabsf __builtin_fabsf
+#define fmaxf __builtin_fmaxf
+#define fminf __builtin_fminf
+#define floorf __builtin_floorf
+#define sqrt __builtin_sqrt
+#define INFINITY __builtin_inff()
+float expf(float);
+float tanhf(float);
+double sin(double);
+double cos(double);
+#else
+#include <math.h>
+#include <string.h>
+#endif
 
 #define EXPORT(name) __attribute__((export_name(#name)))
 
@@ -26,20 +48,27 @@ static uintptr_t heap_top = 0;
 
 // Bytes from the top of the heap, 64-aligned, growing the memory as needed; 0 when it cannot grow.
 // Nothing is freed: Python allocates weights, caches and arenas once and reuses them.
-EXPORT(alloc) uint32_t alloc(uint32_t nbytes) {
+EXPORT(alloc) uintptr_t alloc(uintptr_t nbytes) {
     if (!heap_top) heap_top = (uintptr_t)&__heap_base;
     uintptr_t at = (heap_top + 63) & ~(uintptr_t)63;
     uint64_t end = (uint64_t)at + nbytes;
     uint64_t have = (uint64_t)__builtin_wasm_memory_size(0) * 65536;
+    if (end > (uint64_t)UINTPTR_MAX) return 0;      // (past wasm32's 4 GiB: its memory cannot reach there)
     if (end > have) {
         uint64_t pages = (end - have + 65535) / 65536;
         if (__builtin_wasm_memory_grow(0, (uintptr_t)pages) == (uintptr_t)-1) return 0;
     }
     heap_top = (uintptr_t)end;
-    return (uint32_t)at;
+    return at;
 }
 
-EXPORT(heap_used) uint32_t heap_used(void) { return heap_top ? (uint32_t)heap_top : (uint32_t)(uintptr_t)&__heap_base; }
+EXPORT(heap_used) uintptr_t heap_used(void) { return heap_top ? heap_top : (uintptr_t)&__heap_base; }
+
+#ifdef __wasm64__
+// (wasm32-wasi's reactor model exports this to run the C library's constructors; here there are none,
+// and the hosts call it all the same)
+EXPORT(_initialize) void initialize(void) {}
+#endif
 
 // ------------------------------------------------------------------ threads
 //
@@ -910,10 +939,17 @@ enum {
 #define OP_LAST OP_HADAMARD
 #define OP_WORDS 20
 
+// A word holds a pointer, an int or a float's bits (in its first four bytes): 4 bytes in the wasm32
+// build, 8 in the wasm64 one (Python asks `word_bytes`).
+#ifdef __wasm64__
+typedef union { int64_t i; float f; } Word;
+#define P(j) ((void *)(uintptr_t)a[j].i)
+#define I(j) ((int)a[j].i)
+#else
 typedef union { int32_t i; float f; } Word;
-
 #define P(j) ((void *)(uintptr_t)(uint32_t)a[j].i)
 #define I(j) (a[j].i)
+#endif
 #define F(j) (a[j].f)
 
 // Thread tid's part of `count` ops of OP_WORDS words each from `prog`; the index of an unknown op + 1, else 0.
@@ -922,7 +958,7 @@ static inline int is_parallel(int op) { return op == OP_MATMUL || op == OP_ATTEN
 static int run_ops(const Word *prog, int count, int tid, int nth) {
     for (int at = 0; at < count; at++, prog += OP_WORDS) {
         const Word *a = prog + 1;
-        int op = prog[0].i;
+        int op = (int)prog[0].i;
         if (op == OP_MATMUL) {
             matmul_part(P(0), I(1), I(2), P(3), I(4), I(5), P(6), P(7), P(8), P(9), tid, nth);
         } else if (op == OP_EXPERT_MATMUL) {
@@ -953,15 +989,17 @@ static int run_ops(const Word *prog, int count, int tid, int nth) {
         }
         // every thread sees the op's results before the next op starts; between two of thread 0's own
         // ops nobody else runs, so it needs none (the decision is the program's: the same on every thread)
-        if (is_parallel(op) || at + 1 == count || is_parallel(prog[OP_WORDS].i)) barrier(nth);
+        if (is_parallel(op) || at + 1 == count || is_parallel((int)prog[OP_WORDS].i)) barrier(nth);
     }
     return 0;
 }
 
-// The words an op takes, and the revision of what ops mean (2: a matmul's PER_TOKEN flag; 3: the mixture
-// of experts' ops): Python checks both against its own (a module built from an older engine.c says so).
+// The words an op takes, their size, and the revision of what ops mean (2: a matmul's PER_TOKEN flag;
+// 3: the mixture of experts' ops; 5: hadamard; 6: the wasm64 build, alloc's pointer-sized argument):
+// Python checks them against its own (a module built from an older engine.c says so).
 EXPORT(op_words) int op_words(void) { return OP_WORDS; }
-EXPORT(abi) int abi(void) { return 5; }
+EXPORT(word_bytes) int word_bytes(void) { return (int)sizeof(Word); }
+EXPORT(abi) int abi(void) { return 6; }
 
 // Run a program on this thread alone.
 EXPORT(run) int run(const Word *prog, int count) { return run_ops(prog, count, 0, 1); }

@@ -5,7 +5,8 @@
 self.onmessage = async ({ data: { module, memory, tid, stackTop } }) => {
   try {
     const { exports } = await WebAssembly.instantiate(module, { env: { memory } });
-    exports.__stack_pointer.value = stackTop;
+    const sp = exports.__stack_pointer;         // (an i64 global in the 64-bit build)
+    sp.value = typeof sp.value === "bigint" ? BigInt(stackTop) : stackTop;
     self.postMessage({ ready: tid });
     exports.worker(tid);
   } catch (err) {

@@ -11,14 +11,17 @@
 // program on all of them. Elsewhere one thread.
 //
 // Each build has a relaxed-SIMD twin (-relaxed.wasm: the int8 dot products in one instruction), used
-// where this browser validates relaxed SIMD (Chrome 114+); the plain SIMD128 build elsewhere.
+// where this browser validates relaxed SIMD (Chrome 114+); the plain SIMD128 build elsewhere. And each
+// has a 64-bit twin (pyshim-cpu64*.wasm: memory64, up to 16 GiB), which Python asks for (`wide`) only for
+// a model past wasm32's 4 GiB: its pointers are BigInts on this side, and it checks every access's bounds.
 
-const MODULE_URLS = {
-  single: new URL("../vendor/pyshim-cpu.wasm", import.meta.url),
-  threaded: new URL("../vendor/pyshim-cpu-mt.wasm", import.meta.url),
-  "single-relaxed": new URL("../vendor/pyshim-cpu-relaxed.wasm", import.meta.url),
-  "threaded-relaxed": new URL("../vendor/pyshim-cpu-mt-relaxed.wasm", import.meta.url),
-};
+const MODULE_URLS = Object.fromEntries(["", "64"].flatMap((bits) => ["single", "threaded"].flatMap((kind) => ["", "-relaxed"].map((relaxed) => [
+  `${kind}${bits}${relaxed}`, new URL(`../vendor/pyshim-cpu${bits}${kind === "threaded" ? "-mt" : ""}${relaxed}.wasm`, import.meta.url),
+]))));
+const WIDE_MAX_PAGES = 262144;              // a browser's largest 64-bit memory: 16 GiB (pyshim.plan.memory)
+// The exports whose arguments are pointers, by position: BigInts for the 64-bit build (its other integer
+// arguments stay Numbers); only those the engine's Python calls through this face
+const POINTER_ARGS = { alloc: [0], run: [0], run_mt: [0] };
 export const MAX_THREADS = 8;               // engine.c's MAX_THREADS
 const HELPER_STACK = 1 << 20;               // a helper's C stack
 const HELPER_READY_MS = 30_000;
@@ -52,12 +55,12 @@ export function threadsFor(asked) {
 }
 
 // `threads - 1` helpers over `memory`, each started in the module's worker loop; resolves once all are in it.
-async function startHelpers(module, memory, exports, threads) {
+async function startHelpers(module, memory, alloc, threads) {
   const helpers = [];
   const ready = [];
   for (let tid = 1; tid < threads; tid++) {
     const worker = new Worker(new URL("./cpu-thread.js", import.meta.url), { type: "module", name: `pyshim-cpu-${tid}` });
-    const stackTop = exports.alloc(HELPER_STACK) + HELPER_STACK;
+    const stackTop = alloc(HELPER_STACK) + HELPER_STACK;
     ready.push(new Promise((resolve, reject) => {
       const timer = setTimeout(() => reject(Object.assign(new Error(`CPU engine thread ${tid} did not start`), { name: "SetupError" })), HELPER_READY_MS);
       worker.onmessage = (e) => { clearTimeout(timer); e.data?.error ? reject(new Error(e.data.error)) : resolve(); };
@@ -92,23 +95,45 @@ export function relaxedSimdSupported() {
   return WebAssembly.validate(probe);
 }
 
+// Whether this browser runs 64-bit WebAssembly memories (memory64: Chrome 133+, Firefox 134+): a module
+// of one memory with the 64-bit flag validates only where it does.
+export function memory64Supported() {
+  return WebAssembly.validate(new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 5, 3, 1, 4, 0]));
+}
+
+// The threaded 64-bit build's shared memory (the descriptor's field was `index` before it was `address`,
+// whose sizes are BigInts)
+function sharedMemory64(initial) {
+  try {
+    return new WebAssembly.Memory({ initial: BigInt(initial), maximum: BigInt(WIDE_MAX_PAGES), shared: true, address: "i64" });
+  } catch {
+    return new WebAssembly.Memory({ initial, maximum: WIDE_MAX_PAGES, shared: true, index: "i64" });
+  }
+}
+
 // A fresh engine: its own memory, grown as Python allocates weights, caches and activations; `threads`
 // (null: the cores) where the page is cross-origin isolated; `relaxed` (null: where the browser has it)
-// picks the relaxed-SIMD build.
-export async function instantiate(asked = null, { relaxed = null } = {}) {
+// picks the relaxed-SIMD build; `wide` the 64-bit build (a model past 4 GiB; refused without memory64).
+export async function instantiate(asked = null, { relaxed = null, wide = false } = {}) {
   if (!simdSupported()) {
     throw Object.assign(new Error("this browser's WebAssembly has no SIMD, which pyshim's CPU engine needs"), {
       name: "UnsupportedError", hint: "use a current Chrome, Edge, Firefox or Safari (16.4+)",
     });
   }
+  if (wide && !memory64Supported()) {
+    throw Object.assign(new Error("this model needs more than the 4 GB a 32-bit WebAssembly engine addresses, and this browser has no 64-bit WebAssembly memory (memory64)"), {
+      name: "UnsupportedError", hint: "use Chrome or Edge 133+ or Firefox 134+, a browser with WebGPU, or a smaller model",
+    });
+  }
   const threads = threadsFor(asked);
   relaxed = (relaxed ?? true) && relaxedSimdSupported();
-  const suffix = relaxed ? "-relaxed" : "";
+  const suffix = (wide ? "64" : "") + (relaxed ? "-relaxed" : "");
   let instance, memory, helpers = [], module;
   if (threads > 1) {
     module = await compile("threaded" + suffix);
-    // (at least the module's own minimum, 257 pages; at most wasm32's 4 GiB less a page, as it was linked)
-    memory = new WebAssembly.Memory({ initial: 512, maximum: 65535, shared: true });
+    // (at least the module's own minimum, 257 pages; at most the memory it was linked for: wasm32's
+    // 4 GiB less a page, or 16 GiB)
+    memory = wide ? sharedMemory64(512) : new WebAssembly.Memory({ initial: 512, maximum: 65535, shared: true });
     instance = await WebAssembly.instantiate(module, { env: { memory } });
   } else {
     instance = await WebAssembly.instantiate(await compile("single" + suffix), {});
@@ -116,13 +141,20 @@ export async function instantiate(asked = null, { relaxed = null } = {}) {
   const exports = instance.exports;
   exports._initialize();
   memory ??= exports.memory;
-  if (threads > 1) helpers = await startHelpers(module, memory, exports, threads);
+  // the 64-bit build's pointers cross as BigInts, and come back as them
+  const invoke = !wide ? (name, args) => exports[name](...args) : (name, args) => {
+    const big = POINTER_ARGS[name] ?? [];
+    const out = exports[name](...args.map((a, i) => (big.includes(i) ? BigInt(a) : a)));
+    return typeof out === "bigint" ? Number(out) : out;
+  };
+  if (threads > 1) helpers = await startHelpers(module, memory, (nbytes) => invoke("alloc", [nbytes]), threads);
   const bytes = () => new Uint8Array(memory.buffer);     // a new view after each memory growth
   return {
     threads,
     relaxed,
+    wide,
     alloc(nbytes) {
-      return exports.alloc(nbytes) >>> 0;
+      return wide ? invoke("alloc", [nbytes]) : exports.alloc(nbytes) >>> 0;
     },
     // `data`: a Python buffer (a PyProxy: copied from its memory without a conversion) or a typed array
     write(ptr, data) {
@@ -141,8 +173,8 @@ export async function instantiate(asked = null, { relaxed = null } = {}) {
       return bytes().slice(ptr, ptr + nbytes);
     },
     call(name, ...args) {
-      if (name === "run" && threads > 1) return exports.run_mt(...args, threads);
-      return exports[name](...args);
+      if (name === "run" && threads > 1) return invoke("run_mt", [...args, threads]);
+      return invoke(name, args);
     },
     close() {     // the helpers end with the engine (a Worker blocked in Atomics.wait is terminated)
       for (const w of helpers) w.terminate();

@@ -52,7 +52,8 @@ export function storeAccess(emit) {
       }
       await device.queue.onSubmittedWorkDone();
     },
-    cpuEngine: (threads) => cpu.instantiate(threads ?? null),
+    cpuEngine: (threads, wide = false) => cpu.instantiate(threads ?? null, { wide }),
+    wasm64: cpu.memory64Supported(),
     async uploadCpu(modelId, engine, uploadsProxy, quiet = false) {
       // [file offset, size, pointer] each: the CPU engine's matrices, store -> its memory
       const slices = uploadsProxy.toJs({ depth: 2 }).map(([offset, size, ptr]) => ({ offset, size, ptr }));

@@ -18,6 +18,7 @@
 // Results: worker_api's docstrings. Requests that use the model queue in Python (one model, one KV cache).
 
 import { bootPython } from "./python.js";
+import { memory64Supported } from "./cpu.js";
 import { readyModel, storeAccess, storedFromURL } from "./loader.js";
 import { growHeader } from "../store/header.js";
 import { grammarAccess } from "./grammar.js";
@@ -58,7 +59,8 @@ async function call(fn, ...args) {
   return out;
 }
 
-const probe = (bytes, request) => call("probe", bytes, JSON.stringify(request));
+// (the CPU engine's limit, for a page without WebGPU, depends on whether this browser has memory64)
+const probe = (bytes, request) => call("probe", bytes, JSON.stringify({ ...request, wasm64: memory64Supported() }));
 
 // "Will it fit?" for a download's gate (store/download.js): the Worker's probe, judged against `limits`.
 const checkFit = (request) => async (prefix, size) => {
