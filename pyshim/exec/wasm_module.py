@@ -95,7 +95,8 @@ VARIANTS = tuple((threaded, relaxed, wide) for wide in (False, True) for threade
 
 
 def build_step() -> str:
-    """`pyshim setup`'s step: the eight modules built (or found up to date; as many at once as there are cores, up to 4), described."""
+    """`pyshim setup`'s step: the eight modules built (or found up to date; as many at once as there are
+    cores, up to 4), described."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:

@@ -147,15 +147,14 @@ export async function instantiate(asked = null, { relaxed = null, wide = false }
     const out = exports[name](...args.map((a, i) => (big.includes(i) ? BigInt(a) : a)));
     return typeof out === "bigint" ? Number(out) : out;
   };
-  if (threads > 1) helpers = await startHelpers(module, memory, (nbytes) => invoke("alloc", [nbytes]), threads);
+  const alloc = (nbytes) => (wide ? invoke("alloc", [nbytes]) : exports.alloc(nbytes) >>> 0);
+  if (threads > 1) helpers = await startHelpers(module, memory, alloc, threads);
   const bytes = () => new Uint8Array(memory.buffer);     // a new view after each memory growth
   return {
     threads,
     relaxed,
     wide,
-    alloc(nbytes) {
-      return wide ? invoke("alloc", [nbytes]) : exports.alloc(nbytes) >>> 0;
-    },
+    alloc,
     // `data`: a Python buffer (a PyProxy: copied from its memory without a conversion) or a typed array
     write(ptr, data) {
       if (data && typeof data.getBuffer === "function") {
