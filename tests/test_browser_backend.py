@@ -169,5 +169,6 @@ def test_cpu_engine_in_the_browser_runs_a_model_past_4_gib(tmp_path, capsys, thr
     native = _json(capsys, argv + ["--backend", "wasm", "--ctx", "64"])
     print({k: v for k, v in browser.items() if k not in ("ids", "prompt_ids")})
     assert browser["device"] == "cpu" and browser["wasm64"] is True and browser["threads"] == threads
+    assert "64-bit build" in browser["device_reason"]
     assert native["wasm64"] is False
     assert browser["ids"] == native["ids"] and len(native["ids"]) == 12

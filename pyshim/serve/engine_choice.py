@@ -12,7 +12,7 @@ model. Both engines are made for the probe; the loser is closed and the winner k
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Awaitable, Callable
 
 import numpy as np
@@ -40,6 +40,11 @@ class Choice:
 
     def as_dict(self) -> dict:
         return {"device": self.device, "reason": self.reason, "gpu_ms": self.gpu_ms, "cpu_ms": self.cpu_ms}
+
+    def on_wasm64(self) -> Choice:
+        """The choice, its reason saying that the CPU engine runs its 64-bit build (the model needs it)."""
+        return replace(self, reason=f"{self.reason}; on its 64-bit build (memory64): the model needs more than "
+                                    "the 4 GB a 32-bit WebAssembly memory holds")
 
 
 def probe_tensor(header) -> TensorInfo:

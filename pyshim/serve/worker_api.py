@@ -204,6 +204,8 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     pieces = await store.readRanges(model_id, _dump([[o, n] for o, n in small]))
     source = _Ranges({offset: _bytes(piece) for (offset, _), piece in zip(small, pieces)})
     runner, choice = await _open_engine(model_id, header, source, settings, store)
+    if getattr(runner, "wasm64", False):
+        choice = choice.on_wasm64()
     try:
         if isinstance(runner, GpuRunner):
             uploads = [(u.file_offset, u.nbytes, u.buffer, u.buffer_offset) for u in runner.ops.uploads]
