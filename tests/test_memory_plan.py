@@ -109,6 +109,7 @@ def test_cpu_engine_fit_grows_to_16_gib_with_memory64(tmp_path):
     assert wide["ok"] and wide["budget_bytes"] == WASM64_MEMORY_BYTES and wide["need_bytes"] > WASM_MEMORY_BYTES, wide
     assert needs_wide(spec, header, RunSettings(context=4096, kv_type="f32"))
     assert not needs_wide(spec, header, RunSettings(context=4096, kv_type="q8"))
+    assert needs_wide(spec, header, RunSettings(context=4096, kv_type="q8", parallel=4))   # (a cache each)
     narrow = probe(data, total, context=4096, kv_type="f32", judge=True)["fit"]
     assert not narrow["ok"] and any("no 64-bit WebAssembly memory" in r for r in narrow["reasons"])
     data, total = header_only_gguf(tmp_path / "deeper.gguf", n_vocab=1000, n_embd=1024, n_layers=500, n_ff=1024)

@@ -235,12 +235,13 @@ def load_wasm(path: str | Path | None = None, *, header=None, source=None, setti
 
 def needs_wide(spec, header, settings: RunSettings) -> bool:
     """Whether the model (its spec as the settings change it) with these settings needs the engine's 64-bit
-    build: weights, cache and activations past wasm32's 4 GiB (pyshim.plan.memory.cpu_engine_wide). A model
-    whose estimate fails is left to the 32-bit build, whose loading then says what is wrong."""
+    build: weights, a cache for each parallel sequence and activations past wasm32's 4 GiB
+    (pyshim.plan.memory.cpu_engine_wide). A model whose estimate fails is left to the 32-bit build, whose
+    loading then says what is wrong."""
     kv_type = "f32" if settings.kv_type == AUTO else settings.kv_type
     n_ctx = settings.context_for(spec.context_length)
     try:
         est = estimate(spec, header.tensors, context=n_ctx, kv_type=kv_type)
     except PyshimError:
         return False
-    return cpu_engine_wide(cpu_engine_bytes(spec, est, n_ctx, kv_type))
+    return cpu_engine_wide(cpu_engine_bytes(spec, est, n_ctx, kv_type, settings.parallel))

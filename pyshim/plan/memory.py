@@ -368,11 +368,12 @@ def cpu_engine_limit(wasm64: bool) -> int:
     return WASM64_MEMORY_BYTES if wasm64 else WASM_MEMORY_BYTES
 
 
-def cpu_engine_fit(spec: ModelSpec, est: MemoryEstimate, context: int, kv_type: str = "f32", *, wasm64: bool = True) -> Fit:
+def cpu_engine_fit(spec: ModelSpec, est: MemoryEstimate, context: int, kv_type: str = "f32", *, wasm64: bool = True,
+                   seqs: int = 1) -> Fit:
     """Whether the model runs on the WebAssembly CPU engine (pyshim.exec.wasm_runner: no WebGPU adapter,
     or the CPU chosen): its tensor types; a mixture of at most 256 experts (its router's limit); weights,
-    a `kv_type` KV cache of `context` positions and the activations within its memory: 4 GiB, or 16 GiB
-    where `wasm64` (the browser runs 64-bit WebAssembly memories: the 64-bit build)."""
+    a `kv_type` KV cache of `context` positions for each of `seqs` sequences and the activations within its
+    memory: 4 GiB, or 16 GiB where `wasm64` (the browser runs 64-bit WebAssembly memories: the 64-bit build)."""
     reasons = []
     unrunnable = unrunnable_reason(est.unrunnable)
     if unrunnable:
@@ -380,24 +381,26 @@ def cpu_engine_fit(spec: ModelSpec, est: MemoryEstimate, context: int, kv_type: 
     if spec.n_experts > 256:
         reasons.append(f"the CPU engine routes among at most 256 experts, not {spec.n_experts}, and this browser gives "
                        "no WebGPU adapter")
-    kv = kv_cache_bytes(spec, context, kv_type)
-    need = cpu_engine_bytes(spec, est, context, kv_type)
+    kv = kv_cache_bytes(spec, context, kv_type) * seqs
+    need = cpu_engine_bytes(spec, est, context, kv_type, seqs)
     limit = cpu_engine_limit(wasm64)
     if need + WASM_OVERHEAD_BYTES > limit:
         smaller = "" if kv_type == "q4" else ", a smaller KV cache type (kv_type q8 or q4)"
         where = ("a 64-bit WebAssembly memory can have" if wasm64 else
                  "a 32-bit WebAssembly engine can address (this browser has no 64-bit WebAssembly memory, memory64: "
                  "Chrome 133+ and Firefox 134+ have it)")
-        reasons.append(f"on the CPU engine (no WebGPU adapter here) weights ({_mib(est.weight_bytes)}), a {context}-token "
-                       f"{kv_type} KV cache ({_mib(kv)}) and activations need {_mib(need)} and the engine "
+        caches = f"a {context}-token {kv_type} KV cache" + (f" for each of {seqs} sequences" if seqs > 1 else "")
+        reasons.append(f"on the CPU engine (no WebGPU adapter here) weights ({_mib(est.weight_bytes)}), {caches} "
+                       f"({_mib(kv)}) and activations need {_mib(need)} and the engine "
                        f"{_mib(WASM_OVERHEAD_BYTES)} more, over the {_mib(limit)} {where}; try a shorter context{smaller} "
                        "or a smaller model")
     return Fit(ok=not reasons, reasons=tuple(reasons))
 
 
-def cpu_engine_bytes(spec: ModelSpec, est: MemoryEstimate, context: int, kv_type: str = "f32") -> int:
-    """The CPU engine's memory for the model: weights, a `kv_type` KV cache of `context` positions, activations."""
-    return est.weight_bytes + kv_cache_bytes(spec, context, kv_type) + est.activation_bytes
+def cpu_engine_bytes(spec: ModelSpec, est: MemoryEstimate, context: int, kv_type: str = "f32", seqs: int = 1) -> int:
+    """The CPU engine's memory for the model: weights, a `kv_type` KV cache of `context` positions for each of
+    `seqs` sequences, activations."""
+    return est.weight_bytes + kv_cache_bytes(spec, context, kv_type) * seqs + est.activation_bytes
 
 
 MIN_CONTEXT = 512     # shorter than this a chat assistant is not worth loading (pyshim.plan.auto goes no lower)

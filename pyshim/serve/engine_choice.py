@@ -169,7 +169,7 @@ def cpu_can_run(spec, header, settings, *, wasm64: bool = True) -> str | None:
         est = estimate(spec, header.tensors, context=context, kv_type=kv_type)
     except PyshimError as exc:
         return str(exc)
-    fit = cpu_engine_fit(spec, est, context, kv_type, wasm64=wasm64)
+    fit = cpu_engine_fit(spec, est, context, kv_type, wasm64=wasm64, seqs=settings.parallel)
     return None if fit.ok else "; ".join(fit.reasons)
 
 
