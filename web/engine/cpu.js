@@ -13,7 +13,8 @@
 // Each build has a relaxed-SIMD twin (-relaxed.wasm: the int8 dot products in one instruction), used
 // where this browser validates relaxed SIMD (Chrome 114+); the plain SIMD128 build elsewhere. And each
 // has a 64-bit twin (pyshim-cpu64*.wasm: memory64, up to 16 GiB), which Python asks for (`wide`) only for
-// a model past wasm32's 4 GiB: its pointers are BigInts on this side, and it checks every access's bounds.
+// a model past wasm32's 4 GiB: its pointers are BigInts on this side (V8 runs it as fast as the 32-bit
+// build: README, "Past 4 GiB").
 
 const MODULE_URLS = Object.fromEntries(["", "64"].flatMap((bits) => ["single", "threaded"].flatMap((kind) => ["", "-relaxed"].map((relaxed) => [
   `${kind}${bits}${relaxed}`, new URL(`../vendor/pyshim-cpu${bits}${kind === "threaded" ? "-mt" : ""}${relaxed}.wasm`, import.meta.url),
