@@ -94,3 +94,16 @@ def test_the_cli_says_what_auto_picked():
     assert report["auto"] and (report["kv_type"], report["context"]) == (report["auto"]["kv_type"], report["auto"]["context"])
     assert (report["kv_type"], report["context"]) != ("f32", 8192)
     assert "auto picked" in report["auto"]["reason"]
+
+
+def test_a_streamed_plan_takes_q4_only_where_no_other_type_fits(qwen7b):
+    """Streamed plans take the smallest cache that keeps retrieval — q8, not q4, whose next tokens differ
+    from f32's at 12-16% of positions (auto.LAST_RESORT): at the site's 4 GB the 7B streams its last
+    layers with a q8 cache; q4 only where q8 does not fit even with every layer streamed."""
+    header = read_header(qwen7b[0], file_size=qwen7b[1])
+    spec = ModelSpec.from_header(header)
+    streamed = auto.choose(spec, header.tensors, budget_bytes=4 * GB)
+    assert streamed.mode == "layers streamed" and streamed.context <= auto.SAFE_UP_TO["q4"] and streamed.kv_type == "q8"
+    every = estimate(spec, header.tensors, context=4096, kv_type="q8", streamed_layers=spec.n_layers)
+    tight = auto.choose(spec, header.tensors, budget_bytes=every.total_bytes - 1, context=4096)
+    assert (tight.kv_type, tight.streamed_layers, tight.context) == ("q4", spec.n_layers, 4096), tight

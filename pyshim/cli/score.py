@@ -45,7 +45,8 @@ async def _score(args, path, settings, text: str) -> dict:
     try:
         ids = Tokenizer.from_metadata(runner.header.metadata).encode(text, add_special=True)
         scores = (await score(runner, ids, args.top_k)).as_dict()
-        return {"ids": ids, "top_ids": scores["top_ids"], "top_logits": scores["top_logits"], "arithmetic": runner.arithmetic.value}
+        return {"ids": ids, "top_ids": scores["top_ids"], "top_logits": scores["top_logits"], "arithmetic": runner.arithmetic.value,
+                "kv_type": runner.settings.kv_type, "layer_stream": runner.layer_stream_stats()}
     finally:
         runner.close()
 
@@ -57,5 +58,6 @@ def _score_in_browser(args: argparse.Namespace, path, settings, text: str) -> in
 
     ids = Tokenizer.from_metadata(browser.open_header(path).metadata).encode(text, add_special=True)
     r = browser.run(path, "score", {"settings": settings.as_dict(), "ids": ids, "top_k": args.top_k})
-    print(json.dumps({"ids": r["ids"], "top_ids": r["top_ids"], "top_logits": r["top_logits"], "arithmetic": r["arithmetic"]}))
+    print(json.dumps({"ids": r["ids"], "top_ids": r["top_ids"], "top_logits": r["top_logits"], "arithmetic": r["arithmetic"],
+                      "kv_type": r["kv_type"], "layer_stream": r["layer_stream"]}))
     return 0

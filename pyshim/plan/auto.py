@@ -37,6 +37,10 @@ MIN_SLOTS_PER_USED = 2
 # that length only, and there only where q8 does not fit.
 RETRIEVAL_SAFE = ("f32", "f16", "q8", "q4")
 SAFE_UP_TO = {"q4": 4096}       # the longest context a type was measured to keep retrieval at (others: any)
+# Types that keep retrieval but change next tokens measurably (q4: 84-88% the same as f32's): taken only where
+# no other safe type fits, streamed plans included (there the others go smallest first, as cache memory is
+# speed; a streamed 7B's ctx-256 cache in q4 saved 25 MB, no layer, and cost its agreement with llama.cpp)
+LAST_RESORT = ("q4",)
 WHY_TYPES = {"f32": "exact", "f16": "half the memory; found every needle f32 found",
              "q8": "28% of f32's memory; found every needle f32 found",
              "q4": f"16% of f32's memory; within one needle of f32 up to {SAFE_UP_TO['q4']} tokens"}
@@ -78,7 +82,8 @@ def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int,
     A mixture of experts that fits nowhere resident gets its routed experts streamed (or has them when
     `expert_slots` is named): the context capped at STREAMED_CONTEXT_CAP, and every byte the shared
     weights, KV cache and activations leave given to the expert cache (at least MIN_SLOTS_PER_USED
-    slots per expert a token uses), with the smallest retrieval-safe KV type. A dense model streams its
+    slots per expert a token uses), with the smallest retrieval-safe KV type (q4, LAST_RESORT, only where
+    no other fits). A dense model streams its
     last layers instead (or when `streamed_layers` is named): as many layers stay resident as the budget
     holds beside two rotating layers' buffers, the context capped and the KV type chosen the same way.
     `seqs`: sequences run together, sharing `kv_pages` KV pages (None: room for each one's whole context)."""
@@ -105,7 +110,7 @@ def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int,
     for per_used in (MIN_SLOTS_PER_USED, 1):
         least = min(spec.n_experts - 1, per_used * spec.n_experts_used)
         for n in lengths:
-            for t in kv_types_at(kv_type, n)[::-1]:
+            for t in _smallest_first(kv_types_at(kv_type, n)):
                 slots = expert_slots or _slots_that_fit(spec, tensors, n, t, chunk, budget_bytes, seqs, kv_pages)
                 if slots < least and not expert_slots:
                     continue
@@ -119,14 +124,15 @@ def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int,
 def _stream_layers(spec, tensors, budget, context, fixed_context, ceiling, chunk, limits, kv_type, named, seqs=1,
                    kv_pages=None):
     """Layer streaming's plan: the longest context up to STREAMED_CONTEXT_CAP, the smallest retrieval-safe KV
-    type, and the fewest streamed layers that fit (or the `named` count)."""
+    type (LAST_RESORT's only where no other fits), and the fewest streamed layers that fit (or the `named`
+    count)."""
     per_layer = layer_matrix_bytes(tensors)
     if not per_layer:
         return None
     top = min(ceiling, STREAMED_CONTEXT_CAP) if context is None else context
     lengths = [context] if context is not None and fixed_context else _halvings(top)
     for n in lengths:
-        for t in kv_types_at(kv_type, n)[::-1]:
+        for t in _smallest_first(kv_types_at(kv_type, n)):
             if named is not None:
                 streamed = named
             else:
@@ -173,6 +179,11 @@ def kv_types_at(kv_type: str, context: int) -> tuple[str, ...]:
     if kv_type != AUTO:
         return (kv_type,)
     return tuple(t for t in RETRIEVAL_SAFE if context <= SAFE_UP_TO.get(t, context))
+
+
+def _smallest_first(types: tuple[str, ...]) -> tuple[str, ...]:
+    """A streamed plan's order: the smallest of the types first, those of LAST_RESORT after all the others."""
+    return tuple(t for t in types[::-1] if t not in LAST_RESORT) + tuple(t for t in types[::-1] if t in LAST_RESORT)
 
 
 def _halvings(ceiling: int) -> list[int]:

@@ -456,7 +456,7 @@ async def complete(request_json: str, file_size: int, store, request_id: int, em
 
 @_boundary
 async def score(request_json: str, file_size: int, store, request_id: int, emit) -> str:
-    """Teacher-forced: {model_id, text | ids, settings, top_k} -> {ids, top_ids, top_logits, top_logprobs, arithmetic}."""
+    """Teacher-forced: {model_id, text | ids, settings, top_k} -> {ids, top_ids, top_logits, top_logprobs, arithmetic, ...}."""
     request = validate("score", json.loads(request_json))
 
     async def job(should_stop):
@@ -464,7 +464,8 @@ async def score(request_json: str, file_size: int, store, request_id: int, emit)
         session = _state["session"]
         ids = session.prompt_ids(request.get("text"), request.get("ids"))
         scores = await session.score(ids, request["top_k"])
-        return {**scores.as_dict(), "arithmetic": session.runner.arithmetic.value}
+        return {**scores.as_dict(), "arithmetic": session.runner.arithmetic.value, "kv_type": session.runner.settings.kv_type,
+                "layer_stream": session.runner.layer_stream_stats()}
 
     return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}"), exclusive=True))
 
