@@ -367,3 +367,6 @@ class ReferenceRunner:
 
     def close(self) -> None:
         self._caches = {}
+
+    def layer_stream_stats(self) -> None:
+        """None: the reference streams no layers (the GPU executor's report has the fields)."""
