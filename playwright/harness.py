@@ -273,10 +273,10 @@ def engine_request(page, kind: str, params: dict | None = None, timeout_ms: int 
 
 # Puts a model into the site's IndexedDB store the way the page does (Range chunks, each hashed, the
 # header first through Python's "will it fit?" against this page's adapter): page.evaluate(STORE_JS,
-# [url, context, kvType]) -> {id, model_id, status, error, ms, bytes}; kvType defaults to "auto", as the
-# engine's. `pyshim ... --backend browser` and the
-# benchmark store their model so.
-STORE_JS = """async ([url, context, kvType = "auto"]) => {
+# [url, context, kvType, stream]) -> {id, model_id, status, error, ms, bytes}; kvType defaults to "auto", as
+# the engine's; stream: the streaming the settings name ({streamed_layers, expert_slots}). `pyshim ...
+# --backend browser` and the benchmark store their model so.
+STORE_JS = """async ([url, context, kvType = "auto", stream = {}]) => {
   const store = await import(new URL("store/store.js", location.href).href);
   const { checkFit } = await import(new URL("engine/resolve.js", location.href).href);
   const engine = window.pyshimEngine;
@@ -284,6 +284,6 @@ STORE_JS = """async ([url, context, kvType = "auto"]) => {
   const created = await store.createFromURL(url);
   const t0 = performance.now();
   const ready = await store.download(created.id, {
-    checkFit: (prefix, size) => checkFit(engine, adapter, context, prefix, size, kvType) });
+    checkFit: (prefix, size) => checkFit(engine, adapter, context, prefix, size, kvType, stream ?? {}) });
   return { model_id: ready.id, id: ready.id, status: ready.status, error: ready.error, ms: performance.now() - t0, bytes: ready.size };
 }"""

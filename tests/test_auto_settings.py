@@ -107,3 +107,16 @@ def test_a_streamed_plan_takes_q4_only_where_no_other_type_fits(qwen7b):
     every = estimate(spec, header.tensors, context=4096, kv_type="q8", streamed_layers=spec.n_layers)
     tight = auto.choose(spec, header.tensors, budget_bytes=every.total_bytes - 1, context=4096)
     assert (tight.kv_type, tight.streamed_layers, tight.context) == ("q4", spec.n_layers, 4096), tight
+
+
+def test_the_download_gate_judges_the_streaming_the_settings_name(qwen7b):
+    """A named KV type with named streamed layers is judged as the load runs it: the 7B-shaped header with an
+    f32 cache in 3 GB does not fit resident (4.4 GB) and fits with its last 16 layers streamed. (The gate
+    used to ignore named streaming and refused such a file before its download.)"""
+    header, size = qwen7b
+    gpu = {"max_storage_buffer_binding_size": 1 << 30, "max_buffer_size": 1 << 30}
+    resident = probe(header, size, context=256, kv_type="f32", judge=True, limits=gpu, budget_bytes=3 * GB)
+    streamed = probe(header, size, context=256, kv_type="f32", judge=True, limits=gpu, budget_bytes=3 * GB, streamed_layers=16)
+    assert not resident["fit"]["ok"] and resident["total_bytes"] > 4 * GB
+    assert streamed["fit"]["ok"], streamed["fit"]
+    assert streamed["streamed_layers"] == 16 and streamed["total_bytes"] <= 3 * GB

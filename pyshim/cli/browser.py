@@ -146,7 +146,8 @@ def session(model: Path, settings: dict | None = None):
                     url = server.url + ROUTED_PREFIX + model.name
                     context.route(url, _serve_file(model))      # registered last: matched before the network guard
                 page.set_default_timeout(STORE_TIMEOUT_MS)
-                stored = page.evaluate(harness.STORE_JS, [url, settings.get("context"), settings.get("kv_type") or "auto"])
+                stream = {k: settings.get(k) for k in ("streamed_layers", "expert_slots")}
+                stored = page.evaluate(harness.STORE_JS, [url, settings.get("context"), settings.get("kv_type") or "auto", stream])
                 if stored["status"] != "ready":
                     raise _engine_error(stored.get("error") or {"message": f"the model could not be stored ({stored['status']})"})
                 sink: list = [None]

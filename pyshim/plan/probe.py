@@ -24,7 +24,8 @@ def quant_summary(header: GGUFHeader) -> str:
 
 
 def probe(prefix, file_size: int | None = None, *, context: int | None = None, kv_type: str = "f32",
-          budget_bytes: int | None = None, limits: dict | None = None, judge: bool = False, wasm64: bool = False) -> dict:
+          budget_bytes: int | None = None, limits: dict | None = None, judge: bool = False, wasm64: bool = False,
+          streamed_layers: int | None = None, expert_slots: int | None = None) -> dict:
     """The header's summary at `context` positions (capped at the training context) with a `kv_type`
     cache. With `judge`, also the verdict `fit` {ok, reasons, need_bytes, budget_bytes}: the model against
     the GPU memory the page may use (`budget_bytes`) and the adapter's `limits` by the executor's own
@@ -32,7 +33,8 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
     engine, which then runs models (pyshim.plan.memory.cpu_engine_fit: in 4 GiB, or 16 GiB where `wasm64`,
     the browser running 64-bit WebAssembly memories). `fit.engine` says which.
     `kv_type` "auto": the summary is at what pyshim.plan.auto picks for `budget_bytes` (None: the default
-    budget), and `auto` says what it picked and why {context, kv_type, total_bytes, reason} (null: nothing fits)."""
+    budget), and `auto` says what it picked and why {context, kv_type, total_bytes, reason} (null: nothing fits).
+    `streamed_layers` / `expert_slots`: the streaming the settings name, judged as the load will run it."""
     start = time.perf_counter()
     try:
         header = read_header(prefix, file_size=file_size)
@@ -65,11 +67,12 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
     if asked_auto:      # the context (unless named) and KV type pyshim.plan.auto picks for the budget
         named = None if context is None else min(context, spec.context_length)
         choice = auto.choose(spec, header.tensors, budget_bytes=budget_bytes or DEFAULT_BUDGET_BYTES, context=named,
-                             max_binding_bytes=binding)
+                             max_binding_bytes=binding, streamed_layers=streamed_layers, expert_slots=expert_slots)
         context, kv_type = (choice.context, choice.kv_type) if choice else (named, auto.RETRIEVAL_SAFE[-1])
+        streamed_layers, expert_slots = (choice.streamed_layers, choice.expert_slots) if choice else (None, None)
     context = spec.context_length if context is None else min(context, spec.context_length)
-    est = estimate(spec, header.tensors, context=context, kv_type=kv_type, expert_slots=choice and choice.expert_slots,
-                   streamed_layers=choice and choice.streamed_layers)
+    est = estimate(spec, header.tensors, context=context, kv_type=kv_type, expert_slots=expert_slots,
+                   streamed_layers=streamed_layers)
     unrunnable = unrunnable_reason(est.unrunnable)
     token = per_token(spec, header.tensors)
     out = {

@@ -187,8 +187,10 @@ SCHEMAS: dict[str, dict] = {
                            "limits": {"type": ["object", "null"], "default": None, "description": "the adapter's limits (null: none)"},
                            "judge": {"type": "boolean", "default": False, "description": "true or false"},
                            "wasm64": {"type": "boolean", "default": False,
-                                      "description": "true or false (the browser runs 64-bit WebAssembly memories)"}},
-                      "{file_size, context, kv_type, budget_bytes, limits, judge, wasm64}"),
+                                      "description": "true or false (the browser runs 64-bit WebAssembly memories)"},
+                           "streamed_layers": SETTINGS["properties"]["streamed_layers"],
+                           "expert_slots": SETTINGS["properties"]["expert_slots"]},
+                      "{file_size, context, kv_type, budget_bytes, limits, judge, wasm64, streamed_layers, expert_slots}"),
     "abort": _request({"request_id": {"type": "integer", "description": "a request id"}}, {}, "{request_id}"),
 }
 

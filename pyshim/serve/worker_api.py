@@ -112,7 +112,7 @@ def probe(prefix, request_json: str) -> str:
     try:
         return _dump(run(_bytes(prefix), request["file_size"], context=request["context"], kv_type=request["kv_type"],
                          budget_bytes=request["budget_bytes"], limits=request["limits"], judge=request["judge"],
-                         wasm64=request["wasm64"]))
+                         wasm64=request["wasm64"], streamed_layers=request["streamed_layers"], expert_slots=request["expert_slots"]))
     except PyshimError as exc:
         return _dump({"refused": {"name": type(exc).__name__, "message": str(exc), "hint": exc.hint}})
 

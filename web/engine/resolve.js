@@ -55,11 +55,12 @@ export async function locate(spec) {
 // reasons, needBytes, budgetBytes, limits, summary}; a file that is not a usable GGUF throws an error
 // marked `refusal`. `adapter`: gpu-selftest's adapter dict (null without WebGPU); `kvType`: the KV cache
 // type it will run with (auto — the default, as the engine's: the plan pyshim.plan.auto makes, streaming
-// included —, f32, f16, q8, q4).
-export async function checkFit(client, adapter, context, prefix, size, kvType = "auto") {
+// included —, f32, f16, q8, q4); `stream`: the streaming the settings name ({streamed_layers, expert_slots}).
+export async function checkFit(client, adapter, context, prefix, size, kvType = "auto", stream = {}) {
   const budget = budgetBytes();
   const summary = await client.request("probe-bytes", {
     bytes: prefix, file_size: size, context, kv_type: kvType, budget_bytes: budget, limits: adapter?.limits ?? null, judge: true,
+    streamed_layers: stream.streamed_layers ?? null, expert_slots: stream.expert_slots ?? null,
   });
   if (summary.need !== undefined) return summary;
   if (summary.refused) {

@@ -84,7 +84,8 @@ async function withModel(fn, params, id, extra = null) {
     const context = rest.settings?.context ?? null;
     ({ id: model_id, store_ms } = await storedFromURL(new URL(model_url, SITE_ROOT).href,
       checkFit({ context, kv_type: rest.settings?.kv_type ?? "auto", limits: await adapterLimits(),
-        budget_bytes: rest.settings?.budget_bytes ?? null }), events));
+        budget_bytes: rest.settings?.budget_bytes ?? null, streamed_layers: rest.settings?.streamed_layers ?? null,
+        expert_slots: rest.settings?.expert_slots ?? null }), events));
   }
   const manifest = await readyModel(model_id);
   const result = await call(fn, JSON.stringify({ ...rest, model_id }), manifest.size, storeAccess(events), id, events);
