@@ -62,7 +62,8 @@ def test_auto_prefers_the_longest_context_then_the_least_rounding(qwen7b):
         auto.resolve(RunSettings(kv_type="auto", budget_bytes=GB // 2), spec, header.tensors)
     settings, choice = auto.resolve(RunSettings(kv_type="auto", budget_bytes=6 * GB), spec, header.tensors)
     assert (settings.kv_type, settings.context) == (choice.kv_type, choice.context)
-    assert auto.resolve(RunSettings(kv_type="q4"), spec, header.tensors) == (RunSettings(kv_type="q4"), None)
+    assert auto.resolve(RunSettings(kv_type="q4", budget_bytes=6 * GB), spec, header.tensors) == (
+        RunSettings(kv_type="q4", budget_bytes=6 * GB), None)
 
 
 def test_sequences_decoded_together_are_planned_a_cache_each(qwen7b):
@@ -115,8 +116,41 @@ def test_the_download_gate_judges_the_streaming_the_settings_name(qwen7b):
     used to ignore named streaming and refused such a file before its download.)"""
     header, size = qwen7b
     gpu = {"max_storage_buffer_binding_size": 1 << 30, "max_buffer_size": 1 << 30}
-    resident = probe(header, size, context=256, kv_type="f32", judge=True, limits=gpu, budget_bytes=3 * GB)
+    resident = probe(header, size, context=256, kv_type="f32", judge=True, limits=gpu, budget_bytes=3 * GB, streamed_layers=1)
     streamed = probe(header, size, context=256, kv_type="f32", judge=True, limits=gpu, budget_bytes=3 * GB, streamed_layers=16)
     assert not resident["fit"]["ok"] and resident["total_bytes"] > 4 * GB
     assert streamed["fit"]["ok"], streamed["fit"]
     assert streamed["streamed_layers"] == 16 and streamed["total_bytes"] <= 3 * GB
+
+
+def test_a_named_kv_type_streams_where_it_does_not_fit_resident(qwen7b):
+    """A named KV type keeps its type and context, and where that resident plan is over the budget the model
+    streams as auto would stream it — the same plan at load (auto.resolve) and at the download gate (probe).
+    (Before, `--kv-type f32` on a 7B in 4 GB was refused unless the streamed layers were named too.)"""
+    header_bytes, size = qwen7b
+    header = read_header(header_bytes, file_size=size)
+    spec = ModelSpec.from_header(header)
+    settings, choice = auto.resolve(RunSettings(kv_type="f32", context=256, budget_bytes=3 * GB), spec, header.tensors)
+    assert (settings.kv_type, settings.context) == ("f32", 256) and choice.mode == "layers streamed"
+    assert settings.streamed_layers == choice.streamed_layers and 1 <= choice.streamed_layers < spec.n_layers
+    assert choice.estimate.total_bytes <= 3 * GB
+    # the fewest that fit: one layer fewer streamed is over the budget
+    fewer = estimate(spec, header.tensors, context=256, kv_type="f32", streamed_layers=choice.streamed_layers - 1)
+    assert fewer.total_bytes > 3 * GB
+    assert "(the f32 cache was asked for)" in choice.reason and "the context asked for" in choice.reason, choice.reason
+    # no context named: the default one (4096), said as such
+    default = auto.resolve(RunSettings(kv_type="q8", budget_bytes=4 * GB), spec, header.tensors)[1]
+    assert default.context == 4096 and "the default context" in default.reason, default.reason
+    # the gate judges the same plan before the download
+    gpu = {"max_storage_buffer_binding_size": 1 << 30, "max_buffer_size": 1 << 30}
+    gate = probe(header_bytes, size, context=256, kv_type="f32", judge=True, limits=gpu, budget_bytes=3 * GB)
+    assert gate["fit"]["ok"], gate["fit"]
+    assert (gate["kv_type"], gate["context"], gate["streamed_layers"]) == ("f32", 256, choice.streamed_layers)
+    assert gate["auto"]["reason"] == choice.reason
+    # a plan that fits resident is left as asked; one that fits nowhere too, and the gate refuses it with numbers
+    assert auto.resolve(RunSettings(kv_type="f32", context=256, budget_bytes=6 * GB), spec, header.tensors)[1] is None
+    tiny = RunSettings(kv_type="f32", context=256, budget_bytes=GB // 2)
+    assert auto.resolve(tiny, spec, header.tensors) == (tiny, None)
+    refused = probe(header_bytes, size, context=256, kv_type="f32", judge=True, limits=gpu, budget_bytes=GB // 2)
+    assert not refused["fit"]["ok"] and refused["streamed_layers"] is None and "auto" not in refused
+    assert any("GB" in r or "MiB" in r or "MB" in r for r in refused["fit"]["reasons"]), refused["fit"]

@@ -158,10 +158,21 @@ def _slots_that_fit(spec, tensors, context: int, kv_type: str, chunk: int, budge
 
 def resolve(settings: RunSettings, spec: ModelSpec, tensors: Iterable[TensorInfo]) -> tuple[RunSettings, AutoChoice | None]:
     """(`settings` with "auto" replaced by what `choose` picked, the choice — None when nothing was
-    automatic). Raises OutOfMemoryError when not even the shortest context fits."""
-    if settings.kv_type != AUTO:
-        return settings, None
+    automatic). Raises OutOfMemoryError when not even the shortest context fits.
+
+    A KV type the caller names is kept, with its context (named, or the default): where that resident plan
+    does not fit the budget and no streaming is named, the model streams as auto would stream it
+    (`stream_named`); where nothing fits, the settings stay as asked and the budget check refuses them."""
     budget = settings.budget_bytes or DEFAULT_BUDGET_BYTES
+    if settings.kv_type != AUTO:
+        if settings.streamed_layers is not None or settings.expert_slots is not None:
+            return settings, None
+        choice = stream_named(spec, tensors, budget_bytes=budget, context=settings.context_for(spec.context_length),
+                              kv_type=settings.kv_type, chunk=settings.prefill_chunk, seqs=settings.parallel,
+                              kv_pages=settings.kv_pages, default_context=settings.context is None)
+        if choice is None:
+            return settings, None
+        return replace(settings, expert_slots=choice.expert_slots, streamed_layers=choice.streamed_layers), choice
     choice = choose(spec, tensors, budget_bytes=budget, context=settings.context, chunk=settings.prefill_chunk,
                     expert_slots=settings.expert_slots, streamed_layers=settings.streamed_layers, seqs=settings.parallel,
                     kv_pages=settings.kv_pages)
@@ -171,6 +182,22 @@ def resolve(settings: RunSettings, spec: ModelSpec, tensors: Iterable[TensorInfo
                                hint="raise the budget if the GPU has more memory, or use a smaller quantization")
     return replace(settings, kv_type=choice.kv_type, context=choice.context, expert_slots=choice.expert_slots,
                    streamed_layers=choice.streamed_layers), choice
+
+
+def stream_named(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int, context: int, kv_type: str,
+                 chunk: int = PREFILL_CHUNK, max_binding_bytes: int | None = None, seqs: int = 1,
+                 kv_pages: int | None = None, default_context: bool = False) -> AutoChoice | None:
+    """The streamed plan for a named KV type at a fixed `context` (a dense model's last layers, a mixture's
+    experts) where the resident plan does not fit the budget: what auto would stream with that cache. None
+    where the resident plan fits, or nothing does. `default_context`: the caller named no context (the
+    sentence says so)."""
+    choice = choose(spec, tensors, budget_bytes=budget_bytes, context=context, kv_type=kv_type, chunk=chunk,
+                    max_binding_bytes=max_binding_bytes, seqs=seqs, kv_pages=kv_pages)
+    if choice is None or choice.mode == "resident":
+        return None
+    if default_context:
+        choice = replace(choice, reason=choice.reason.replace("the context asked for", "the default context"))
+    return choice
 
 
 def kv_types_at(kv_type: str, context: int) -> tuple[str, ...]:

@@ -34,7 +34,9 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
     the browser running 64-bit WebAssembly memories). `fit.engine` says which.
     `kv_type` "auto": the summary is at what pyshim.plan.auto picks for `budget_bytes` (None: the default
     budget), and `auto` says what it picked and why {context, kv_type, total_bytes, reason} (null: nothing fits).
-    `streamed_layers` / `expert_slots`: the streaming the settings name, judged as the load will run it."""
+    `streamed_layers` / `expert_slots`: the streaming the settings name, judged as the load will run it; with
+    a named type, none named and an adapter's `limits`, the streaming the load plans where the resident plan
+    does not fit (then `auto` says so)."""
     start = time.perf_counter()
     try:
         header = read_header(prefix, file_size=file_size)
@@ -70,6 +72,13 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
                              max_binding_bytes=binding, streamed_layers=streamed_layers, expert_slots=expert_slots)
         context, kv_type = (choice.context, choice.kv_type) if choice else (named, auto.RETRIEVAL_SAFE[-1])
         streamed_layers, expert_slots = (choice.streamed_layers, choice.expert_slots) if choice else (None, None)
+    elif limits is not None and streamed_layers is None and expert_slots is None:
+        # a named type whose resident plan does not fit the budget streams as the load will (auto.resolve)
+        choice = auto.stream_named(spec, header.tensors, budget_bytes=budget_bytes or DEFAULT_BUDGET_BYTES,
+                                   context=spec.context_length if context is None else min(context, spec.context_length),
+                                   kv_type=kv_type, max_binding_bytes=binding, default_context=context is None)
+        if choice:
+            streamed_layers, expert_slots = choice.streamed_layers, choice.expert_slots
     context = spec.context_length if context is None else min(context, spec.context_length)
     est = estimate(spec, header.tensors, context=context, kv_type=kv_type, expert_slots=expert_slots,
                    streamed_layers=streamed_layers)
@@ -94,7 +103,7 @@ def probe(prefix, file_size: int | None = None, *, context: int | None = None, k
         "streamed_layers": est.streamed_layers,   # the last this many layers streamed from the store
         "largest_tensor": {"name": est.largest_tensor.name, "bytes": est.largest_tensor.nbytes},
         "widest_row": {"name": est.widest_row[0], "bytes": est.widest_row[1]},
-        **({"auto": choice.as_dict() if choice else None} if asked_auto else {}),
+        **({"auto": choice.as_dict() if choice else None} if asked_auto or choice else {}),
     }
     if judge:
         if limits is None:      # no WebGPU adapter: the WebAssembly CPU engine runs it, in its 4 (or 16) GiB
