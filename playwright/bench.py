@@ -187,8 +187,10 @@ def medians(samples: list[dict]) -> dict:
 
 def derive(median: dict, facts: dict, roofline: dict | None) -> None:
     """Achieved GB/s and % of roofline from decode tok/s (in place). Efficiency follows the GPU issue:
-    the higher of bytes/s ÷ roofline bytes/s and weight elements/s ÷ roofline f32 elements/s (a CPU
-    adapter is bound by arithmetic, a real GPU by bytes)."""
+    the higher of bytes/s ÷ roofline bytes/s and weight elements/s ÷ roofline elements/s (a CPU adapter
+    is bound by arithmetic, a real GPU by bytes; the roofline's elements are the best of f32 and of the
+    int8 route's, bench_roofline). A figure over 100% means the roofline read low (a busy machine): it is
+    kept as `roofline_over_pct` and `roofline_pct` left empty, so no report prints it as an efficiency."""
     tok_s = median.get("decode_tok_s")
     if not tok_s:
         return
@@ -200,7 +202,9 @@ def derive(median: dict, facts: dict, roofline: dict | None) -> None:
         pct_bytes = 100 * median["achieved_GBps"] / roof_gbs
         pct_elems = 100 * tok_s * facts["weight_elems_per_token"] / 1e9 / roof_gel if roof_gel else 0.0
         median["roofline_GBps"], median["roofline_Gelem_s"] = roof_gbs, roof_gel
-        median["roofline_pct"] = max(pct_bytes, pct_elems)
+        pct = max(pct_bytes, pct_elems)
+        median["roofline_pct"] = pct if pct <= 100 else None
+        median["roofline_over_pct"] = pct if pct > 100 else None
 
 
 # --- the run -------------------------------------------------------------------------------------------

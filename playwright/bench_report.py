@@ -116,12 +116,19 @@ def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
         row = [r["model"], r["engine"], _status_cell(r), _fmt(m.get("ready_ms"), 1, 1e-3), _fmt(m.get("header_ms"), 0),
                _fmt(m.get("store_MBps"), 0), _load_cell(m), _fmt(m.get("ttft_ms"), 0)]
         row += [_fmt(m.get(f"prefill_{n}_tok_s"), 1) for n in prompts]
-        row += [decode, _fmt(m.get("achieved_GBps"), 2), _fmt(m.get("roofline_GBps"), 2), _fmt(m.get("roofline_pct"), 1),
+        row += [decode, _fmt(m.get("achieved_GBps"), 2), _fmt(m.get("roofline_GBps"), 2), _roofline_cell(m),
                 _fmt(m.get("cpu_share_pct"), 1), _cpu_step_cell(m), _fmt(m.get("dispatches_per_token"), 0),
                 _memory_cell(m), agree.get((r["model"], r["engine"]), "–")]
         row += [_fmt(r.get("vs_peer", {}).get(f"decode_tok_s_vs_{p}"), 2) if not r["peer"] else "" for p in peer_names]
         rows.append(row)
     return header, rows
+
+
+def _roofline_cell(m: dict) -> str:
+    """% of roofline, or the flag a figure over 100% gets instead (bench.derive): the roofline read low."""
+    if m.get("roofline_over_pct"):
+        return f"over 100% ({m['roofline_over_pct']:.0f}%): roofline read low, not a figure"
+    return _fmt(m.get("roofline_pct"), 1)
 
 
 def markdown(report: dict) -> str:
@@ -190,7 +197,9 @@ def _bars(report: dict, key: str) -> list[tuple[str, str, float | None, str]]:
     for r in report["results"]:
         value = r["median"].get(key)
         note = ("n/a (not built yet)" if r["status"].startswith(("n/a", "partial")) else "error" if r["status"].startswith("error")
-                else _short("refused: " + r["refused"]) if r.get("refused") else "not measured")
+                else _short("refused: " + r["refused"]) if r.get("refused")
+                else "over 100%: roofline read low" if key == "roofline_pct" and r["median"].get("roofline_over_pct")
+                else "not measured")
         bars.append((f"{r['model']} · {r['engine']}", r["engine"], value if isinstance(value, (int, float)) else None, note))
     return bars
 

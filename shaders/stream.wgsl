@@ -1,7 +1,9 @@
 // The adapter's streaming roofline: each invocation sums a contiguous run of `per_thread` vec4s of a
 // large f32 buffer (the same access shape as the barrier-free matvec: one stream per invocation) and
 // writes one float so the reads cannot be optimized away. STRIDED: the coalesced order instead (a GPU's
-// best); the benchmark takes the faster of the two as the roofline. Defines: WG, optional STRIDED.
+// best). I8: the same 16-byte loads read as sixteen int8 values, each word dot4I8Packed against a
+// constant as the int8 route's matvecs do (the element type they use: on a CPU adapter the instructions,
+// not the bytes, can bind). The benchmark keeps the best of the passes. Defines: WG, optional STRIDED, I8.
 struct Params {
     n4: u32,            // vec4s in the buffer
     per_thread: u32,
@@ -9,9 +11,26 @@ struct Params {
     _pad1: u32,
 }
 
+#ifdef I8
+@group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;
+#else
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
+#endif
 @group(0) @binding(1) var<storage, read_write> y: array<f32>;
 @group(0) @binding(2) var<uniform> params: Params;
+
+#ifdef I8
+const ONES: u32 = 0x01010101u;      // four int8 ones: each word's dot product is the sum of its bytes
+fn load(i: u32) -> vec4<f32> {
+    let w = x[i];
+    return vec4<f32>(f32(dot4I8Packed(w.x, ONES)), f32(dot4I8Packed(w.y, ONES)), f32(dot4I8Packed(w.z, ONES)),
+                     f32(dot4I8Packed(w.w, ONES)));
+}
+#else
+fn load(i: u32) -> vec4<f32> {
+    return x[i];
+}
+#endif
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -23,7 +42,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     for (var i = gid.x; i < params.n4; i += threads) {
-        acc += x[i];
+        acc += load(i);
     }
 #else
     let start = gid.x * params.per_thread;
@@ -32,7 +51,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let end = min(start + params.per_thread, params.n4);
     for (var i = start; i < end; i++) {
-        acc += x[i];
+        acc += load(i);
     }
 #endif
     y[gid.x] = acc.x + acc.y + acc.z + acc.w;

@@ -61,6 +61,20 @@ def test_derived_figures_follow_from_decode_speed_and_the_roofline():
     assert "achieved_GBps" not in gpu["median"]
 
 
+def test_a_figure_over_the_roofline_is_flagged_not_printed():
+    """A roofline that read low (a busy machine) would put decode over 100%: the row says so instead of
+    printing it as an efficiency (the issue's 141% and 165% on lavapipe)."""
+    facts = {"bytes_per_token": 1e8, "weight_elems_per_token": 1.6e8}
+    over = {"decode_tok_s": 30.0, "roofline_GBps": 2.0, "roofline_Gelem_s": 4.0}     # 3 GB/s of 2
+    bench.derive(over, facts, None)
+    assert over["roofline_pct"] is None and over["roofline_over_pct"] == pytest.approx(150.0)
+    assert "over 100% (150%)" in bench_report._roofline_cell(over)
+    fine = {"decode_tok_s": 10.0, "roofline_GBps": 2.0, "roofline_Gelem_s": 4.0}     # 1 GB/s of 2, 1.6 G of 4 elements
+    bench.derive(fine, facts, None)
+    assert fine["roofline_pct"] == pytest.approx(50.0) and fine["roofline_over_pct"] is None
+    assert bench_report._roofline_cell(fine) == "50.0"
+
+
 def test_medians_take_numbers_per_figure_and_keep_other_values():
     m = bench.medians([{"a": 1.0, "b": "x"}, {"a": 3.0}, {"a": 2.0, "c": True}])
     assert m == {"a": 2.0, "b": "x", "c": True}
