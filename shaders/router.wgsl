@@ -3,7 +3,8 @@
 // ids[t, j] in descending order and weights[t, j] = their probs, divided by their sum (at least
 // NORM_MIN, llama.cpp's clamp) when NORM, times `scale`. The ids stay on the GPU for the expert matvecs.
 // Few experts (at most MAX_EXPERTS) and few tokens per step: a selection pass per slot is enough.
-// Defines: WG, one GATING_*, optional NORM.
+// Defines: WG, one GATING_*, optional NORM; optional SCALES: each weight then times its expert's entry of
+// `scales` (gemma4's per-expert output scales, folded into the weight its output is summed with).
 struct Params {
     n: u32,             // tokens
     experts: u32,
@@ -16,9 +17,16 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
+#ifdef SCALES
+@group(0) @binding(1) var<storage, read> scales: array<f32>;
+@group(0) @binding(2) var<storage, read_write> ids: array<u32>;
+@group(0) @binding(3) var<storage, read_write> weights: array<f32>;
+@group(0) @binding(4) var<uniform> params: Params;
+#else
 @group(0) @binding(1) var<storage, read_write> ids: array<u32>;
 @group(0) @binding(2) var<storage, read_write> weights: array<f32>;
 @group(0) @binding(3) var<uniform> params: Params;
+#endif
 
 const MAX_EXPERTS: u32 = 256u;
 const NORM_MIN: f32 = 6.103515625e-5;
@@ -82,6 +90,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 #endif
     for (var j = 0u; j < params.used; j++) {
         let at = t * params.used + j;
+#ifdef SCALES
+        weights[at] = weights[at] / div * params.scale * scales[ids[at]];
+#else
         weights[at] = weights[at] / div * params.scale;
+#endif
     }
 }

@@ -49,7 +49,8 @@ def test_scales_leave_the_dot_products_alone(tmp_path, arch, rotate):
     plain = Drive(load_reference(path, settings=settings)).logits(IDS, all_logits=True)
     runner = _scaled(load_reference(path, settings=settings), True, rotate)
     assert any(not np.allclose(b.key_scales.k, 1) for b in runner.model.blk)       # the scales are not all 1
-    assert all(b.key_scales.rotation == (rotation_width(runner.spec) if rotate else 0) for b in runner.model.blk)
+    assert all(b.key_scales.rotation == (rotation_width(runner.spec, il) if rotate else 0)
+               for il, b in enumerate(runner.model.blk))
     scaled = Drive(runner).logits(IDS, all_logits=True)
     np.testing.assert_allclose(scaled, plain, atol=2e-4 * np.abs(plain).max(), rtol=0)
 
@@ -71,8 +72,8 @@ def test_a_model_with_a_q4_cache_gets_the_scales_and_one_with_f32_does_not(tmp_p
 def test_a_q4_cache_rotates_keys_without_a_bias():
     """llama's keys are rotated across the head (a power of two), Phi-3's 96 in groups of 32, the widest
     at 256; Qwen2's biased keys and a q8 cache's are not."""
-    spec = lambda **kw: SimpleNamespace(**{"qkv_bias": False, "head_dim_k": 64, **kw})
-    assert [rotation_width(spec(head_dim_k=hd)) for hd in (64, 96, 128, 256, 512, 80)] == [64, 32, 128, 256, 256, 16]
+    spec = lambda hd=64, **kw: SimpleNamespace(**{"qkv_bias": False, "head_dims": lambda layer: (hd, hd), **kw})
+    assert [rotation_width(spec(hd)) for hd in (64, 96, 128, 256, 512, 80)] == [64, 32, 128, 256, 256, 16]
     assert rotation_width(spec(qkv_bias=True)) == 0
 
 

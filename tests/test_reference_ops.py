@@ -25,8 +25,14 @@ def _ops(n_ctx=32, window=0, n_layers=1, n_kv=2, hd=8):
         sliding_window = window
         swa_layers = (window > 0,) * n_layers
         n_kv_heads, head_dim_k, head_dim_v = n_kv, hd, hd
+
+        def kv_heads(self, layer):
+            return n_kv
+
+        def head_dims(self, layer):
+            return hd, hd
     Spec.n_layers = n_layers
-    return ReferenceOps(store=None, spec=Spec, n_ctx=n_ctx)
+    return ReferenceOps(store=None, spec=Spec(), n_ctx=n_ctx)
 
 
 def _ggml_angles(spec: RopeSpec, pos: int) -> list[float]:

@@ -42,7 +42,7 @@ def test_fixture_covers_every_architecture_and_type():
     assert sorted(FX["models"]) == sorted(KEYS)
 
 
-MOE = {f"{a}-{q.name}" for a in MOE_ARCHS for q in QTYPES}
+MOE = {f"{a}-{q.name}" for a in MOE_ARCHS + ("gemma4moe",) for q in QTYPES}
 
 
 @pytest.mark.parametrize("key", KEYS)

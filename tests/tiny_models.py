@@ -3,7 +3,8 @@
 They are small enough for fast tests (n_embd 256 — the K-quant block —, 2–3 layers, 320 tokens) yet
 exercise every feature of each architecture: GQA, tied and separate output heads, q/k/v biases, q/k
 norms, fused projections, partial rope, rope frequency factors, linear and YaRN rope scaling, Gemma's
-sliding window (4 tokens, so a dozen tokens go past it) with its own rope base. The files are
+sliding window (4 tokens, so a dozen tokens go past it) with its own rope base, Gemma 4's per-layer head
+sizes and KV heads, weightless value norms and experts beside a dense MLP. The files are
 deterministic (seeded), so llama.cpp's logits for them can be kept as fixtures: `FIXTURE` holds them,
 written by tests/fixtures/make_tiny_logits.py, with each file's SHA-256 to prove it is the same model.
 
@@ -23,7 +24,9 @@ from gguf import GGML_QUANT_SIZES, GGUFWriter, quants
 ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3")
 # Mixtures of experts ("mixtral": a `llama` file with experts, Mixtral's layout); seeded after the dense ones
 MOE_ARCHS = ("qwen2moe", "qwen3moe", "olmoe", "mixtral")
-ALL_ARCHS = ARCHS + MOE_ARCHS
+# Gemma 4 (`gemma4` files): dense like its 31B, and a mixture like its 26B-A4B ("gemma4moe"); seeded last
+GEMMA4_ARCHS = ("gemma4", "gemma4moe")
+ALL_ARCHS = ARCHS + MOE_ARCHS + GEMMA4_ARCHS
 QTYPES = (QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.F16, QT.F32)
 FIXTURE = Path(__file__).parent / "fixtures" / "tiny_llamacpp_logits.json"
 
@@ -36,12 +39,17 @@ N_VOCAB = 320
 N_EXPERTS = 8
 N_FF_EXPERT = 256            # (a K-quant block: the down projection's rows are this long)
 N_FF_SHARED = 256
-EXPERTS_USED = {"qwen2moe": 4, "qwen3moe": 4, "olmoe": 3, "mixtral": 2}
+EXPERTS_USED = {"qwen2moe": 4, "qwen3moe": 4, "olmoe": 3, "mixtral": 2, "gemma4moe": 2}
 N_CTX = 64
 BOS, EOS, UNK = 1, 2, 0
 GEMMA_WINDOW = 4
 GEMMA_SWA_LAYERS = (True, True, False)     # two local layers, then one global
 GEMMA_SOFTCAP = 3.0
+# Gemma 4: sliding layers' heads are half the size of the full layer's, which has one KV head (four, no
+# grouping, on the sliding ones: their cache rows are twice the full layer's), no attn_v (its values are
+# its keys' projection) and turns a quarter of its rope pairs
+GEMMA4_HEAD_DIM = (64, 128)          # (sliding, full)
+GEMMA4_KV_HEADS = (4, 1)
 EPS = 1e-6
 # the id sequence every fixture scores: BOS then 15 seeded ids (longer than Gemma's window)
 SEQ_LEN = 16
@@ -114,20 +122,23 @@ def _add(writer: GGUFWriter, name: str, data: np.ndarray, qtype: QT) -> None:
 
 def write_tiny_model(directory: str | Path, arch: str, qtype: QT, seed: int = 0, *, name: str | None = None,
                      arch_name: str | None = None, drop: frozenset[str] = frozenset(),
-                     retype: dict[str, QT] | None = None, truncate: frozenset[str] = frozenset(), n_ctx: int = N_CTX) -> Path:
+                     retype: dict[str, QT] | None = None, truncate: frozenset[str] = frozenset(), n_ctx: int = N_CTX,
+                     keys: dict[str, int] | None = None) -> Path:
     """Write `tiny-{arch}-{type}.gguf` into `directory` and return its path (same bytes for the same args).
 
     For bad-input tests: `arch_name` writes another general.architecture; `drop` leaves tensors out;
-    `retype` stores tensors in other types (raw bytes of the right size); `truncate` stores matrices one row short.
+    `retype` stores tensors in other types (raw bytes of the right size); `truncate` stores matrices one row short;
+    `keys`: more `{arch}.*` integer keys.
     `n_ctx`: the training context the file declares (a long one lets a cache pass 4 GiB)."""
     path = Path(directory) / (name or f"tiny-{arch}-{qtype.name}.gguf")
     retype = retype or {}
     rng = np.random.default_rng([seed, ALL_ARCHS.index(arch), int(qtype)])
-    n_layers = len(GEMMA_SWA_LAYERS) if arch == "gemma3" else 2
+    gemma4 = arch in GEMMA4_ARCHS
+    n_layers = len(GEMMA_SWA_LAYERS) if arch == "gemma3" or gemma4 else 2
     n_kv_heads = N_HEADS if arch == "olmoe" else N_KV_HEADS      # (llama.cpp's olmoe has no GQA: k_norm is n_embd wide)
     q_out, kv_out = N_HEADS * HEAD_DIM, n_kv_heads * HEAD_DIM
-    moe = arch in MOE_ARCHS
-    file_arch = "llama" if arch == "mixtral" else arch
+    moe = arch in MOE_ARCHS or arch == "gemma4moe"
+    file_arch = {"mixtral": "llama", "gemma4moe": "gemma4"}.get(arch, arch)
 
     writer = GGUFWriter(path, arch_name or file_arch)
     writer.add_name("tiny random model")     # (llama.cpp special-cases vocabularies by names like "phi3")
@@ -138,12 +149,16 @@ def write_tiny_model(directory: str | Path, arch: str, qtype: QT, seed: int = 0,
     if moe:
         writer.add_expert_count(N_EXPERTS)
         writer.add_expert_used_count(EXPERTS_USED[arch])
-        if arch in ("qwen2moe", "qwen3moe"):
+        if arch in ("qwen2moe", "qwen3moe", "gemma4moe"):
             writer.add_expert_feed_forward_length(N_FF_EXPERT)
         if arch == "qwen2moe":
             writer.add_expert_shared_feed_forward_length(N_FF_SHARED)
     writer.add_head_count(N_HEADS)
-    writer.add_head_count_kv(n_kv_heads)
+    if gemma4:      # per layer: the sliding layers' KV heads, then the full layer's
+        writer.add_array(f"{file_arch}.attention.head_count_kv",
+                         [GEMMA4_KV_HEADS[not local] for local in GEMMA_SWA_LAYERS])
+    else:
+        writer.add_head_count_kv(n_kv_heads)
     writer.add_layer_norm_rms_eps(EPS)
     writer.add_rope_freq_base(1_000_000.0 if arch == "gemma3" else 10000.0)
     if arch in ("llama", "mixtral"):
@@ -161,6 +176,21 @@ def write_tiny_model(directory: str | Path, arch: str, qtype: QT, seed: int = 0,
         writer.add_float32(f"{arch}.final_logit_softcapping", GEMMA_SOFTCAP)
     elif arch == "phi3":
         writer.add_rope_dimension_count(HEAD_DIM // 2)     # rotate only half of each head
+    elif gemma4:
+        swa_hd, full_hd = GEMMA4_HEAD_DIM
+        writer.add_key_length(full_hd)
+        writer.add_value_length(full_hd)
+        writer.add_uint32(f"{file_arch}.attention.key_length_swa", swa_hd)
+        writer.add_uint32(f"{file_arch}.attention.value_length_swa", swa_hd)
+        writer.add_rope_dimension_count(full_hd)
+        writer.add_uint32(f"{file_arch}.rope.dimension_count_swa", swa_hd)
+        writer.add_float32(f"{file_arch}.rope.freq_base_swa", 10000.0)
+        writer.add_sliding_window(GEMMA_WINDOW)
+        writer.add_array(f"{file_arch}.attention.sliding_window_pattern", list(GEMMA_SWA_LAYERS))
+        writer.add_uint32(f"{file_arch}.embedding_length_per_layer_input", 0)
+        # (no final_logit_softcapping key: llama.cpp's default, 30, applies)
+    for key, value in (keys or {}).items():
+        writer.add_uint32(f"{file_arch}.{key}", value)
     _vocab(writer)
 
     def put(name: str, data: np.ndarray) -> None:
@@ -180,6 +210,13 @@ def write_tiny_model(directory: str | Path, arch: str, qtype: QT, seed: int = 0,
     def mat(name: str, rows: int, cols: int) -> None:
         put(name, _matrix(rng, rows, cols, qtype, cols ** -0.5))
 
+    if gemma4:
+        _gemma4_tensors(rng, put, qtype, arch)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        return path
     # gemma3 and qwen3 tie the output head to the embeddings: smaller embeddings keep the logits at
     # unit scale and stop the last input token from always winning through the residual stream
     tied = arch in ("qwen3", "gemma3")
@@ -230,6 +267,52 @@ def write_tiny_model(directory: str | Path, arch: str, qtype: QT, seed: int = 0,
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def _gemma4_tensors(rng, put, qtype: QT, arch: str) -> None:
+    """Gemma 4's tensors: tied embeddings, rope_freqs for the full layer (its first quarter of pairs turn,
+    the rest are held by 1e30), per-layer head sizes, and for the mixture every layer's experts beside
+    its dense MLP, with the router's input scale and per-expert output scales (F32, as converters keep them)."""
+    swa_hd, full_hd = GEMMA4_HEAD_DIM
+
+    def mat(name: str, rows: int, cols: int) -> None:
+        put(name, _matrix(rng, rows, cols, qtype, cols ** -0.5))
+
+    put("token_embd.weight", _matrix(rng, N_VOCAB, N_EMBD, qtype, 0.2 * N_EMBD ** -0.5))
+    put("output_norm.weight", _norm(rng, N_EMBD) * 5.0)
+    quarter = full_hd // 2 // 4
+    put("rope_freqs.weight", np.array([1.0] * quarter + [1e30] * (full_hd // 2 - quarter), np.float32))
+    for il, local in enumerate(GEMMA_SWA_LAYERS):
+        p = f"blk.{il}."
+        hd, kv = (swa_hd, GEMMA4_KV_HEADS[0]) if local else (full_hd, GEMMA4_KV_HEADS[1])
+        put(p + "attn_norm.weight", _norm(rng, N_EMBD))
+        mat(p + "attn_q.weight", N_HEADS * hd, N_EMBD)
+        mat(p + "attn_k.weight", kv * hd, N_EMBD)
+        if local:                                # the full layer's values are its keys' projection
+            mat(p + "attn_v.weight", kv * hd, N_EMBD)
+        # (scores are not scaled by 1/sqrt(hd): norm weights of hd^-1/4 keep q.k near unit scale, as trained
+        # ones do, instead of a softmax so sharp that any rounding decides it)
+        put(p + "attn_q_norm.weight", _norm(rng, hd) * hd ** -0.25)
+        put(p + "attn_k_norm.weight", _norm(rng, hd) * hd ** -0.25)
+        mat(p + "attn_output.weight", N_EMBD, N_HEADS * hd)
+        put(p + "post_attention_norm.weight", _norm(rng, N_EMBD))
+        put(p + "ffn_norm.weight", _norm(rng, N_EMBD))
+        mat(p + "ffn_gate.weight", N_FF, N_EMBD)
+        mat(p + "ffn_up.weight", N_FF, N_EMBD)
+        mat(p + "ffn_down.weight", N_EMBD, N_FF)
+        put(p + "post_ffw_norm.weight", _norm(rng, N_EMBD))
+        if arch == "gemma4moe":
+            put(p + "ffn_gate_inp.weight", (rng.standard_normal((N_EXPERTS, N_EMBD)) * 2.0).astype(np.float32))
+            put(p + "ffn_gate_inp.scale", _norm(rng, N_EMBD))
+            put(p + "pre_ffw_norm_2.weight", _norm(rng, N_EMBD))
+            put(p + "post_ffw_norm_1.weight", _norm(rng, N_EMBD))
+            put(p + "post_ffw_norm_2.weight", _norm(rng, N_EMBD))
+            mat3 = lambda rows, cols: np.stack([_matrix(rng, rows, cols, qtype, cols ** -0.5)   # noqa: E731
+                                                for _ in range(N_EXPERTS)])
+            put(p + "ffn_gate_up_exps.weight", mat3(2 * N_FF_EXPERT, N_EMBD))     # rows: gate, then up
+            put(p + "ffn_down_exps.weight", mat3(N_EMBD, N_FF_EXPERT))
+            put(p + "ffn_down_exps.scale", (0.5 + rng.random(N_EXPERTS)).astype(np.float32))
+        put(p + "layer_output_scale.weight", np.array([0.5 + rng.random()], np.float32))
 
 
 def _experts(rng, put, p: str, arch: str, qtype: QT) -> None:

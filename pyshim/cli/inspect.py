@@ -123,6 +123,10 @@ def _text(report: dict, spec) -> str:
         local = spec.rope_swa
         lines.append(f"sliding     window {spec.sliding_window} on {spec.n_swa_layers}/{spec.n_layers} layers "
                      f"(global: {[i for i, s in enumerate(spec.swa_layers) if not s]}), local rope base {local.base:g}")
+        if not spec.uniform_kv:       # gemma4: the sliding layers' heads differ from the global ones'
+            il = spec.swa_layers.index(True)
+            lines.append(f"            local layers: {spec.kv_heads(il)} kv heads, head dim {spec.head_dims(il)[0]}, "
+                         f"rope dims {local.dims}")
     extras = [name for name, on in (("q/k/v bias", spec.qkv_bias), ("q/k norm", spec.qk_norm), ("post norms", spec.post_norms),
                                     ("fused qkv", spec.fused_qkv), ("fused gate/up", spec.fused_gate_up)) if on]
     if spec.embedding_scale != 1.0:
@@ -136,7 +140,8 @@ def _text(report: dict, spec) -> str:
     if spec.n_experts:
         lines.append(f"experts     {spec.n_experts} ({spec.n_experts_used} used per token, {spec.expert_gating}"
                      f"{', renormalized' if spec.expert_norm else ''}), expert ffn {spec.n_ff_expert}"
-                     + (f", shared expert ffn {spec.n_ff_shared}" if spec.n_ff_shared else ""))
+                     + (f", shared expert ffn {spec.n_ff_shared}" if spec.n_ff_shared else "")
+                     + (f", beside a dense ffn {spec.n_ff} with per-expert output scales" if spec.moe_beside_dense else ""))
     params = report["params"]
     lines.append(f"parameters  {params['total'] / 1e6:,.1f} M" + (f", {params['active_per_token'] / 1e6:,.1f} M active per token"
                                                               if spec.n_experts else ""))

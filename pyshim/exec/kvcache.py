@@ -85,11 +85,12 @@ class KVCache:
     def __init__(self, spec, n_ctx: int, kv_type: str = "f32"):
         """`spec`: a ModelSpec; `n_ctx`: the longest sequence the cache will hold; `kv_type`: a name of
         pyshim.plan.settings.KV_TYPES. One sequence's keys: the runner keeps one cache per sequence."""
-        kv_type_named(kv_type).check_heads(spec.head_dim_k, spec.head_dim_v)
+        for il in range(spec.n_layers):
+            kv_type_named(kv_type).check_heads(*spec.head_dims(il))
         self.n_ctx = n_ctx
         windows = [spec.sliding_window if spec.swa_layers[il] else 0 for il in range(spec.n_layers)]
-        self.layers = [LayerKV(min(w, n_ctx) if w else n_ctx, spec.n_kv_heads, spec.head_dim_k, spec.head_dim_v, kv_type)
-                       for w in windows]
+        self.layers = [LayerKV(min(w, n_ctx) if w else n_ctx, spec.kv_heads(il), *spec.head_dims(il), kv_type)
+                       for il, w in enumerate(windows)]
 
     def __getitem__(self, layer: int) -> LayerKV:
         return self.layers[layer]

@@ -162,8 +162,8 @@ class ExactOps(Int8Ops):
             return ggml_cpu.matmul_q6_k(x, w.raw())
         return ggml_cpu.matmul_legacy(x, w.raw(), qtype)
 
-    def _rmsnorm(self, x: np.ndarray, w: Weight, eps: float) -> np.ndarray:
-        return ggml_cpu.rmsnorm(x, w.dense(), eps)
+    def _rmsnorm(self, x: np.ndarray, w: Weight | None, eps: float) -> np.ndarray:
+        return ggml_cpu.rmsnorm(x, np.ones(x.shape[-1], np.float32) if w is None else w.dense(), eps)
 
     def _rotate(self, x: np.ndarray, positions: np.ndarray, spec: RopeSpec, freq_factors: Weight | None) -> np.ndarray:
         if spec.scaling == "yarn" or spec.attn_factor != 1.0:

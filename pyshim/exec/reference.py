@@ -134,6 +134,9 @@ class ReferenceOps:
     def has_weight(self, name: str) -> bool:
         return name in self.store
 
+    def scalar(self, name: str) -> float:
+        return float(self.weight(name, (1,)).dense().reshape(-1)[0])
+
     def weights(self, named: Sequence[tuple[str, Sequence[int]]]) -> list[Weight]:
         return [self.weight(name, shape) for name, shape in named]
 
@@ -163,13 +166,14 @@ class ReferenceOps:
     def glu_matmul(self, x: np.ndarray, gate: Weight, up: Weight, act: str) -> np.ndarray:
         return self.glu(self.matmul(x, gate), self.matmul(x, up), act)
 
-    def rmsnorm(self, x: np.ndarray, w: Weight, eps: float, residual: np.ndarray | None = None) -> np.ndarray:
+    def rmsnorm(self, x: np.ndarray, w: Weight | None, eps: float, residual: np.ndarray | None = None) -> np.ndarray:
         out = self._rmsnorm(x, w, eps)
         return out if residual is None else self.add(residual, out)
 
-    def _rmsnorm(self, x: np.ndarray, w: Weight, eps: float) -> np.ndarray:
+    def _rmsnorm(self, x: np.ndarray, w: Weight | None, eps: float) -> np.ndarray:
         ms = np.mean(np.square(x, dtype=np.float64), axis=-1, keepdims=True)
-        return (x / np.sqrt(ms + eps)).astype(np.float32) * w.dense()
+        out = (x / np.sqrt(ms + eps)).astype(np.float32)
+        return out if w is None else out * w.dense()
 
     def view(self, x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
         return x.reshape(tuple(shape))
@@ -236,7 +240,7 @@ class ReferenceOps:
         return gelu_tanh(gate) * up
 
     # --- mixture of experts ---
-    def route(self, logits: np.ndarray, spec: RouterSpec) -> tuple[np.ndarray, np.ndarray]:
+    def route(self, logits: np.ndarray, spec: RouterSpec, scales: Weight | None = None) -> tuple[np.ndarray, np.ndarray]:
         if spec.gating == "softmax":
             z = np.exp(logits - logits.max(axis=-1, keepdims=True))
             probs = z / z.sum(axis=-1, keepdims=True)
@@ -251,6 +255,8 @@ class ReferenceOps:
             weights = weights / np.maximum(weights.sum(axis=-1, keepdims=True), np.float32(ROUTER_NORM_MIN))
         if spec.scale != 1.0:
             weights = weights * np.float32(spec.scale)
+        if scales is not None:
+            weights = weights * scales.dense()[ids]
         return weights.astype(np.float32), ids
 
     def expert_matmul(self, x: np.ndarray, w: Weight, ids: np.ndarray) -> np.ndarray:

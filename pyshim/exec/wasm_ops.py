@@ -30,8 +30,8 @@ from pyshim.models.rope import RopeSpec, pair_tables
 from pyshim.plan.settings import MAX_THREADS, Arithmetic, kv_type as kv_type_named
 
 OP_WORDS = 20
-ABI = 6                          # what the ops mean (engine.c's `abi`: 2 the matmul's PER_TOKEN flag, 3 the experts' ops, 4 rope's scales,
-                                 # 5 the Hadamard rotation, 6 the 64-bit build's words)
+ABI = 7                          # what the ops mean (engine.c's `abi`: 2 the matmul's PER_TOKEN flag, 3 the experts' ops, 4 rope's scales,
+                                 # 5 the Hadamard rotation, 6 the 64-bit build's words, 7 the router's per-expert scales)
 GATING = {"softmax": 0, "sigmoid": 1}   # the router's gating word (engine.c's route)
 MAX_EXPERTS = 256                # engine.c: the router's probabilities of a row live on the stack
 OP = {name: i for i, name in enumerate(("embed", "matmul", "rmsnorm", "rope", "attention", "glu", "add", "scale",
@@ -117,15 +117,18 @@ class WasmOps:
         if words != (OP_WORDS, ABI):
             raise UnsupportedError("the CPU engine's module was built from an older shaders/wasm/engine.c",
                                    hint="rebuild it: pyshim setup")
-        kv_type_named(kv_type).check_heads(spec.head_dim_k, spec.head_dim_v)
-        if max(spec.head_dim_k, spec.head_dim_v) > MAX_HEAD_DIM:
+        widest = max(max(spec.head_dims(il)) for il in range(spec.n_layers))
+        for il in range(spec.n_layers):
+            kv_type_named(kv_type).check_heads(*spec.head_dims(il))
+        if widest > MAX_HEAD_DIM:
             raise UnsupportedError(f"the CPU engine's attention takes heads of up to {MAX_HEAD_DIM} values, not "
-                                   f"{max(spec.head_dim_k, spec.head_dim_v)}", hint="use the gpu backend for this model")
+                                   f"{widest}", hint="use the gpu backend for this model")
         self.module, self.store, self.spec, self.n_ctx, self.kv_type = module, store, spec, n_ctx, kv_type
         self.arithmetic, self.max_seqs, self.max_step = arithmetic, max_seqs, max_step
         self._bound: dict[str, Weight] = {}
         self._ropes: dict[tuple, tuple[int, float]] = {}
         self._constants: dict[int, tuple[int, np.ndarray]] = {}
+        self._ones_by_width: dict[int, np.ndarray] = {}
         self._caches: dict[int, list[tuple[int, int]]] = {}        # seq -> per layer (k ptr, v ptr)
         self.tokens_ptr = module.alloc(4 * max_step)
         self.positions_ptr = module.alloc(4 * max_step)
@@ -145,6 +148,9 @@ class WasmOps:
     # --- weights ---
     def has_weight(self, name: str) -> bool:
         return name in self.store
+
+    def scalar(self, name: str) -> float:
+        return float(self.float_values(self.weight(name, (1,)))[0])
 
     def weights(self, named: Sequence[tuple[str, Sequence[int]]]) -> list[Weight]:
         return [self.weight(name, shape) for name, shape in named]
@@ -178,22 +184,21 @@ class WasmOps:
         return np.frombuffer(self.module.read(w.ptr, 4 * math.prod(w.shape)), dtype=np.float32)
 
     # --- caches ---
-    def _cache_bytes(self, head_dim: int) -> int:
-        """One layer's keys (or values) of one sequence: n_ctx positions × kv heads × a row of the type."""
-        return int(kv_type_named(self.kv_type).bytes_per_value * head_dim) * self.n_ctx * self.spec.n_kv_heads
+    def _cache_bytes(self, layer: int) -> tuple[int, int]:
+        """Layer `layer`'s keys and values of one sequence: n_ctx positions × kv heads × a row of the type."""
+        per_value = kv_type_named(self.kv_type).bytes_per_value
+        heads = self.spec.kv_heads(layer)
+        return tuple(int(per_value * hd) * self.n_ctx * heads for hd in self.spec.head_dims(layer))
 
     def cache(self, seq: int) -> list[tuple[int, int]]:
         """Sequence `seq`'s KV cache: per layer (keys, values), made on first use."""
         if seq not in self._caches:
-            spec = self.spec
-            self._caches[seq] = [(self.module.alloc(self._cache_bytes(spec.head_dim_k)),
-                                  self.module.alloc(self._cache_bytes(spec.head_dim_v)))
-                                 for _ in range(spec.n_layers)]
+            self._caches[seq] = [tuple(self.module.alloc(nbytes) for nbytes in self._cache_bytes(il))
+                                 for il in range(self.spec.n_layers)]
         return self._caches[seq]
 
     def kv_bytes(self) -> int:
-        spec = self.spec
-        return (self._cache_bytes(spec.head_dim_k) + self._cache_bytes(spec.head_dim_v)) * spec.n_layers * len(self._caches)
+        return sum(sum(self._cache_bytes(il)) for il in range(self.spec.n_layers)) * len(self._caches)
 
     # --- recording ---
     def begin(self, n: int, seq: int = 0, seqs: tuple[int, ...] | None = None) -> WasmProgram:
@@ -307,11 +312,16 @@ class WasmOps:
     def glu_matmul(self, x: Tensor, gate: Weight, up: Weight, act: str) -> Tensor:
         return self.glu(self.matmul(x, gate), self.matmul(x, up), act)
 
-    def rmsnorm(self, x: Tensor, w: Weight, eps: float, residual: Tensor | None = None) -> Tensor:
+    def rmsnorm(self, x: Tensor, w: Weight | None, eps: float, residual: Tensor | None = None) -> Tensor:
         d = x.shape[-1]
         out = self._new(x.shape)
-        self._op("rmsnorm", x, x.size // d, d, w, F(eps), out, residual)
+        weight = w if w is not None else Fixed(self._constant(self._ones(d)))    # (gemma4's values: no weight)
+        self._op("rmsnorm", x, x.size // d, d, weight, F(eps), out, residual)
         return out
+
+    def _ones(self, d: int) -> np.ndarray:
+        """f32 ones of width d, one array a width (the weight of a norm that has none)."""
+        return self._ones_by_width.setdefault(d, np.ones(d, np.float32))
 
     def view(self, x: Tensor, shape: Sequence[int]) -> Tensor:
         shape = tuple(int(s) for s in shape)
@@ -385,7 +395,7 @@ class WasmOps:
         self._op("glu", gate, up, gate.size, code, out)
         return out
 
-    def route(self, logits: Tensor, spec: RouterSpec) -> tuple[Tensor, Tensor]:
+    def route(self, logits: Tensor, spec: RouterSpec, scales: Weight | None = None) -> tuple[Tensor, Tensor]:
         if spec.gating not in GATING:
             raise UnsupportedError(f"router gating {spec.gating!r} is not one of {tuple(GATING)}")
         if spec.n_experts > MAX_EXPERTS:
@@ -394,7 +404,7 @@ class WasmOps:
         n = logits.shape[0]
         weights, ids = self._new((n, spec.n_used)), self._new((n, spec.n_used))     # ids: int32 words
         self._op("route", logits, n, spec.n_experts, spec.n_used, GATING[spec.gating], int(spec.norm), F(spec.scale),
-                 weights, ids)
+                 weights, ids, scales)
         return weights, ids
 
     def expert_matmul(self, x: Tensor, w: Weight, ids: Tensor) -> Tensor:

@@ -176,9 +176,9 @@ class WasmRunner:
             return False
         ops, spec = self.ops, self.spec
         per_value = kv_type_named(ops.kv_type).bytes_per_value
-        for (ks, vs), (kd, vd) in zip(ops.cache(src), ops.cache(dst)):
-            for a, b, head_dim in ((ks, kd, spec.head_dim_k), (vs, vd, spec.head_dim_v)):
-                nbytes = int(per_value * head_dim) * spec.n_kv_heads * n
+        for il, ((ks, vs), (kd, vd)) in enumerate(zip(ops.cache(src), ops.cache(dst))):
+            for a, b, head_dim in zip((ks, vs), (kd, vd), spec.head_dims(il)):
+                nbytes = int(per_value * head_dim) * spec.kv_heads(il) * n
                 self.module.write(b, self.module.read(a, nbytes))
         self.held.copied(src, dst, n)
         return True

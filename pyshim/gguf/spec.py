@@ -11,6 +11,13 @@ that a model pyshim runs means what it means in llama.cpp:
   il % n < n - 1; 0: all local), by default 6 (five local layers, then one global). Local layers use
   rope base `gemma3.rope.freq_base_swa` (default 10000) without context scaling. Input embeddings are
   scaled by sqrt(n_embd); the 27B model (62 layers) scales queries by 1/sqrt(n_embd/n_head).
+- gemma4: the per-layer bool array `gemma4.attention.sliding_window_pattern` is required; sliding layers
+  have their own head size (`attention.key_length_swa`), rope dims and base (`rope.dimension_count_swa`,
+  `rope.freq_base_swa`), and `attention.head_count_kv` may differ per layer; full layers alone use
+  `rope_freqs` (ones, then 1e30: only their first pairs turn). Scores are not scaled (1.0), values are
+  RMS-normed without a weight, final logits soft-capped at 30 unless the file says otherwise. A mixture's
+  layer runs its dense MLP beside the experts. E2B/E4B's shared-KV layers and per-layer embeddings are
+  refused by name.
 - phi3: a sliding_window key may be present but llama.cpp disables it, and so does pyshim.
 - YaRN's beta/ext/attn/log-multiplier keys are read by llama.cpp only for other architectures (DeepSeek,
   Grok...), so for these they keep llama.cpp's defaults whatever the file says.
@@ -46,6 +53,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     "qwen2moe": Architecture(neox=True, models="Qwen1.5-MoE, Qwen2-57B-A14B"),
     "qwen3moe": Architecture(neox=True, models="Qwen3-30B-A3B, Qwen3-Coder-30B-A3B"),
     "olmoe": Architecture(neox=True, models="OLMoE-1B-7B"),
+    "gemma4": Architecture(neox=True, models="Gemma 4 26B-A4B, 31B"),
 }
 
 
@@ -64,6 +72,7 @@ ROUTING: dict[str, Routing] = {
     "qwen2moe": Routing("softmax", norm=False, expert_ff_key="expert_feed_forward_length"),
     "qwen3moe": Routing("softmax", norm=True, expert_ff_key="expert_feed_forward_length"),
     "olmoe": Routing("softmax", norm=False, expert_ff_key="feed_forward_length"),
+    "gemma4": Routing("softmax", norm=True, expert_ff_key="expert_feed_forward_length"),
 }
 GATING_FUNCS = {1: "softmax", 2: "sigmoid", 3: "softmax_weight", 4: "sqrt_softplus"}   # llama.cpp's expert_gating_func
 
@@ -72,6 +81,7 @@ MAX_LAYERS = 512                 # llama.cpp's LLAMA_MAX_LAYERS: per-layer table
 GEMMA3_SWA_PERIOD = 6            # default: every 6th layer attends globally
 GEMMA3_LOCAL_ROPE_BASE = 10000.0
 GEMMA3_27B_LAYERS = 62
+GEMMA4_SOFTCAP = 30.0            # llama.cpp's default final_logit_softcapping when a gemma4 file has none
 YARN_BETA_FAST = 32.0            # llama.cpp's defaults (its yarn_* keys are not read for these architectures)
 YARN_BETA_SLOW = 1.0
 SCALING_TYPES = ("none", "linear", "yarn", "longrope")
@@ -134,7 +144,37 @@ class ModelSpec:
     expert_norm: bool = False    # the chosen experts' weights renormalized to sum to 1
     fused_gate_up_exps: bool = False  # one ffn_gate_up_exps tensor holding [gate; up] per expert
     qk_norm_full: bool = False   # q/k norms over the whole projection, not per head (olmoe)
+    # Gemma 4: sliding and full layers differ in head size and KV heads; values are RMS-normed (no weight)
+    # before the cache; the rope factor tensor turns only the full layers' pairs; a mixture's layer runs its
+    # dense MLP beside the experts (pyshim.models.decoder), with per-expert output scales
+    layer_kv_heads: tuple[int, ...] = ()   # per layer, where they differ (empty: n_kv_heads everywhere)
+    head_dim_swa: int = 0        # sliding layers' key and value head size (0: head_dim_k / head_dim_v)
+    v_norm: bool = False
+    keys_as_values: tuple[bool, ...] = ()  # per layer: no attn_v, its values are its keys' projection (empty: none)
+    swa_rope_factors: bool = True  # sliding layers use the rope factor tensor too
+    moe_beside_dense: bool = False
+    layer_output_scale: bool = False  # blk.N.layer_output_scale: a constant each layer's output is multiplied by
     extra: dict[str, Any] = field(default_factory=dict, compare=False)  # rope_finetuned etc.: informative
+
+    def kv_heads(self, layer: int) -> int:
+        """Layer `layer`'s key/value heads (Gemma 4's sliding and full layers differ)."""
+        return self.layer_kv_heads[layer] if self.layer_kv_heads else self.n_kv_heads
+
+    def head_dims(self, layer: int) -> tuple[int, int]:
+        """Layer `layer`'s (key, value) head sizes (Gemma 4's sliding layers have smaller heads)."""
+        if self.head_dim_swa and self.swa_layers[layer]:
+            return self.head_dim_swa, self.head_dim_swa
+        return self.head_dim_k, self.head_dim_v
+
+    def kv_row(self, layer: int) -> tuple[int, int]:
+        """(key, value) values a position holds in layer `layer`'s cache, all its KV heads together."""
+        hk, hv = self.head_dims(layer)
+        return self.kv_heads(layer) * hk, self.kv_heads(layer) * hv
+
+    @property
+    def uniform_kv(self) -> bool:
+        """Every layer has the same KV heads and head sizes (all but Gemma 4)."""
+        return len({(self.kv_heads(il), self.head_dims(il)) for il in range(self.n_layers)}) == 1
 
     @property
     def n_embd_k_gqa(self) -> int:
@@ -208,6 +248,18 @@ class _Keys:
             raise GGUFFormatError(f"'{key}' should be an integer but is {value!r}", hint="the file is damaged: convert it again")
         return value
 
+    def per_layer(self, suffix: str, n_layers: int, default: int) -> tuple[int, ...]:
+        """An integer that may be one value or a per-layer array (llama.cpp's get_key_or_arr)."""
+        key, value = self._get(suffix)
+        if value is None:
+            return (default,) * n_layers
+        if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
+            if len(value) != n_layers:
+                raise GGUFFormatError(f"'{key}' has {len(value)} values for {n_layers} layers",
+                                      hint="the file is damaged: convert it again")
+            return tuple(int(v) for v in value)
+        return (self.integer(suffix),) * n_layers
+
     def number(self, suffix: str, default: float) -> float:
         key, value = self._get(suffix)
         if value is None:
@@ -243,10 +295,13 @@ def _spec_from_header(header: GGUFHeader) -> ModelSpec:
                               hint="the file is damaged: convert it again")
     n_embd = _positive("embedding_length", k.integer("embedding_length"), arch)
     n_heads = _positive("attention.head_count", k.integer("attention.head_count"), arch)
-    n_kv_heads = _positive("attention.head_count_kv", k.integer("attention.head_count_kv", n_heads), arch)
-    if n_heads % n_kv_heads:
-        raise GGUFFormatError(f"{arch}: {n_heads} query heads cannot be shared by {n_kv_heads} key/value heads",
-                              hint="the file is damaged: convert it again")
+    # Gemma 4's sliding and full layers have their own KV heads (llama.cpp: get_key_or_arr)
+    layer_kv = k.per_layer("attention.head_count_kv", n_layers, n_heads) if arch == "gemma4" else ()
+    n_kv_heads = layer_kv[0] if layer_kv else _positive("attention.head_count_kv", k.integer("attention.head_count_kv", n_heads), arch)
+    for kv in set(layer_kv) | {n_kv_heads}:
+        if kv <= 0 or n_heads % kv:
+            raise GGUFFormatError(f"{arch}: {n_heads} query heads cannot be shared by {kv} key/value heads",
+                                  hint="the file is damaged: convert it again")
     head_dim_k = _positive("attention.key_length", k.integer("attention.key_length", n_embd // n_heads), arch)
     head_dim_v = _positive("attention.value_length", k.integer("attention.value_length", n_embd // n_heads), arch)
     context_length = _positive("context_length", k.integer("context_length"), arch)
@@ -274,6 +329,18 @@ def _spec_from_header(header: GGUFHeader) -> ModelSpec:
         final_softcap = k.number("final_logit_softcapping", 0.0) or None
         embedding_scale = math.sqrt(n_embd)
         activation = "gelu"
+    gemma4 = {}
+    if arch == "gemma4":
+        gemma4, rope_swa = _gemma4(header, k, n_layers, head_dim_k, head_dim_v, rope)
+        sliding_window = k.integer("attention.sliding_window")
+        swa_layers = _swa_pattern(header, arch, n_layers)
+        attn_scale = 1.0                 # q and k are RMS-normed per head: no 1/sqrt(head size)
+        final_softcap = k.number("final_logit_softcapping", GEMMA4_SOFTCAP) or None
+        embedding_scale = math.sqrt(n_embd)
+        activation = "gelu"
+        # (n_kv_heads: the full layers', as head_dim_k is; kv_heads(il) has each layer's)
+        n_kv_heads = next((kv for kv, local in zip(layer_kv, swa_layers) if not local), n_kv_heads)
+        layer_kv = layer_kv if len(set(layer_kv)) > 1 else ()
 
     has = header.has_tensor
     vocab = header.metadata.get("tokenizer.ggml.tokens")
@@ -288,12 +355,13 @@ def _spec_from_header(header: GGUFHeader) -> ModelSpec:
     if arch in ("qwen2moe", "qwen3moe", "olmoe") and not n_experts:
         raise GGUFFormatError(f"{arch}.expert_count is missing or 0, but {arch} is a mixture-of-experts architecture",
                               hint="the file is damaged: convert it again")
+    dense_ff = not n_experts or arch == "gemma4"    # (gemma4's mixtures keep a dense MLP beside the experts)
     return ModelSpec(
         architecture=arch,
         name=str(header.metadata.get("general.name") or arch),
         n_layers=n_layers, n_embd=n_embd, n_heads=n_heads, n_kv_heads=n_kv_heads,
         head_dim_k=head_dim_k, head_dim_v=head_dim_v,
-        n_ff=n_ff if n_experts else _positive("feed_forward_length", n_ff, arch),   # (MoE: the dense width, unused)
+        n_ff=_positive("feed_forward_length", n_ff, arch) if dense_ff else n_ff,   # (MoE: the dense width, unused)
         n_vocab=n_vocab,
         context_length=context_length,
         norm_eps=k.number("attention.layer_norm_rms_epsilon", 1e-5),
@@ -312,7 +380,9 @@ def _spec_from_header(header: GGUFHeader) -> ModelSpec:
         fused_qkv=has("blk.0.attn_qkv.weight"),
         fused_gate_up=has("blk.0.ffn_up.weight") and not has("blk.0.ffn_gate.weight"),
         qk_norm_full=arch == "olmoe",
+        layer_kv_heads=layer_kv,
         **moe,
+        **gemma4,
         extra={"rope_finetuned": bool(header.metadata.get(f"{arch}.rope.scaling.finetuned", False))},
     )
 
@@ -347,7 +417,7 @@ def _experts(header: GGUFHeader, k: _Keys, n_experts: int, n_ff: int) -> dict[st
     for name, what in (("blk.0.exp_probs_b.bias", "an expert selection bias"),
                        ("blk.0.ffn_down_exps.scale", "per-expert output scales"),
                        ("blk.0.ffn_gate_inp.bias", "a router bias")):
-        if has(name):
+        if has(name) and not (arch == "gemma4" and name == "blk.0.ffn_down_exps.scale"):   # gemma4's are computed
             raise UnsupportedError(f"{arch}: this file's experts have {what} ({name}), which pyshim does not compute",
                                    hint="this expert layout is not supported")
     if has("blk.0.ffn_gate.0.weight") or not (has("blk.0.ffn_up_exps.weight") or has("blk.0.ffn_gate_up_exps.weight")):
@@ -364,7 +434,47 @@ def _experts(header: GGUFHeader, k: _Keys, n_experts: int, n_ff: int) -> dict[st
         n_ff_shared = _positive("expert_shared_feed_forward_length", k.integer("expert_shared_feed_forward_length", n_ff), arch)
     return dict(n_experts=n_experts, n_experts_used=n_used, n_ff_expert=n_ff_expert, n_ff_shared=n_ff_shared,
                 expert_gating=routing.gating, expert_norm=routing.norm,
-                fused_gate_up_exps=has("blk.0.ffn_gate_up_exps.weight"))
+                fused_gate_up_exps=has("blk.0.ffn_gate_up_exps.weight"), moe_beside_dense=arch == "gemma4")
+
+
+def _gemma4(header: GGUFHeader, k: _Keys, n_layers: int, head_dim_k: int, head_dim_v: int,
+            rope: RopeParams) -> tuple[dict[str, Any], RopeParams]:
+    """Gemma 4's own fields and its sliding layers' rope (llama.cpp's llama_model_gemma4::load_arch_hparams),
+    refusing by name what pyshim does not compute yet: E2B/E4B's layers that share another's KV cache and
+    their per-layer token embeddings."""
+    arch = k.arch
+    shared = k.integer("attention.shared_kv_layers", 0)
+    if shared:
+        raise UnsupportedError(f"gemma4: this model's last {shared} layers reuse earlier layers' KV caches "
+                               f"({arch}.attention.shared_kv_layers, Gemma 4 E2B/E4B), which pyshim does not run yet",
+                               hint="Gemma 4 26B-A4B and 31B run; for a small model use Gemma 3")
+    per_layer = k.integer("embedding_length_per_layer_input", 0)
+    if per_layer:
+        raise UnsupportedError(f"gemma4: per-layer token embeddings ({arch}.embedding_length_per_layer_input = "
+                               f"{per_layer}, Gemma 4 E2B/E4B) are not supported yet",
+                               hint="Gemma 4 26B-A4B and 31B run; for a small model use Gemma 3")
+    if head_dim_k != head_dim_v:
+        raise GGUFFormatError(f"gemma4: key and value heads differ in size ({head_dim_k}/{head_dim_v}), which "
+                              "Gemma 4 (and llama.cpp) does not allow", hint="the file is damaged: convert it again")
+    swa_k = _positive("attention.key_length_swa", k.integer("attention.key_length_swa"), arch)
+    swa_v = _positive("attention.value_length_swa", k.integer("attention.value_length_swa"), arch)
+    if swa_k != swa_v:
+        raise GGUFFormatError(f"gemma4: sliding layers' key and value heads differ in size ({swa_k}/{swa_v})",
+                              hint="the file is damaged: convert it again")
+    swa_dims = k.integer("rope.dimension_count_swa", rope.dims)
+    if swa_dims > swa_k or swa_dims % 2:
+        raise GGUFFormatError(f"{arch}.rope.dimension_count_swa is {swa_dims}; it must be even and at most the sliding "
+                              f"layers' head size {swa_k}", hint="the file is damaged: convert it again")
+    if not isinstance(header.metadata.get(f"{arch}.attention.sliding_window_pattern"), np.ndarray):
+        raise MissingKeyError(f"the file has no per-layer '{arch}.attention.sliding_window_pattern' array, which a "
+                              "gemma4 model needs", hint="convert the model again with a current llama.cpp")
+    # sliding layers: their own base, no context scaling (as gemma3's)
+    rope_swa = RopeParams(dims=swa_dims, base=k.number("rope.freq_base_swa", GEMMA3_LOCAL_ROPE_BASE), neox=rope.neox,
+                          n_ctx_orig=rope.n_ctx_orig)
+    has = header.has_tensor
+    values = tuple(not has(f"blk.{il}.attn_v.weight") and not has(f"blk.{il}.attn_qkv.weight") for il in range(n_layers))
+    return dict(head_dim_swa=swa_k, v_norm=True, keys_as_values=values if any(values) else (), swa_rope_factors=False,
+                layer_output_scale=has("blk.0.layer_output_scale.weight")), rope_swa
 
 
 def _swa_pattern(header: GGUFHeader, arch: str, n_layers: int) -> tuple[bool, ...]:

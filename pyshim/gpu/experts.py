@@ -31,7 +31,7 @@ class ExpertOps:
     cache (pyshim.gpu.expert_cache) the router's step stops for the host, and the expert matvecs read the
     cache's slots and the slot ids the host wrote."""
 
-    def route(self, logits: Tensor, spec: RouterSpec) -> tuple[Tensor, Tensor]:
+    def route(self, logits: Tensor, spec: RouterSpec, scales: WeightSlot | None = None) -> tuple[Tensor, Tensor]:
         n, experts = logits.shape
         if experts > MAX_EXPERTS or spec.n_used > experts:
             raise UnsupportedError(f"a router over {experts} experts ({spec.n_used} per token): the GPU router "
@@ -40,8 +40,9 @@ class ExpertOps:
             raise UnsupportedError(f"router gating {spec.gating!r} is not one of {GATINGS}")
         weights = self._tensor((n, spec.n_used), "router_weights")
         ids = self._tensor((n, spec.n_used), "router_ids")
-        self._record("router", router_key(spec.gating, spec.norm), [logits.buf, ids.buf, weights.buf], (groups(n), 1, 1),
-                     n=n, experts=experts, used=spec.n_used, logits_off=logits.off, scale=spec.scale)
+        self._record("router", router_key(spec.gating, spec.norm, scales is not None),
+                     [logits.buf] + ([scales.f32_buf] if scales is not None else []) + [ids.buf, weights.buf],
+                     (groups(n), 1, 1), n=n, experts=experts, used=spec.n_used, logits_off=logits.off, scale=spec.scale)
         if self.expert_cache is None:
             return weights, ids
         # streamed experts: the step stops here; the host reads `ids`, fills the cache and writes each pair's

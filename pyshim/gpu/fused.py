@@ -84,8 +84,9 @@ class Attention(NamedTuple):
     grid: tuple[int, int, int]
 
 
-class _Joined(NamedTuple):
-    """Several weights' biases in one buffer (GpuOps.matmuls), bound like a bias slot."""
+class F32Values(NamedTuple):
+    """f32 values made on the device side, bound like a norm's or a bias's slot: several weights' biases
+    in one buffer (GpuOps.matmuls), a weightless norm's ones (GpuOps.rmsnorm)."""
 
     f32_buf: Any
 
@@ -161,7 +162,7 @@ class FusedOps:
             values = np.concatenate([b.values if b is not None else np.zeros(w.shape[0], np.float32) for w, b in zip(ws, biases)])
             buf = self.allocator.buffer(values.nbytes, "+".join(str(k) for k in key))
             self.device.write(buf, values)
-            self._joined[key] = _Joined(buf)
+            self._joined[key] = F32Values(buf)
         return self._joined[key]
 
     def glu_matmul(self, x: Tensor, gate, up, act: str) -> Tensor:

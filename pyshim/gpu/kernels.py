@@ -137,8 +137,10 @@ def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, row
                         EXPERTS=experts or grouped, GROUPED=grouped, GLU=bool(glu), **(act_defines(glu, True) if glu else {}))
 
 
-def router_key(gating: str, norm: bool) -> ShaderKey:
-    return ShaderKey.of("router", WG=WG, GATING_SOFTMAX=gating == "softmax", GATING_SIGMOID=gating == "sigmoid", NORM=norm)
+def router_key(gating: str, norm: bool, scales: bool = False) -> ShaderKey:
+    """router.wgsl; `scales`: each weight times its expert's output scale (gemma4's ffn_down_exps.scale)."""
+    return ShaderKey.of("router", WG=WG, GATING_SOFTMAX=gating == "softmax", GATING_SIGMOID=gating == "sigmoid", NORM=norm,
+                        SCALES=scales)
 
 
 def moe_key(op: str) -> ShaderKey:
@@ -504,6 +506,8 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
     keys += [*argmax_keys()] + ([*argmax_keys(subgroup=True)] if subgroups else [])
     keys += [ShaderKey.of("topk", WG=WG, K=TOPK, **{p: True}) for p in ("PASS1", "PASS2")]
     keys += [ShaderKey.of("stream", WG=WG, STRIDED=s) for s in (False, True)]
+    if int8:
+        keys += [ShaderKey.of("stream", WG=WG, STRIDED=s, I8=True) for s in (False, True)]
     if f16:         # the f32 route's arithmetic in halves (real GPUs with shader-f16)
         keys += [matvec_key(q, bias=bias, reduce=True, f16=True) for q in WEIGHT_TYPES for bias in (False, True)]
         keys += [matvec_key(q, reduce=True, glu=act, f16=True) for q in WEIGHT_TYPES for act in ACTIVATIONS]

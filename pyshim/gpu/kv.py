@@ -49,11 +49,11 @@ class LayerKV:
         return self.table_len * PAGE
 
 
-def page_bytes(spec, kv_type: str) -> tuple[int, int]:
-    """Bytes of one page of one layer's keys and of its values."""
+def page_bytes(spec, kv_type: str, layer: int = 0) -> tuple[int, int]:
+    """Bytes of one page of layer `layer`'s keys and of its values (Gemma 4's layers differ)."""
     per_value = kv_type_named(kv_type).bytes_per_value
-    return (math.ceil(PAGE * spec.n_kv_heads * spec.head_dim_k * per_value),
-            math.ceil(PAGE * spec.n_kv_heads * spec.head_dim_v * per_value))
+    k_row, v_row = spec.kv_row(layer)
+    return math.ceil(PAGE * k_row * per_value), math.ceil(PAGE * v_row * per_value)
 
 
 class PageTable:
@@ -106,7 +106,8 @@ class GpuKV:
         """`n_pages`: the full-attention layers' pool (default: every sequence's whole context); a ring of
         pages per sequence for the sliding-window layers comes on top."""
         kind = kv_type_named(kv_type)
-        kind.check_heads(spec.head_dim_k, spec.head_dim_v)
+        for il in range(spec.n_layers):
+            kind.check_heads(*spec.head_dims(il))
         self.kv_type, self.n_seqs, self.spec = kv_type, n_seqs, spec
         self.row_len = math.ceil(n_ctx / PAGE)
         self.ring_len = kv_ring_pages(spec, n_ctx, max_chunk)
@@ -120,12 +121,12 @@ class GpuKV:
         self.table_off = 2 * max_chunk
         self.ring_off = self.table_off + n_seqs * self.row_len
         self.map_words = self.ring_off + n_seqs * self.ring_len
-        self.page_bytes = page_bytes(spec, kv_type)
+        self.page_bytes = [page_bytes(spec, kv_type, il) for il in range(spec.n_layers)]     # per layer
         self._layers: list[LayerKV] = []
         for il in range(spec.n_layers):
             ring = bool(self.ring_len) and spec.swa_layers[il]
             pages = n_seqs * self.ring_len if ring else self.n_pages
-            k_bytes, v_bytes = pages * self.page_bytes[0], pages * self.page_bytes[1]
+            k_bytes, v_bytes = pages * self.page_bytes[il][0], pages * self.page_bytes[il][1]
             if max_binding is not None and max(k_bytes, v_bytes) > max_binding:
                 raise OutOfMemoryError(
                     f"one layer's KV pool of {pages} pages ({max(k_bytes, v_bytes) >> 20} MiB of {kv_type}) is more than "
@@ -135,7 +136,7 @@ class GpuKV:
                                         self.ring_off if ring else self.table_off, self.ring_len if ring else self.row_len))
         # pages on their way between two places of one pool (WebGPU copies never share a source and
         # destination): one, or a whole ring
-        self._scratch = allocator.buffer(max(self.page_bytes) * max(1, self.ring_len), "kv_page")
+        self._scratch = allocator.buffer(max(map(max, self.page_bytes)) * max(1, self.ring_len), "kv_page")
         self._last_step: dict[int, int] = {}   # sequence -> the step that last wrote it (least recent taken back first)
         self._steps = 0
         self.reclaimed = 0                     # sequences whose pages were taken back for others
@@ -205,8 +206,7 @@ class GpuKV:
     def _copies(self, table_off: int, src: int, dst: int, pages: int) -> list[tuple[Any, int, Any, int, int]]:
         """`pages` pages from page src * pages to page dst * pages of the pools of the layers whose table
         is at `table_off`, each through the scratch pages."""
-        k_bytes, v_bytes = self.page_bytes
-        return [copy for layer in self._layers if layer.table_off == table_off
+        return [copy for layer, (k_bytes, v_bytes) in zip(self._layers, self.page_bytes) if layer.table_off == table_off
                 for buf, size in ((layer.k, k_bytes * pages), (layer.v, v_bytes * pages))
                 for copy in ((buf, src * size, self._scratch, 0, size), (self._scratch, 0, buf, dst * size, size))]
 

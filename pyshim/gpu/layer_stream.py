@@ -56,8 +56,9 @@ class LayerStream:
         self.layers = list(range(self.first, n_layers))
         self.fetch = fetch or self._read_and_write
         self.stats = StreamStats()
-        self._buffers: list[dict[str, list]] = [{} for _ in range(SETS)]   # set -> tensor suffix -> part buffers
-        self._layouts: dict[str, tuple] = {}                   # suffix -> (shape, grouped)
+        # set -> (tensor suffix, shape, grouped) -> part buffers: a set holds a matrix of each shape its layers
+        # have (Gemma 4's sliding and full layers' attention differ), at the largest type among them
+        self._buffers: list[dict[tuple, list]] = [{} for _ in range(SETS)]
         self._slots: dict[int, list[WeightSlot]] = {i: [] for i in self.layers}
         self.held: list[int | None] = [None] * SETS            # which layer each set holds
         self._repack: list[Program | None] = [None] * SETS
@@ -89,19 +90,15 @@ class LayerStream:
         layer = layer_of(name)
         suffix = name.split(".", 2)[2]
         grouped = ref.qtype in self.weights.grouped_types
-        layout = (tuple(shape), grouped)      # the type may differ (Q4_K_M: Q6_K in some layers): buffers fit the largest
-        if self._layouts.setdefault(suffix, layout) != layout:
-            raise UnsupportedError(f"tensor {name!r} is {shape}{' Q8_0' if grouped else ''}, another layer's {suffix} is "
-                                   f"{self._layouts[suffix][0]}{' Q8_0' if self._layouts[suffix][1] else ''}: layers of "
-                                   "different shapes cannot share streaming buffers")
+        key = (suffix, tuple(shape), grouped)   # the type may differ (Q4_K_M: Q6_K in some layers): buffers fit the largest
         s = self.set_of(layer)
         w = WeightSlot(ref, tuple(shape), grouped=grouped)
         parts = self._parts(ref, shape, grouped)
-        if suffix not in self._buffers[s]:
-            self._buffers[s][suffix] = [self.weights.allocator.buffer(nbytes, f"stream{s}.{suffix}[{i}]")
-                                        for i, nbytes in enumerate(self._part_sizes(s, suffix, shape, grouped))]
+        if key not in self._buffers[s]:
+            self._buffers[s][key] = [self.weights.allocator.buffer(nbytes, f"stream{s}.{suffix}[{i}]")
+                                     for i, nbytes in enumerate(self._part_sizes(s, key))]
         per = int(np.prod(shape[1:-1], dtype=np.int64))
-        for (unit0, units), buf in zip(parts, self._buffers[s][suffix]):
+        for (unit0, units), buf in zip(parts, self._buffers[s][key]):
             w.parts.append(Part(buf, unit0 * per, units * per))
             self.part_layer[id(w.parts[-1])] = layer
         self._slots[layer].append(w)
@@ -113,8 +110,10 @@ class LayerStream:
         per = int(np.prod(shape[1:-1], dtype=np.int64))
         return row_parts(shape[0], ref.row_bytes * per, self.weights.limit, REPACK_GROUP_BYTES if grouped else 0)
 
-    def _part_sizes(self, s: int, suffix: str, shape, grouped: bool) -> list[int]:
-        """The buffers of set `s` for tensor `suffix`: part by part, the largest any of the set's layers needs."""
+    def _part_sizes(self, s: int, key: tuple) -> list[int]:
+        """The buffers of set `s` for tensor `key` (suffix, shape, grouped): part by part, the largest any of
+        the set's layers with that shape needs."""
+        suffix, shape, grouped = key
         per = int(np.prod(shape[1:-1], dtype=np.int64))
         sizes: list[int] = []
         for layer in self.layers:
@@ -122,6 +121,8 @@ class LayerStream:
             if self.set_of(layer) != s or name not in self.weights.store:
                 continue
             ref = self.weights.store.info(name)
+            if tuple(ref.shape) != shape or (ref.qtype in self.weights.grouped_types) != grouped:
+                continue
             for i, (_, units) in enumerate(self._parts(ref, shape, grouped)):
                 nbytes = repack_bytes(units * per, ref.row_bytes) if grouped else units * per * ref.row_bytes
                 if i < len(sizes):
@@ -163,8 +164,8 @@ class LayerStream:
         if self._repack[s] is None:
             program = Program(0)
             key = ShaderKey.of("repack", WG=WG)
-            for suffix, bufs in self._buffers[s].items():
-                if self._layouts[suffix][1]:
+            for (_, _, grouped), bufs in self._buffers[s].items():
+                if grouped:
                     for buf in bufs:
                         n_groups = int(buf.size) // REPACK_GROUP_BYTES
                         program.dispatches.append(Dispatch(key, [buf], PARAMS["repack"].pack(groups=n_groups, first=0),

@@ -24,7 +24,7 @@ from pyshim.gguf.tensors import WeightStore
 from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.expert_cache import ExpertCache
 from pyshim.gpu.experts import ExpertOps
-from pyshim.gpu.fused import Attention, FusedOps, Norm, Rope, drop_unread
+from pyshim.gpu.fused import Attention, F32Values, FusedOps, Norm, Rope, drop_unread
 from pyshim.gpu.layer_stream import LayerStream
 from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_TYPES, I8_TOKENS, PARAMS, glu_key,
                                 TOPK, TOPK_CHUNK, UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, GROUPED_TYPES, KernelCache,
@@ -107,6 +107,7 @@ class GpuOps(FusedOps, ExpertOps):
         self._groups: dict[Tensor, Activation] = {}
         self._theta: dict[tuple, tuple[Any, float, Any]] = {}
         self._joined: dict[tuple, Any] = {}    # several weights' biases in one buffer (pyshim.gpu.fused)
+        self._ones: dict[int, F32Values] = {}     # f32 ones of each width: the weight of a norm that has none
 
     @property
     def kv_type(self) -> str:
@@ -176,6 +177,9 @@ class GpuOps(FusedOps, ExpertOps):
     # --- weights ---
     def has_weight(self, name: str) -> bool:
         return name in self.slots
+
+    def scalar(self, name: str) -> float:
+        return float(self.slots.bind(name, (1,)).values[0])
 
     def weight(self, name: str, shape: Sequence[int]) -> WeightSlot:
         if self.expert_cache is not None and len(shape) == 3:
@@ -284,9 +288,15 @@ class GpuOps(FusedOps, ExpertOps):
                          x_row_words=row_words, **_addend_params(add, part.row0))
         return out
 
-    def rmsnorm(self, x: Tensor, w: WeightSlot, eps: float, residual: Tensor | None = None) -> Tensor:
+    def rmsnorm(self, x: Tensor, w: WeightSlot | None, eps: float, residual: Tensor | None = None) -> Tensor:
         d = x.shape[-1]
         rows = x.size // d
+        if w is None:               # (gemma4's values) a weight of ones: x * inv * 1.0 is x * inv
+            if d not in self._ones:
+                ones = np.ones(d, np.float32)
+                self._ones[d] = F32Values(self.allocator.buffer(ones.nbytes, f"ones{d}"))
+                self.device.write(self._ones[d].f32_buf, ones)
+            w = self._ones[d]
         out = self._tensor(x.shape, "rmsnorm")
         reduce = self.policy.reduce
         key = rmsnorm_key(reduce=reduce, subgroup=self.policy.subgroup, residual=residual is not None)

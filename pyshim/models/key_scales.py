@@ -69,16 +69,16 @@ def key_tensors(spec: ModelSpec, il: int) -> list[str]:
 def key_scales(spec: ModelSpec, store: WeightStore, pairs: list, rotate: bool = False) -> list[KeyScales]:
     """Every layer's scales; `pairs[il]` is layer il's RopeSpec (its rotated dims and NeoX pairing).
     `rotate`: the cache rotates keys where the model allows (KVType.rotated_keys, rotation_width)."""
-    width = rotation_width(spec) if rotate else 0
-    return [_layer(spec, store, il, pairs[il], width) for il in range(spec.n_layers)]
+    return [_layer(spec, store, il, pairs[il], rotation_width(spec, il) if rotate else 0) for il in range(spec.n_layers)]
 
 
-def rotation_width(spec: ModelSpec) -> int:
-    """How many values of a head one Hadamard rotation spans: the largest power of two that divides the
-    head (the whole head for 64, 128, 256; 32 for Phi-3's 96), at most MAX_ROTATION; 0 for keys with a bias."""
+def rotation_width(spec: ModelSpec, layer: int = 0) -> int:
+    """How many values of a head of layer `layer` one Hadamard rotation spans: the largest power of two that
+    divides the head (the whole head for 64, 128, 256; 32 for Phi-3's 96), at most MAX_ROTATION; 0 for keys
+    with a bias."""
     if spec.qkv_bias:
         return 0
-    hd = spec.head_dim_k
+    hd = spec.head_dims(layer)[0]
     return min(hd & -hd, MAX_ROTATION)
 
 
@@ -109,7 +109,7 @@ def _dense(store: WeightStore, name: str) -> np.ndarray:
 
 
 def _layer(spec: ModelSpec, store: WeightStore, il: int, rope, rotation: int) -> KeyScales:
-    hd, hkv = spec.head_dim_k, spec.n_kv_heads
+    hd, hkv = spec.head_dims(il)[0], spec.kv_heads(il)
     names = key_tensors(spec, il)
     g = _dense(store, names[0]).reshape(-1)
     w = _dense(store, names[1])

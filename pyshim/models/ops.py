@@ -77,6 +77,10 @@ class Ops(Protocol):
         """Whether the file holds `name` (optional tensors: biases, a separate output head)."""
         ...
 
+    def scalar(self, name: str) -> float:
+        """The value of a one-element weight, read at load (gemma4's `layer_output_scale`: then a `scale`)."""
+        ...
+
     # --- ops (shape rules in the docstrings) ---
     def embed(self, table: Weight, tokens: Tensor) -> Tensor:
         """Rows of `table` [vocab, d] picked by `tokens` [n] -> [n, d]."""
@@ -97,9 +101,9 @@ class Ops(Protocol):
         may run as one matmul with the activation in its epilogue; gate, up [f, k] -> [n, f]."""
         ...
 
-    def rmsnorm(self, x: Tensor, w: Weight, eps: float, residual: Tensor | None = None) -> Tensor:
+    def rmsnorm(self, x: Tensor, w: Weight | None, eps: float, residual: Tensor | None = None) -> Tensor:
         """x / rms(x) * w over the last dim (+ residual, x's shape: gemma3's post-norms end in the skip
-        connection); x [..., d], w [d] -> x's shape."""
+        connection); x [..., d], w [d] or None (no weight: gemma4's values) -> x's shape."""
         ...
 
     def view(self, x: Tensor, shape: Sequence[int]) -> Tensor:
@@ -132,9 +136,10 @@ class Ops(Protocol):
         ...
 
     # --- mixture of experts: the router's choice stays an executor tensor (data, not control flow) ---
-    def route(self, logits: Tensor, spec: RouterSpec) -> tuple[Tensor, Tensor]:
+    def route(self, logits: Tensor, spec: RouterSpec, scales: Weight | None = None) -> tuple[Tensor, Tensor]:
         """The router: logits [n, n_experts] -> (weights [n, n_used] f32, ids [n, n_used] expert indices),
-        each token's experts in descending order of probability (ties: the lower index first)."""
+        each token's experts in descending order of probability (ties: the lower index first). `scales`
+        [n_experts] (gemma4's `ffn_down_exps.scale`): each weight then multiplied by its expert's scale."""
         ...
 
     def expert_matmul(self, x: Tensor, w: Weight, ids: Tensor) -> Tensor:

@@ -1,8 +1,9 @@
 """How many bytes a model needs: weights by tensor type, the KV cache for a context, the largest tensor.
 
 The KV cache holds, per layer, keys [n_ctx, n_kv_heads, head_dim_k] and values [n_ctx, n_kv_heads,
-head_dim_v]; a sliding-window layer only ever needs its last `sliding_window` positions (a ring buffer),
-so its length is capped there (plus the positions one step writes before it reads: chunk - 1). Weights
+head_dim_v] (Gemma 4's sliding and full layers differ in both); a sliding-window layer only ever needs
+its last `sliding_window` positions (a ring buffer), so its length is capped there (plus the positions
+one step writes before it reads: chunk - 1). Weights
 stay in their file types on the GPU, so their bytes are the file's bytes. Activations are what a
 prefill step of `chunk` tokens holds at its peak (the executor reuses buffers whose values are dead).
 The GPU executor reports what it allocated (`GpuOps.memory()`); benchmarks print both, and the plan
@@ -85,25 +86,29 @@ def tensor_rows(t: TensorInfo) -> tuple[int, int]:
     return rows, t.nbytes // rows
 
 
+def _position_bytes(spec: ModelSpec, layer: int, kv_type: str):
+    """Bytes one position takes in layer `layer`'s cache, keys and values (a Fraction for q8/q4)."""
+    return sum(spec.kv_row(layer)) * kv_type_named(kv_type).bytes_per_value
+
+
 def kv_bytes_per_token(spec: ModelSpec, kv_type: str = "f32") -> int:
     """Bytes one more position adds to the cache of every layer (ignoring sliding-window caps)."""
-    per_layer = spec.n_kv_heads * (spec.head_dim_k + spec.head_dim_v) * kv_type_named(kv_type).bytes_per_value
-    return int(per_layer * spec.n_layers)
+    return int(sum(_position_bytes(spec, il, kv_type) for il in range(spec.n_layers)))
 
 
 def kv_layer_bytes(spec: ModelSpec, positions: int, kv_type: str = "f32") -> int:
     """Bytes of the largest single buffer of the KV cache: one full-attention layer's pool of keys for
     `positions` positions, every sequence's (it must fit one storage binding)."""
-    return math.ceil(positions * spec.n_kv_heads * max(spec.head_dim_k, spec.head_dim_v) * kv_type_named(kv_type).bytes_per_value)
+    widest = max(max(spec.kv_row(il)) for il in range(spec.n_layers))
+    return math.ceil(positions * widest * kv_type_named(kv_type).bytes_per_value)
 
 
 def kv_cache_bytes(spec: ModelSpec, context: int, kv_type: str = "f32", chunk: int = 1) -> int:
     """Bytes of a KV cache for `context` positions; sliding-window layers hold at most their window
     and the `chunk - 1` positions a step of `chunk` tokens writes ahead of the oldest one it reads."""
-    per_position = spec.n_kv_heads * (spec.head_dim_k + spec.head_dim_v) * kv_type_named(kv_type).bytes_per_value
     ring = spec.sliding_window + chunk - 1
-    positions = sum(min(context, ring) if local else context for local in spec.swa_layers)
-    return math.ceil(per_position * positions)   # q8 blocks are never split
+    return math.ceil(sum(_position_bytes(spec, il, kv_type) * (min(context, ring) if local else context)
+                         for il, local in enumerate(spec.swa_layers)))   # q8 blocks are never split
 
 
 def kv_ring_pages(spec: ModelSpec, context: int, chunk: int) -> int:
@@ -120,11 +125,10 @@ def paged_kv_bytes(spec: ModelSpec, context: int, kv_type: str = "f32", chunk: i
     """Bytes of the GPU's paged KV cache (pyshim.gpu.kv): `kv_pages` pages (default: every sequence's whole
     context) of KV_PAGE positions in each full-attention layer, a ring of pages per sequence in each
     sliding-window layer."""
-    per_position = spec.n_kv_heads * (spec.head_dim_k + spec.head_dim_v) * kv_type_named(kv_type).bytes_per_value
     ring = kv_ring_pages(spec, context, chunk)
     pages = seqs * math.ceil(context / KV_PAGE) if kv_pages is None else kv_pages
-    positions = sum(seqs * ring if ring and local else pages for local in spec.swa_layers) * KV_PAGE
-    return math.ceil(per_position * positions)
+    return math.ceil(sum(_position_bytes(spec, il, kv_type) * (seqs * ring if ring and local else pages) * KV_PAGE
+                         for il, local in enumerate(spec.swa_layers)))
 
 
 def activation_bytes(spec: ModelSpec, chunk: int) -> int:
@@ -132,10 +136,12 @@ def activation_bytes(spec: ModelSpec, chunk: int) -> int:
     product (3 x n_ff), the residual stream and its norm (2 x n_embd), q, k and v; and one row of logits.
     Attention runs over the KV cache in tiles, so the context does not enter. Measured against the
     executor's pool on the three catalog models: within 5% of the activations, 1% of the total."""
-    per_token = 3 * spec.n_ff + 2 * spec.n_embd + spec.n_heads * spec.head_dim_k + spec.n_embd_k_gqa + spec.n_embd_v_gqa
+    per_token = 3 * spec.n_ff + 2 * spec.n_embd + _widest_qkv(spec)
     if spec.n_experts:     # router logits, weights and ids; each chosen expert's gate, up, product and output
         used = spec.n_experts_used
-        per_token += spec.n_experts + 2 * used + used * (3 * spec.n_ff_expert + spec.n_embd) + 3 * spec.n_ff_shared - 3 * spec.n_ff
+        per_token += spec.n_experts + 2 * used + used * (3 * spec.n_ff_expert + spec.n_embd) + 3 * spec.n_ff_shared
+        if not spec.moe_beside_dense:        # (gemma4's dense MLP runs beside the experts)
+            per_token -= 3 * spec.n_ff
     return 4 * (chunk * per_token + spec.n_vocab)
 
 
@@ -196,8 +202,14 @@ def largest_activation_bytes(spec: ModelSpec, chunk: int) -> int:
     if spec.n_experts:      # the chosen experts' gate/up (fused: both) or outputs, for every token
         ff = spec.n_experts_used * max((2 if spec.fused_gate_up_exps else 1) * spec.n_ff_expert, spec.n_embd)
         ff = max(ff, spec.n_ff_shared, spec.n_experts)
-    qkv = spec.n_heads * spec.head_dim_k + spec.n_embd_k_gqa + spec.n_embd_v_gqa
-    return 4 * max(chunk * max(ff, qkv, spec.n_embd), spec.n_vocab)
+        if spec.moe_beside_dense:
+            ff = max(ff, 2 * spec.n_ff if spec.fused_gate_up else spec.n_ff)
+    return 4 * max(chunk * max(ff, _widest_qkv(spec), spec.n_embd), spec.n_vocab)
+
+
+def _widest_qkv(spec: ModelSpec) -> int:
+    """The most q, k and v values a token's attention projections make in any layer."""
+    return max(spec.n_heads * spec.head_dims(il)[0] + sum(spec.kv_row(il)) for il in range(spec.n_layers))
 
 
 def expert_slot_bytes(spec: ModelSpec, tensors: Iterable[TensorInfo]) -> int:
@@ -227,14 +239,15 @@ STREAM_SETS = 2        # rotating sets of buffers streamed layers go through (py
 def stream_buffer_bytes(tensors: Iterable[TensorInfo], streamed: list[int]) -> int:
     """Bytes of the rotating sets that `streamed` layers (in order) go through: streamed layer i uses set
     i % STREAM_SETS, which holds each of its matrices (attn_q, ffn_down, ...) at the largest size that
-    matrix has among the set's layers (a Q4_K_M file gives some layers Q6_K where others have Q4_K)."""
+    matrix has among the set's layers (a Q4_K_M file gives some layers Q6_K where others have Q4_K), one of
+    each shape (Gemma 4's sliding and full layers' attention matrices differ)."""
     sets = {layer: i % STREAM_SETS for i, layer in enumerate(streamed)}
-    sizes: dict[tuple[int, str], int] = {}
+    sizes: dict[tuple, int] = {}
     for t in tensors:
         if t.name.startswith("blk.") and len(t.shape) >= 2:
             _, layer, suffix = t.name.split(".", 2)
             if int(layer) in sets:
-                key = (sets[int(layer)], suffix)
+                key = (sets[int(layer)], suffix, tuple(t.shape))
                 sizes[key] = max(sizes.get(key, 0), t.nbytes)
     return sum(sizes.values())
 

@@ -869,9 +869,10 @@ EXPORT(topk) void topk(const float *x, int rows, int cols, int k, int32_t *ids, 
 
 // The router (pyshim.exec.reference's route): each row of logits [n, e] gated (0: softmax, 1: sigmoid),
 // its `used` largest probabilities picked in descending order (ties: the lower expert), divided by their
-// sum when `norm`, times `scale`: weights [n, used] f32, ids [n, used] int32.
+// sum when `norm`, times `scale`, then (`scales` not NULL: gemma4's per-expert output scales) times its
+// expert's entry of `scales`: weights [n, used] f32, ids [n, used] int32.
 EXPORT(route) void route(const float *logits, int n, int e, int used, int gating, int norm, float scale, float *weights,
-                         int32_t *ids) {
+                         int32_t *ids, const float *scales) {
     float probs[MAX_EXPERTS];
     for (int t = 0; t < n; t++) {
         const float *x = logits + (size_t)t * e;
@@ -896,6 +897,7 @@ EXPORT(route) void route(const float *logits, int n, int e, int used, int gating
         }
         if (norm) for (int u = 0; u < used; u++) w[u] /= sum > ROUTER_NORM_MIN ? sum : ROUTER_NORM_MIN;
         if (scale != 1.0f) for (int u = 0; u < used; u++) w[u] *= scale;
+        if (scales) for (int u = 0; u < used; u++) w[u] *= scales[id[u]];
     }
 }
 
@@ -978,7 +980,7 @@ static int run_ops(const Word *prog, int count, int tid, int nth) {
             case OP_COPY_COLS: copy_cols(P(0), I(1), I(2), I(3), P(4)); break;
             case OP_ARGMAX: argmax(P(0), I(1), I(2), P(3)); break;
             case OP_TOPK: topk(P(0), I(1), I(2), I(3), P(4), P(5)); break;
-            case OP_ROUTE: route(P(0), I(1), I(2), I(3), I(4), I(5), F(6), P(7), P(8)); break;
+            case OP_ROUTE: route(P(0), I(1), I(2), I(3), I(4), I(5), F(6), P(7), P(8), P(9)); break;
             case OP_EXPERT_SUM: expert_sum(P(0), P(1), I(2), I(3), I(4), P(5)); break;
             case OP_SIGMOID_GATE: sigmoid_gate(P(0), P(1), I(2), I(3), P(4)); break;
             case OP_HADAMARD: hadamard(P(0), P(1), I(2), I(3), F(4)); break;
@@ -995,11 +997,11 @@ static int run_ops(const Word *prog, int count, int tid, int nth) {
 }
 
 // The words an op takes, their size, and the revision of what ops mean (2: a matmul's PER_TOKEN flag;
-// 3: the mixture of experts' ops; 5: hadamard; 6: the wasm64 build, alloc's pointer-sized argument):
-// Python checks them against its own (a module built from an older engine.c says so).
+// 3: the mixture of experts' ops; 5: hadamard; 6: the wasm64 build, alloc's pointer-sized argument; 7: the
+// router's per-expert scales): Python checks them against its own (a module built from an older engine.c says so).
 EXPORT(op_words) int op_words(void) { return OP_WORDS; }
 EXPORT(word_bytes) int word_bytes(void) { return (int)sizeof(Word); }
-EXPORT(abi) int abi(void) { return 6; }
+EXPORT(abi) int abi(void) { return 7; }
 
 // Run a program on this thread alone.
 EXPORT(run) int run(const Word *prog, int count) { return run_ops(prog, count, 0, 1); }
