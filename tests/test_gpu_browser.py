@@ -106,3 +106,41 @@ def test_subgroup_kernels_in_the_worker_match_reference(site_page, tmp_path_fact
     assert result["face"] == "browser" and result["subgroup"] and not result["int8"], str(result)
     assert result["excess"] <= ATOL_OF_SCALE * result["scale"], str(result)
     assert result["greedy"] == result["argmax"]
+
+
+GREEDY = """
+import base64, json
+from pyshim.gguf.header import read_header
+from pyshim.gguf.tensors import BufferSource
+from pyshim.exec.gpu_runner import load_gpu
+from pyshim.exec.loading import load_reference
+from pyshim.exec.runner import Step, Want
+from pyshim.plan.settings import RunSettings
+
+data = base64.b64decode({b64!r})
+header = read_header(data, file_size=len(data))
+settings = RunSettings(context={n_ctx}, arithmetic="f32")
+
+async def greedy(runner, prompt, n):
+    out = [(await runner.step(Step.of(prompt, 0, want=Want.ARGMAX)))[0].token]
+    while len(out) < n:
+        out.append((await runner.step(Step.of([out[-1]], len(prompt) + len(out) - 1, want=Want.ARGMAX)))[0].token)
+    return out
+
+gpu = await load_gpu(header=header, source=BufferSource(data), settings=settings)
+ref = load_reference(header=header, source=BufferSource(data), settings=settings)
+json.dumps({{"gpu": await greedy(gpu, {prompt!r}, {n}), "ref": await greedy(ref, {prompt!r}, {n})}})
+"""
+
+
+def test_gemma4_mixture_greedy_32_tokens_in_the_worker_equal_reference(site_page, tmp_path_factory):
+    """Gemma 4's mixture on WebGPU in the page: 32 greedy tokens (f32), the reference's in the same Worker —
+    through the sliding layers' rings wrapping and the full layer's growing cache."""
+    from gguf import GGMLQuantizationType as QT
+
+    page, _, _ = site_page
+    path = tiny_models.write_tiny_model(tmp_path_factory.mktemp("gemma4moe"), "gemma4moe", QT.F32)
+    code = GREEDY.format(b64=base64.b64encode(path.read_bytes()).decode(), n_ctx=tiny_models.N_CTX,
+                         prompt=tiny_models.test_ids()[:6], n=32)
+    result = harness.engine_request(page, "exec", {"code": code})
+    assert result["gpu"] == result["ref"] and len(result["ref"]) == 32, result

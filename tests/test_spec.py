@@ -86,7 +86,7 @@ def test_missing_and_mistyped_keys():
 def test_head_and_per_layer_keys():
     spec = spec_of("qwen3", {"attention.head_count_kv": [2, 2, 2, 2], "attention.key_length": 64, "attention.value_length": 48})
     assert (spec.n_kv_heads, spec.head_dim_k, spec.head_dim_v, spec.rope.dims) == (2, 64, 48, 64)
-    assert (spec.n_embd_k_gqa, spec.n_embd_v_gqa) == (128, 96)
+    assert spec.kv_row(0) == spec.kv_row(3) == (128, 96) and spec.uniform_kv
     with pytest.raises(UnsupportedError, match="differs between layers"):
         spec_of("qwen3", {"attention.head_count_kv": [2, 4, 2, 4]})
 

@@ -177,14 +177,6 @@ class ModelSpec:
         return len({(self.kv_heads(il), self.head_dims(il)) for il in range(self.n_layers)}) == 1
 
     @property
-    def n_embd_k_gqa(self) -> int:
-        return self.n_kv_heads * self.head_dim_k
-
-    @property
-    def n_embd_v_gqa(self) -> int:
-        return self.n_kv_heads * self.head_dim_v
-
-    @property
     def n_swa_layers(self) -> int:
         return sum(self.swa_layers)
 
