@@ -149,8 +149,6 @@ def header_only_gguf(path: Path, *, n_vocab: int, n_embd: int, n_layers: int, n_
     import numpy as np
     from gguf import GGMLQuantizationType, GGUFWriter
 
-    from pyshim.gguf.header import read_header
-
     writer = GGUFWriter(str(path), arch)
     if experts:
         writer.add_expert_count(experts)
@@ -179,6 +177,14 @@ def header_only_gguf(path: Path, *, n_vocab: int, n_embd: int, n_layers: int, n_
         for part, *shape in (("attn_q", n_embd, n_embd), ("attn_k", 1024, n_embd), ("attn_v", 1024, n_embd),
                              ("attn_output", n_embd, n_embd)) + ffn:
             tensor(f"blk.{i}.{part}.weight", *shape)
+    return written_header(writer, path)
+
+
+def written_header(writer, path: Path) -> tuple[bytes, int]:
+    """Write a GGUFWriter's header and tensor table only (tensor infos added, no data): (the header bytes,
+    the size the whole file would have)."""
+    from pyshim.gguf.header import read_header
+
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()

@@ -1,11 +1,11 @@
 """Gemma 4 (`gemma4`) on tiny random models shaped like its 31B (dense) and 26B-A4B (a mixture): what the
-header says, the GPU executor natively and the CPU engine against the reference, greedy decoding, the
-memory plan, and refusals by name of what is not run yet (E2B/E4B's shared KV layers and per-layer
-embeddings). llama.cpp's logits for every weight type are checked by tests/test_tiny_llamacpp.py."""
+header says, the GPU executor natively and the CPU engine against the reference, streaming, the memory
+plan, "will it fit?" at full size, and refusals by name of what is not run yet (E2B/E4B's shared KV layers
+and per-layer embeddings). llama.cpp's logits for every weight type are checked by
+tests/test_tiny_llamacpp.py, the GPU's top-1 on the F32 copies and greedy decoding by tests/test_moe.py,
+Chromium by tests/test_gpu_browser.py."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
@@ -18,11 +18,11 @@ from pyshim.gguf.header import read_header_from_file
 from pyshim.gguf.spec import ModelSpec
 from pyshim.plan.memory import estimate, kv_cache_bytes, paged_kv_bytes
 from pyshim.plan.settings import KV_PAGE, Arithmetic, RunSettings
-from runners import Drive, assert_greedy_like_reference, reference
+from runners import Drive, reference
+from site_helpers import written_header
 from test_gpu_executor import assert_like_emulation, gpu_runner, ref_logits
 
 F32, INT8 = Arithmetic.F32, Arithmetic.INT8
-FX = json.loads(tiny_models.FIXTURE.read_text())
 # both shapes, and every family of weight type among them
 CASES = [("gemma4", "Q4_K"), ("gemma4moe", "Q8_0"), ("gemma4", "Q6_K"), ("gemma4moe", "Q5_K"), ("gemma4moe", "Q4_0"),
          ("gemma4moe", "F32")]
@@ -96,22 +96,6 @@ def test_cpu_engine_matches_reference(tmp_path_factory, arch, qtype):
     np.testing.assert_allclose(got, want, atol=2e-4 * np.abs(want).max(), rtol=1e-3)
 
 
-@pytest.mark.parametrize("arch", tiny_models.GEMMA4_ARCHS)
-def test_gpu_top1_is_llama_cpps_on_the_f32_copies(tmp_path_factory, loop, device, arch):
-    entry = FX["models"][f"{arch}-F32"]
-    path = tiny(tmp_path_factory, arch, "F32")
-    assert tiny_models.sha256(path) == entry["sha256"]
-    got = gpu_runner(loop, device, path, arithmetic=F32).logits(FX["ids"], all_logits=True)
-    assert np.array_equal(got.argmax(axis=1), np.array(entry["top_ids"])[:, 0])
-
-
-def test_greedy_32_tokens_equal_reference(tmp_path_factory, loop, device):
-    path = tiny(tmp_path_factory, "gemma4moe", "Q4_K")
-    ref = reference(path, context=tiny_models.N_CTX, arithmetic=INT8)
-    drive = gpu_runner(loop, device, path, arithmetic=INT8)
-    assert_greedy_like_reference(ref, drive.runner, tiny_models.test_ids()[:6], 32, loop)
-
-
 def test_memory_plan_counts_each_layers_cache(tmp_path_factory, loop, device):
     """The plan's KV bytes are each layer's own (heads of 64 and 128, four KV heads and one), as allocated."""
     path = tiny(tmp_path_factory, "gemma4moe", "Q4_K")
@@ -147,8 +131,6 @@ def gemma4_26b_header(path) -> tuple[bytes, int]:
     token, beside a dense MLP of 2112; vocabulary 262144) in Q4_K (the down projections, whose rows are not
     whole 256-blocks, in Q5_0, as llama.cpp's quantizer falls back), F32 norms and router, without its data."""
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T, GGUFWriter
-
-    from pyshim.gguf.header import read_header
 
     n_layers, d, heads, vocab, experts, ff, ff_exp = 30, 2816, 16, 262144, 128, 2112, 704
     local = [il % 6 != 5 for il in range(n_layers)]
@@ -204,13 +186,7 @@ def gemma4_26b_header(path) -> tuple[bytes, int]:
                      "post_ffw_norm_2"):
             tensor(p + name + ".weight", (d,), T.F32)
         tensor(p + "ffn_gate_inp.scale", (d,), T.F32)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    writer.close()
-    data = path.read_bytes()
-    header = read_header(data)
-    return data, header.data_offset + max(t.offset + t.nbytes for t in header.tensors)
+    return written_header(writer, path)
 
 
 def test_a_26b_a4b_shaped_file_streams_its_experts_in_the_sites_4_gb(tmp_path):

@@ -1,5 +1,6 @@
 """Mixtures of experts on tiny random models of every MoE architecture (qwen2moe with its gated shared
-expert, qwen3moe, olmoe, Mixtral-style llama): the GPU executor natively against the reference, on both
+expert, qwen3moe, olmoe, Mixtral-style llama; gemma4's in its greedy and llama.cpp top-1 checks, with the
+dense gemma4 there too, the rest in tests/test_gemma4.py): the GPU executor natively against the reference, on both
 arithmetic routes, whole and split by experts; greedy decoding; the memory plan; llama.cpp's top-1 on
 the F32 copies (the fixture, tests/test_tiny_llamacpp.py, checks the reference on every type)."""
 
@@ -85,7 +86,7 @@ def test_split_by_experts_chunked_prefill_then_decode(tmp_path_factory, loop, de
     assert sum(1 for (n, *_) in drive.runner._programs if n == 1) == 1
 
 
-@pytest.mark.parametrize("arch", tiny_models.MOE_ARCHS)
+@pytest.mark.parametrize("arch", tiny_models.MOE_ARCHS + tiny_models.GEMMA4_ARCHS)
 def test_gpu_top1_is_llama_cpps_on_the_f32_copies(tmp_path_factory, loop, device, arch):
     entry = FX["models"][f"{arch}-F32"]
     path = tiny(tmp_path_factory, arch, "F32")
@@ -94,7 +95,7 @@ def test_gpu_top1_is_llama_cpps_on_the_f32_copies(tmp_path_factory, loop, device
     assert np.array_equal(got.argmax(axis=1), np.array(entry["top_ids"])[:, 0])
 
 
-@pytest.mark.parametrize("arch, qtype", [("qwen2moe", "Q4_K"), ("olmoe", "Q4_0")])
+@pytest.mark.parametrize("arch, qtype", [("qwen2moe", "Q4_K"), ("olmoe", "Q4_0"), ("gemma4moe", "Q4_K")])
 def test_greedy_32_tokens_equal_reference(tmp_path_factory, loop, device, arch, qtype):
     path = tiny(tmp_path_factory, arch, qtype)
     ref = reference(path, context=tiny_models.N_CTX, arithmetic=INT8)
