@@ -224,6 +224,25 @@ def _roofline_code(mib: int) -> str:
 
 
 STORE_CONTEXT = 1024
+# The page's and its Workers' JS heaps while a run loads and generates, sampled every HEAP_SAMPLE_MS with
+# performance.measureUserAgentSpecificMemory() (cross-origin isolated pages only, as the site is): with
+# MEASURE_MEMORY_FLAG Chromium answers at once instead of at its next garbage collection. The peak says
+# whether weights went to the GPU chunk by chunk or passed whole through JS memory (SmolLM2's 0.1 GB: 54 MB).
+MEASURE_MEMORY_FLAG = "--enable-blink-features=ForceEagerMeasureMemory"
+HEAP_SAMPLE_MS = 250
+HEAP_WATCH_JS = """(ms) => {
+  const peak = window.pyshimHeapPeak = {bytes: 0, samples: 0, error: null};
+  const sample = async () => {
+    try {
+      const m = await performance.measureUserAgentSpecificMemory();
+      peak.bytes = Math.max(peak.bytes, m.bytes);
+      peak.samples += 1;
+    } catch (e) { peak.error = String(e); }
+  };
+  sample();
+  window.pyshimHeapWatch = setInterval(sample, ms);
+}"""
+HEAP_PEAK_JS = "() => { clearInterval(window.pyshimHeapWatch); return window.pyshimHeapPeak; }"
 
 
 def browser_run(playwright, base_url: str, model_url: str, workload: list[dict], *, roofline_mib: int,
@@ -235,7 +254,8 @@ def browser_run(playwright, base_url: str, model_url: str, workload: list[dict],
     `device` "cpu": the model on the WebAssembly CPU engine on `threads` threads (no adapter roofline then:
     the host's applies)."""
     profile = tempfile.mkdtemp(prefix="pyshim-bench-")
-    context = harness.launch_persistent(playwright, profile, service_workers="block", extra_flags=extra_flags)
+    context = harness.launch_persistent(playwright, profile, service_workers="block",
+                                        extra_flags=(extra_flags or []) + [MEASURE_MEMORY_FLAG])
     try:
         page, watch = harness.open_page(context, base_url)
         boot = harness.wait_for_boot(page)
@@ -265,7 +285,13 @@ def browser_run(playwright, base_url: str, model_url: str, workload: list[dict],
         # pyshim's rows name their engine: WebGPU unless `device` says the CPU engine ("auto" would measure
         # and, on a software adapter, pick the CPU engine for the WebGPU row)
         settings = {**settings, "device": device or "gpu", **({"threads": threads} if threads else {})}
+        page.evaluate(HEAP_WATCH_JS, HEAP_SAMPLE_MS)
         sample.update(_worker_generation(page, model_url, workload, settings))
+        heap = page.evaluate(HEAP_PEAK_JS)
+        if heap["samples"]:
+            sample["peak_js_heap_bytes"] = heap["bytes"]
+        elif heap["error"]:
+            sample["js_heap_error"] = heap["error"][:300]
         sample["page_problems"] = watch.console_errors + watch.page_errors + watch.outside_requests
         return sample
     finally:

@@ -102,7 +102,7 @@ def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     header = (["model", "engine", "status", "ready s", "header ms", "store MB/s", "load s", "TTFT ms"]
               + [f"prefill {n} tok/s" for n in prompts]
               + ["decode tok/s", "GB/s", "roofline GB/s", "% roofline", "CPU side %", "CPU ms/step", "dispatches/token",
-                 "GPU MB (plan)", "same text"]
+                 "GPU MB (plan)", "JS heap MB", "same text"]
               + [f"decode ×{p}" for p in peer_names])
     agree = text_agreement(report)
     rows = []
@@ -118,7 +118,7 @@ def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
         row += [_fmt(m.get(f"prefill_{n}_tok_s"), 1) for n in prompts]
         row += [decode, _fmt(m.get("achieved_GBps"), 2), _fmt(m.get("roofline_GBps"), 2), _roofline_cell(m),
                 _fmt(m.get("cpu_share_pct"), 1), _cpu_step_cell(m), _fmt(m.get("dispatches_per_token"), 0),
-                _memory_cell(m), agree.get((r["model"], r["engine"]), "–")]
+                _memory_cell(m), _fmt(m.get("peak_js_heap_bytes"), 0, 1e-6), agree.get((r["model"], r["engine"]), "–")]
         row += [_fmt(r.get("vs_peer", {}).get(f"decode_tok_s_vs_{p}"), 2) if not r["peer"] else "" for p in peer_names]
         rows.append(row)
     return header, rows
@@ -155,7 +155,8 @@ def markdown(report: dict) -> str:
                  "CPU side = share of a decode step outside GPU waits (Python, FFI, encoding), CPU ms/step = that "
                  "time per decode step (in brackets the part spent encoding its dispatches in JavaScript; – where not "
                  "measured: the cpu engine, peers); dispatches/token = compute "
-                 "dispatches a decode step encodes; "
+                 "dispatches a decode step encodes; JS heap MB = the page's and its Workers' JS heaps at their peak "
+                 "while the model loaded and ran (performance.measureUserAgentSpecificMemory; the browser rows); "
                  f"same text = the greedy continuation's first {TEXT_PREFIX} characters match most engines'.")
     return "\n".join(lines)
 

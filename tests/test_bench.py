@@ -28,7 +28,7 @@ def _fake_report() -> dict:
     results = [
         {"model": "smollm2", "engine": "browser", "peer": False, "status": "ok", "samples": [],
          "median": {"ready_ms": 9000.0, "header_ms": 250.0, "decode_tok_s": 20.0, "prefill_32_tok_s": 80.0, "roofline_GBps": 2.0,
-                    "peak_gpu_bytes": 194.9e6, "planned_gpu_bytes": 198.0e6,
+                    "peak_gpu_bytes": 194.9e6, "planned_gpu_bytes": 198.0e6, "peak_js_heap_bytes": 312.4e6,
                     "cpu_ms_per_step": 12.34, "dispatches_per_token": 412}},
         {"model": "smollm2", "engine": "gpu", "peer": False, "status": "n/a (not built yet)", "samples": [], "median": {}},
         {"model": "smollm2", "engine": "wllama-1t", "peer": True, "status": "ok", "samples": [],
@@ -98,7 +98,7 @@ def test_markdown_and_html_reports_have_every_engine_and_open_offline():
     assert len(table) == 2 + len(report["results"])
     assert all(line.count("|") == table[0].count("|") for line in table)
     assert "n/a (not built yet)" in md and "| 2.50 |" in md    # gpu not built; browser = 2.5× the peer
-    assert "| 194.9 (198.0, -1.6%) |" in md                     # the GPU's peak, the plan's and how far apart
+    assert "| 194.9 (198.0, -1.6%) | 312 |" in md               # the GPU's peak, the plan's and how far apart; JS heap
     assert "| 12.34 | 412 |" in md                               # CPU ms per decode step, dispatches per token
     # the refused peer says why, in its row and under the table, with what the refusal means
     assert "| wllama-webgpu | refused: the adapter (google swiftshader) has no shader-f16" in md
@@ -209,6 +209,8 @@ def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
     kernels = {k: v for k, v in browser.items() if k.startswith("kernel_ms:")}
     assert any(k.startswith("kernel_ms:matvec") for k in kernels) and all(v >= 0 for v in kernels.values())
     assert browser["kernel_step_ms"] > 0
+    # the page's and its Workers' JS memory at its peak while SmolLM2 (0.1 GB) loaded and ran: measured
+    assert browser["peak_js_heap_bytes"] > 0, browser.get("js_heap_error")
     for engine in ("browser", "gpu"):     # the GPU executor's peak allocation is what the memory plan predicted
         m = engines[engine]["median"]
         assert abs(m["peak_gpu_bytes"] - m["planned_gpu_bytes"]) <= 0.05 * m["planned_gpu_bytes"], (engine, m)

@@ -214,7 +214,8 @@ def attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, history, n, cap, 
     workgroup per head, token and split)."""
     rng = np.random.default_rng(n_heads * 100 + hd + window)
     spec_m = SimpleNamespace(sliding_window=window, swa_layers=[bool(window)], n_layers=1, n_kv_heads=n_kv,
-                             head_dim_k=hd, head_dim_v=hd)
+                             head_dim_k=hd, head_dim_v=hd, kv_heads=lambda layer: n_kv, head_dims=lambda layer: (hd, hd),
+                             kv_row=lambda layer: (n_kv * hd, n_kv * hd))
     ref = ReferenceOps.__new__(ReferenceOps)
     from pyshim.exec.kvcache import KVCache
 

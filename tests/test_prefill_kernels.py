@@ -84,7 +84,8 @@ def prefill_attention_case(gpu, *, n_heads, n_kv, hd, window, softcap, steps, ca
     from pyshim.exec.kvcache import KVCache
 
     spec_m = SimpleNamespace(sliding_window=window, swa_layers=[bool(window)], n_layers=1, n_kv_heads=n_kv,
-                             head_dim_k=hd, head_dim_v=hd)
+                             head_dim_k=hd, head_dim_v=hd, kv_heads=lambda layer: n_kv, head_dims=lambda layer: (hd, hd),
+                             kv_row=lambda layer: (n_kv * hd, n_kv * hd))
     ref = ReferenceOps.__new__(ReferenceOps)
     ref.kv = KVCache(spec_m, sum(steps))
     attn = AttnSpec(layer=0, n_heads=n_heads, n_kv_heads=n_kv, head_dim=hd, head_dim_v=hd, scale=hd ** -0.5,

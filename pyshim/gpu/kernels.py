@@ -137,10 +137,8 @@ def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, row
                         EXPERTS=experts or grouped, GROUPED=grouped, GLU=bool(glu), **(act_defines(glu, True) if glu else {}))
 
 
-def router_key(gating: str, norm: bool, scales: bool = False) -> ShaderKey:
-    """router.wgsl; `scales`: each weight times its expert's output scale (gemma4's ffn_down_exps.scale)."""
-    return ShaderKey.of("router", WG=WG, GATING_SOFTMAX=gating == "softmax", GATING_SIGMOID=gating == "sigmoid", NORM=norm,
-                        SCALES=scales)
+def router_key(gating: str, norm: bool, scales: bool = False) -> ShaderKey:    # scales: gemma4's per-expert ones
+    return ShaderKey.of("router", WG=WG, GATING_SOFTMAX=gating == "softmax", GATING_SIGMOID=gating == "sigmoid", NORM=norm, SCALES=scales)
 
 
 def moe_key(op: str) -> ShaderKey:
@@ -461,7 +459,7 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
                  for bias in (False, True) for rows in (TOKEN_ROWS_NARROW, TOKEN_ROWS)]
         keys.append(ShaderKey.of("repack", WG=WG))
     # mixtures of experts: the router, the expert matvecs (one token's or a step's pairs alike), their ends
-    keys += [router_key(g, norm) for g in ("softmax", "sigmoid") for norm in (False, True)]
+    keys += [router_key(g, norm, sc) for g in ("softmax", "sigmoid") for norm in (False, True) for sc in (False, True)]
     keys += [moe_key(op) for op in ("EXPERT_SUM", "SIGMOID_GATE")] + [ShaderKey.of("expert_group", WG=WG)]
     keys += [matvec_key(q, reduce=reduce, experts=True) for q in WEIGHT_TYPES for reduce in (False, True)]
     keys += [matvec_key(q, uniform_x=True, rows=rows, experts=True) for q in WEIGHT_TYPES for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
@@ -505,9 +503,7 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
     keys += [ShaderKey.of("eltwise", WG=WG, **{op: True}) for op in ("OP_ADD", "OP_SCALE", "OP_SOFTCAP", "OP_COPY")]
     keys += [*argmax_keys()] + ([*argmax_keys(subgroup=True)] if subgroups else [])
     keys += [ShaderKey.of("topk", WG=WG, K=TOPK, **{p: True}) for p in ("PASS1", "PASS2")]
-    keys += [ShaderKey.of("stream", WG=WG, STRIDED=s) for s in (False, True)]
-    if int8:
-        keys += [ShaderKey.of("stream", WG=WG, STRIDED=s, I8=True) for s in (False, True)]
+    keys += [ShaderKey.of("stream", WG=WG, STRIDED=s, I8=i8) for s in (False, True) for i8 in (False, True) if int8 or not i8]
     if f16:         # the f32 route's arithmetic in halves (real GPUs with shader-f16)
         keys += [matvec_key(q, bias=bias, reduce=True, f16=True) for q in WEIGHT_TYPES for bias in (False, True)]
         keys += [matvec_key(q, reduce=True, glu=act, f16=True) for q in WEIGHT_TYPES for act in ACTIVATIONS]
