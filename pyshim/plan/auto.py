@@ -74,7 +74,8 @@ def _gb(nbytes: int) -> str:
 def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int, context: int | None = None,
            fixed_context: bool = True, kv_type: str = AUTO, chunk: int = PREFILL_CHUNK,
            max_binding_bytes: int | None = None, expert_slots: int | None = None,
-           streamed_layers: int | None = None, seqs: int = 1, kv_pages: int | None = None) -> AutoChoice | None:
+           streamed_layers: int | None = None, seqs: int = 1, kv_pages: int | None = None,
+           default_context: bool = False) -> AutoChoice | None:
     """The automatic context and KV type for `budget_bytes` (None when nothing fits). A named `context` is
     kept (`fixed_context`: the caller asked for it) or is where the halving starts (`pyshim inspect
     --context N --budget-mb M`: the best fit up to N); None: the training context, capped.
@@ -86,7 +87,8 @@ def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int,
     no other fits). A dense model streams its
     last layers instead (or when `streamed_layers` is named): as many layers stay resident as the budget
     holds beside two rotating layers' buffers, the context capped and the KV type chosen the same way.
-    `seqs`: sequences run together, sharing `kv_pages` KV pages (None: room for each one's whole context)."""
+    `seqs`: sequences run together, sharing `kv_pages` KV pages (None: room for each one's whole context).
+    `default_context`: the fixed `context` is the default one, not the caller's (a streamed plan's sentence says so)."""
     tensors = tuple(tensors)
     ceiling = min(spec.context_length, AUTO_CONTEXT_CAP) if context is None else context
     limits = dict(budget_bytes=budget_bytes, max_binding_bytes=max_binding_bytes)
@@ -102,7 +104,7 @@ def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int,
                     refused.append(f"{t} would need {_gb(est.total_bytes)}")
     if streamed_layers is not None or (expert_slots is None and not spec.n_experts):
         return _stream_layers(spec, tensors, budget_bytes, context, fixed_context, ceiling, chunk, limits,
-                              kv_type, streamed_layers, seqs, kv_pages)
+                              kv_type, streamed_layers, seqs, kv_pages, default_context)
     streamed_ceiling = min(ceiling, STREAMED_CONTEXT_CAP) if context is None else context
     lengths = [context] if context is not None and fixed_context else _halvings(streamed_ceiling)
     # two tokens' experts a layer where that fits at some context, else one token's (steps of one token);
@@ -117,12 +119,12 @@ def choose(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes: int,
                 est = estimate(spec, tensors, context=n, kv_type=t, chunk=chunk, expert_slots=slots, seqs=seqs, kv_pages=kv_pages)
                 if fits(est, **limits).ok:
                     return AutoChoice(n, t, est, _streamed_reason(spec, tensors, est, budget_bytes, context, kv_type,
-                                                                  expert_slots is not None), slots)
+                                                                  expert_slots is not None, default_context), slots)
     return None
 
 
 def _stream_layers(spec, tensors, budget, context, fixed_context, ceiling, chunk, limits, kv_type, named, seqs=1,
-                   kv_pages=None):
+                   kv_pages=None, default_context=False):
     """Layer streaming's plan: the longest context up to STREAMED_CONTEXT_CAP, the smallest retrieval-safe KV
     type (LAST_RESORT's only where no other fits), and the fewest streamed layers that fit (or the `named`
     count)."""
@@ -143,8 +145,8 @@ def _stream_layers(spec, tensors, budget, context, fixed_context, ceiling, chunk
                 streamed = max(1, spec.n_layers - int(room // max(per_layer.values())))
             est = estimate(spec, tensors, context=n, kv_type=t, chunk=chunk, streamed_layers=streamed, seqs=seqs, kv_pages=kv_pages)
             if fits(est, **limits).ok:
-                return AutoChoice(n, t, est, _layers_reason(spec, tensors, est, budget, context, kv_type, named is not None),
-                                  streamed_layers=streamed)
+                return AutoChoice(n, t, est, _layers_reason(spec, tensors, est, budget, context, kv_type, named is not None,
+                                                            default_context), streamed_layers=streamed)
     return None
 
 
@@ -192,12 +194,8 @@ def stream_named(spec: ModelSpec, tensors: Iterable[TensorInfo], *, budget_bytes
     where the resident plan fits, or nothing does. `default_context`: the caller named no context (the
     sentence says so)."""
     choice = choose(spec, tensors, budget_bytes=budget_bytes, context=context, kv_type=kv_type, chunk=chunk,
-                    max_binding_bytes=max_binding_bytes, seqs=seqs, kv_pages=kv_pages)
-    if choice is None or choice.mode == "resident":
-        return None
-    if default_context:
-        choice = replace(choice, reason=choice.reason.replace("the context asked for", "the default context"))
-    return choice
+                    max_binding_bytes=max_binding_bytes, seqs=seqs, kv_pages=kv_pages, default_context=default_context)
+    return None if choice is None or choice.mode == "resident" else choice
 
 
 def kv_types_at(kv_type: str, context: int) -> tuple[str, ...]:
@@ -238,7 +236,8 @@ def _reason(spec, est: MemoryEstimate, budget: int, refused: list[str], first: i
     return f"auto picked {what}, {where}: {need}{why_not}."
 
 
-def _streamed_plan(spec, est: MemoryEstimate, budget: int, asked_context, asked_type, asked: bool, room_for: str):
+def _streamed_plan(spec, est: MemoryEstimate, budget: int, asked_context, asked_type, asked: bool, room_for: str,
+                   default_context: bool = False):
     """The parts the streamed plans' sentences share: (why it streams, the cache type and context, where the
     context comes from)."""
     file_bytes = sum(t.nbytes for t in est.weights_by_type.values())
@@ -248,7 +247,7 @@ def _streamed_plan(spec, est: MemoryEstimate, budget: int, asked_context, asked_
     if asked_type != AUTO:
         what += f" (the {asked_type} cache was asked for)"
     if asked_context is not None and est.context == asked_context:
-        where = "the context asked for"
+        where = "the default context" if default_context else "the context asked for"
     elif est.context == spec.context_length:
         where = "the model's training context"
     else:
@@ -261,8 +260,9 @@ def _memory_sum(est: MemoryEstimate, resident: str, streamed: str) -> str:
             f"cache {_gb(est.kv_bytes)} + activations {_gb(est.activation_bytes)} = {_gb(est.total_bytes)}")
 
 
-def _streamed_reason(spec, tensors, est: MemoryEstimate, budget: int, asked_context, asked_type, asked_slots: bool) -> str:
-    why, what, where = _streamed_plan(spec, est, budget, asked_context, asked_type, asked_slots, "experts")
+def _streamed_reason(spec, tensors, est: MemoryEstimate, budget: int, asked_context, asked_type, asked_slots: bool,
+                     default_context: bool = False) -> str:
+    why, what, where = _streamed_plan(spec, est, budget, asked_context, asked_type, asked_slots, "experts", default_context)
     slots = est.expert_slots
     return (f"auto streams the routed experts, {why}: {slots} of each layer's {spec.n_experts} experts stay on the GPU "
             f"and the rest are read from the store when the router picks them (at most "
@@ -270,8 +270,9 @@ def _streamed_reason(spec, tensors, est: MemoryEstimate, budget: int, asked_cont
             f"{_memory_sum(est, 'shared weights', 'expert cache')}.")
 
 
-def _layers_reason(spec, tensors, est: MemoryEstimate, budget: int, asked_context, asked_type, asked: bool) -> str:
-    why, what, where = _streamed_plan(spec, est, budget, asked_context, asked_type, asked, "layers")
+def _layers_reason(spec, tensors, est: MemoryEstimate, budget: int, asked_context, asked_type, asked: bool,
+                   default_context: bool = False) -> str:
+    why, what, where = _streamed_plan(spec, est, budget, asked_context, asked_type, asked, "layers", default_context)
     streamed, per_layer = est.streamed_layers, layer_matrix_bytes(tensors)
     read = sum(per_layer[i] for i in sorted(per_layer)[-streamed:])
     return (f"auto streams layers, {why}: {spec.n_layers - streamed} of {spec.n_layers} layers stay on the GPU and the last "
