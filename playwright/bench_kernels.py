@@ -133,7 +133,7 @@ def build_cases(rows: int, cols: int, types: list[str], only: list[str]) -> tupl
                 variants.append((name, matvec_i8_key(qtype, uniform_x=uniform, rows=r), (groups(rows, WG * r), 1, 1)))
                 x_blob[name] = f"xq_{fmt}"
             if qtype in GROUPED_TYPES:      # matvec_i8 reads these in the layout the executor repacks them to
-                blobs[f"{qtype.name} grouped"] = b64(i8_emulation.grouped_q8_0(raw))
+                blobs[f"{qtype.name} grouped"] = b64(i8_emulation.grouped(raw, qtype))
         for name, key, grid in variants:
             if only and not any(word in f"{qtype.name} {name}" for word in only):
                 continue

@@ -90,13 +90,13 @@ def llama_cpp_matvec(raw: np.ndarray, qtype: QT, x: np.ndarray) -> np.ndarray:
     return y
 
 
-def grouped_q8_0(raw: np.ndarray) -> np.ndarray:
-    """Q8_0 bytes in repack.wgsl's layout, stated independently of the shader: blocks in file order, 8 to a
-    group; a group is their quants one block after another, then their 8 f16 scales; the last group padded
-    with zero blocks. -> uint8, flat."""
-    blocks = raw.reshape(-1, 34)
+def grouped(raw: np.ndarray, qtype) -> np.ndarray:
+    """Q8_0 or Q6_K bytes in repack.wgsl's layout, stated independently of the shader: blocks in file order,
+    8 to a group, the last group padded with zero blocks; a group is each field of its 8 blocks one block
+    after another, field after field (Q8_0: quants, then f16 scales; Q6_K: ql, qh, scales, then f16 d).
+    -> uint8, flat."""
+    size, fields = {QT.Q8_0: (34, [(2, 34), (0, 2)]), QT.Q6_K: (210, [(0, 128), (128, 192), (192, 208), (208, 210)])}[QT(qtype)]
+    blocks = raw.reshape(-1, size)
     pad = -len(blocks) % REPACK_GROUP_BLOCKS
-    blocks = np.concatenate([blocks, np.zeros((pad, 34), np.uint8)]).reshape(-1, REPACK_GROUP_BLOCKS, 34)
-    quants = blocks[:, :, 2:].reshape(len(blocks), -1)
-    scales = blocks[:, :, :2].reshape(len(blocks), -1)
-    return np.concatenate([quants, scales], axis=1).reshape(-1)
+    blocks = np.concatenate([blocks, np.zeros((pad, size), np.uint8)]).reshape(-1, REPACK_GROUP_BLOCKS, size)
+    return np.concatenate([blocks[:, :, a:b].reshape(len(blocks), -1) for a, b in fields], axis=1).reshape(-1)

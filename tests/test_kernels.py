@@ -332,7 +332,7 @@ def test_params_layouts_match_wgsl():
 
 
 def test_every_variant_compiles_natively(gpu):
-    from pyshim.gpu.kernels import shader_variants
+    from pyshim.gpu.variants import shader_variants
 
     for key in shader_variants():
         gpu.run(gpu.kernels.get(key))

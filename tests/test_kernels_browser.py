@@ -20,8 +20,9 @@ from gpu_helpers import kv_slot, page_params, random_weight, step_map
 from pyshim.gpu.kernels import (ARGMAX_CHUNK, GROUPED_TYPES, I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, PARAMS, WEIGHT_TYPES, WG, argmax_keys,
                                 argmax_pass1, attention_keys, groups, matvec_grid, matvec_i8_key, matvec_key, quantize_key,
                                 rmsnorm_grid, rmsnorm_key, rope_theta, shader_block, xq_row_words,
-                                REPACK_GROUP_BYTES, embed_key, repack_bytes, repack_grid,
+                                embed_key, repack_bytes, repack_grid, repack_key,
                                 I8_TOKEN_TYPES, I8_TOKENS, matvec_i8_grid)
+from pyshim.plan.memory import group_bytes
 from pyshim.gpu.policy import TOKEN_ROWS_NARROW
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.exec.reference import dequantize_rows
@@ -314,32 +315,35 @@ def add_int8_cases(c: Cases, rng) -> None:
 
 
 def add_grouped_cases(c: Cases, rng) -> None:
-    """The int8 route's grouped Q8_0: repack.wgsl in place (a partial last group), then matvec_i8 and embed
-    reading the layout as i8_emulation.grouped_q8_0 states it."""
-    m, k = 67, 288
-    raw = random_weight(QT.Q8_0, m, k, rng)
-    nbytes = repack_bytes(m, raw.shape[1])
-    file_bytes = np.zeros(nbytes, np.uint8)
-    file_bytes[:raw.size] = raw.reshape(-1)
-    want = i8_emulation.grouped_q8_0(raw)
+    """The int8 route's grouped Q8_0 and Q6_K: repack.wgsl in place (a partial last group), then matvec_i8
+    and embed reading the layout as i8_emulation.grouped states it."""
+    for qtype in sorted(GROUPED_TYPES):
+        fmt, per = I8_ACTIVATIONS[qtype], shader_block(qtype)[0]
+        m, k = 67, 9 * 32 if qtype == QT.Q8_0 else 3 * 256
+        raw = random_weight(qtype, m, k, rng)
+        nbytes = repack_bytes(m, raw.shape[1], qtype)
+        file_bytes = np.zeros(nbytes, np.uint8)
+        file_bytes[:raw.size] = raw.reshape(-1)
+        want = i8_emulation.grouped(raw, qtype)
 
-    def is_grouped(outs):
-        np.testing.assert_array_equal(np.frombuffer(outs[0], np.uint8)[:want.size], want)
-    c.add("repack Q8_0", ShaderKey.of("repack", WG=WG), [], [file_bytes], dict(groups=nbytes // REPACK_GROUP_BYTES, first=0),
-          repack_grid(nbytes // REPACK_GROUP_BYTES), is_grouped)
-    for n, uniform, rows, tokens in ((2, False, 4, 1), (1, True, 4, 1), (11, False, TOKEN_ROWS_NARROW, I8_TOKENS)):
-        q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), "q8_0")
-        c.add(f"matvec_i8 Q8_0 grouped uniform={uniform} tokens={tokens}",
-              matvec_i8_key(QT.Q8_0, uniform_x=uniform, rows=rows, tokens=tokens if tokens > 1 else None),
-              [want, i8_emulation.pack(q, info)], [n * m * 4],
-              dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
-                   x_row_words=xq_row_words(k, "q8_0")), matvec_i8_grid(m, n, rows, tokens),
-              close(i8_emulation.matvec(raw, QT.Q8_0, q, info).astype(np.float32), rel=1e-5), uniform=[1] if uniform else [])
-    tokens = np.array([3, 0, 66, 3], dtype=np.uint32)
-    rows = dequantize_rows(raw[tokens.astype(np.int64)], QT.Q8_0).reshape(len(tokens), k)
-    c.add("embed Q8_0 grouped", embed_key(QT.Q8_0, grouped=True), [want, tokens], [rows.nbytes],
-          dict(d=k, n=len(tokens), row_bytes=raw.shape[1], w_off=0, tok_off=0, out_off=0, row0=0, rows=m),
-          (groups(k // 32), len(tokens), 1), close(rows, rel=0))
+        def is_grouped(outs, want=want):
+            np.testing.assert_array_equal(np.frombuffer(outs[0], np.uint8)[:want.size], want)
+        n_groups = nbytes // group_bytes(qtype)
+        c.add(f"repack {qtype.name}", repack_key(qtype), [], [file_bytes], dict(groups=n_groups, first=0),
+              repack_grid(n_groups), is_grouped)
+        for n, uniform, rows, tokens in ((2, False, 4, 1), (1, True, 4, 1), (11, False, TOKEN_ROWS_NARROW, I8_TOKENS)):
+            q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), fmt)
+            c.add(f"matvec_i8 {qtype.name} grouped uniform={uniform} tokens={tokens}",
+                  matvec_i8_key(qtype, uniform_x=uniform, rows=rows, tokens=tokens if tokens > 1 else None),
+                  [want, i8_emulation.pack(q, info)], [n * m * 4],
+                  dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
+                       x_row_words=xq_row_words(k, fmt)), matvec_i8_grid(m, n, rows, tokens),
+                  close(i8_emulation.matvec(raw, qtype, q, info).astype(np.float32), rel=1e-5), uniform=[1] if uniform else [])
+        tokens = np.array([3, 0, 66, 3], dtype=np.uint32)
+        rows = dequantize_rows(raw[tokens.astype(np.int64)], qtype).reshape(len(tokens), k)
+        c.add(f"embed {qtype.name} grouped", embed_key(qtype, grouped=True), [want, tokens], [rows.nbytes],
+              dict(d=k, n=len(tokens), row_bytes=raw.shape[1], w_off=0, tok_off=0, out_off=0, row0=0, rows=m),
+              (groups(k // per), len(tokens), 1), close(rows, rel=0))
 
 
 def run_in_chromium(chromium, dev_server, cases: Cases) -> dict:

@@ -91,7 +91,7 @@ def test_matvec_i8_glu(gpu, qtype, activation, variant):
     rows = 4 if variant == "rows4_uniform" else 2
     words = emu.pack(q, info)
     x_in = uniform(gpu, words) if variant == "rows4_uniform" else words
-    data = emu.grouped_q8_0(raw) if qtype in GROUPED_TYPES else raw
+    data = emu.grouped(raw, qtype) if qtype in GROUPED_TYPES else raw
     key = matvec_i8_key(qtype, glu=activation, rows=rows, uniform_x=variant == "rows4_uniform", pairs=variant == "pairs")
     (out,) = gpu.dispatch(key, [data.reshape(-1), x_in], [m * 4],
                           dict(m=m, k=k, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,

@@ -12,7 +12,7 @@ from gguf import quants
 
 import i8_emulation as emu
 from gpu_helpers import GPU, random_weight
-from pyshim.gpu.kernels import (GROUPED_TYPES, I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, I8_TOKEN_TYPES, UNIFORM_X_BYTES, groups, i8_pairs,
+from pyshim.gpu.kernels import (GROUPED_TYPES, I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, I8_TOKEN_TYPES, I8_VEC4_TYPES, UNIFORM_X_BYTES, groups, i8_pairs,
                                 matvec_i8_grid, matvec_i8_key, quantize_key, xq_row_words)
 
 I8_TYPES = list(I8_ACTIVATIONS)
@@ -51,7 +51,9 @@ def run_matvec_i8(gpu, qtype, raw, words: np.ndarray, n: int, k: int, *, rows=1,
     """raw (m, row_bytes), quantized rows `words` -> y (n, m)."""
     m, row_bytes = raw.shape
     if qtype in GROUPED_TYPES:      # read in repack.wgsl's layout, from the start of its buffer (as the executor binds it)
-        w_pad, raw = 0, emu.grouped_q8_0(raw)
+        w_pad, raw = 0, emu.grouped(raw, qtype)
+    if qtype in I8_VEC4_TYPES:      # read 16 bytes a load: its tensors start on 16 bytes (whole blocks of it)
+        w_pad = -(-w_pad // 16) * 16
     w = np.concatenate([np.zeros(w_pad, np.uint8), raw.reshape(-1)])
     xs = np.concatenate([np.zeros(x_pad, np.uint32), words.reshape(-1)])
     x_in = xs

@@ -10,7 +10,8 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from gpu_helpers import kv_slot, page_params, random_weight, step_map
-from pyshim.gpu.kernels import (MATMUL_TILE, MATMUL_TILE_CPU, WEIGHT_TYPES, attention_prefill_grid,
+from pyshim.gpu.policy import MATMUL_TILE, MATMUL_TILE_CPU
+from pyshim.gpu.kernels import (WEIGHT_TYPES, attention_prefill_grid,
                                 attention_prefill_key, matmul_grid, matmul_key, shader_block)
 from pyshim.exec.reference import dequantize_rows
 from pyshim.plan.settings import KV_TYPES

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from pyshim.gpu.kernels import (MATMUL_TILE, MATMUL_TILE_CPU, WEIGHT_TYPES, attention_prefill_grid, attention_prefill_key,
+from pyshim.gpu.policy import MATMUL_TILE, MATMUL_TILE_CPU
+from pyshim.gpu.kernels import (WEIGHT_TYPES, attention_prefill_grid, attention_prefill_key,
                                 matmul_grid, matmul_key, shader_block)
 from pyshim.exec.kvcache import ROUNDING
 from pyshim.models.ops import AttnSpec

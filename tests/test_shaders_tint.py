@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import harness
-from pyshim.gpu.kernels import shader_variants
+from pyshim.gpu.variants import shader_variants
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 
 pytestmark = pytest.mark.browser

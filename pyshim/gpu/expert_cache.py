@@ -28,9 +28,9 @@ import numpy as np
 
 from pyshim.errors import UnsupportedError
 from pyshim.gguf.types import check_runnable
-from pyshim.gpu.kernels import REPACK_GROUP_BYTES, repack_bytes
+from pyshim.gpu.kernels import repack_bytes
 from pyshim.gpu.slots import Part, Upload, WeightSlot, WeightSlots
-from pyshim.plan.memory import row_parts
+from pyshim.plan.memory import group_bytes, row_parts
 
 Fetch = Callable[[list[Upload]], Awaitable[None]]
 
@@ -132,11 +132,11 @@ class ExpertCache:
         w = WeightSlot(ref, (self.n_slots, *shape[1:]), grouped=ref.qtype in self.weights.grouped_types)
         per = int(np.prod(shape[1:-1], dtype=np.int64))            # rows of one expert
         expert_bytes = per * ref.row_bytes
-        if w.grouped and expert_bytes % REPACK_GROUP_BYTES:
+        if w.grouped and expert_bytes % group_bytes(ref.qtype):
             raise UnsupportedError(f"tensor {name!r}: an expert of {expert_bytes} bytes is not whole groups of the int8 "
-                                   "route's Q8_0 layout, so it cannot be streamed on that route", hint="use --arithmetic f32")
+                                   f"route's {ref.qtype.name} layout, so it cannot be streamed on that route", hint="use --arithmetic f32")
         for unit0, units in row_parts(self.n_slots, expert_bytes, limit, 0):
-            nbytes = repack_bytes(units * per, ref.row_bytes) if w.grouped else units * expert_bytes
+            nbytes = repack_bytes(units * per, ref.row_bytes, ref.qtype) if w.grouped else units * expert_bytes
             w.parts.append(Part(self.weights.allocator.buffer(nbytes, f"{name}[cache {unit0}:]"), unit0 * per, units * per))
         layer.tensors.append(w)
         self.weights.slots[name] = w
@@ -185,7 +185,8 @@ class ExpertCache:
 
     def _queue_repack(self, w: WeightSlot, slot: int) -> None:
         part, offset = self._place(w, slot)
-        self.weights.queue_repack(part.buffer, w.shape[1] * w.ref.row_bytes // REPACK_GROUP_BYTES, offset // REPACK_GROUP_BYTES)
+        group = group_bytes(w.ref.qtype)
+        self.weights.queue_repack(part.buffer, w.shape[1] * w.ref.row_bytes // group, offset // group, w.ref.qtype)
 
     async def _read_and_write(self, uploads: list[Upload]) -> None:
         """Natively: the bytes read from the file (memory-mapped) and queued onto the GPU."""

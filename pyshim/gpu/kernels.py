@@ -16,12 +16,10 @@ from gguf import GGMLQuantizationType as QT
 
 from pyshim.errors import ShaderError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
-from pyshim.gpu.policy import (ATTN_LANES_GPU, ATTN_SPLITS_GPU, MATMUL_TILE, MATMUL_TILE_CPU, MATVEC_ROWS, NARROW_SIMD_ROWS,
-                               REDUCE_WG, TOKEN_ROWS, TOKEN_ROWS_NARROW)
+from pyshim.gpu.policy import MATMUL_TILE, MATVEC_ROWS, REDUCE_WG
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
-from pyshim.models.ops import ACTIVATIONS
 from pyshim.plan.memory import GROUPED_TYPES as GROUPED_TENSOR_TYPES
-from pyshim.plan.memory import REPACK_GROUP_BYTES
+from pyshim.plan.memory import group_bytes
 from pyshim.plan.settings import KV_TYPES
 
 WG = 64                 # invocations per workgroup for every barrier-free kernel
@@ -72,14 +70,18 @@ WEIGHT_TYPES: dict[QT, tuple[str, int, int]] = {
 # (blocks of 256, f32 scale, sums of 16). F32/F16 weights keep the f32 kernels.
 I8_ACTIVATIONS: dict[QT, str] = {QT.Q4_0: "q8_0", QT.Q4_1: "q8_0", QT.Q5_0: "q8_0", QT.Q8_0: "q8_0",
                                  QT.Q4_K: "q8_k", QT.Q5_K: "q8_k", QT.Q6_K: "q8_k"}
-# The int8 route's Q8_0 weights are rearranged on the GPU at load (repack.wgsl) into groups of
-# REPACK_GROUP_BLOCKS blocks (all quants, then the scales; pyshim.plan.memory holds the size, since the
-# splitting rule counts it) read as vec4s, and matvec_i8 reads Q8_0 only
-# so: on SwiftShader the Q8_0 int8 matvec is bound by load instructions, 9 straddling words a block in the
-# file layout vs 2 vec4s + a scale grouped (32768x640, one token: 57-61 ms file layout, 27-28 ms
-# grouped). Type -> its define. (The f32 kernels read the file layout.)
-GROUPED_TYPES: dict[QT, str] = {QT.Q8_0: "W_Q8_0G"}
+# The int8 route's Q8_0 and Q6_K weights are rearranged on the GPU at load (repack.wgsl) into groups of
+# REPACK_GROUP_BLOCKS blocks (each field of the 8 blocks together; pyshim.plan.memory holds the size, since
+# the splitting rule counts it) read as vec4s, and matvec_i8 and embed read them only so: on CPU adapters
+# these matvecs are bound by load instructions, the file's straddling words vs whole vec4s grouped
+# (SwiftShader Q8_0 32768x640, one token: 57-61 ms file layout, 27-28 ms grouped; lavapipe Q6_K 2048x4096:
+# 1.7-2.4 G elements/s file layout, 3.3-4.7 grouped). Type -> its define. (The f32 kernels read the file layout.)
+GROUPED_TYPES: dict[QT, str] = {QT.Q8_0: "W_Q8_0G", QT.Q6_K: "W_Q6_KG"}
 assert set(GROUPED_TYPES) == set(GROUPED_TENSOR_TYPES)
+# Types whose blocks are whole vec4s (144 and 176 bytes): their int8 decoders read the file layout 16 bytes
+# a load (W_VEC4), as the grouped types do after the repack; every offset a matvec_i8 binding takes is
+# whole rows of them.
+I8_VEC4_TYPES = frozenset({QT.Q4_K, QT.Q5_K})
 # Types whose int8 decoders unpack a block once for several tokens (matvec_i8's TOKENS: 32-value blocks,
 # and the K-quants' blocks in pieces of 32, include/pieces_i8.wgsl),
 # and the rows x tokens an invocation takes in steps of several tokens (prefill). SwiftShader, 64 tokens
@@ -131,7 +133,8 @@ def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, row
     i8_pairs; `tokens`: that many tokens per invocation, I8_TOKEN_TYPES only; `glu`: gate and up rows in one
     weight, act(gate) * up stored, `rows` output rows an invocation). GROUPED_TYPES are read in
     repack.wgsl's layout: the int8 route always rearranges them."""
-    return ShaderKey.of("matvec_i8", **weight_defines(qtype, QT(qtype) in GROUPED_TYPES), WG=MATVEC_WG,
+    defines = weight_defines(qtype, QT(qtype) in GROUPED_TYPES) | ({"W_VEC4": True} if QT(qtype) in I8_VEC4_TYPES else {})
+    return ShaderKey.of("matvec_i8", **defines, WG=MATVEC_WG,
                         ROWS=2 * rows if glu else rows, BIAS=bias, UNIFORM_X=uniform_x,
                         X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, PAIRS=pairs, TOKENS=tokens,
                         EXPERTS=experts or grouped, GROUPED=grouped, GLU=bool(glu), **(act_defines(glu, True) if glu else {}))
@@ -162,9 +165,13 @@ def weight_defines(qtype: QT, grouped: bool = False) -> dict[str, bool]:
     return {weight_define(qtype): True}
 
 
-def repack_bytes(rows: int, row_bytes: int) -> int:
-    """Bytes of a part of `rows` Q8_0 rows once grouped: whole groups (the last one zero-padded)."""
-    return -(-rows * row_bytes // REPACK_GROUP_BYTES) * REPACK_GROUP_BYTES
+def repack_bytes(rows: int, row_bytes: int, qtype: QT) -> int:
+    """Bytes of a part of `rows` rows of a grouped type once grouped: whole groups (the last one zero-padded)."""
+    return -(-rows * row_bytes // group_bytes(qtype)) * group_bytes(qtype)
+
+
+def repack_key(qtype: QT) -> ShaderKey:
+    return ShaderKey.of("repack", WG=WG, Q6_K=QT(qtype) == QT.Q6_K)
 
 
 def repack_grid(n_groups: int) -> tuple[int, int, int]:
@@ -433,88 +440,3 @@ def rope_theta(spec, freq_factors: np.ndarray | None = None) -> tuple[np.ndarray
     inv_freq, mix, mscale = pair_tables(spec, freq_factors)
     theta = inv_freq * (spec.freq_scale * (1.0 - mix) + mix)
     return theta.astype(np.float32), float(mscale)
-
-
-def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = True, subgroups: bool = True,
-                    f16: bool = True) -> list[ShaderKey]:
-    """Every pipeline the executor's policies and the roofline benchmark (`stream`) may ask for (attention
-    per head size; both rows-per-invocation choices of the barrier-free matvecs): what the
-    compile checks in naga and Tint go through (`int8`: with the dot4I8Packed ones; `subgroups`: with the
-    ones that need the device's subgroups feature; `f16`: with the shader-f16 ones)."""
-    keys = []
-    keys += [embed_key(q) for q in WEIGHT_TYPES] + [embed_key(q, grouped=True) for q in GROUPED_TYPES]
-    keys += [matvec_key(q, bias=bias, reduce=reduce) for q in WEIGHT_TYPES for bias in (False, True) for reduce in (False, True)]
-    if subgroups:
-        keys += [matvec_key(q, bias=bias, reduce=True, subgroup=True) for q in WEIGHT_TYPES for bias in (False, True)]
-    keys += [matvec_key(q, bias=bias, uniform_x=True, rows=rows) for q in WEIGHT_TYPES for bias in (False, True)
-             for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
-    keys += [matvec_key(q, rows=NARROW_SIMD_ROWS) for q in WEIGHT_TYPES]
-    if int8:
-        keys += [quantize_key(fmt, norm) for fmt in I8_BLOCKS for norm in (False, True)]
-        keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows) for q in I8_ACTIVATIONS for bias in (False, True)
-                 for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
-        keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows, pairs=True) for q in I8_PAIR_TYPES
-                 for bias in (False, True) for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
-        keys += [matvec_i8_key(q, bias=bias, rows=rows, tokens=I8_TOKENS) for q in I8_TOKEN_TYPES
-                 for bias in (False, True) for rows in (TOKEN_ROWS_NARROW, TOKEN_ROWS)]
-        keys.append(ShaderKey.of("repack", WG=WG))
-    # mixtures of experts: the router, the expert matvecs (one token's or a step's pairs alike), their ends
-    keys += [router_key(g, norm, sc) for g in ("softmax", "sigmoid") for norm in (False, True) for sc in (False, True)]
-    keys += [moe_key(op) for op in ("EXPERT_SUM", "SIGMOID_GATE")] + [ShaderKey.of("expert_group", WG=WG)]
-    keys += [matvec_key(q, reduce=reduce, experts=True) for q in WEIGHT_TYPES for reduce in (False, True)]
-    keys += [matvec_key(q, uniform_x=True, rows=rows, experts=True) for q in WEIGHT_TYPES for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
-    keys += [matvec_key(q, rows=NARROW_SIMD_ROWS, experts=True) for q in WEIGHT_TYPES]
-    if subgroups:
-        keys += [matvec_key(q, reduce=True, subgroup=True, experts=True) for q in WEIGHT_TYPES]
-    if int8:
-        keys += [matvec_i8_key(q, uniform_x=ux, rows=rows, pairs=pairs, experts=True) for q in I8_ACTIVATIONS
-                 for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)
-                 for pairs in ((False, True) if q in I8_PAIR_TYPES else (False,))]
-        keys += [matvec_i8_key(q, rows=rows, tokens=I8_TOKENS, grouped=True) for q in I8_TOKEN_TYPES
-                 for rows in (TOKEN_ROWS_NARROW, TOKEN_ROWS)]
-    keys += [rmsnorm_key(residual=r) for r in (False, True)] + [rmsnorm_key(reduce=True, residual=r) for r in (False, True)]
-    keys += [kv_write_key(t, rope=rope, neox=neox, k_norm=norm) for t in KV_TYPES for rope, neox, norm in
-             [(False, False, False), (True, False, False), (True, True, False), (True, False, True), (True, True, True)]]
-    if subgroups:
-        keys += [rmsnorm_key(reduce=True, subgroup=True, residual=r) for r in (False, True)]
-    keys += [rope_key(neox, norm, scale, rot) for neox in (False, True) for norm in (False, True)
-             for scale, rot in ((False, False), (True, False), (True, True))]
-    for hd in head_dims:
-        for splits in (1, ATTN_SPLITS_GPU):
-            keys += [k for cap in (False, True) for t in KV_TYPES for lanes in (0, ATTN_LANES_GPU)
-                     for k in attention_keys(hd, hd, cap, splits, t, lanes=lanes) if k is not None and k not in keys]
-        keys += [attention_prefill_key(hd, hd, cap, t) for cap in (False, True) for t in KV_TYPES]
-        if int8:        # the int8 route's decode attention writing the next matmul's int8 blocks
-            keys += [attention_keys(hd, hd, cap, 1, t, quant=fmt)[0] for cap in (False, True) for t in KV_TYPES
-                     for fmt in I8_BLOCKS if hd % I8_BLOCKS[fmt][0] == 0]
-    keys += [matmul_key(q, bias=bias, tile=tile) for q in WEIGHT_TYPES for bias in (False, True)
-             for tile in (MATMUL_TILE, MATMUL_TILE_CPU)]
-    keys += [glu_key(act, int8=i) for act in ACTIVATIONS for i in ((False, True) if act == "gelu_tanh" else (False,))]
-    # the matvecs with the GLU epilogue (one-token steps of a gated feed-forward)
-    keys += [matvec_key(q, glu=act, reduce=reduce) for q in WEIGHT_TYPES for act in ACTIVATIONS for reduce in (False, True)]
-    keys += [matvec_key(q, glu=act, uniform_x=True, rows=rows) for q in WEIGHT_TYPES for act in ACTIVATIONS
-             for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
-    if subgroups:
-        keys += [matvec_key(q, glu=act, reduce=True, subgroup=True) for q in WEIGHT_TYPES for act in ACTIVATIONS]
-    if int8:
-        keys += [matvec_i8_key(q, glu=act, uniform_x=ux, rows=rows, pairs=pairs) for q in I8_ACTIVATIONS for act in ACTIVATIONS
-                 for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)
-                 for pairs in ((False, True) if q in I8_PAIR_TYPES else (False,))]
-    keys += [ShaderKey.of("eltwise", WG=WG, **{op: True}) for op in ("OP_ADD", "OP_SCALE", "OP_SOFTCAP", "OP_COPY")]
-    keys += [*argmax_keys()] + ([*argmax_keys(subgroup=True)] if subgroups else [])
-    keys += [ShaderKey.of("topk", WG=WG, K=TOPK, **{p: True}) for p in ("PASS1", "PASS2")]
-    keys += [ShaderKey.of("stream", WG=WG, STRIDED=s, I8=i8) for s in (False, True) for i8 in (False, True) if int8 or not i8]
-    if f16:         # the f32 route's arithmetic in halves (real GPUs with shader-f16)
-        keys += [matvec_key(q, bias=bias, reduce=True, f16=True) for q in WEIGHT_TYPES for bias in (False, True)]
-        keys += [matvec_key(q, reduce=True, glu=act, f16=True) for q in WEIGHT_TYPES for act in ACTIVATIONS]
-        keys += [matvec_key(q, reduce=True, experts=True, f16=True) for q in WEIGHT_TYPES]
-        if subgroups:
-            keys += [matvec_key(q, bias=bias, reduce=True, subgroup=True, f16=True) for q in WEIGHT_TYPES for bias in (False, True)]
-            keys += [matvec_key(q, reduce=True, subgroup=True, glu=act, f16=True) for q in WEIGHT_TYPES for act in ACTIVATIONS]
-        keys += [matmul_key(q, bias=bias, f16=True) for q in WEIGHT_TYPES for bias in (False, True)]
-        keys += [k for hd in head_dims for cap in (False, True) for t in KV_TYPES
-                 for lanes in (0, ATTN_LANES_GPU)
-                 for k in attention_keys(hd, hd, cap, ATTN_SPLITS_GPU, t, f16=True, lanes=lanes)
-                 if k is not None and k not in keys]
-        keys += [glu_key(act, f16=True) for act in ACTIVATIONS]
-    return keys

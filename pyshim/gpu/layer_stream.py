@@ -22,11 +22,10 @@ import numpy as np
 
 from pyshim.errors import UnsupportedError
 from pyshim.gguf.types import check_runnable
-from pyshim.gpu.kernels import PARAMS, REPACK_GROUP_BYTES, WG, repack_bytes, repack_grid, shader_block
+from pyshim.gpu.kernels import PARAMS, repack_bytes, repack_grid, repack_key, shader_block
 from pyshim.gpu.program import Dispatch, Program
-from pyshim.gpu.shaderc import ShaderKey
 from pyshim.gpu.slots import Part, Upload, WeightSlot, WeightSlots
-from pyshim.plan.memory import row_parts
+from pyshim.plan.memory import group_bytes, row_parts
 
 SETS = 2
 
@@ -56,12 +55,12 @@ class LayerStream:
         self.layers = list(range(self.first, n_layers))
         self.fetch = fetch or self._read_and_write
         self.stats = StreamStats()
-        # set -> (tensor suffix, shape, grouped) -> part buffers: a set holds a matrix of each shape its layers
-        # have (Gemma 4's sliding and full layers' attention differ), at the largest type among them
+        # set -> (tensor suffix, shape, grouped type or None) -> part buffers: a set holds a matrix of each shape
+        # its layers have (Gemma 4's sliding and full layers' attention differ), at the largest type among them
         self._buffers: list[dict[tuple, list]] = [{} for _ in range(SETS)]
         self._slots: dict[int, list[WeightSlot]] = {i: [] for i in self.layers}
         self.held: list[int | None] = [None] * SETS            # which layer each set holds
-        self._repack: list[Program | None] = [None] * SETS
+        self._repack: dict[int, Program] = {}                  # layer -> its grouped parts' repack
         self.part_layer: dict[int, int] = {}                   # id(part) -> its streamed layer (recording's stops)
 
     def streams(self, name: str, shape) -> bool:
@@ -90,7 +89,8 @@ class LayerStream:
         layer = layer_of(name)
         suffix = name.split(".", 2)[2]
         grouped = ref.qtype in self.weights.grouped_types
-        key = (suffix, tuple(shape), grouped)   # the type may differ (Q4_K_M: Q6_K in some layers): buffers fit the largest
+        # the type may differ (Q4_K_M: Q6_K in some layers): buffers fit the largest of a layout
+        key = (suffix, tuple(shape), ref.qtype if grouped else None)
         s = self.set_of(layer)
         w = WeightSlot(ref, tuple(shape), grouped=grouped)
         parts = self._parts(ref, shape, grouped)
@@ -108,12 +108,13 @@ class LayerStream:
     def _parts(self, ref, shape, grouped: bool) -> list[tuple[int, int]]:
         """(first unit, units) of each part a tensor of `ref`'s type is split into (pyshim.plan.memory.row_parts)."""
         per = int(np.prod(shape[1:-1], dtype=np.int64))
-        return row_parts(shape[0], ref.row_bytes * per, self.weights.limit, REPACK_GROUP_BYTES if grouped else 0)
+        return row_parts(shape[0], ref.row_bytes * per, self.weights.limit, group_bytes(ref.qtype) if grouped else 0)
 
     def _part_sizes(self, s: int, key: tuple) -> list[int]:
-        """The buffers of set `s` for tensor `key` (suffix, shape, grouped): part by part, the largest any of
-        the set's layers with that shape needs."""
-        suffix, shape, grouped = key
+        """The buffers of set `s` for tensor `key` (suffix, shape, grouped type): part by part, the largest
+        any of the set's layers with that shape and layout needs."""
+        suffix, shape, grouped_type = key
+        grouped = grouped_type is not None
         per = int(np.prod(shape[1:-1], dtype=np.int64))
         sizes: list[int] = []
         for layer in self.layers:
@@ -121,10 +122,10 @@ class LayerStream:
             if self.set_of(layer) != s or name not in self.weights.store:
                 continue
             ref = self.weights.store.info(name)
-            if tuple(ref.shape) != shape or (ref.qtype in self.weights.grouped_types) != grouped:
+            if tuple(ref.shape) != shape or (ref.qtype if ref.qtype in self.weights.grouped_types else None) != grouped_type:
                 continue
             for i, (_, units) in enumerate(self._parts(ref, shape, grouped)):
-                nbytes = repack_bytes(units * per, ref.row_bytes) if grouped else units * per * ref.row_bytes
+                nbytes = repack_bytes(units * per, ref.row_bytes, ref.qtype) if grouped else units * per * ref.row_bytes
                 if i < len(sizes):
                     sizes[i] = max(sizes[i], nbytes)
                 else:
@@ -155,25 +156,24 @@ class LayerStream:
         self.stats.fetch_s += time.perf_counter() - t0
         self.stats.uploads += 1
         self.stats.uploaded_bytes += sum(u.nbytes for u in uploads)
-        await self._regroup(s, kernels, pool, device)
+        await self._regroup(layer, kernels, pool, device)
         self.held[s] = layer
 
-    async def _regroup(self, s: int, kernels, pool, device) -> None:
-        """The int8 route's Q8_0 matrices of set `s` rearranged again (repack.wgsl) after an upload: one
-        program per set, built once."""
-        if self._repack[s] is None:
+    async def _regroup(self, layer: int, kernels, pool, device) -> None:
+        """The int8 route's grouped matrices of `layer` rearranged again (repack.wgsl) after its upload: one
+        program per layer, built once (a set's buffers of another layout were not written, so they are left)."""
+        if layer not in self._repack:
             program = Program(0)
-            key = ShaderKey.of("repack", WG=WG)
-            for (_, _, grouped), bufs in self._buffers[s].items():
-                if grouped:
-                    for buf in bufs:
-                        n_groups = int(buf.size) // REPACK_GROUP_BYTES
-                        program.dispatches.append(Dispatch(key, [buf], PARAMS["repack"].pack(groups=n_groups, first=0),
-                                                           repack_grid(n_groups)))
+            for w in self._slots[layer]:
+                if w.grouped:
+                    for p in w.parts:
+                        n_groups = repack_bytes(p.rows, w.ref.row_bytes, w.ref.qtype) // group_bytes(w.ref.qtype)
+                        program.dispatches.append(Dispatch(repack_key(w.ref.qtype), [p.buffer],
+                                                           PARAMS["repack"].pack(groups=n_groups, first=0), repack_grid(n_groups)))
             await program.build(device, kernels, pool)
-            self._repack[s] = program
-        if self._repack[s].ready:
-            device.submit(self._repack[s].ready, label=f"repack_stream{s}")
+            self._repack[layer] = program
+        if self._repack[layer].ready:
+            device.submit(self._repack[layer].ready, label=f"repack_stream{layer}")
 
     async def _read_and_write(self, uploads: list[Upload]) -> None:
         source, device = self.weights.store.source, self.weights.device

@@ -24,11 +24,10 @@ import numpy as np
 from pyshim.errors import UnsupportedError
 from pyshim.gguf.tensors import TensorRef, WeightStore, dequantize_rows
 from pyshim.gguf.types import check_runnable
-from pyshim.gpu.kernels import PARAMS, REPACK_GROUP_BYTES, WG, repack_bytes, repack_grid, shader_block
+from pyshim.gpu.kernels import PARAMS, repack_bytes, repack_grid, repack_key, shader_block
 from pyshim.gpu.pool import Allocator
 from pyshim.gpu.program import Dispatch, Program
-from pyshim.gpu.shaderc import ShaderKey
-from pyshim.plan.memory import row_parts
+from pyshim.plan.memory import group_bytes, row_parts
 
 
 @dataclass(frozen=True)
@@ -167,17 +166,18 @@ class WeightSlots:
         ref, shape = w.ref, w.shape
         if shape[-1] % shader_block(ref.qtype)[0]:
             raise UnsupportedError(f"tensor {ref.name!r}: rows of {shape[-1]} are not whole {ref.qtype.name} kernel blocks")
-        pad = REPACK_GROUP_BYTES if w.grouped else 0        # grouped parts round up to whole groups
+        group = group_bytes(ref.qtype) if w.grouped else 0
+        pad = group        # grouped parts round up to whole groups
         # a 3-D weight [experts, m, k] is split between experts, never inside one (its rows are then
         # counted flat: expert e's row r is row e * m + r)
         per = int(np.prod(shape[1:-1], dtype=np.int64))
         for unit0, units in row_parts(shape[0], ref.row_bytes * per, self.limit, pad):
             row0, rows = unit0 * per, units * per
-            nbytes = repack_bytes(rows, ref.row_bytes) if w.grouped else rows * ref.row_bytes
+            nbytes = repack_bytes(rows, ref.row_bytes, ref.qtype) if w.grouped else rows * ref.row_bytes
             part = Part(self.allocator.buffer(nbytes, f"{ref.name}[{row0}:]"), row0, rows)
             self._upload(w, part)
             if w.grouped:
-                self._repacks.append((part.buffer, nbytes // REPACK_GROUP_BYTES, 0))
+                self._repacks.append((part.buffer, nbytes // group, 0, ref.qtype))
             w.parts.append(part)
         return w
 
@@ -219,7 +219,8 @@ class WeightSlots:
             for _, offset, nbytes, row in w.pieces(part.row0, part.rows):
                 self.device.write(part.buffer, self.store.source.read(offset, nbytes), (row - part.row0) * w.ref.row_bytes)
             if w.grouped:
-                self._repacks.append((part.buffer, int(part.buffer.size) // REPACK_GROUP_BYTES, 0))
+                nbytes = repack_bytes(part.rows, w.ref.row_bytes, w.ref.qtype)
+                self._repacks.append((part.buffer, nbytes // group_bytes(w.ref.qtype), 0, w.ref.qtype))
 
     def rebind(self, w: WeightSlot, index: int, buffer) -> Part:
         """Point part `index` of the slot at `buffer` (holding the same rows in the same layout); the
@@ -228,10 +229,10 @@ class WeightSlots:
         part.buffer = buffer
         return part
 
-    def queue_repack(self, buffer, n_groups: int, first: int = 0) -> None:
-        """Groups [first, first + n_groups) of `buffer` get rearranged at the next `repack` (an expert
-        cache's slot after a streamed expert's bytes were written into it)."""
-        self._repacks.append((buffer, n_groups, first))
+    def queue_repack(self, buffer, n_groups: int, first: int, qtype) -> None:
+        """Groups [first, first + n_groups) of `buffer`, of grouped type `qtype`, get rearranged at the next
+        `repack` (an expert cache's slot after a streamed expert's bytes were written into it)."""
+        self._repacks.append((buffer, n_groups, first, qtype))
 
     async def repack(self, kernels, pool) -> None:
         """Rearrange the grouped weights in place (repack.wgsl): after their bytes are uploaded and before
@@ -240,9 +241,8 @@ class WeightSlots:
             return
         repacks, self._repacks = self._repacks, []
         program = Program(0)
-        key = ShaderKey.of("repack", WG=WG)
-        for buf, n_groups, first in repacks:
-            program.dispatches.append(Dispatch(key, [buf], PARAMS["repack"].pack(groups=n_groups, first=first),
+        for buf, n_groups, first, qtype in repacks:
+            program.dispatches.append(Dispatch(repack_key(qtype), [buf], PARAMS["repack"].pack(groups=n_groups, first=first),
                                                repack_grid(n_groups)))
         await program.build(self.device, kernels, pool)
         self.device.submit(program.ready, label="repack")

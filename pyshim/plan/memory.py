@@ -24,11 +24,15 @@ from pyshim.gguf.spec import ModelSpec
 from pyshim.gguf.types import RUNS_ON, TensorType
 from pyshim.plan.settings import KV_PAGE, PREFILL_CHUNK, kv_type as kv_type_named
 
-# The GPU's int8 route rearranges Q8_0 weights in groups of this many blocks (repack.wgsl); a part of
-# such a tensor rounds up to a whole group, so it may need up to one group more than its rows' bytes.
+# The GPU's int8 route rearranges Q8_0 and Q6_K weights in groups of this many blocks (repack.wgsl); a
+# part of such a tensor rounds up to a whole group, so it may need up to one group more than its rows' bytes.
 REPACK_GROUP_BLOCKS = 8
-REPACK_GROUP_BYTES = REPACK_GROUP_BLOCKS * TensorType.Q8_0.type_size
-GROUPED_TYPES = frozenset({TensorType.Q8_0})
+GROUPED_TYPES = frozenset({TensorType.Q8_0, TensorType.Q6_K})
+
+
+def group_bytes(qtype) -> int:
+    """Bytes of one repack group of a grouped type (272 for Q8_0, 1680 for Q6_K)."""
+    return REPACK_GROUP_BLOCKS * TensorType(qtype).type_size
 
 
 def row_parts(rows: int, row_bytes: int, limit: int, pad: int = 0) -> list[tuple[int, int]]:
@@ -190,7 +194,7 @@ def _widest_row(tensors: tuple[TensorInfo, ...]) -> tuple[str, int]:
     best = ("", 0)
     for t in tensors:
         if len(t.shape) >= 2:
-            need = split_unit_bytes(t) + (REPACK_GROUP_BYTES if t.type in GROUPED_TYPES else 0)
+            need = split_unit_bytes(t) + (group_bytes(t.type) if t.type in GROUPED_TYPES else 0)
             best = max(best, (t.name, need), key=lambda x: x[1])
     return best
 

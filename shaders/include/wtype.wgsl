@@ -30,3 +30,6 @@
 #ifdef W_Q6_K
 #include "include/q6_k.wgsl"
 #endif
+#ifdef W_Q6_KG
+#include "include/q6_kg.wgsl"
+#endif

@@ -25,3 +25,6 @@
 #ifdef W_Q6_K
 #include "include/q6_k_i8.wgsl"
 #endif
+#ifdef W_Q6_KG
+#include "include/q6_kg_i8.wgsl"
+#endif
