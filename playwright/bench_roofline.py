@@ -2,8 +2,8 @@
 (`shaders/stream.wgsl`, a vec4 read-and-reduce), in bytes/s and elements/s. A decode step cannot beat
 it, so "% of roofline" says how much of the device a token uses. So that it cannot fall below what the
 engine itself achieves, it is measured the ways the kernels read: f32 elements, and (where the adapter
-has dot4I8Packed) int8 elements through dot4I8Packed as the int8 route's matvecs take them, each in
-contiguous runs and in the coalesced order; the best bytes/s and the best elements/s are kept. A bench
+has dot4I8Packed) int8 elements dotted with int8 activations by dot4I8Packed, as the int8 route's matvecs
+take them, each in contiguous runs and in the coalesced order; the best bytes/s and the best elements/s are kept. A bench
 row still over 100% is flagged, not printed (bench.derive).
 
 The same source runs in CPython (native `wgpu`; `python bench_roofline.py [--mib N]` prints JSON) and in
@@ -76,9 +76,11 @@ async def measure_roofline(mib: int = ROOFLINE_MIB) -> dict:
         # Contiguous runs per invocation (what SwiftShader and lavapipe like) and the coalesced order
         # (what real GPUs like), f32 and (the int8 route's element) int8; the best of each is the roofline.
         kinds = [(False, False), (True, False)] + ([(False, True), (True, True)] if _has_dot4(device) else [])
+        acts = device.buffer(256, label="roofline-activations", uniform=True)     # 64 int8 activations
+        device.write(acts, np.random.default_rng(0).integers(-127, 128, 256, dtype=np.int8).view(np.uint32))
         for strided, i8 in kinds:
             pipe = await kernels.get(ShaderKey.of("stream", WG=WG, STRIDED=strided, I8=i8))
-            group = device.bind_group(pipe, [src, out, params])
+            group = device.bind_group(pipe, [src, acts, out, params] if i8 else [src, out, params])
             name = ("strided" if strided else "contiguous") + (" i8" if i8 else "")
             seconds[name] = await _seconds_per_pass(device, (pipe, group, (groups(threads), 1, 1)), out)
         best = min(seconds.values())
