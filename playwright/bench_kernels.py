@@ -37,8 +37,8 @@ from pyshim.gpu.shaderc import Preprocessor, ShaderKey  # noqa: E402
 
 ROOFLINE_BYTES = 64 << 20
 ROOFLINE_PER_THREAD = 256
-REPS = 2
-TRIALS = 2
+REPS = 6
+TRIALS = 3
 
 BENCH_JS = """async ({cases, blobs, reps, trials}) => {
   const adapter = await navigator.gpu.requestAdapter();

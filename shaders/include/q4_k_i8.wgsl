@@ -5,6 +5,7 @@
 // and 64c + 32 + 16j.. (high). Loading 16 bytes at a time matters on CPU adapters, where each invocation's
 // load is a gather: lavapipe 2048x4096 one token, 4.2-4.4 G elements/s with word loads, 5.0-5.3 with vec4s.
 #include "include/kscales.wgsl"
+#include "include/kscales_i8.wgsl"
 #include "include/pieces_i8.wgsl"
 #define PIECES 8u
 const BLOCK_ELEMS: u32 = 256u;
@@ -15,12 +16,9 @@ fn block_dot(wb: u32, b: u32) -> f32 {
     let v0 = wb >> 4u;
     let head = w[v0];
     let dm = unpack2x16float(head.x);
-    let s = vec4<u32>(head.yzw, 0u);
+    let k = k_scales(head.yzw);
     var dots = 0i;
-    var mins = 0i;
     for (var c = 0u; c < 4u; c++) {
-        let sm1 = vec2<i32>(k_scale_min(s, 2u * c));
-        let sm2 = vec2<i32>(k_scale_min(s, 2u * c + 1u));
         var s_lo = 0i;
         var s_hi = 0i;
         for (var j = 0u; j < 2u; j++) {
@@ -28,10 +26,11 @@ fn block_dot(wb: u32, b: u32) -> f32 {
             s_lo += dot16(q & NIB, xv(16u * b + 4u * c + j));                        // elements 64c + 16j ..
             s_hi += dot16((q >> vec4<u32>(4u)) & NIB, xv(16u * b + 4u * c + 2u + j)); // 64c + 32 + 16j ..
         }
-        let sums = vec4<i32>(xm(5u * b + 1u + c));        // sums of 16: sub-block 2c is .x + .y
-        dots += sm1.x * s_lo + sm2.x * s_hi;
-        mins += sm1.y * (sums.x + sums.y) + sm2.y * (sums.z + sums.w);
+        let sc = select(k.sc_b, k.sc_a, c < 2u);        // sub-blocks 2c, 2c + 1
+        dots += sc[2u * (c & 1u)] * s_lo + sc[2u * (c & 1u) + 1u] * s_hi;
     }
+    let xs = x_sums32(b);
+    let mins = dot(k.m_a, xs[0]) + dot(k.m_b, xs[1]);
     return xm(5u * b).x * (dm.x * f32(dots) - dm.y * f32(mins));
 }
 

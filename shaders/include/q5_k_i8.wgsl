@@ -2,6 +2,7 @@
 // vec4s (W_VEC4, always, as Q4_K): d, dmin and scales; the high bits of elements 0-15 (bit c of byte i
 // for sub-block c) and of 16-31; then the quants as Q4_K's.
 #include "include/kscales.wgsl"
+#include "include/kscales_i8.wgsl"
 #include "include/pieces_i8.wgsl"
 #define PIECES 8u
 const BLOCK_ELEMS: u32 = 256u;
@@ -13,12 +14,9 @@ fn block_dot(wb: u32, b: u32) -> f32 {
     let v0 = wb >> 4u;
     let head = w[v0];
     let dm = unpack2x16float(head.x);
-    let s = vec4<u32>(head.yzw, 0u);
+    let k = k_scales(head.yzw);
     var dots = 0i;
-    var mins = 0i;
     for (var c = 0u; c < 4u; c++) {
-        let sm1 = vec2<i32>(k_scale_min(s, 2u * c));
-        let sm2 = vec2<i32>(k_scale_min(s, 2u * c + 1u));
         var s_lo = 0i;
         var s_hi = 0i;
         for (var j = 0u; j < 2u; j++) {
@@ -29,10 +27,11 @@ fn block_dot(wb: u32, b: u32) -> f32 {
             s_lo += dot16(q_lo, xv(16u * b + 4u * c + j));
             s_hi += dot16(q_hi, xv(16u * b + 4u * c + 2u + j));
         }
-        let sums = vec4<i32>(xm(5u * b + 1u + c));
-        dots += sm1.x * s_lo + sm2.x * s_hi;
-        mins += sm1.y * (sums.x + sums.y) + sm2.y * (sums.z + sums.w);
+        let sc = select(k.sc_b, k.sc_a, c < 2u);        // sub-blocks 2c, 2c + 1
+        dots += sc[2u * (c & 1u)] * s_lo + sc[2u * (c & 1u) + 1u] * s_hi;
     }
+    let xs = x_sums32(b);
+    let mins = dot(k.m_a, xs[0]) + dot(k.m_b, xs[1]);
     return xm(5u * b).x * (dm.x * f32(dots) - dm.y * f32(mins));
 }
 

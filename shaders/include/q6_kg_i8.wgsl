@@ -20,6 +20,8 @@ fn block_dot(wb: u32, b: u32) -> f32 {
     for (var n = 0u; n < 2u; n++) {
         let sums_a = vec4<i32>(xm(5u * b + 1u + 2u * n));      // groups 8n..8n+3
         let sums_b = vec4<i32>(xm(5u * b + 2u + 2u * n));      // groups 8n+4..8n+7
+        let sc_a = unpack4xI8(sw[2u * n]);                      // their scales
+        let sc_b = unpack4xI8(sw[2u * n + 1u]);
         for (var g = 0u; g < 2u; g++) {
             let a = q6g_ql(i, 4u * n + g);
             let bq = q6g_ql(i, 4u * n + 2u + g);
@@ -27,9 +29,8 @@ fn block_dot(wb: u32, b: u32) -> f32 {
             let x0 = 16u * b + 8u * n + g;                      // elements 128n + 16g.., then +32, +64, +96
             let s = vec4<i32>(dot16(q6g_values(a, h, 0u, 0u), xv(x0)), dot16(q6g_values(bq, h, 0u, 1u), xv(x0 + 2u)),
                               dot16(q6g_values(a, h, 4u, 2u), xv(x0 + 4u)), dot16(q6g_values(bq, h, 4u, 3u), xv(x0 + 6u)));
-            let k = 8u * n + g;
             let sums = vec4<i32>(sums_a[g], sums_a[g + 2u], sums_b[g], sums_b[g + 2u]);
-            let sc = vec4<i32>(i8_of(sw, k), i8_of(sw, k + 2u), i8_of(sw, k + 4u), i8_of(sw, k + 6u));
+            let sc = vec4<i32>(sc_a[g], sc_a[g + 2u], sc_b[g], sc_b[g + 2u]);         // groups 8n + g + 2q
             let v = sc * (s - 32 * sums);
             total += v.x + v.y + v.z + v.w;
         }
