@@ -1,15 +1,16 @@
-// The int8 route's Q8_0 and Q6_K weights rearranged in place into groups of 8 blocks, once at load, after
-// the file's bytes are in the buffer. A group holds 8 consecutive blocks of the tensor part (row-major, as
-// in the file):
+// The int8 route's Q4_0, Q8_0 and Q6_K weights rearranged in place into groups of 8 blocks, once at load,
+// after the file's bytes are in the buffer. A group holds 8 consecutive blocks of the tensor part
+// (row-major, as in the file):
 //   Q8_0 (272 bytes): the 8 blocks' 32 int8 quants, block after block; then their 8 f16 scales.
+//   Q4_0 (144 bytes, define Q4_0): the 8 blocks' 16 quant bytes, then their 8 f16 scales.
 //   Q6_K (1680 bytes, define Q6_K): the 8 blocks' ql (128 bytes each), then their qh (64 each), their
 //   scales (16 each) and their 8 f16 d.
 // 8 blocks keep their size either way, so the buffer keeps its size (rounded up to whole groups) and every
 // field starts on 16 bytes: the int8 matvec reads them as vec4<u32>s instead of the file layout's
-// straddling words (18 of 210-byte Q6_K blocks start 2 bytes into a word). Why: on CPU adapters each
+// straddling words (every other block of 18, 34 or 210 bytes starts 2 bytes into a word). Why: on CPU adapters each
 // invocation's load is a gather, so the matvec is bound by load instructions, not bytes (see
 // shaders/README.md). One invocation per group; each reads its words, then writes them back rearranged.
-// Blocks past the part's end (the last group's) are zero padding. Defines: WG, optional Q6_K. Grid: x (and
+// Blocks past the part's end (the last group's) are zero padding. Defines: WG, optional Q4_0 or Q6_K. Grid: x (and
 // y past 65535 workgroups).
 #include "include/bytes.wgsl"
 
@@ -26,7 +27,11 @@ struct Params {
 #ifdef Q6_K
 const GROUP_WORDS: u32 = 420u;
 #else
+#ifdef Q4_0
+const GROUP_WORDS: u32 = 36u;
+#else
 const GROUP_WORDS: u32 = 68u;
+#endif
 #endif
 
 // the word at byte `byte` of the group read into `raw` (any even offset)
@@ -67,16 +72,23 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         w[base + 416u + s] = ds[s];
     }
 #else
+    // block j's scale at byte BYTES j, its QWORDS words of quants from 2 bytes on (Q8_0: 34, 8; Q4_0: 18, 4)
+#ifdef Q4_0
+    let bytes = 18u;
+    let qwords = 4u;
+#else
+    let bytes = 34u;
+    let qwords = 8u;
+#endif
     var scales = array<u32, 4>(0u, 0u, 0u, 0u);
     for (var j = 0u; j < 8u; j++) {
-        // block j's scale at byte 34j, its quants from byte 34j + 2
-        scales[j >> 1u] |= (raw_word(&raw, 34u * j) & 0xffffu) << ((j & 1u) * 16u);
-        for (var t = 0u; t < 8u; t++) {
-            w[base + 8u * j + t] = raw_word(&raw, 34u * j + 2u + 4u * t);
+        scales[j >> 1u] |= (raw_word(&raw, bytes * j) & 0xffffu) << ((j & 1u) * 16u);
+        for (var t = 0u; t < qwords; t++) {
+            w[base + qwords * j + t] = raw_word(&raw, bytes * j + 2u + 4u * t);
         }
     }
     for (var s = 0u; s < 4u; s++) {
-        w[base + 64u + s] = scales[s];
+        w[base + 8u * qwords + s] = scales[s];
     }
 #endif
 }

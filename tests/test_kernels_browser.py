@@ -315,11 +315,11 @@ def add_int8_cases(c: Cases, rng) -> None:
 
 
 def add_grouped_cases(c: Cases, rng) -> None:
-    """The int8 route's grouped Q8_0 and Q6_K: repack.wgsl in place (a partial last group), then matvec_i8
+    """The int8 route's grouped Q4_0, Q8_0 and Q6_K: repack.wgsl in place (a partial last group), then matvec_i8
     and embed reading the layout as i8_emulation.grouped states it."""
     for qtype in sorted(GROUPED_TYPES):
         fmt, per = I8_ACTIVATIONS[qtype], shader_block(qtype)[0]
-        m, k = 67, 9 * 32 if qtype == QT.Q8_0 else 3 * 256
+        m, k = 67, 9 * per if per == 32 else 3 * per
         raw = random_weight(qtype, m, k, rng)
         nbytes = repack_bytes(m, raw.shape[1], qtype)
         file_bytes = np.zeros(nbytes, np.uint8)

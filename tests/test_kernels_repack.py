@@ -1,4 +1,4 @@
-"""The grouped Q8_0 and Q6_K layouts of the int8 route (repack.wgsl), natively: the in-place rearrangement
+"""The grouped Q4_0, Q8_0 and Q6_K layouts of the int8 route (repack.wgsl), natively: the in-place rearrangement
 against a NumPy statement of the layout (i8_emulation.grouped), then the int8 matvec and the embedding reading it
 against the same arithmetic on the file layout. Block counts that leave the last group partial; one device
 for the module."""
@@ -25,7 +25,8 @@ def gpu():
 
 
 TYPES = pytest.mark.parametrize("qtype", sorted(GROUPED_TYPES), ids=lambda t: t.name)
-K = {QT.Q8_0: 288, QT.Q6_K: 768}     # 9 and 3 blocks a row: rows start mid-group
+BLOCK = {QT.Q4_0: 32, QT.Q8_0: 32, QT.Q6_K: 256}
+K = {QT.Q4_0: 288, QT.Q8_0: 288, QT.Q6_K: 768}     # 9 and 3 blocks a row: rows start mid-group
 
 
 def repacked_buffer(gpu, raw: np.ndarray, qtype):
@@ -41,7 +42,7 @@ def repacked_buffer(gpu, raw: np.ndarray, qtype):
 @TYPES
 @pytest.mark.parametrize("rows, blocks", [(67, 9), (1, 1), (16, 2)])
 def test_repack_is_the_grouped_layout(gpu, qtype, rows, blocks):
-    k = blocks * (32 if qtype == QT.Q8_0 else 256)
+    k = blocks * BLOCK[qtype]
     raw = random_weight(qtype, rows, k, np.random.default_rng(rows + k))
     buf, nbytes = repacked_buffer(gpu, raw, qtype)
     got = np.frombuffer(gpu.run(gpu.device.read(buf, nbytes)), np.uint8)
@@ -52,7 +53,7 @@ def test_repack_is_the_grouped_layout(gpu, qtype, rows, blocks):
 def test_repack_of_some_groups_leaves_the_others_as_they_were(gpu, qtype):
     """An expert cache rearranges only the slot a streamed expert was written into (groups first..)."""
     expert_rows, experts = 16, 3                # an expert: 32 blocks, 4 whole groups
-    k = 2 * (32 if qtype == QT.Q8_0 else 256)
+    k = 2 * BLOCK[qtype]
     raw = random_weight(qtype, expert_rows * experts, k, np.random.default_rng(7))
     nbytes = repack_bytes(*raw.shape, qtype)
     buf = gpu.device.buffer(nbytes, label="w")
@@ -100,12 +101,12 @@ def test_matvec_i8_grouped(gpu, qtype, variant):
 
 @TYPES
 def test_embed_grouped(gpu, qtype):
-    vocab, d = 37, 3 * (32 if qtype == QT.Q8_0 else 256)
+    vocab, d = 37, 3 * BLOCK[qtype]
     raw = random_weight(qtype, vocab, d, np.random.default_rng(3))
     buf, _ = repacked_buffer(gpu, raw, qtype)
     tokens = np.array([5, 36, 0, 5, 17], dtype=np.uint32)
     (out,) = gpu.dispatch(embed_key(qtype, grouped=True), [buf, tokens], [len(tokens) * d * 4],
                           dict(d=d, n=len(tokens), row_bytes=raw.shape[1], w_off=0, tok_off=0, out_off=0, row0=0, rows=vocab),
-                          (groups(d // (32 if qtype == QT.Q8_0 else 256)), len(tokens), 1))
+                          (groups(d // BLOCK[qtype]), len(tokens), 1))
     want = dequantize_rows(raw[tokens.astype(np.int64)], qtype).reshape(len(tokens), d)
     np.testing.assert_array_equal(np.frombuffer(out, np.float32).reshape(len(tokens), d), want)

@@ -70,13 +70,13 @@ WEIGHT_TYPES: dict[QT, tuple[str, int, int]] = {
 # (blocks of 256, f32 scale, sums of 16). F32/F16 weights keep the f32 kernels.
 I8_ACTIVATIONS: dict[QT, str] = {QT.Q4_0: "q8_0", QT.Q4_1: "q8_0", QT.Q5_0: "q8_0", QT.Q8_0: "q8_0",
                                  QT.Q4_K: "q8_k", QT.Q5_K: "q8_k", QT.Q6_K: "q8_k"}
-# The int8 route's Q8_0 and Q6_K weights are rearranged on the GPU at load (repack.wgsl) into groups of
+# The int8 route's Q4_0, Q8_0 and Q6_K weights are rearranged on the GPU at load (repack.wgsl) into groups of
 # REPACK_GROUP_BLOCKS blocks (each field of the 8 blocks together; pyshim.plan.memory holds the size, since
 # the splitting rule counts it) read as vec4s, and matvec_i8 and embed read them only so: on CPU adapters
 # these matvecs are bound by load instructions, the file's straddling words vs whole vec4s grouped
 # (SwiftShader Q8_0 32768x640, one token: 57-61 ms file layout, 27-28 ms grouped; lavapipe Q6_K 2048x4096:
 # 1.7-2.4 G elements/s file layout, 3.3-4.7 grouped). Type -> its define. (The f32 kernels read the file layout.)
-GROUPED_TYPES: dict[QT, str] = {QT.Q8_0: "W_Q8_0G", QT.Q6_K: "W_Q6_KG"}
+GROUPED_TYPES: dict[QT, str] = {QT.Q4_0: "W_Q4_0G", QT.Q8_0: "W_Q8_0G", QT.Q6_K: "W_Q6_KG"}
 assert set(GROUPED_TYPES) == set(GROUPED_TENSOR_TYPES)
 # Types whose blocks are whole vec4s (144 and 176 bytes): their int8 decoders read the file layout 16 bytes
 # a load (W_VEC4), as the grouped types do after the repack; every offset a matvec_i8 binding takes is
@@ -91,9 +91,9 @@ I8_VEC4_TYPES = frozenset({QT.Q4_K, QT.Q5_K})
 # 1550-1640 ms for 4x4, 8x2 and 8x8 alike; the rows are the policy's (pyshim.gpu.policy TOKEN_ROWS_*).
 I8_TOKEN_TYPES = frozenset({QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K})
 I8_TOKENS = 8
-# Types whose 2-byte-offset blocks (18, 22 bytes) matvec_i8 can take two at a time (PAIRS) when a row
+# Types whose 2-byte-offset blocks (22 bytes) matvec_i8 can take two at a time (PAIRS) when a row
 # has an even block count: every row then starts word-aligned and the shifts become constants.
-I8_PAIR_TYPES = frozenset({QT.Q4_0, QT.Q5_0})
+I8_PAIR_TYPES = frozenset({QT.Q5_0})      # (Q4_0 is grouped instead, as Q8_0)
 # activation format -> (elements per block, f32 metadata words per block), as quantize.wgsl lays them out
 I8_BLOCKS = {"q8_0": (32, 4), "q8_k": (256, 20)}
 def xq_row_words(k: int, fmt: str) -> int:
@@ -171,7 +171,7 @@ def repack_bytes(rows: int, row_bytes: int, qtype: QT) -> int:
 
 
 def repack_key(qtype: QT) -> ShaderKey:
-    return ShaderKey.of("repack", WG=WG, Q6_K=QT(qtype) == QT.Q6_K)
+    return ShaderKey.of("repack", WG=WG, Q4_0=QT(qtype) == QT.Q4_0, Q6_K=QT(qtype) == QT.Q6_K)
 
 
 def repack_grid(n_groups: int) -> tuple[int, int, int]:

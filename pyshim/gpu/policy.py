@@ -90,7 +90,7 @@ class KernelPolicy:
     reduce: bool                 # workgroup-reduction matvec and rmsnorm (else barrier-free)
     subgroup: bool               # those reductions summed by subgroupAdd
     matvec_rows: int             # rows per invocation of the barrier-free matvecs
-    i8_pairs: bool               # matvec_i8 reads Q4_0/Q5_0 blocks two at a time (rows of an even block count)
+    i8_pairs: bool               # matvec_i8 reads Q5_0 blocks two at a time (rows of an even block count)
     matmul_tile: tuple[int, int, int, int, int]
     tiled_attention: bool        # the key-tiled prefill attention for steps of several tokens
     attn_splits: int             # key-range splits of decode attention (1: no combine pass)

@@ -24,14 +24,14 @@ from pyshim.gguf.spec import ModelSpec
 from pyshim.gguf.types import RUNS_ON, TensorType
 from pyshim.plan.settings import KV_PAGE, PREFILL_CHUNK, kv_type as kv_type_named
 
-# The GPU's int8 route rearranges Q8_0 and Q6_K weights in groups of this many blocks (repack.wgsl); a
+# The GPU's int8 route rearranges Q4_0, Q8_0 and Q6_K weights in groups of this many blocks (repack.wgsl); a
 # part of such a tensor rounds up to a whole group, so it may need up to one group more than its rows' bytes.
 REPACK_GROUP_BLOCKS = 8
-GROUPED_TYPES = frozenset({TensorType.Q8_0, TensorType.Q6_K})
+GROUPED_TYPES = frozenset({TensorType.Q4_0, TensorType.Q8_0, TensorType.Q6_K})
 
 
 def group_bytes(qtype) -> int:
-    """Bytes of one repack group of a grouped type (272 for Q8_0, 1680 for Q6_K)."""
+    """Bytes of one repack group of a grouped type (144 for Q4_0, 272 for Q8_0, 1680 for Q6_K)."""
     return REPACK_GROUP_BLOCKS * TensorType(qtype).type_size
 
 

@@ -1,4 +1,4 @@
-// block_dot for the 32-value blocks whose f16 scale d comes first (Q4_0, Q5_0), one block or
+// block_dot for the 32-value blocks whose f16 scale d comes first (Q5_0), one block or
 // two per call; the including file declares SINGLE_BYTES (one block's size, 2 mod 4) and block_dot_at.
 #ifdef PAIRS
 // Two blocks per call (rows of an even block count start word-aligned): the first block's fields sit

@@ -33,3 +33,6 @@
 #ifdef W_Q6_KG
 #include "include/q6_kg.wgsl"
 #endif
+#ifdef W_Q4_0G
+#include "include/q4_0g.wgsl"
+#endif

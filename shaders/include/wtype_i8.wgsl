@@ -4,9 +4,6 @@
 // (vec4 j of block metadata). Integer sums are exact; floats are applied per block as llama.cpp does.
 #include "include/bytes.wgsl"
 #include "include/unpack_i8.wgsl"
-#ifdef W_Q4_0
-#include "include/q4_0_i8.wgsl"
-#endif
 #ifdef W_Q4_1
 #include "include/q4_1_i8.wgsl"
 #endif
@@ -27,4 +24,7 @@
 #endif
 #ifdef W_Q6_KG
 #include "include/q6_kg_i8.wgsl"
+#endif
+#ifdef W_Q4_0G
+#include "include/q4_0g_i8.wgsl"
 #endif
