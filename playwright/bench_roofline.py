@@ -2,8 +2,8 @@
 (`shaders/stream.wgsl`, a vec4 read-and-reduce), in bytes/s and elements/s. A decode step cannot beat
 it, so "% of roofline" says how much of the device a token uses. So that it cannot fall below what the
 engine itself achieves, it is measured the ways the kernels read: f32 elements, and (where the adapter
-has dot4I8Packed) int8 elements dotted with int8 activations by dot4I8Packed, as the int8 route's matvecs
-take them, each in contiguous runs and in the coalesced order; the best bytes/s and the best elements/s are kept. A bench
+has dot4I8Packed) int8 and 4-bit elements dotted with int8 activations by dot4I8Packed, as the int8
+route's matvecs take them, each in contiguous runs and in the coalesced order; the best bytes/s and the best elements/s are kept. A bench
 row still over 100% is flagged, not printed (bench.derive).
 
 The same source runs in CPython (native `wgpu`; `python bench_roofline.py [--mib N]` prints JSON) and in
@@ -75,16 +75,18 @@ async def measure_roofline(mib: int = ROOFLINE_MIB) -> dict:
         seconds = {}
         # Contiguous runs per invocation (what SwiftShader and lavapipe like) and the coalesced order
         # (what real GPUs like), f32 and (the int8 route's element) int8; the best of each is the roofline.
-        kinds = [(False, False), (True, False)] + ([(False, True), (True, True)] if _has_dot4(device) else [])
+        # element -> bytes: f32, and where the adapter has dot4I8Packed the int8 route's int8 and 4-bit ones
+        elements = {"f32": 4.0} | ({"i8": 1.0, "i4": 0.5} if _has_dot4(device) else {})
         acts = device.buffer(256, label="roofline-activations", uniform=True)     # 64 int8 activations
         device.write(acts, np.random.default_rng(0).integers(-127, 128, 256, dtype=np.int8).view(np.uint32))
-        for strided, i8 in kinds:
-            pipe = await kernels.get(ShaderKey.of("stream", WG=WG, STRIDED=strided, I8=i8))
-            group = device.bind_group(pipe, [src, acts, out, params] if i8 else [src, out, params])
-            name = ("strided" if strided else "contiguous") + (" i8" if i8 else "")
-            seconds[name] = await _seconds_per_pass(device, (pipe, group, (groups(threads), 1, 1)), out)
+        for element in elements:
+            for strided in (False, True):
+                pipe = await kernels.get(ShaderKey.of("stream", WG=WG, STRIDED=strided, I8=element == "i8", I4=element == "i4"))
+                group = device.bind_group(pipe, [src, out, params] if element == "f32" else [src, acts, out, params])
+                name = ("strided" if strided else "contiguous") + ("" if element == "f32" else f" {element}")
+                seconds[name] = await _seconds_per_pass(device, (pipe, group, (groups(threads), 1, 1)), out)
         best = min(seconds.values())
-        per_element = {name: 1 if name.endswith("i8") else 4 for name in seconds}
+        per_element = {name: elements[name.split()[-1] if " " in name else "f32"] for name in seconds}
         return {
             "adapter": device.caps.as_dict(),
             "bytes": nbytes,

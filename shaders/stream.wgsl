@@ -6,7 +6,10 @@
 // operation they use: on a CPU adapter the instructions, not the bytes, can bind). Against a constant
 // word of ones instead, the compiler folds the multiplies into a byte sum, an operation no matvec can
 // use: lavapipe read 8.2-8.6 G int8 elements/s that way and 6.1 against activations (2-core Zen 4).
-// The benchmark keeps the best of the passes. Defines: WG, optional STRIDED, I8.
+// I4: the same loads as 32 4-bit values (each byte's low and high nibble), both halves of each word
+// dotted with activations, as the int8 route's 4-bit types (Q4_0, Q4_K) are: half the bytes an element,
+// so on lavapipe the 4-bit matvecs outrun the int8 stream, and their own element is the roofline for them.
+// The benchmark keeps the best of the passes. Defines: WG, optional STRIDED, I8 or I4.
 struct Params {
     n4: u32,            // vec4s in the buffer
     per_thread: u32,
@@ -14,6 +17,9 @@ struct Params {
     _pad1: u32,
 }
 
+#ifdef I4
+#define I8
+#endif
 #ifdef I8
 @group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;
 @group(0) @binding(1) var<uniform> xs: array<vec4<u32>, 4>;   // int8 activations, 64 of them
@@ -23,10 +29,18 @@ struct Params {
 // vec4 i of the stream, dotted with activations j (the loop's count: the same in every invocation, as a
 // matvec's activation index is)
 fn load(i: u32, j: u32) -> vec4<f32> {
-    let w = x[i];
     let a = xs[j & 3u];
+#ifdef I4
+    let w = x[i] & vec4<u32>(0x0F0F0F0Fu);
+    let h = (x[i] >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu);
+    let b = xs[(j + 1u) & 3u];
+    return vec4<f32>(f32(dot4I8Packed(w.x, a.x) + dot4I8Packed(h.x, b.x)), f32(dot4I8Packed(w.y, a.y) + dot4I8Packed(h.y, b.y)),
+                     f32(dot4I8Packed(w.z, a.z) + dot4I8Packed(h.z, b.z)), f32(dot4I8Packed(w.w, a.w) + dot4I8Packed(h.w, b.w)));
+#else
+    let w = x[i];
     return vec4<f32>(f32(dot4I8Packed(w.x, a.x)), f32(dot4I8Packed(w.y, a.y)), f32(dot4I8Packed(w.z, a.z)),
                      f32(dot4I8Packed(w.w, a.w)));
+#endif
 }
 #else
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;

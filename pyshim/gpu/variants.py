@@ -83,7 +83,8 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
     keys += [ShaderKey.of("eltwise", WG=WG, **{op: True}) for op in ("OP_ADD", "OP_SCALE", "OP_SOFTCAP", "OP_COPY")]
     keys += [*argmax_keys()] + ([*argmax_keys(subgroup=True)] if subgroups else [])
     keys += [ShaderKey.of("topk", WG=WG, K=TOPK, **{p: True}) for p in ("PASS1", "PASS2")]
-    keys += [ShaderKey.of("stream", WG=WG, STRIDED=s, I8=i8) for s in (False, True) for i8 in (False, True) if int8 or not i8]
+    keys += [ShaderKey.of("stream", WG=WG, STRIDED=s, **{e: True for e in el}) for s in (False, True)
+             for el in ((), ("I8",), ("I4",)) if int8 or not el]
     if f16:         # the f32 route's arithmetic in halves (real GPUs with shader-f16)
         keys += [matvec_key(q, bias=bias, reduce=True, f16=True) for q in WEIGHT_TYPES for bias in (False, True)]
         keys += [matvec_key(q, reduce=True, glu=act, f16=True) for q in WEIGHT_TYPES for act in ACTIVATIONS]
