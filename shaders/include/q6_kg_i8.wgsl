@@ -1,8 +1,9 @@
-// Q6_K in groups of 8 blocks (repack.wgsl's layout, include/q6_kg_at.wgsl) against Q8_K activations, the
-// arithmetic of q6_k_i8.wgsl: per 16-value group g with int8 scale sc_g, d * d_x * sum_g sc_g *
-// ((q.x)_g - 32 * (sum x)_g). Why grouped: the file's 210-byte blocks straddle words, so each invocation
-// would load them a word at a time (a gather per word on CPU adapters); grouped, every field is whole
-// vec4s. lavapipe 2048x4096 one token: 1.7-2.4 G elements/s file layout, 3.3-4.7 grouped.
+// Q6_K (see q6_k.wgsl) in groups of 8 blocks (repack.wgsl's layout, include/q6_kg_at.wgsl) against Q8_K
+// activations: per 16-value group g with int8 scale sc_g, d * d_x * sum_g sc_g * ((q.x)_g - 32 * (sum x)_g),
+// q the unsigned 6-bit values, sums in integers (group g's 16-sum sits at the index of its scale).
+// Why grouped: the file's 210-byte blocks straddle words, so each invocation would load them a word at a
+// time (a gather per word on CPU adapters); grouped, every field is whole vec4s. lavapipe 2048x4096 one
+// token: 1.7-2.4 G elements/s file layout, 3.3-4.7 grouped.
 #include "include/q6_kg_at.wgsl"
 #include "include/pieces_i8.wgsl"
 #define PIECES 8u
@@ -38,7 +39,8 @@ fn block_dot(wb: u32, b: u32) -> f32 {
     return q6g_d(i) * xm(5u * b).x * f32(total);
 }
 
-// TOKENS (include/pieces_i8.wgsl): piece p = 4n + q is the q-th 32 values of half n (as q6_k_i8.wgsl's)
+// TOKENS (include/pieces_i8.wgsl): piece p = 4n + q is the q-th 32 values of half n: the low (q < 2) or
+// high nibbles of 32 ql bytes, with bits 2q, 2q + 1 of 32 qh bytes; its groups are 2p and 2p + 1
 fn block_head(wb: u32) -> KHead {
     let i = wb / BLOCK_BYTES;
     return KHead(q6g_d(i), 0.0, q6g_scales(i));

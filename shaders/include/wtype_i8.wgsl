@@ -19,9 +19,6 @@
 #ifdef W_Q5_K
 #include "include/q5_k_i8.wgsl"
 #endif
-#ifdef W_Q6_K
-#include "include/q6_k_i8.wgsl"
-#endif
 #ifdef W_Q6_KG
 #include "include/q6_kg_i8.wgsl"
 #endif
