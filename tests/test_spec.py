@@ -13,7 +13,7 @@ from pyshim.setup.catalog import MODELS, model_path
 from pyshim.errors import BadRequestError, GGUFFormatError, UnsupportedError
 from pyshim.gguf.header import MissingKeyError, read_header, read_header_from_file
 from pyshim.plan import auto
-from pyshim.plan.memory import estimate, fits, kv_bytes_per_token, kv_cache_bytes, weights_by_type
+from pyshim.plan.memory import estimate, fits, group_bytes, kv_bytes_per_token, kv_cache_bytes, weights_by_type
 from pyshim.plan.settings import KV_TYPES
 from pyshim.gguf.types import TensorType
 from pyshim.gguf.spec import ARCHITECTURES, ModelSpec
@@ -254,10 +254,12 @@ def test_kv_types_and_fits():
     assert est.total_bytes == 147456 + 256 + 100 * per_token["f32"] + est.activation_bytes
     assert fits(est, budget_bytes=est.total_bytes).ok
     assert not fits(est, budget_bytes=est.total_bytes - 1).ok
-    # A tensor larger than a binding is split by rows (as the GPU executor does): only a row must fit one.
+    # A tensor larger than a binding is split by rows (as the GPU executor does): only a row must fit one,
+    # with a Q4_0 part's padding to whole groups of the int8 route's layout (144 bytes)
     small = estimate(spec, header.tensors, context=100, chunk=8)       # steps of 8 tokens: small activations
-    limit = max(small.kv_layer_bytes, small.largest_activation, 576)
-    assert small.widest_row == ("a", 576) and limit < small.largest_tensor.nbytes and fits(small, max_binding_bytes=limit).ok
+    row = 576 + group_bytes(TensorType.Q4_0)
+    limit = max(small.kv_layer_bytes, small.largest_activation, row)
+    assert small.widest_row == ("a", row) and limit < small.largest_tensor.nbytes and fits(small, max_binding_bytes=limit).ok
     narrow = fits(est, budget_bytes=est.total_bytes - 1, max_binding_bytes=575)
     assert not narrow.ok and "shorter context" in narrow.reasons[0] and "'a'" in narrow.reasons[1]
     assert any("KV cache" in r for r in narrow.reasons) and any("prefill chunk" in r for r in narrow.reasons)
