@@ -170,6 +170,11 @@ def repack_bytes(rows: int, row_bytes: int, qtype: QT) -> int:
     return -(-rows * row_bytes // group_bytes(qtype)) * group_bytes(qtype)
 
 
+def repack_groups(rows: int, row_bytes: int, qtype: QT) -> int:
+    """repack.wgsl's groups in such a part (its `groups` param)."""
+    return repack_bytes(rows, row_bytes, qtype) // group_bytes(qtype)
+
+
 def repack_key(qtype: QT) -> ShaderKey:
     return ShaderKey.of("repack", WG=WG, Q4_0=QT(qtype) == QT.Q4_0, Q6_K=QT(qtype) == QT.Q6_K)
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from pyshim.errors import UnsupportedError
 from pyshim.gguf.types import check_runnable
-from pyshim.gpu.kernels import PARAMS, repack_bytes, repack_grid, repack_key, shader_block
+from pyshim.gpu.kernels import PARAMS, repack_bytes, repack_grid, repack_groups, repack_key, shader_block
 from pyshim.gpu.program import Dispatch, Program
 from pyshim.gpu.slots import Part, Upload, WeightSlot, WeightSlots
 from pyshim.plan.memory import group_bytes, row_parts
@@ -167,7 +167,7 @@ class LayerStream:
             for w in self._slots[layer]:
                 if w.grouped:
                     for p in w.parts:
-                        n_groups = repack_bytes(p.rows, w.ref.row_bytes, w.ref.qtype) // group_bytes(w.ref.qtype)
+                        n_groups = repack_groups(p.rows, w.ref.row_bytes, w.ref.qtype)
                         program.dispatches.append(Dispatch(repack_key(w.ref.qtype), [p.buffer],
                                                            PARAMS["repack"].pack(groups=n_groups, first=0), repack_grid(n_groups)))
             await program.build(device, kernels, pool)

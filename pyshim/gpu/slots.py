@@ -24,7 +24,7 @@ import numpy as np
 from pyshim.errors import UnsupportedError
 from pyshim.gguf.tensors import TensorRef, WeightStore, dequantize_rows
 from pyshim.gguf.types import check_runnable
-from pyshim.gpu.kernels import PARAMS, repack_bytes, repack_grid, repack_key, shader_block
+from pyshim.gpu.kernels import PARAMS, repack_bytes, repack_grid, repack_groups, repack_key, shader_block
 from pyshim.gpu.pool import Allocator
 from pyshim.gpu.program import Dispatch, Program
 from pyshim.plan.memory import group_bytes, row_parts
@@ -166,8 +166,7 @@ class WeightSlots:
         ref, shape = w.ref, w.shape
         if shape[-1] % shader_block(ref.qtype)[0]:
             raise UnsupportedError(f"tensor {ref.name!r}: rows of {shape[-1]} are not whole {ref.qtype.name} kernel blocks")
-        group = group_bytes(ref.qtype) if w.grouped else 0
-        pad = group        # grouped parts round up to whole groups
+        pad = group_bytes(ref.qtype) if w.grouped else 0        # grouped parts round up to whole groups
         # a 3-D weight [experts, m, k] is split between experts, never inside one (its rows are then
         # counted flat: expert e's row r is row e * m + r)
         per = int(np.prod(shape[1:-1], dtype=np.int64))
@@ -177,7 +176,7 @@ class WeightSlots:
             part = Part(self.allocator.buffer(nbytes, f"{ref.name}[{row0}:]"), row0, rows)
             self._upload(w, part)
             if w.grouped:
-                self._repacks.append((part.buffer, nbytes // group, 0, ref.qtype))
+                self._repacks.append((part.buffer, repack_groups(rows, ref.row_bytes, ref.qtype), 0, ref.qtype))
             w.parts.append(part)
         return w
 
@@ -219,8 +218,7 @@ class WeightSlots:
             for _, offset, nbytes, row in w.pieces(part.row0, part.rows):
                 self.device.write(part.buffer, self.store.source.read(offset, nbytes), (row - part.row0) * w.ref.row_bytes)
             if w.grouped:
-                nbytes = repack_bytes(part.rows, w.ref.row_bytes, w.ref.qtype)
-                self._repacks.append((part.buffer, nbytes // group_bytes(w.ref.qtype), 0, w.ref.qtype))
+                self._repacks.append((part.buffer, repack_groups(part.rows, w.ref.row_bytes, w.ref.qtype), 0, w.ref.qtype))
 
     def rebind(self, w: WeightSlot, index: int, buffer) -> Part:
         """Point part `index` of the slot at `buffer` (holding the same rows in the same layout); the

@@ -2,27 +2,14 @@
 // block one vec4 of quants and a scale, d_w * d_x * (sum q*x - 8 * sum x), q the raw nibbles. Why grouped:
 // the file's 18-byte blocks start 2 bytes into a word every other block, so each quant word is pieced
 // from two loads; on CPU adapters, where an invocation's load is a gather and the matvec is bound by
-// instructions, whole vec4s cost less. ROW_BLOCKS: block b of all ROWS rows at once (as q8_0g_i8.wgsl).
+// instructions, whole vec4s cost less. Block b of all ROWS rows at once (include/row_blocks_i8.wgsl).
 #include "include/q4_0g_at.wgsl"
 const BLOCK_ELEMS: u32 = 32u;
 const BLOCK_BYTES: u32 = 18u;
-#define ROW_BLOCKS
 
 fn block_at(i: u32) -> WBlock {
     let q = q4g_quants(i);
     return WBlock(q & vec4<u32>(0x0F0F0F0Fu), (q >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu), q4g_scale(i), 8.0, 0.0);
 }
 
-// wb: the block's file-layout byte offset (as TOKENS passes it)
-fn block_unpack(wb: u32) -> WBlock {
-    return block_at(wb / BLOCK_BYTES);
-}
-
-fn block_dots(b: u32, first: ptr<function, array<u32, ROWS>>, acc: ptr<function, array<f32, ROWS>>) {
-    let xa = xv(2u * b);
-    let xb = xv(2u * b + 1u);
-    let m = xm(b);
-    for (var r = 0u; r < ROWS; r++) {
-        (*acc)[r] += block_apply(block_at((*first)[r] + b), xa, xb, m);
-    }
-}
+#include "include/row_blocks_i8.wgsl"
