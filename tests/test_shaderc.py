@@ -30,7 +30,18 @@ def test_include_once_and_inside_conditions():
     assert expand(files) == ["fn a() {}", "main"]
 
 
+def test_unroll_repeats_plain_lines_with_constant_indices():
+    src = "#define N ROWS\n#unroll R N\nacc[R] += f(wb[R], RR);\n#endunroll\n#ifdef X\n#unroll R Y\ngone\n#endunroll\n#endif\ntail\n"
+    assert expand({"main.wgsl": src}, {"ROWS": "3"}) == ["acc[0u] += f(wb[0u], RR);", "acc[1u] += f(wb[1u], RR);",
+                                                          "acc[2u] += f(wb[2u], RR);", "tail"]
+
+
 @pytest.mark.parametrize("src, words", [
+    ("#unroll R 2\nx\n", "never closed by #endunroll"),
+    ("#endunroll\n", "#endunroll without"),
+    ("#unroll R ROWS\nx\n#endunroll\n", "not a number"),
+    ("#unroll R 2\n#ifdef A\n#endif\n#endunroll\n", "only plain lines"),
+
     ("#ifdef A\nx\n", "never closed"),
     ("x\n#endif\n", "#endif without"),
     ("#else\n", "#else without"),

@@ -6,6 +6,10 @@ family plus a set of defines (`W_Q4_K`, `WG=64`, ...); the preprocessor understa
     #include "include/x.wgsl"     paste that file here (relative to the shader root; once per module)
     #define NAME value            replace the word NAME by `value` in the lines below (value may be empty)
     #ifdef NAME / #ifndef NAME / #else / #endif
+    #unroll NAME COUNT / #endunroll
+                                  the plain lines between, COUNT times (COUNT: a number or a define), the word
+                                  NAME replaced by 0u, 1u, ... in each copy: constant indices where a loop's
+                                  counter would index per lane (SwiftShader keeps such arrays in memory)
     #enable NAME                  the WGSL extension NAME: `enable NAME;` heads the module, unless the target
                                   compiler enables NAME by itself and rejects the line (IMPLICIT_ENABLES)
 
@@ -29,6 +33,7 @@ _INCLUDE = re.compile(r'^#include\s+"([^"]+)"\s*$')
 _DEFINE = re.compile(r"^#define\s+([A-Za-z_][A-Za-z0-9_]*)(?:\s+(.*?))?\s*$")
 _COND = re.compile(r"^#(ifdef|ifndef)\s+([A-Za-z_][A-Za-z0-9_]*)\s*$")
 _ENABLE = re.compile(r"^#enable\s+([A-Za-z_][A-Za-z0-9_]*)\s*$")
+_UNROLL = re.compile(r"^#unroll\s+([A-Za-z_][A-Za-z0-9_]*)\s+([A-Za-z0-9_]+)\s*$")
 # WGSL compilers -> the extensions each turns on by itself and rejects an `enable` line for. naga (wgpu-py
 # 0.32) answers `enable subgroups;` with "the `subgroups` enable-extension is not yet supported" yet compiles
 # the subgroup builtins once the device has its 'subgroup' feature; Tint (Chromium) requires the line.
@@ -104,14 +109,36 @@ class Preprocessor:
         included.add(path)
         # conditions: one (active, seen_else, line) per open #if; a line is emitted when all are active
         conds: list[list] = []
+        unroll: tuple[str, int, str] | None = None      # (NAME, COUNT, where) of an open #unroll
+        body: list[str] = []
         for lineno, line in enumerate(self.sources[path].splitlines(), 1):
             stripped = line.strip()
             active = all(c[0] for c in conds)
+            where = f"{path}:{lineno}"
+            if unroll is not None:
+                if stripped == "#endunroll":
+                    name, count, _ = unroll
+                    for i in range(count):
+                        copy = {**table, name: f"{i}u"}
+                        out.extend(_substitute(b, copy) for b in body)
+                    unroll, body = None, []
+                elif stripped.startswith("#"):
+                    raise ShaderError(f"{where}: only plain lines may stand inside #unroll ({unroll[2]})")
+                else:
+                    body.append(line)
+                continue
             if not stripped.startswith("#"):
                 if active:
                     out.append(_substitute(line, table))
                 continue
-            where = f"{path}:{lineno}"
+            if m := _UNROLL.match(stripped):
+                count = _substitute(m.group(2), table) if active else "0"    # (inactive: the body is dropped)
+                if not count.isdigit():
+                    raise ShaderError(f"{where}: #unroll's count {m.group(2)!r} is not a number ({count!r})")
+                unroll = (m.group(1), int(count), where)
+                continue
+            if stripped == "#endunroll":
+                raise ShaderError(f"{where}: #endunroll without #unroll")
             if m := _COND.match(stripped):
                 conds.append([(m.group(2) in table) == (m.group(1) == "ifdef"), False, where])
             elif stripped == "#else" or stripped.startswith("#else "):
@@ -137,6 +164,8 @@ class Preprocessor:
                 enables.append(m.group(1))
             else:
                 raise ShaderError(f"{where}: malformed or unknown directive {stripped!r}")
+        if unroll is not None:
+            raise ShaderError(f"{unroll[2]}: #unroll is never closed by #endunroll")
         if conds:
             raise ShaderError(f"{conds[-1][2]}: #if... is never closed by #endif")
 

@@ -17,21 +17,23 @@ fn block_dot(wb: u32, b: u32) -> f32 {
     let head = w[v0];
     let dm = unpack2x16float(head.x);
     let k = k_scales(head.yzw);
-    var dots = 0i;
-    for (var c = 0u; c < 4u; c++) {
-        var s_lo = 0i;
-        var s_hi = 0i;
-        for (var j = 0u; j < 2u; j++) {
-            let q = w[v0 + 1u + 2u * c + j];
-            s_lo += dot16(q & NIB, xv(16u * b + 4u * c + j));                        // elements 64c + 16j ..
-            s_hi += dot16((q >> vec4<u32>(4u)) & NIB, xv(16u * b + 4u * c + 2u + j)); // 64c + 32 + 16j ..
-        }
-        let sc = select(k.sc_b, k.sc_a, c < 2u);        // sub-blocks 2c, 2c + 1
-        dots += sc[2u * (c & 1u)] * s_lo + sc[2u * (c & 1u) + 1u] * s_hi;
-    }
+    // written out, not looped: on SwiftShader a loop costs its lanes' mask upkeep each pass, and a
+    // vector indexed by the loop's counter is indexed per lane
+    let j = 16u * b;
+    let dots = dot(k.sc_a, vec4<i32>(sub_pair(v0 + 1u, j), sub_pair(v0 + 3u, j + 4u)))
+             + dot(k.sc_b, vec4<i32>(sub_pair(v0 + 5u, j + 8u), sub_pair(v0 + 7u, j + 12u)));
     let xs = x_sums32(b);
     let mins = dot(k.m_a, xs[0]) + dot(k.m_b, xs[1]);
     return xm(5u * b).x * (dm.x * f32(dots) - dm.y * f32(mins));
+}
+
+// sub-blocks 2c and 2c + 1 of a block: the low and high nibbles of its quant vec4s v, v + 1, against
+// the activations' vec4s j..j+3
+fn sub_pair(v: u32, j: u32) -> vec2<i32> {
+    let q0 = w[v];
+    let q1 = w[v + 1u];
+    return vec2<i32>(dot16(q0 & NIB, xv(j)) + dot16(q1 & NIB, xv(j + 1u)),
+                     dot16((q0 >> vec4<u32>(4u)) & NIB, xv(j + 2u)) + dot16((q1 >> vec4<u32>(4u)) & NIB, xv(j + 3u)));
 }
 
 // TOKENS (include/pieces_i8.wgsl): piece p is sub-block p, the low (even p) or high nibbles of 32 bytes

@@ -15,24 +15,29 @@ fn block_dot(wb: u32, b: u32) -> f32 {
     let head = w[v0];
     let dm = unpack2x16float(head.x);
     let k = k_scales(head.yzw);
-    var dots = 0i;
-    for (var c = 0u; c < 4u; c++) {
-        var s_lo = 0i;
-        var s_hi = 0i;
-        for (var j = 0u; j < 2u; j++) {
-            let q = w[v0 + 3u + 2u * c + j];
-            let h = w[v0 + 1u + j];
-            let q_lo = (q & NIB) | (((h >> vec4<u32>(2u * c)) & BIT) << vec4<u32>(4u));
-            let q_hi = ((q >> vec4<u32>(4u)) & NIB) | (((h >> vec4<u32>(2u * c + 1u)) & BIT) << vec4<u32>(4u));
-            s_lo += dot16(q_lo, xv(16u * b + 4u * c + j));
-            s_hi += dot16(q_hi, xv(16u * b + 4u * c + 2u + j));
-        }
-        let sc = select(k.sc_b, k.sc_a, c < 2u);        // sub-blocks 2c, 2c + 1
-        dots += sc[2u * (c & 1u)] * s_lo + sc[2u * (c & 1u) + 1u] * s_hi;
-    }
+    let h0 = w[v0 + 1u];
+    let h1 = w[v0 + 2u];
+    // written out, not looped (as include/q4_k_i8.wgsl)
+    let j = 16u * b;
+    let dots = dot(k.sc_a, vec4<i32>(sub_pair(v0 + 3u, h0, h1, 0u, j), sub_pair(v0 + 5u, h0, h1, 2u, j + 4u)))
+             + dot(k.sc_b, vec4<i32>(sub_pair(v0 + 7u, h0, h1, 4u, j + 8u), sub_pair(v0 + 9u, h0, h1, 6u, j + 12u)));
     let xs = x_sums32(b);
     let mins = dot(k.m_a, xs[0]) + dot(k.m_b, xs[1]);
     return xm(5u * b).x * (dm.x * f32(dots) - dm.y * f32(mins));
+}
+
+// sub-blocks c and c + 1 (c even): the low and high nibbles of quant vec4s v, v + 1 with bits c, c + 1
+// of the high-bit vec4s h0 (elements 0-15 of each) and h1 (16-31), against activation vec4s j..j+3
+fn sub_pair(v: u32, h0: vec4<u32>, h1: vec4<u32>, c: u32, j: u32) -> vec2<i32> {
+    let q0 = w[v];
+    let q1 = w[v + 1u];
+    let lo = vec4<u32>(c);
+    let hi = vec4<u32>(c + 1u);
+    let four = vec4<u32>(4u);
+    return vec2<i32>(dot16((q0 & NIB) | (((h0 >> lo) & BIT) << four), xv(j))
+                   + dot16((q1 & NIB) | (((h1 >> lo) & BIT) << four), xv(j + 1u)),
+                     dot16(((q0 >> four) & NIB) | (((h0 >> hi) & BIT) << four), xv(j + 2u))
+                   + dot16(((q1 >> four) & NIB) | (((h1 >> hi) & BIT) << four), xv(j + 3u)));
 }
 
 // TOKENS (include/pieces_i8.wgsl): piece p is sub-block p, nibbles as Q4_K's and bit p of the high-bit bytes

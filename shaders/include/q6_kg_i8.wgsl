@@ -17,26 +17,32 @@ fn i8_of(words: vec4<u32>, k: u32) -> i32 {
 fn block_dot(wb: u32, b: u32) -> f32 {
     let i = wb / BLOCK_BYTES;
     let sw = q6g_scales(i);
-    var total = 0i;
-    for (var n = 0u; n < 2u; n++) {
-        let sums_a = vec4<i32>(xm(5u * b + 1u + 2u * n));      // groups 8n..8n+3
-        let sums_b = vec4<i32>(xm(5u * b + 2u + 2u * n));      // groups 8n+4..8n+7
-        let sc_a = unpack4xI8(sw[2u * n]);                      // their scales
-        let sc_b = unpack4xI8(sw[2u * n + 1u]);
-        for (var g = 0u; g < 2u; g++) {
-            let a = q6g_ql(i, 4u * n + g);
-            let bq = q6g_ql(i, 4u * n + 2u + g);
-            let h = q6g_qh(i, 2u * n + g);
-            let x0 = 16u * b + 8u * n + g;                      // elements 128n + 16g.., then +32, +64, +96
-            let s = vec4<i32>(dot16(q6g_values(a, h, 0u, 0u), xv(x0)), dot16(q6g_values(bq, h, 0u, 1u), xv(x0 + 2u)),
-                              dot16(q6g_values(a, h, 4u, 2u), xv(x0 + 4u)), dot16(q6g_values(bq, h, 4u, 3u), xv(x0 + 6u)));
-            let sums = vec4<i32>(sums_a[g], sums_a[g + 2u], sums_b[g], sums_b[g + 2u]);
-            let sc = vec4<i32>(sc_a[g], sc_a[g + 2u], sc_b[g], sc_b[g + 2u]);         // groups 8n + g + 2q
-            let v = sc * (s - 32 * sums);
-            total += v.x + v.y + v.z + v.w;
-        }
-    }
-    return q6g_d(i) * xm(5u * b).x * f32(total);
+    // written out, not looped (as include/q4_k_i8.wgsl): each quarter's sums and scales are swizzles
+    let sums0 = vec4<i32>(xm(5u * b + 1u));     // groups 0..3, then 4..7, 8..11, 12..15
+    let sums1 = vec4<i32>(xm(5u * b + 2u));
+    let sums2 = vec4<i32>(xm(5u * b + 3u));
+    let sums3 = vec4<i32>(xm(5u * b + 4u));
+    let sc0 = unpack4xI8(sw.x);
+    let sc1 = unpack4xI8(sw.y);
+    let sc2 = unpack4xI8(sw.z);
+    let sc3 = unpack4xI8(sw.w);
+    let x0 = 16u * b;
+    let v = q6g_quarter(i, 0u, x0, vec4<i32>(sc0.xz, sc1.xz), vec4<i32>(sums0.xz, sums1.xz))
+          + q6g_quarter(i, 1u, x0 + 1u, vec4<i32>(sc0.yw, sc1.yw), vec4<i32>(sums0.yw, sums1.yw))
+          + q6g_quarter(i, 4u, x0 + 8u, vec4<i32>(sc2.xz, sc3.xz), vec4<i32>(sums2.xz, sums3.xz))
+          + q6g_quarter(i, 5u, x0 + 9u, vec4<i32>(sc2.yw, sc3.yw), vec4<i32>(sums2.yw, sums3.yw));
+    return q6g_d(i) * xm(5u * b).x * f32(v.x + v.y + v.z + v.w);
+}
+
+// the four 16-value groups that share qh vec4 (v & 1) + v / 2 (v = 4n + g: elements 128n + 16g + 32q for
+// q = 0..3), from activation vec4 x0 on: their scales sc and 16-sums times (dot - 32 * sum)
+fn q6g_quarter(i: u32, v: u32, x0: u32, sc: vec4<i32>, sums: vec4<i32>) -> vec4<i32> {
+    let a = q6g_ql(i, v);
+    let bq = q6g_ql(i, v + 2u);
+    let h = q6g_qh(i, (v >> 1u) + (v & 1u));
+    let s = vec4<i32>(dot16(q6g_values(a, h, 0u, 0u), xv(x0)), dot16(q6g_values(bq, h, 0u, 1u), xv(x0 + 2u)),
+                      dot16(q6g_values(a, h, 4u, 2u), xv(x0 + 4u)), dot16(q6g_values(bq, h, 4u, 3u), xv(x0 + 6u)));
+    return sc * (s - 32 * sums);
 }
 
 // TOKENS (include/pieces_i8.wgsl): piece p = 4n + q is the q-th 32 values of half n: the low (q < 2) or

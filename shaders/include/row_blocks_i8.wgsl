@@ -12,7 +12,7 @@ fn block_dots(b: u32, first: ptr<function, array<u32, ROWS>>, acc: ptr<function,
     let xa = xv(2u * b);
     let xb = xv(2u * b + 1u);
     let m = xm(b);
-    for (var r = 0u; r < ROWS; r++) {
-        (*acc)[r] += block_apply(block_at((*first)[r] + b), xa, xb, m);
-    }
+#unroll R ROWS
+    (*acc)[R] += block_apply(block_at((*first)[R] + b), xa, xb, m);
+#endunroll
 }
