@@ -31,6 +31,10 @@ MATVEC_ROWS = 2
 # playwright/bench_kernels.py (and FACTS.md's f32 matvec), though that machine's noise is large.
 NARROW_SIMD_ROWS = 4
 NARROW_SIMD_LANES = 4
+# The int8 route on wider CPU adapters (lavapipe) too, since its rows are written out (matvec_i8.wgsl):
+# decode steps, 2 -> 4 rows, Qwen2.5-1.5B-shaped Q4_K_M 277-305 -> 265-272 ms, SmolLM2 (Q4_1) 44 -> 39,
+# Qwen2.5-0.5B and Gemma 3 270M level.
+CPU_I8_ROWS = 4
 # Rows per invocation of the int8 kernels that unpack a block once for several tokens (matvec_i8 TOKENS:
 # prefill, a batched decode step). lavapipe since the K-quants' pieces (include/pieces_i8.wgsl): 128-token
 # prefill, 8 -> 4 rows, SmolLM2-135M (Q4_0) 46 -> 63-67 tok/s, Gemma 3 42 -> 50, Qwen2.5-0.5B 14.0 -> 18.5
@@ -128,7 +132,8 @@ class KernelPolicy:
         int8 = (cpu and int8_usable(caps)) if arithmetic is None else arithmetic is Arithmetic.INT8
         policy = cls(
             int8=int8 and not reduce, reduce=reduce, subgroup=subgroup,
-            matvec_rows=NARROW_SIMD_ROWS if narrow else MATVEC_ROWS, i8_pairs=narrow,
+            matvec_rows=NARROW_SIMD_ROWS if narrow else CPU_I8_ROWS if cpu and int8 and not reduce else MATVEC_ROWS,
+            i8_pairs=narrow,
             matmul_tile=_tile(caps, MATMUL_TILE_CPU if cpu else MATMUL_TILE),
             tiled_attention=not cpu, attn_splits=1 if cpu else ATTN_SPLITS_GPU,
             # (the int8 route keeps one invocation a head: its quantize may be folded into that pass)
