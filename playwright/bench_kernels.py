@@ -137,6 +137,12 @@ def build_cases(rows: int, cols: int, types: list[str], only: list[str]) -> tupl
                 name = f"i8 {'uniform-x ' if uniform else ''}rows{r}"
                 variants.append((name, matvec_i8_key(qtype, uniform_x=uniform, rows=r), (groups(rows, WG * r), 1, 1)))
                 x_blob[name] = f"xq_{fmt}"
+            # the fused gate-and-up pass: the same matrix read as gate's rows / 2 rows, then up's
+            params_glu = b64(PARAMS["matvec_i8"].pack(m=rows // 2, k=cols, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0,
+                                                      y_off=0, bias_off=0, y_stride=rows // 2, x_row_words=xq_row_words(cols, fmt)))
+            variants.append(("i8 glu uniform-x rows4", matvec_i8_key(qtype, uniform_x=True, rows=4, glu="silu"),
+                             (groups(rows // 2, WG * 4), 1, 1)))
+            x_blob["i8 glu uniform-x rows4"] = f"xq_{fmt}"
             if qtype in GROUPED_TYPES:      # matvec_i8 reads these in the layout the executor repacks them to
                 blobs[f"{qtype.name} grouped"] = b64(i8_emulation.grouped(raw, qtype))
         for name, key, grid in variants:
@@ -144,7 +150,7 @@ def build_cases(rows: int, cols: int, types: list[str], only: list[str]) -> tupl
                 continue
             uniform = "uniform" in name
             cases.append({"name": f"{qtype.name} {name}", "code": pre.build(key), "grid": list(grid),
-                          "params": params_i8 if name.startswith("i8") else params,
+                          "params": params_glu if "glu" in name else params_i8 if name.startswith("i8") else params,
                           "inputs": [{"blob": f"{qtype.name} grouped" if name.startswith("i8") and qtype in GROUPED_TYPES else qtype.name},
                                      {"blob": x_blob[name], "uniform": uniform, "min": UNIFORM_X_BYTES if uniform else 0},
                                      {"size": rows * 4}],

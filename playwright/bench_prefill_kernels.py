@@ -34,6 +34,7 @@ from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, I8_TOK
                                 attention_keys, attention_prefill_grid, attention_prefill_key, groups, matmul_grid,
                                 matmul_key, matvec_grid, matvec_i8_grid, matvec_i8_key, matvec_key, quantize_key, xq_row_words)
 from pyshim.gpu.shaderc import Preprocessor  # noqa: E402
+from pyshim.plan.settings import KV_PAGE  # noqa: E402
 
 # bench_kernels' runner, with the adapter's workgroup memory (the CPU tile takes 24 KiB), as pyshim.gpu.browser asks
 LIMIT = "maxBufferSize: adapter.limits.maxBufferSize"
@@ -77,12 +78,16 @@ def build_cases(n: int) -> tuple[list[dict], dict]:
             cases.append({"name": f"{qtype.name} {m}x{k} {name}", "code": pre.build(key), "params": i8_params, "sizes": [],
                           "grid": list(matvec_i8_grid(m, n, rows, tokens)),
                           "inputs": [{"blob": w_blob}, {"blob": f"xq_{qtype.name}"}, {"size": n * m * 4}]})
-    blobs["positions"] = b64(np.arange(n, dtype=np.uint32))
+    # the step map as the KV cache writes it (include/kv.wgsl): positions, each token's sequence (0), then
+    # sequence 0's page table (pages in order)
+    table_len = -(-n // KV_PAGE)
+    blobs["positions"] = b64(np.concatenate([np.arange(n), np.zeros(n), np.arange(table_len)]).astype(np.uint32))
     for model, heads, kv_heads, hd in ATTENTION:
         blobs[f"q_{model}"] = b64(rng.standard_normal((n, heads, hd), dtype=np.float32))
         blobs[f"kv_{model}"] = b64(rng.standard_normal((n, kv_heads, hd), dtype=np.float32))
-        params = b64(PARAMS["attention"].pack(n=n, heads=heads, kv_heads=kv_heads, cap=n, window=0, scale=hd ** -0.5,
-                                              softcap=0.0, pos_off=0, q_off=0, out_off=0))
+        params = b64(PARAMS["attention"].pack(n=n, heads=heads, kv_heads=kv_heads, table_len=table_len, window=0,
+                                              scale=hd ** -0.5, softcap=0.0, pos_off=0, q_off=0, out_off=0, seq_off=n,
+                                              table_off=2 * n))
         inputs = [{"blob": f"q_{model}"}, {"blob": f"kv_{model}"}, {"blob": f"kv_{model}"}, {"blob": "positions"},
                   {"size": n * heads * hd * 4}]
         decode_key, _ = attention_keys(hd, hd, False, 1)

@@ -104,11 +104,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     let count = min(TOKENS, end - start);
     var x_rows: array<u32, TOKENS>;     // the quantized row each of the tile's pairs reads, and its y row
     var y_rows: array<u32, TOKENS>;
-    for (var i = 0u; i < TOKENS; i++) {
-        let pair = ids[params.n_experts + 1u + start + min(i, count - 1u)];
-        x_rows[i] = pair / params.pair_div;
-        y_rows[i] = pair;
-    }
+#unroll I TOKENS
+    y_rows[I] = ids[params.n_experts + 1u + start + min(I, count - 1u)];
+    x_rows[I] = y_rows[I] / params.pair_div;
+#endunroll
 #else
     if (t >= params.n || first >= params.m) {
         return;
@@ -118,10 +117,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     let count = min(TOKENS, params.n - t);
     var x_rows: array<u32, TOKENS>;
     var y_rows: array<u32, TOKENS>;
-    for (var i = 0u; i < TOKENS; i++) {
-        x_rows[i] = min(t + i, params.n - 1u);
-        y_rows[i] = t + i;
-    }
+#unroll I TOKENS
+    x_rows[I] = min(t + I, params.n - 1u);
+    y_rows[I] = t + I;
+#endunroll
 #endif
 #ifdef EXPERTS
     let e = ids[t];
@@ -142,57 +141,65 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
 #endunroll
 #ifdef TOKENS
     // tokens t..t+TOKENS-1 (past n: the last token again, not stored; GROUPED: the tile's pairs); each block of each row is unpacked
-    // once for all of them, and each token's activation block is loaded once for all rows
+    // once for all of them, and each token's activation block is loaded once for all rows (tokens and rows
+    // written out, as the one-token rows below)
     var accs: array<array<f32, ROWS>, TOKENS>;
     for (var b = 0u; b < nb; b++) {
 #ifdef PIECES
         // a K-quant block piece by piece (include/pieces_i8.wgsl), its integer sums per token and row
         var heads: array<KHead, ROWS>;
-        for (var r = 0u; r < ROWS; r++) {
-            heads[r] = block_head(wb[r] + b * BLOCK_BYTES);
-        }
+#unroll R ROWS
+        heads[R] = block_head(wb[R] + b * BLOCK_BYTES);
+#endunroll
         // (initialized explicitly: naga declares a loop's vars once, at the function's start)
         var sums = array<array<vec2<i32>, ROWS>, TOKENS>();
         for (var p = 0u; p < PIECES; p++) {
             var pcs: array<WPiece, ROWS>;
-            for (var r = 0u; r < ROWS; r++) {
-                pcs[r] = piece_unpack(wb[r] + b * BLOCK_BYTES, heads[r], p);
-            }
-            for (var i = 0u; i < TOKENS; i++) {
-                x_base = (params.x_off + x_rows[i] * params.x_row_words) >> 2u;
+#unroll R ROWS
+            pcs[R] = piece_unpack(wb[R] + b * BLOCK_BYTES, heads[R], p);
+#endunroll
+            let s_at = 5u * b + 1u + (p >> 1u);     // Q8_K's sums of 16, two per piece
+#unroll I TOKENS
+            {
+                x_base = (params.x_off + x_rows[I] * params.x_row_words) >> 2u;
                 m_base = x_base + params.k / 16u;
                 let xa = xv(16u * b + 2u * p);
                 let xb = xv(16u * b + 2u * p + 1u);
-                let s16 = vec4<i32>(xm(5u * b + 1u + (p >> 1u)));     // Q8_K's sums of 16, two per piece
+                let s16 = vec4<i32>(xm(s_at));
                 let s = select(s16.xy, s16.zw, (p & 1u) == 1u);
-                for (var r = 0u; r < ROWS; r++) {
-                    sums[i][r] += piece_apply(pcs[r], xa, xb, s);
-                }
+#unroll R ROWS
+                sums[I][R] += piece_apply(pcs[R], xa, xb, s);
+#endunroll
             }
+#endunroll
         }
-        for (var i = 0u; i < TOKENS; i++) {
-            x_base = (params.x_off + x_rows[i] * params.x_row_words) >> 2u;
+#unroll I TOKENS
+        {
+            x_base = (params.x_off + x_rows[I] * params.x_row_words) >> 2u;
             m_base = x_base + params.k / 16u;
             let dx = xm(5u * b).x;
-            for (var r = 0u; r < ROWS; r++) {
-                accs[i][r] += block_finish(heads[r], sums[i][r], dx);
-            }
+#unroll R ROWS
+            accs[I][R] += block_finish(heads[R], sums[I][R], dx);
+#endunroll
         }
+#endunroll
 #else
         var blk: array<WBlock, ROWS>;
-        for (var r = 0u; r < ROWS; r++) {
-            blk[r] = block_unpack(wb[r] + b * BLOCK_BYTES);
-        }
-        for (var i = 0u; i < TOKENS; i++) {
-            x_base = (params.x_off + x_rows[i] * params.x_row_words) >> 2u;
+#unroll R ROWS
+        blk[R] = block_unpack(wb[R] + b * BLOCK_BYTES);
+#endunroll
+#unroll I TOKENS
+        {
+            x_base = (params.x_off + x_rows[I] * params.x_row_words) >> 2u;
             m_base = x_base + params.k / 16u;
             let xa = xv(2u * b);
             let xb = xv(2u * b + 1u);
             let m = xm(b);
-            for (var r = 0u; r < ROWS; r++) {
-                accs[i][r] += block_apply(blk[r], xa, xb, m);
-            }
+#unroll R ROWS
+            accs[I][R] += block_apply(blk[R], xa, xb, m);
+#endunroll
         }
+#endunroll
 #endif
     }
     for (var i = 0u; i < count; i++) {

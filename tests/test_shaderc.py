@@ -34,6 +34,8 @@ def test_unroll_repeats_plain_lines_with_constant_indices():
     src = "#define N ROWS\n#unroll R N\nacc[R] += f(wb[R], RR);\n#endunroll\n#ifdef X\n#unroll R Y\ngone\n#endunroll\n#endif\ntail\n"
     assert expand({"main.wgsl": src}, {"ROWS": "3"}) == ["acc[0u] += f(wb[0u], RR);", "acc[1u] += f(wb[1u], RR);",
                                                           "acc[2u] += f(wb[2u], RR);", "tail"]
+    nested = "#unroll I 2\nrow I\n#unroll R ROWS\ns[I][R]\n#endunroll\n#endunroll\n"
+    assert expand({"main.wgsl": nested}, {"ROWS": "2"}) == ["row 0u", "s[0u][0u]", "s[0u][1u]", "row 1u", "s[1u][0u]", "s[1u][1u]"]
 
 
 @pytest.mark.parametrize("src, words", [
@@ -41,6 +43,7 @@ def test_unroll_repeats_plain_lines_with_constant_indices():
     ("#endunroll\n", "#endunroll without"),
     ("#unroll R ROWS\nx\n#endunroll\n", "not a number"),
     ("#unroll R 2\n#ifdef A\n#endif\n#endunroll\n", "only plain lines"),
+    ("#unroll R 2\n#unroll S N\nx\n#endunroll\n#endunroll\n", "not a number"),
 
     ("#ifdef A\nx\n", "never closed"),
     ("x\n#endif\n", "#endif without"),

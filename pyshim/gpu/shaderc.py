@@ -9,7 +9,8 @@ family plus a set of defines (`W_Q4_K`, `WG=64`, ...); the preprocessor understa
     #unroll NAME COUNT / #endunroll
                                   the plain lines between, COUNT times (COUNT: a number or a define), the word
                                   NAME replaced by 0u, 1u, ... in each copy: constant indices where a loop's
-                                  counter would index per lane (SwiftShader keeps such arrays in memory)
+                                  counter would index per lane (SwiftShader keeps such arrays in memory);
+                                  an #unroll may stand inside another
     #enable NAME                  the WGSL extension NAME: `enable NAME;` heads the module, unless the target
                                   compiler enables NAME by itself and rejects the line (IMPLICIT_ENABLES)
 
@@ -109,33 +110,30 @@ class Preprocessor:
         included.add(path)
         # conditions: one (active, seen_else, line) per open #if; a line is emitted when all are active
         conds: list[list] = []
-        unroll: tuple[str, int, str] | None = None      # (NAME, COUNT, where) of an open #unroll
-        body: list[str] = []
+        unroll: tuple[str, str, str] | None = None      # (NAME, COUNT, where) of an open #unroll
+        body: list[tuple[str, str]] = []                 # its lines (where, line), nested #unrolls included
+        depth = 0
         for lineno, line in enumerate(self.sources[path].splitlines(), 1):
             stripped = line.strip()
             active = all(c[0] for c in conds)
             where = f"{path}:{lineno}"
             if unroll is not None:
-                if stripped == "#endunroll":
-                    name, count, _ = unroll
-                    for i in range(count):
-                        copy = {**table, name: f"{i}u"}
-                        out.extend(_substitute(b, copy) for b in body)
+                if stripped == "#endunroll" and depth == 0:
+                    out.extend(_unrolled(unroll, body, table))
                     unroll, body = None, []
-                elif stripped.startswith("#"):
-                    raise ShaderError(f"{where}: only plain lines may stand inside #unroll ({unroll[2]})")
-                else:
-                    body.append(line)
+                    continue
+                if stripped.startswith("#") and not _UNROLL.match(stripped) and stripped != "#endunroll":
+                    raise ShaderError(f"{where}: only plain lines and #unroll may stand inside #unroll ({unroll[2]})")
+                depth += 1 if _UNROLL.match(stripped) else -1 if stripped == "#endunroll" else 0
+                body.append((where, line))
                 continue
             if not stripped.startswith("#"):
                 if active:
                     out.append(_substitute(line, table))
                 continue
             if m := _UNROLL.match(stripped):
-                count = _substitute(m.group(2), table) if active else "0"    # (inactive: the body is dropped)
-                if not count.isdigit():
-                    raise ShaderError(f"{where}: #unroll's count {m.group(2)!r} is not a number ({count!r})")
-                unroll = (m.group(1), int(count), where)
+                # (inside an inactive #ifdef the body is read and dropped)
+                unroll = (m.group(1), m.group(2) if active else "0", where)
                 continue
             if stripped == "#endunroll":
                 raise ShaderError(f"{where}: #endunroll without #unroll")
@@ -168,6 +166,36 @@ class Preprocessor:
             raise ShaderError(f"{unroll[2]}: #unroll is never closed by #endunroll")
         if conds:
             raise ShaderError(f"{conds[-1][2]}: #if... is never closed by #endif")
+
+
+def _unrolled(unroll: tuple[str, str, str], body: list[tuple[str, str]], table: Mapping[str, str]) -> list[str]:
+    """An #unroll's body COUNT times, NAME as 0u, 1u, ... in each copy; a nested #unroll within it expanded
+    in each copy (its count may name the outer NAME's defines, not NAME)."""
+    name, count_word, where = unroll
+    count = _substitute(count_word, table)
+    if not count.isdigit():
+        raise ShaderError(f"{where}: #unroll's count {count_word!r} is not a number ({count!r})")
+    out: list[str] = []
+    for i in range(int(count)):
+        copy = {**table, name: f"{i}u"}
+        inner: tuple[str, str, str] | None = None
+        lines: list[tuple[str, str]] = []
+        depth = 0
+        for at, line in body:
+            stripped = line.strip()
+            if inner is None:
+                if m := _UNROLL.match(stripped):
+                    inner, lines, depth = (m.group(1), m.group(2), at), [], 0
+                else:
+                    out.append(_substitute(line, copy))
+                continue
+            if stripped == "#endunroll" and depth == 0:
+                out.extend(_unrolled(inner, lines, copy))
+                inner = None
+                continue
+            depth += 1 if _UNROLL.match(stripped) else -1 if stripped == "#endunroll" else 0
+            lines.append((at, line))
+    return out
 
 
 def _substitute(line: str, table: Mapping[str, str]) -> str:
