@@ -56,19 +56,28 @@ BENCH_JS = """async ({cases, blobs, reps, trials}) => {
     const bufs = c.inputs.map(inp => {
       const data = inp.blob ? (decoded[inp.blob] ??= bytes(blobs[inp.blob])) : null;
       const size = data ? data.length : inp.size;
-      const b = make(Math.max(size, inp.min || 0), U.STORAGE | U.COPY_DST | (inp.uniform ? U.UNIFORM : 0));
+      const b = make(Math.max(size, inp.min || 0), U.STORAGE | U.COPY_DST | U.COPY_SRC | (inp.uniform ? U.UNIFORM : 0));
       if (data) { const p = new Uint8Array(Math.ceil(data.length / 4) * 4); p.set(data); device.queue.writeBuffer(b, 0, p); }
       else if (inp.fill) { device.queue.writeBuffer(b, 0, new Float32Array(size / 4).fill(1.0)); }
       return b;
     });
     const params = make(bytes(c.params).length, U.UNIFORM | U.COPY_DST);
     device.queue.writeBuffer(params, 0, bytes(c.params));
-    const group = device.createBindGroup({layout: pipeline.getBindGroupLayout(0),
-      entries: [...bufs, params].map((buffer, binding) => ({binding, resource: {buffer, size: c.sizes[binding] || undefined}}))});
+    // copies > 1: that many copies of the weights (binding 0), the dispatches taking them in turn, so that
+    // together they outgrow the CPU's last-level cache as a whole model's weights do
+    const copies = c.inputs[0].blob && !c.name.startsWith("roofline") ? Math.max(1, c.copies || 1) : 1;
+    for (let k = 1; k < copies; k++) {
+      const b = make(bufs[0].size, U.STORAGE | U.COPY_DST | U.COPY_SRC);
+      const enc = device.createCommandEncoder(); enc.copyBufferToBuffer(bufs[0], 0, b, 0, bufs[0].size);
+      device.queue.submit([enc.finish()]); bufs.push(b);
+    }
+    const binds = [...Array(copies).keys()].map(k => device.createBindGroup({layout: pipeline.getBindGroupLayout(0),
+      entries: [k ? bufs[bufs.length - copies + k] : bufs[0], ...bufs.slice(1, c.inputs.length), params].map(
+        (buffer, binding) => ({binding, resource: {buffer, size: c.sizes[binding] || undefined}}))}));
     const run = async (count) => {
       const enc = device.createCommandEncoder(); const pass = enc.beginComputePass();
-      pass.setPipeline(pipeline); pass.setBindGroup(0, group);
-      for (let i = 0; i < count; i++) pass.dispatchWorkgroups(...c.grid);
+      pass.setPipeline(pipeline);
+      for (let i = 0; i < count; i++) { pass.setBindGroup(0, binds[i % copies]); pass.dispatchWorkgroups(...c.grid); }
       pass.end(); device.queue.submit([enc.finish()]); await device.queue.onSubmittedWorkDone();
     };
     const median = async (count) => {
@@ -140,9 +149,10 @@ def build_cases(rows: int, cols: int, types: list[str], only: list[str]) -> tupl
             # the fused gate-and-up pass: the same matrix read as gate's rows / 2 rows, then up's
             params_glu = b64(PARAMS["matvec_i8"].pack(m=rows // 2, k=cols, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0,
                                                       y_off=0, bias_off=0, y_stride=rows // 2, x_row_words=xq_row_words(cols, fmt)))
-            variants.append(("i8 glu uniform-x rows4", matvec_i8_key(qtype, uniform_x=True, rows=4, glu="silu"),
-                             (groups(rows // 2, WG * 4), 1, 1)))
-            x_blob["i8 glu uniform-x rows4"] = f"xq_{fmt}"
+            for r in (2, 4):
+                variants.append((f"i8 glu uniform-x rows{r}", matvec_i8_key(qtype, uniform_x=True, rows=r, glu="silu"),
+                                 (groups(rows // 2, WG * r), 1, 1)))
+                x_blob[f"i8 glu uniform-x rows{r}"] = f"xq_{fmt}"
             if qtype in GROUPED_TYPES:      # matvec_i8 reads these in the layout the executor repacks them to
                 blobs[f"{qtype.name} grouped"] = b64(i8_emulation.grouped(raw, qtype))
         for name, key, grid in variants:
@@ -164,10 +174,13 @@ def main() -> int:
     ap.add_argument("--cols", type=int, default=2048)
     ap.add_argument("--types", default="")
     ap.add_argument("--variants", default="", help="e.g. 'uniform-x rows4' or 'i8,rows4'")
+    ap.add_argument("--copies", type=int, default=1, help="copies of each weight, dispatched in turn (several: past the CPU's cache, as a model)")
     ap.add_argument("--trials", type=int, default=TRIALS, help="submits per timing, the median kept (more: steadier on a busy machine)")
     args = ap.parse_args()
     cases, sizes, blobs = build_cases(args.rows, args.cols, [t for t in args.types.split(",") if t],
                                       [v for v in args.variants.split(",") if v])
+    for case in cases:
+        case["copies"] = args.copies
     from playwright.sync_api import sync_playwright
 
     with harness.DevServer() as server, sync_playwright() as p:
