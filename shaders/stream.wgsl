@@ -30,13 +30,11 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @group(0) @binding(3) var<uniform> params: Params;
 
-// The integer probes sum in integers (a matvec converts once per block, not per word) against activations
-// read once into registers: the least work a quantized element can cost, so the figure bounds the kernels.
-alias Acc = vec4<i32>;
+alias Acc = vec4<i32>;                  // (see above: integer sums, activations in registers)
 var<private> a: vec4<u32>;
 var<private> b: vec4<u32>;
 
-fn load(i: u32, j: u32) -> Acc {
+fn load(i: u32) -> Acc {
 #ifdef I4
     let w = x[i] & vec4<u32>(0x0F0F0F0Fu);
     let h = (x[i] >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu);
@@ -54,7 +52,7 @@ fn load(i: u32, j: u32) -> Acc {
 
 alias Acc = vec4<f32>;
 
-fn load(i: u32, j: u32) -> Acc {
+fn load(i: u32) -> Acc {
     return x[i];
 }
 #endif
@@ -72,10 +70,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (gid.x >= threads) {
         return;
     }
-    var j = 0u;
     for (var i = gid.x; i < params.n4; i += threads) {
-        acc += load(i, j);
-        j++;
+        acc += load(i);
     }
 #else
     let start = gid.x * params.per_thread;
@@ -83,8 +79,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let end = min(start + params.per_thread, params.n4);
-    for (var j = 0u; start + j < end; j++) {
-        acc += load(start + j, j);
+    for (var i = start; i < end; i++) {
+        acc += load(i);
     }
 #endif
     y[gid.x] = f32(acc.x + acc.y + acc.z + acc.w);
