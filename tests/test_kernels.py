@@ -322,7 +322,7 @@ FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(u32|f32|i32)\s*,")
 def test_params_layouts_match_wgsl():
     pre = Preprocessor()
     for family, layout in PARAMS.items():
-        variants = {"matvec": {"W_F32": "", "ROWS": "2"}, "embed": {"W_F32": ""}, "argmax": {"PASS1": ""}}
+        variants = {"matvec": {"W_F32": "", "ROWS": "2"}, "matvec_i8": {"ROWS": "2"}, "embed": {"W_F32": ""}, "argmax": {"PASS1": ""}}
         src = pre.expand(f"{family}.wgsl", {"WG": "64", "HD4": "16", "HDV4": "16", "SPLITS": "1", **variants.get(family, {})})
         body = STRUCT.search(src)
         assert body, family
