@@ -134,7 +134,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     let nb = params.k / BLOCK_ELEMS;
     // (rows written out by the preprocessor: a private array indexed by a loop counter lives in memory on SwiftShader,
     // each access per lane; with constant indices its elements are registers. 2048x4096 one token, 4 rows:
-    // Q4_K 12.4 -> 9.1 ms, Q6_K 18-21 -> 14-15)
+    // Q4_K 12.4 -> about 9 ms, Q6_K 18-21 -> 12-14)
     var wb: array<u32, ROWS>;
 #unroll R ROWS
     wb[R] = w_base + weight_row(first, R) * params.row_bytes;
