@@ -10,6 +10,10 @@ the budget, whether the tokens equal the resident run's, and the tok/s predicted
 resident token time plus the store bytes a token reads (experts: at random routing) over the store → GPU
 speed measured first (read and upload of 64 MiB of the file).
 
+A mixture's native run is made twice: with each layer fetching the next layer's guessed experts while the
+GPU works where its guesses come true (pyshim.gpu.expert_cache; the row says how many guessed experts the
+router then wanted, how many were fetched ahead, and the seconds spent so) and without guessing.
+
 Native GPU (wgpu) by default; `--backends browser,gpu` adds a row per budget in headless Chromium (the
 model stored in an on-disk profile's IndexedDB, missed experts read from there).
 
@@ -73,7 +77,8 @@ def store_speed(path: Path, device) -> float:
     return n / seconds
 
 
-async def _run_native(path: Path, prompt: list[int], tokens: int, budget_bytes: int | None, context: int) -> dict:
+async def _run_native(path: Path, prompt: list[int], tokens: int, budget_bytes: int | None, context: int,
+                      guess: bool = True) -> dict:
     from pyshim.exec.gpu_runner import load_gpu
     from pyshim.plan.settings import RunSettings
     from pyshim.serve.generation import generate
@@ -87,6 +92,8 @@ async def _run_native(path: Path, prompt: list[int], tokens: int, budget_bytes: 
         await runner.prepare()
         load_s = time.perf_counter() - t0
         cache, stream = runner.ops.expert_cache, runner.ops.layer_stream
+        if cache is not None:
+            cache.ahead = guess
         marks = {}
         decoder = _FirstToken(lambda: marks.update(prefill=None if cache is None else cache.stats.as_dict(),
                                                    layers=None if stream is None else stream.stats.as_dict()))
@@ -102,6 +109,8 @@ async def _run_native(path: Path, prompt: list[int], tokens: int, budget_bytes: 
             row.update(slots=cache.n_slots, hit_rate=round(hits / wanted, 4) if wanted else 1.0,
                        store_mb_per_token=round((end["uploaded_bytes"] - start["uploaded_bytes"]) / steps / 1e6, 2),
                        store_s_per_token=round((end["fetch_s"] - start["fetch_s"]) / steps, 4),
+                       ahead_s_per_token=round((end["ahead_s"] - start["ahead_s"]) / steps, 4),
+                       guesses=_guesses({k: end[k] - start[k] for k in ("checked", "checked_right", "guessed", "guess_hits")}),
                        prefill_hit_rate=start["hit_rate"])
         if stream is not None:
             end, start = stream.stats.as_dict(), marks["layers"]
@@ -113,6 +122,11 @@ async def _run_native(path: Path, prompt: list[int], tokens: int, budget_bytes: 
         return row
     finally:
         runner.close()
+
+
+def _guesses(c: dict) -> str:
+    """The guesses at the next layer's experts: how many came true, how many were fetched ahead and used."""
+    return f"{c['checked_right']} of {c['checked']} right; {c['guessed']} fetched, {c['guess_hits']} used"
 
 
 def _run_browser(path: Path, prompt: list[int], tokens: int, budget_bytes: int, context: int) -> dict:
@@ -127,6 +141,7 @@ def _run_browser(path: Path, prompt: list[int], tokens: int, budget_bytes: int, 
     return {"wall_s": round(time.perf_counter() - t0, 1), "ids": r["token_ids"], "decode_tok_s": round(t["decode_tok_per_s"], 3),
             "load_s": round(t["load_ms"] / 1e3, 2), "slots": cache.get("slots"), "hit_rate": cache.get("hit_rate"),
             "streamed_layers": stream.get("streamed_layers"),
+            "guesses": _guesses(cache) + " (prompt included)" if cache else None,
             "store_mb_total": round((cache or stream).get("uploaded_bytes", 0) / 1e6, 1), "auto": r.get("auto")}
 
 
@@ -166,14 +181,16 @@ def run(config: StreamConfig, log=print) -> dict:
             per_token = streamed_bytes_per_token(spec, header.tensors, expert_slots=choice.expert_slots,
                                                  streamed_layers=choice.streamed_layers)
             predicted = 1 / (t_token + per_token / speed)
-            for backend in config.backends:
-                log(f"[stream] {name}: {mb:.0f} MB budget, {what}, {backend}")
-                row = (asyncio.run(_run_native(path, prompt, config.tokens, budget, context)) if backend == "gpu"
+            # natively the experts run twice: fetching the next layer's guessed experts ahead, and not
+            runs = [(b, True) for b in config.backends] + [("gpu", False)] * ("gpu" in config.backends and bool(choice.expert_slots))
+            for backend, guess in runs:
+                log(f"[stream] {name}: {mb:.0f} MB budget, {what}, {backend}{'' if guess else ', no guessing ahead'}")
+                row = (asyncio.run(_run_native(path, prompt, config.tokens, budget, context, guess)) if backend == "gpu"
                        else _run_browser(path, prompt, config.tokens, budget, context))
                 # (predicted from the native resident run and the file's speed: the browser's own store and
                 # compute speeds are not measured here, so its rows carry no prediction)
-                rows.append({"mode": choice.mode, "backend": backend, "budget_mb": mb, **row,
-                             "predicted_tok_s": round(predicted, 3) if backend == "gpu" else None,
+                rows.append({"mode": choice.mode + ("" if guess else ", no guess"), "backend": backend, "budget_mb": mb,
+                             **row, "predicted_tok_s": round(predicted, 3) if backend == "gpu" else None,
                              "same_tokens": row["ids"] == resident["ids"]})
         report["models"][name] = {"file_mb": round(header.file_size / 1e6, 1), "experts": spec.n_experts,
                                   "used": spec.n_experts_used, "layers": spec.n_layers, "rows": rows}
@@ -187,13 +204,15 @@ def markdown(report: dict) -> str:
         what = f"{m['experts']} experts, {m['used']} per token" if m["experts"] else f"{m['layers']} layers"
         lines += [f"**{name}** ({m['file_mb']:,.0f} MB, {what})", "",
                   "| mode | backend | budget MB | slots / streamed layers | GPU MB | decode tok/s | predicted | hit rate | "
-                  "store MB/token | store s/token | same tokens |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "store MB/token | store s/token (stalled) | fetched ahead s/token | guesses at the next layer | same tokens |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in m["rows"]:
             cell = lambda k: "" if r.get(k) is None else str(r[k])  # noqa: E731
             held = cell("slots") or cell("streamed_layers")
             lines.append(f"| {r['mode']} | {cell('backend')} | {cell('budget_mb')} | {held} | {cell('gpu_mb')} | "
                          f"{cell('decode_tok_s')} | {cell('predicted_tok_s')} | {cell('hit_rate')} | "
-                         f"{cell('store_mb_per_token')} | {cell('store_s_per_token')} | {cell('same_tokens')} |")
+                         f"{cell('store_mb_per_token')} | {cell('store_s_per_token')} | {cell('ahead_s_per_token')} | "
+                         f"{cell('guesses')} | {cell('same_tokens')} |")
         lines.append("")
     return "\n".join(lines)
 

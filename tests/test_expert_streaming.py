@@ -19,6 +19,7 @@ import tiny_models
 from pyshim.errors import UnsupportedError
 from pyshim.gguf.header import read_header_from_file
 from pyshim.gguf.spec import ModelSpec
+from pyshim.gpu import expert_cache
 from pyshim.gpu.expert_cache import LayerCache
 from pyshim.exec.runner import Want
 from pyshim.plan import auto
@@ -44,12 +45,38 @@ def test_least_recently_used_expert_goes_never_one_the_step_wants():
         layer.plan(np.array([[1, 2], [3, 4]]))
 
 
+def test_a_layer_fetches_on_guesses_only_while_they_come_true():
+    layer = LayerCache("blk.1", n_slots=3, n_experts=8)
+    layer.plan(np.array([[5, 2]]))
+    assert layer.plan_ahead(np.array([[2, 7]])) == [] and layer.noted == [7]    # not trusted yet: only noted
+    layer.plan(np.array([[7, 2]]))
+    for e in (0, 1, 3):                                     # guesses that come true earn trust
+        fetched = layer.plan_ahead(np.array([[e]]))
+        layer.plan(np.array([[e, 2]]))
+    assert fetched == [(3, 0)] and layer.trust > 0.5 and layer.checked == (1, 1)
+    layer.plan(np.array([[5, 2]]))
+    assert list(layer.held) == [3, 2, 5]
+    assert layer.plan_ahead(np.array([[2, 7], [6, 1]])) == [(7, 0), (6, 2)]   # 3 and then 5 make way
+    assert layer.guessed == {7, 6} and list(layer.held) == [2, 7, 6]
+    slots, misses = layer.plan(np.array([[7, 4]]))          # 7 was guessed right; 4 evicts 2, not a guessed one
+    assert misses == [(4, 1)] and slots.tolist() == [[0, 1]] and layer.guessed == {6} and layer.checked == (2, 1)
+    layer.plan(np.array([[3, 4]]))                          # 6, guessed wrong, goes first now
+    assert 6 not in layer.held and not layer.guessed
+    assert len(layer.plan_ahead(np.arange(8)[None])) == 3   # a guess keeps to the slots there are
+    for _ in range(3):                                      # wrong guesses lose the trust
+        layer.plan(np.array([[1, 2]]))
+        layer.plan_ahead(np.array([[next(e for e in range(8) if e not in layer.held)]]))
+    assert layer.trust < 0.5 and layer.plan_ahead(np.array([[next(e for e in range(8) if e not in layer.held)]])) == []
+
+
 CASES = [("qwen2moe", "Q4_K", INT8, 5), ("olmoe", "Q8_0", INT8, 4), ("mixtral", "Q5_K", F32, 4),
          ("qwen3moe", "Q6_K", INT8, 6)]
 
 
 @pytest.mark.parametrize("arch, qtype, arithmetic, slots", CASES, ids=[f"{a}-{q}-{m.value}" for a, q, m, _ in CASES])
-def test_streamed_experts_equal_the_resident_model(tmp_path_factory, loop, device, arch, qtype, arithmetic, slots):
+def test_streamed_experts_equal_the_resident_model(tmp_path_factory, loop, device, arch, qtype, arithmetic, slots, monkeypatch):
+    # every guess at the next layer's experts fetched, right or wrong: whatever the cache holds, the same logits
+    monkeypatch.setattr(expert_cache, "GUESS_TRUST", 0.0)
     path = tiny_models.write_tiny_model(tmp_path_factory.mktemp(arch), arch, QT[qtype])
     streamed = Drive(loop.run_until_complete(gpu(path, context=tiny_models.N_CTX, device=device, arithmetic=arithmetic,
                                                  expert_slots=slots)), loop)
@@ -66,7 +93,12 @@ def test_streamed_experts_equal_the_resident_model(tmp_path_factory, loop, devic
     got, want = streamed.logits(ids, all_logits=True), resident.logits(ids, all_logits=True)
     np.testing.assert_array_equal(got, want)
     stats = cache.stats
-    assert 0 < stats.hits < stats.wanted and stats.uploaded_bytes == (stats.wanted - stats.hits) * cache.expert_bytes
+    assert 0 < stats.hits < stats.wanted
+    # a layer's stop also fetched what the next layer's router applied to its input picked (a guess can
+    # be wanted by a later step's router than the one it was made for)
+    assert 0 < stats.guessed == stats.checked and stats.checked_right <= stats.guess_hits <= stats.guessed
+    assert stats.ahead_bytes == stats.guessed * cache.expert_bytes
+    assert stats.uploaded_bytes == (stats.wanted - stats.hits + stats.guessed) * cache.expert_bytes
 
     seq_s, seq_r = list(ids[:6]), list(ids[:6])
     token_s, token_r = streamed.greedy(seq_s), resident.greedy(seq_r)

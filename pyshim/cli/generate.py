@@ -214,7 +214,8 @@ def _print(args, report: dict) -> None:
         c = report["expert_cache"]
         print(f"[expert cache: {c['slots']} slots a layer, hit rate {100 * c['hit_rate']:.1f}%, "
               f"{c['uploaded_bytes'] / 1e6:.1f} MB read from the store ({c['uploaded_bytes_per_token'] / 1e6:.2f} MB a token) "
-              f"in {c['fetch_s']:.2f} s]", file=sys.stderr)
+              f"in {c['fetch_s']:.2f} s stalled and {c['ahead_s']:.2f} s ahead; {c['guess_hits']} of {c['guessed']} "
+              f"experts fetched on a guess were wanted]", file=sys.stderr)
     cpu = "" if report.get("cpu_share_pct") is None else f", CPU side {report['cpu_share_pct']:.1f}% of decode"
     print(f"[{len(report['prompt_ids'])} prompt tokens at {report['prefill_tok_s']:.1f} tok/s; {report['generated']} generated, "
           f"decode {report['decode_tok_s']:.1f} tok/s{cpu}; {report['finish_reason']}]", file=sys.stderr)

@@ -181,14 +181,23 @@ class GpuRunner:
         owners = np.asarray(seqs if seqs is not None else [seq] * n, dtype=np.uint32)
         writes = [(ops.tokens_buf, 0, np.asarray(tokens, dtype=np.uint32))] + self._step_map(positions, owners)
         label, at = f"step_n{len(tokens)}", 0
+        ahead = None                        # (layer, ids) guessed for the next MoE layer: fetched while the GPU works
         for stop in program.stops:          # streamed weights: the host puts them in place
             if stop.at > at or writes:
                 dev.replay(program.encoded, at, stop.at, label=f"{label}@{at}", writes=writes)
             writes, at = (), stop.at
+            if ahead is not None:
+                await ops.expert_cache.prefetch(*ahead)
+                await ops.repack()          # before a miss of the next stop may take one of those slots
+                ahead = None
             if stop.stream_layer is not None:
                 await ops.layer_stream.before_layer(stop.stream_layer, ops.kernels, ops.pool, dev)
                 continue
             ids = np.frombuffer(await self._read(physical(stop.ids.buf), stop.ids.size * 4, stop.ids.off * 4), dtype=np.uint32)
+            if stop.guess is not None and ops.expert_cache.ahead:
+                guess = np.frombuffer(await self._read(physical(stop.guess.buf), stop.guess.size * 4, stop.guess.off * 4),
+                                      dtype=np.uint32)
+                ahead = (stop.guess_layer, guess)
             slot_ids = await ops.expert_cache.resolve(stop.layer, ids.reshape(stop.ids.shape))
             await ops.repack()              # the int8 route's Q8_0 experts just written
             dev.write(physical(stop.slot_ids.buf), slot_ids, stop.slot_ids.off * 4)
@@ -198,6 +207,9 @@ class GpuRunner:
             answer = None
         else:
             answer = dev.replay_read(program.encoded, at, None, what, label=label, writes=writes)
+        if ahead is not None:               # (a guess at no later stop: none is recorded so)
+            await ops.expert_cache.prefetch(*ahead)
+            await ops.repack()
         if ops.layer_stream is not None:    # the next step's first streamed layer, while the GPU works
             await ops.layer_stream.after_step(ops.kernels, ops.pool, dev)
         return program, (None if answer is None else await self._waited(answer))

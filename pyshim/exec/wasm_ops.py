@@ -395,6 +395,9 @@ class WasmOps:
         self._op("glu", gate, up, gate.size, code, out)
         return out
 
+    def guess_route(self, x, gate_inp, spec: RouterSpec) -> None:
+        """Every expert is resident here: nothing to fetch early."""
+
     def route(self, logits: Tensor, spec: RouterSpec, scales: Weight | None = None) -> tuple[Tensor, Tensor]:
         if spec.gating not in GATING:
             raise UnsupportedError(f"router gating {spec.gating!r} is not one of {tuple(GATING)}")

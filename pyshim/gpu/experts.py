@@ -29,9 +29,38 @@ from pyshim.models.ops import GATINGS, RouterSpec
 class ExpertOps:
     """Mixed into pyshim.gpu.ops.GpuOps: route, expert_matmul, expert_sum, sigmoid_gate. With an expert
     cache (pyshim.gpu.expert_cache) the router's step stops for the host, and the expert matvecs read the
-    cache's slots and the slot ids the host wrote."""
+    cache's slots and the slot ids the host wrote; a guess at the next layer's ids (guess_route) is read
+    back at the same stop."""
+
+    _guess: tuple[Tensor, str] | None = None     # guess_route's ids and layer, for the next router's stop
 
     def route(self, logits: Tensor, spec: RouterSpec, scales: WeightSlot | None = None) -> tuple[Tensor, Tensor]:
+        weights, ids = self._router(logits, spec, scales)
+        if self.expert_cache is None:
+            return weights, ids
+        # streamed experts: the step stops here; the host reads `ids` (and the guess at the next layer's,
+        # guess_route), fills the cache and writes each pair's slot into a buffer of this layer's own (the
+        # grouping of pairs by expert is keyed by it)
+        n = logits.shape[0]
+        stops = self._program.stops
+        k = sum(1 for s in stops if s.ids is not None)       # this step's MoE layers so far
+        if k == len(self._slot_id_bufs):
+            self._slot_id_bufs.append(self.allocator.buffer(max(16, self.max_chunk * spec.n_used * 4), f"slot_ids{k}"))
+        slot_ids = Tensor(self._slot_id_bufs[k], 0, (n, spec.n_used))
+        guess, self._guess = self._guess, None
+        stops.append(Stop(len(self._program.dispatches), ids=ids, slot_ids=slot_ids,
+                          guess=guess[0] if guess else None, guess_layer=guess[1] if guess else None))
+        return weights, slot_ids
+
+    def guess_route(self, x: Tensor, gate_inp: WeightSlot, spec: RouterSpec) -> None:
+        """With experts streamed: the later layer's router on this layer's input, its ids kept for this
+        layer's stop (the runner reads them back and fetches those experts while the GPU works on)."""
+        if self.expert_cache is None:
+            return
+        _, ids = self._router(self.matmul(x, gate_inp), spec)
+        self._guess = (ids, gate_inp.name.rsplit(".ffn_", 1)[0])
+
+    def _router(self, logits: Tensor, spec: RouterSpec, scales: WeightSlot | None = None) -> tuple[Tensor, Tensor]:
         n, experts = logits.shape
         if experts > MAX_EXPERTS or spec.n_used > experts:
             raise UnsupportedError(f"a router over {experts} experts ({spec.n_used} per token): the GPU router "
@@ -43,17 +72,7 @@ class ExpertOps:
         self._record("router", router_key(spec.gating, spec.norm, scales is not None),
                      [logits.buf] + ([scales.f32_buf] if scales is not None else []) + [ids.buf, weights.buf],
                      (groups(n), 1, 1), n=n, experts=experts, used=spec.n_used, logits_off=logits.off, scale=spec.scale)
-        if self.expert_cache is None:
-            return weights, ids
-        # streamed experts: the step stops here; the host reads `ids`, fills the cache and writes each pair's
-        # slot into a buffer of this layer's own (the grouping of pairs by expert is keyed by it)
-        stops = self._program.stops
-        k = sum(1 for s in stops if s.ids is not None)       # this step's MoE layers so far
-        if k == len(self._slot_id_bufs):
-            self._slot_id_bufs.append(self.allocator.buffer(max(16, self.max_chunk * spec.n_used * 4), f"slot_ids{k}"))
-        slot_ids = Tensor(self._slot_id_bufs[k], 0, (n, spec.n_used))
-        stops.append(Stop(len(self._program.dispatches), ids=ids, slot_ids=slot_ids))
-        return weights, slot_ids
+        return weights, ids
 
     def expert_matmul(self, x: Tensor, w: WeightSlot, ids: Tensor) -> Tensor:
         n, used = ids.shape

@@ -42,14 +42,18 @@ class Stop:
     """Where a step's submit pauses for the host, before dispatch `at`. Streamed experts: the router's
     expert ids (`ids`) are read back, and the layer's expert cache (`layer`, a
     pyshim.gpu.expert_cache.LayerCache, known once an expert matvec bound it) writes each one's slot into
-    `slot_ids`, which the layer's expert matvecs read instead. A streamed dense layer (`stream_layer`):
-    its weights are put in place (pyshim.gpu.layer_stream), without waiting for the GPU."""
+    `slot_ids`, which the layer's expert matvecs read instead; `guess` is the next MoE layer's router
+    (`guess_layer`, "blk.N") applied to this one's input, whose experts the host fetches while the GPU
+    goes on. A streamed dense layer (`stream_layer`): its weights are put in place
+    (pyshim.gpu.layer_stream), without waiting for the GPU."""
 
     at: int
     ids: Tensor | None = None
     slot_ids: Tensor | None = None
     layer: Any = None
     stream_layer: int | None = None
+    guess: Tensor | None = None
+    guess_layer: str | None = None
 
 
 @dataclass

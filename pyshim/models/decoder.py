@@ -150,6 +150,9 @@ class Decoder:
         factors = next((name for name in FREQ_FACTOR_TENSORS if ops.has_weight(name)), None)
         self.rope_factors = ops.weight(factors, (hp.rope.dims // 2,)) if factors else None   # shared by all layers
         self.blk = [Block(hp, ops, il) for il in range(hp.n_layers)]
+        # each block's next mixture of experts (whose router a mixture guesses at: guess_route)
+        moe = [b.experts for b in self.blk]
+        self.ahead = [next((e for e in moe[il + 1:] if e is not None), None) for il in range(hp.n_layers)]
 
     def forward(self, ops: Ops, tokens, positions, all_logits: bool = False):
         """tokens, positions [n] -> logits [n, vocab] (or [1, vocab], the last position's)."""
@@ -157,9 +160,9 @@ class Decoder:
         x = ops.embed(self.token_embd, tokens)                                         # [n, d]
         if hp.embedding_scale != 1.0:
             x = ops.scale(x, hp.embedding_scale)
-        for b in self.blk:                       # each block adds its result to x (the skip connection)
+        for b, ahead in zip(self.blk, self.ahead):  # each block adds its result to x (the skip connection)
             x = self.attention(ops, b, ops.rmsnorm(x, b.attn_norm, hp.norm_eps), positions, x)
-            x = self.feed_forward(ops, b, ops.rmsnorm(x, b.ffn_norm, hp.norm_eps), x)
+            x = self.feed_forward(ops, b, ops.rmsnorm(x, b.ffn_norm, hp.norm_eps), x, ahead)
             if b.out_scale is not None:
                 x = ops.scale(x, b.out_scale)
         if not all_logits:
@@ -203,21 +206,22 @@ class Decoder:
         """qwen3 and gemma3 norm each head of q and k before rope."""
         return x if w is None or self.hp.qk_norm_full else ops.rmsnorm(x, w, self.hp.norm_eps)
 
-    def feed_forward(self, ops: Ops, b: Block, h, x):
-        """h [n, d] (normed) -> x + the gated feed-forward's output [n, d]."""
+    def feed_forward(self, ops: Ops, b: Block, h, x, ahead: Experts | None = None):
+        """h [n, d] (normed) -> x + the gated feed-forward's output [n, d]. `ahead`: the next layer's
+        mixture of experts, whose choice a mixture here guesses at."""
         hp = self.hp
         if b.experts is not None and b.experts.beside_dense:     # gemma4: the dense MLP and the experts, each normed
             e = b.experts
             dense = ops.rmsnorm(self.dense(ops, b, h), e.post_ffw_norm_1, hp.norm_eps)
             route_in = ops.scale(ops.rmsnorm(x, e.ffn_gate_inp_scale, hp.norm_eps), hp.n_embd ** -0.5)
-            experts = self.mixture(ops, e, ops.rmsnorm(x, e.pre_ffw_norm_2, hp.norm_eps), route_in)
+            experts = self.mixture(ops, e, ops.rmsnorm(x, e.pre_ffw_norm_2, hp.norm_eps), route_in, ahead)
             f = ops.add(dense, ops.rmsnorm(experts, e.post_ffw_norm_2, hp.norm_eps))
             return ops.rmsnorm(f, b.post_ffw_norm, hp.norm_eps, residual=x)
         if b.post_ffw_norm is not None:
-            f = self.mixture(ops, b.experts, h) if b.experts is not None else self.dense(ops, b, h)
+            f = self.mixture(ops, b.experts, h, ahead=ahead) if b.experts is not None else self.dense(ops, b, h)
             return ops.rmsnorm(f, b.post_ffw_norm, hp.norm_eps, residual=x)
         if b.experts is not None:
-            return ops.add(x, self.mixture(ops, b.experts, h))
+            return ops.add(x, self.mixture(ops, b.experts, h, ahead=ahead))
         return self.dense(ops, b, h, x)
 
     def dense(self, ops: Ops, b: Block, h, x=None):
@@ -230,12 +234,15 @@ class Decoder:
             g = ops.glu_matmul(h, b.ffn_gate, b.ffn_up, self.act)                      # [n, ff]
         return ops.matmul(g, b.ffn_down, residual=x)                                   # [n, ff] -> [n, d]
 
-    def mixture(self, ops: Ops, x: Experts, h, route_in=None):
+    def mixture(self, ops: Ops, x: Experts, h, route_in=None, ahead: Experts | None = None):
         """h [n, d] (normed) -> the experts' weighted sum [n, d] (+ the gated shared expert). The router
-        reads `route_in` where the architecture feeds it something else (gemma4), else h."""
+        reads `route_in` where the architecture feeds it something else (gemma4), else h; the `ahead`
+        layer's router reads it too, a guess at that layer's experts."""
         scales = x.ffn_down_exps_scale if x.beside_dense else None
-        weights, ids = ops.route(ops.matmul(h if route_in is None else route_in, x.ffn_gate_inp), x.router,
-                                 scales)                                               # [n, used] each
+        r = h if route_in is None else route_in
+        if ahead is not None:
+            ops.guess_route(r, ahead.ffn_gate_inp, ahead.router)
+        weights, ids = ops.route(ops.matmul(r, x.ffn_gate_inp), x.router, scales)      # [n, used] each
         if x.fused:
             gate, up = ops.split(ops.expert_matmul(h, x.ffn_gate_up_exps, ids), (self.hp.n_ff_expert,) * 2)
         else:

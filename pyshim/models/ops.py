@@ -142,6 +142,12 @@ class Ops(Protocol):
         [n_experts] (gemma4's `ffn_down_exps.scale`): each weight then multiplied by its expert's scale."""
         ...
 
+    def guess_route(self, x: Tensor, gate_inp: Weight, spec: RouterSpec) -> None:
+        """A guess at a later MoE layer's experts: that layer's router (`gate_inp` [n_experts, d], `spec`)
+        applied to this layer's router input x [n, d]. Changes no result: an executor that streams experts
+        from the store fetches the guessed ones early (pyshim.gpu.expert_cache); the others ignore it."""
+        ...
+
     def expert_matmul(self, x: Tensor, w: Weight, ids: Tensor) -> Tensor:
         """Each (token, slot) pair's chosen expert: w [n_experts, m, k] (a 3-D GGUF tensor), ids [n, u];
         x [n, k] (each token's row for all of its u experts) or [n * u, k] (a row per pair)
