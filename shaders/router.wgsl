@@ -11,7 +11,7 @@ struct Params {
     used: u32,          // experts per token
     logits_off: u32,    // element offset of token 0's logits (row stride: experts)
     scale: f32,
-    _pad0: u32,
+    ids_off: u32,       // word offset of token 0's ids (a streamed layer's stop buffer holds two routers')
     _pad1: u32,
     _pad2: u32,
 }
@@ -79,7 +79,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
             }
         }
         taken[pick / 32u] |= 1u << (pick % 32u);
-        ids[t * params.used + j] = pick;
+        ids[params.ids_off + t * params.used + j] = pick;
         weights[t * params.used + j] = best;
         total += best;
     }
@@ -91,7 +91,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     for (var j = 0u; j < params.used; j++) {
         let at = t * params.used + j;
 #ifdef SCALES
-        weights[at] = weights[at] / div * params.scale * scales[ids[at]];
+        weights[at] = weights[at] / div * params.scale * scales[ids[params.ids_off + at]];
 #else
         weights[at] = weights[at] / div * params.scale;
 #endif

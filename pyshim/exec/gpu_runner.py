@@ -193,11 +193,11 @@ class GpuRunner:
             if stop.stream_layer is not None:
                 await ops.layer_stream.before_layer(stop.stream_layer, ops.kernels, ops.pool, dev)
                 continue
-            ids = np.frombuffer(await self._read(physical(stop.ids.buf), stop.ids.size * 4, stop.ids.off * 4), dtype=np.uint32)
-            if stop.guess is not None and ops.expert_cache.ahead:
-                guess = np.frombuffer(await self._read(physical(stop.guess.buf), stop.guess.size * 4, stop.guess.off * 4),
-                                      dtype=np.uint32)
-                ahead = (stop.guess_layer, guess)
+            guess = stop.guess is not None and ops.expert_cache.ahead     # (recorded just after the ids)
+            words = stop.ids.size + (stop.guess.size if guess else 0)
+            ids = np.frombuffer(await self._read(physical(stop.ids.buf), words * 4, stop.ids.off * 4), dtype=np.uint32)
+            if guess:
+                ids, ahead = ids[:stop.ids.size], (stop.guess_layer, ids[stop.ids.size:])
             slot_ids = await ops.expert_cache.resolve(stop.layer, ids.reshape(stop.ids.shape))
             await ops.repack()              # the int8 route's Q8_0 experts just written
             dev.write(physical(stop.slot_ids.buf), slot_ids, stop.slot_ids.off * 4)

@@ -35,21 +35,19 @@ class ExpertOps:
     _guess: tuple[Tensor, str] | None = None     # guess_route's ids and layer, for the next router's stop
 
     def route(self, logits: Tensor, spec: RouterSpec, scales: WeightSlot | None = None) -> tuple[Tensor, Tensor]:
-        weights, ids = self._router(logits, spec, scales)
         if self.expert_cache is None:
-            return weights, ids
-        # streamed experts: the step stops here; the host reads `ids` (and the guess at the next layer's,
-        # guess_route), fills the cache and writes each pair's slot into a buffer of this layer's own (the
-        # grouping of pairs by expert is keyed by it)
+            return self._router(logits, spec, scales)
+        # streamed experts: the step stops here; the host reads the ids (and the guess at the next layer's
+        # just after them: one readback), fills the cache and writes each pair's slot into a buffer of
+        # this layer's own, which the expert matvecs read from its start (the grouping of pairs by expert
+        # is keyed by it)
         n = logits.shape[0]
-        stops = self._program.stops
-        k = sum(1 for s in stops if s.ids is not None)       # this step's MoE layers so far
-        if k == len(self._slot_id_bufs):
-            self._slot_id_bufs.append(self.allocator.buffer(max(16, self.max_chunk * spec.n_used * 4), f"slot_ids{k}"))
-        slot_ids = Tensor(self._slot_id_bufs[k], 0, (n, spec.n_used))
+        ids_buf, slots_buf = self._stop_buffers(spec)
+        weights, ids = self._router(logits, spec, scales, Tensor(ids_buf, 0, (n, spec.n_used)))
+        slot_ids = Tensor(slots_buf, 0, (n, spec.n_used))
         guess, self._guess = self._guess, None
-        stops.append(Stop(len(self._program.dispatches), ids=ids, slot_ids=slot_ids,
-                          guess=guess[0] if guess else None, guess_layer=guess[1] if guess else None))
+        self._program.stops.append(Stop(len(self._program.dispatches), ids=ids, slot_ids=slot_ids,
+                                        guess=guess[0] if guess else None, guess_layer=guess[1] if guess else None))
         return weights, slot_ids
 
     def guess_route(self, x: Tensor, gate_inp: WeightSlot, spec: RouterSpec) -> None:
@@ -57,10 +55,23 @@ class ExpertOps:
         layer's stop (the runner reads them back and fetches those experts while the GPU works on)."""
         if self.expert_cache is None:
             return
-        _, ids = self._router(self.matmul(x, gate_inp), spec)
+        n = x.shape[0]
+        _, ids = self._router(self.matmul(x, gate_inp), spec, out=Tensor(self._stop_buffers(spec)[0], n * spec.n_used, (n, spec.n_used)))
         self._guess = (ids, gate_inp.name.rsplit(".ffn_", 1)[0])
 
-    def _router(self, logits: Tensor, spec: RouterSpec, scales: WeightSlot | None = None) -> tuple[Tensor, Tensor]:
+    def _stop_buffers(self, spec: RouterSpec) -> tuple:
+        """The buffers of the step's next MoE layer stop (one pair per MoE layer, made once): the router's
+        ids with a guess's right after them, and the slot ids."""
+        k = sum(1 for s in self._program.stops if s.ids is not None)       # this step's MoE layers so far
+        if k == len(self._stop_bufs):
+            words = max(4, self.max_chunk * spec.n_used)
+            self._stop_bufs.append((self.allocator.buffer(2 * words * 4, f"stop_ids{k}"),
+                                    self.allocator.buffer(words * 4, f"slot_ids{k}")))
+        return self._stop_bufs[k]
+
+    def _router(self, logits: Tensor, spec: RouterSpec, scales: WeightSlot | None = None,
+                out: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """(weights, ids) of the router's choice, the ids into `out` if given."""
         n, experts = logits.shape
         if experts > MAX_EXPERTS or spec.n_used > experts:
             raise UnsupportedError(f"a router over {experts} experts ({spec.n_used} per token): the GPU router "
@@ -68,10 +79,11 @@ class ExpertOps:
         if spec.gating not in GATINGS:
             raise UnsupportedError(f"router gating {spec.gating!r} is not one of {GATINGS}")
         weights = self._tensor((n, spec.n_used), "router_weights")
-        ids = self._tensor((n, spec.n_used), "router_ids")
+        ids = out or self._tensor((n, spec.n_used), "router_ids")
         self._record("router", router_key(spec.gating, spec.norm, scales is not None),
                      [logits.buf] + ([scales.f32_buf] if scales is not None else []) + [ids.buf, weights.buf],
-                     (groups(n), 1, 1), n=n, experts=experts, used=spec.n_used, logits_off=logits.off, scale=spec.scale)
+                     (groups(n), 1, 1), n=n, experts=experts, used=spec.n_used, logits_off=logits.off, ids_off=ids.off,
+                     scale=spec.scale)
         return weights, ids
 
     def expert_matmul(self, x: Tensor, w: WeightSlot, ids: Tensor) -> Tensor:

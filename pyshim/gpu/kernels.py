@@ -244,7 +244,7 @@ PARAMS: dict[str, ParamsLayout] = {
                          "bias_stride:u32 x_row_words:u32 expert_bytes:u32 pair_div:u32 e_first:u32 e_count:u32 e_tiles:u32 "
                          "n_experts:u32 _pad0:u32 _pad1:u32 _pad2:u32"),
     "expert_group": _layout("pairs:u32 experts:u32 _pad0:u32 _pad1:u32"),
-    "router": _layout("n:u32 experts:u32 used:u32 logits_off:u32 scale:f32 _pad0:u32 _pad1:u32 _pad2:u32"),
+    "router": _layout("n:u32 experts:u32 used:u32 logits_off:u32 scale:f32 ids_off:u32 _pad1:u32 _pad2:u32"),
     "moe": _layout("n:u32 width:u32 used:u32 x_off:u32 g_off:u32 y_off:u32 _pad0:u32 _pad1:u32"),
     "quantize": _layout("k:u32 n:u32 x_off:u32 x_stride:u32 q_off:u32 row_words:u32 eps:f32 _pad1:u32"),
     "embed": _layout("d:u32 n:u32 row_bytes:u32 w_off:u32 tok_off:u32 out_off:u32 row0:u32 rows:u32"),

@@ -95,7 +95,7 @@ class GpuOps(FusedOps, ExpertOps):
             raise UnsupportedError("experts and layers are not streamed together: choose one")
         self.expert_cache = ExpertCache(self.slots, expert_slots) if expert_slots else None
         self.layer_stream = LayerStream(self.slots, spec.n_layers, streamed_layers) if streamed_layers else None
-        self._slot_id_bufs: list = []      # one per MoE layer of a step, when experts are streamed
+        self._stop_bufs: list = []         # one per MoE layer of a step, when experts are streamed
         self.kv = GpuKV(self.allocator, spec, n_ctx, max_chunk, kv_type, n_seqs=max_seqs, n_pages=kv_pages,
                         max_binding=self.max_binding)
         self.pool = ActivationPool(self.allocator, UNIFORM_X_BYTES)
