@@ -134,7 +134,9 @@ def _run_browser(path: Path, prompt: list[int], tokens: int, budget_bytes: int, 
 
     wire = {"temperature": 0, "max_tokens": tokens, "ignore_eos": True}
     t0 = time.perf_counter()
-    r = browser.run(path, "complete", {"settings": {"kv_type": "auto", "budget_bytes": budget_bytes, "context": context},
+    # (the GPU engine: on a software adapter auto would pick the CPU engine, which streams nothing)
+    r = browser.run(path, "complete", {"settings": {"kv_type": "auto", "budget_bytes": budget_bytes, "context": context,
+                                                    "device": "gpu"},
                                        "prompt_ids": prompt, "sampling": wire})
     t = r["timings"]
     cache, stream = r.get("expert_cache") or {}, r.get("layer_stream") or {}

@@ -46,27 +46,23 @@ def test_least_recently_used_expert_goes_never_one_the_step_wants():
 
 
 def test_a_layer_fetches_on_guesses_only_while_they_come_true():
-    layer = LayerCache("blk.1", n_slots=3, n_experts=8)
-    layer.plan(np.array([[5, 2]]))
-    assert layer.plan_ahead(np.array([[2, 7]])) == [] and layer.noted == [7]    # not trusted yet: only noted
-    layer.plan(np.array([[7, 2]]))
-    for e in (0, 1, 3):                                     # guesses that come true earn trust
-        fetched = layer.plan_ahead(np.array([[e]]))
-        layer.plan(np.array([[e, 2]]))
-    assert fetched == [(3, 0)] and layer.trust > 0.5 and layer.checked == (1, 1)
-    layer.plan(np.array([[5, 2]]))
-    assert list(layer.held) == [3, 2, 5]
-    assert layer.plan_ahead(np.array([[2, 7], [6, 1]])) == [(7, 0), (6, 2)]   # 3 and then 5 make way
-    assert layer.guessed == {7, 6} and list(layer.held) == [2, 7, 6]
-    slots, misses = layer.plan(np.array([[7, 4]]))          # 7 was guessed right; 4 evicts 2, not a guessed one
-    assert misses == [(4, 1)] and slots.tolist() == [[0, 1]] and layer.guessed == {6} and layer.checked == (2, 1)
-    layer.plan(np.array([[3, 4]]))                          # 6, guessed wrong, goes first now
-    assert 6 not in layer.held and not layer.guessed
-    assert len(layer.plan_ahead(np.arange(8)[None])) == 3   # a guess keeps to the slots there are
-    for _ in range(3):                                      # wrong guesses lose the trust
-        layer.plan(np.array([[1, 2]]))
-        layer.plan_ahead(np.array([[next(e for e in range(8) if e not in layer.held)]]))
-    assert layer.trust < 0.5 and layer.plan_ahead(np.array([[next(e for e in range(8) if e not in layer.held)]])) == []
+    layer = LayerCache("blk.1", n_slots=4, n_experts=16)
+    fetched = []
+    for e in range(0, 12, 2):                   # guesses that come true earn trust: after three, they are fetched
+        fetched.append(layer.plan_ahead(np.array([[e, e + 1]])))
+        _, misses = layer.plan(np.array([[e + 1], [e]]))
+        assert layer.checked == (2, 2) and misses == ([] if fetched[-1] else [(e + 1, misses[0][1]), (e, misses[1][1])])
+    assert [len(f) for f in fetched] == [0, 0, 0, 2, 2, 2] and layer.trust > 0.5 and not layer.guessed
+    assert list(layer.held) == [9, 8, 11, 10]
+    assert [e for e, _ in layer.plan_ahead(np.array([[12, 13]]))] == [12, 13] and layer.guessed == {12, 13}
+    _, misses = layer.plan(np.array([[11, 14]]))      # a wrong guess: 14 evicts 10, not a guessed expert
+    assert layer.checked == (2, 0) and [e for e, _ in misses] == [14] and list(layer.held) == [12, 13, 11, 14]
+    assert layer.guessed == {12, 13} and len(layer.plan_ahead(np.array([[1, 2]]))) == 2   # still trusted
+    layer.plan(np.array([[11, 14]]))                 # wrong again: trust lost, guesses only noted now
+    assert layer.trust < 0.5 and layer.plan_ahead(np.array([[3, 4]])) == [] and layer.noted == [3, 4]
+    assert list(layer.held) == [1, 2, 11, 14] and layer.guessed == {1, 2}     # wrong guesses went first
+    with pytest.raises(ValueError, match="a guess named experts"):
+        layer.plan_ahead(np.array([[3, 1 << 30]]))
 
 
 CASES = [("qwen2moe", "Q4_K", INT8, 5), ("olmoe", "Q8_0", INT8, 4), ("mixtral", "Q5_K", F32, 4),
@@ -111,6 +107,38 @@ def test_streamed_experts_equal_the_resident_model(tmp_path_factory, loop, devic
         decode = decode or streamed.runner._programs[(1, Want.ARGMAX, False)]
     # one decode program served every token, whatever the cache held: expert choice stays data
     assert streamed.runner._programs[(1, Want.ARGMAX, False)] is decode and len(decode.stops) == streamed.runner.spec.n_layers
+
+
+def test_the_guess_at_the_next_layer_is_its_router_on_this_layers_input(tmp_path, loop, device, monkeypatch):
+    """What a stop reads back as the guess is the next layer's router choice for this layer's router input,
+    as the reference computes it (f32 route: equal but for near-ties)."""
+    from pyshim.exec.reference import ReferenceOps
+    from runners import reference
+
+    path = tiny_models.write_tiny_model(tmp_path, "mixtral", QT.Q8_0)
+    want: dict[str, list] = {}
+
+    def guess_route(self, x, gate_inp, spec):
+        want.setdefault(gate_inp.ref.name.rsplit(".ffn_", 1)[0], []).append(self.route(self.matmul(x, gate_inp), spec)[1])
+    monkeypatch.setattr(ReferenceOps, "guess_route", guess_route)
+    streamed = Drive(loop.run_until_complete(gpu(path, context=tiny_models.N_CTX, device=device, arithmetic=F32,
+                                                 expert_slots=4)), loop)
+    got: dict[str, list] = {}
+    prefetch = streamed.runner.ops.expert_cache.prefetch
+
+    async def recorded(layer, ids):
+        got.setdefault(layer, []).append(ids.reshape(-1, streamed.runner.spec.n_experts_used).copy())
+        await prefetch(layer, ids)
+    streamed.runner.ops.expert_cache.prefetch = recorded
+    ids = tiny_models.test_ids()[:12]
+    streamed.logits(ids, all_logits=True)
+    Drive(reference(path, context=tiny_models.N_CTX, arithmetic=F32), loop).logits(ids, all_logits=True)
+    n_layers = streamed.runner.spec.n_layers
+    assert sorted(got) == sorted(want) == [f"blk.{il}" for il in range(1, n_layers)]
+    for layer in got:
+        g, w = np.sort(np.concatenate(got[layer]), axis=1), np.sort(np.concatenate(want[layer]), axis=1)
+        assert g.shape == w.shape == (len(ids), streamed.runner.spec.n_experts_used)
+        assert (g == w).all(axis=1).mean() >= 0.9, (layer, g, w)
 
 
 @pytest.fixture(scope="module")

@@ -46,7 +46,8 @@ from pyshim.plan.memory import group_bytes, row_parts
 Fetch = Callable[[list[Upload]], Awaitable[None]]
 
 GUESS_TRUST = 0.5       # a layer's guesses are fetched while at least this share of them has come true
-GUESS_WEIGHT = 0.25     # the weight of each check in that running share (a few steps decide)
+GUESS_KEEP = 0.75       # the running share's memory: each check's experts count this much less a step later
+GUESS_PRIOR = 8         # it starts as this many experts guessed, none right (trust is earned)
 
 
 @dataclass
@@ -88,7 +89,7 @@ class LayerCache:
         self.free = list(range(n_slots - 1, -1, -1))
         self.guessed: set[int] = set()    # held on a guess (plan_ahead), not yet wanted
         self.noted: list[int] = []        # the last guess's experts that were not held, fetched or not
-        self.trust = 0.0                  # running share of such experts that the router then wanted
+        self.right_w, self.noted_w = 0.0, float(GUESS_PRIOR)     # the running counts `trust` divides
         self.checked = (0, 0)             # the last router's check of a guess: (experts guessed, wanted)
 
     def plan(self, ids: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
@@ -104,12 +105,19 @@ class LayerCache:
         right = len(set(self.noted).intersection(wanted))
         self.checked = (len(self.noted), right)
         if self.noted:
-            self.trust += GUESS_WEIGHT * (right / len(self.noted) - self.trust)
+            self.right_w = GUESS_KEEP * self.right_w + right
+            self.noted_w = GUESS_KEEP * self.noted_w + len(self.noted)
             self.noted = []
         misses = self._take(wanted)
         self.guessed.difference_update(wanted)
         slot_of = np.array([self.held[int(e)] for e in ids.reshape(-1)], dtype=np.uint32).reshape(ids.shape)
         return slot_of, misses
+
+    @property
+    def trust(self) -> float:
+        """The running share of guessed experts (not held when guessed) that the router then wanted, each
+        check weighing as many experts as it had."""
+        return self.right_w / self.noted_w
 
     def plan_ahead(self, ids: np.ndarray) -> list[tuple[int, int]]:
         """The (expert, slot) pairs to upload for a guess at the next step's ids (the first `n_slots`
@@ -117,7 +125,10 @@ class LayerCache:
         of the time (a wrong guess costs its bytes and evicts an expert that might have hit; the guess is
         still checked, so a layer whose guesses improve starts fetching). The experts fetched count as
         guessed until a router wants them or they are evicted."""
-        guess = list(dict.fromkeys(int(e) for e in ids.reshape(-1) if 0 <= e < self.n_experts))[:self.n_slots]
+        guess = list(dict.fromkeys(int(e) for e in ids.reshape(-1)))
+        if any(not 0 <= e < self.n_experts for e in guess):
+            raise ValueError(f"{self.layer}: a guess named experts {guess} of {self.n_experts}")
+        guess = guess[:self.n_slots]
         self.noted = [e for e in guess if e not in self.held]
         if self.trust < GUESS_TRUST:
             return []
