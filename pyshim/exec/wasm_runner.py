@@ -23,7 +23,7 @@ from pyshim.errors import PyshimError, UnsupportedError
 from pyshim.exec.runner import Capacity, HeldTokens, Output, Progress, RunnerStats, Step, Want, answer, check_step
 from pyshim.exec.wasm_module import Module, NativeModule
 from pyshim.exec.wasm_ops import WasmOps, WasmProgram
-from pyshim.plan.memory import cpu_engine_bytes, cpu_engine_wide, estimate, per_token
+from pyshim.plan.memory import cpu_engine_bytes, cpu_engine_plan, cpu_engine_wide, per_token
 from pyshim.plan.settings import AUTO, Arithmetic, RunSettings
 from pyshim.plan.settings import kv_type as kv_type_named
 
@@ -238,10 +238,8 @@ def needs_wide(spec, header, settings: RunSettings) -> bool:
     build: weights, a cache for each parallel sequence and activations past wasm32's 4 GiB
     (pyshim.plan.memory.cpu_engine_wide). A model whose estimate fails is left to the 32-bit build, whose
     loading then says what is wrong."""
-    kv_type = "f32" if settings.kv_type == AUTO else settings.kv_type
-    n_ctx = settings.context_for(spec.context_length)
     try:
-        est = estimate(spec, header.tensors, context=n_ctx, kv_type=kv_type)
+        est, n_ctx, kv_type = cpu_engine_plan(spec, header.tensors, settings)
     except PyshimError:
         return False
     return cpu_engine_wide(cpu_engine_bytes(spec, est, n_ctx, kv_type, settings.parallel))

@@ -22,7 +22,7 @@ from pyshim.errors import OutOfMemoryError
 from pyshim.gguf.header import TensorInfo
 from pyshim.gguf.spec import ModelSpec
 from pyshim.gguf.types import RUNS_ON, TensorType
-from pyshim.plan.settings import KV_PAGE, PREFILL_CHUNK, kv_type as kv_type_named
+from pyshim.plan.settings import AUTO, KV_PAGE, PREFILL_CHUNK, kv_type as kv_type_named
 
 # The GPU's int8 route rearranges Q4_0, Q8_0 and Q6_K weights in groups of this many blocks (repack.wgsl); a
 # part of such a tensor rounds up to a whole group, so it may need up to one group more than its rows' bytes.
@@ -412,6 +412,15 @@ def cpu_engine_fit(spec: ModelSpec, est: MemoryEstimate, context: int, kv_type: 
                        f"{_mib(WASM_OVERHEAD_BYTES)} more, over the {_mib(limit)} {where}; try a shorter context{smaller} "
                        "or a smaller model")
     return Fit(ok=not reasons, reasons=tuple(reasons))
+
+
+def cpu_engine_plan(spec: ModelSpec, tensors: Iterable[TensorInfo], settings) -> tuple[MemoryEstimate, int, str]:
+    """(the estimate, the context, the KV type) the CPU engine runs the model with under `settings`
+    (pyshim.plan.settings.RunSettings): "auto" KV is f32 there (choosing cache types is the GPU plan's).
+    Raises what `estimate` raises."""
+    kv_type = "f32" if settings.kv_type == AUTO else settings.kv_type
+    context = settings.context_for(spec.context_length)
+    return estimate(spec, tensors, context=context, kv_type=kv_type), context, kv_type
 
 
 def cpu_engine_bytes(spec: ModelSpec, est: MemoryEstimate, context: int, kv_type: str = "f32", seqs: int = 1) -> int:

@@ -158,15 +158,12 @@ def _shape(tensor: TensorInfo) -> str:
 def cpu_can_run(spec, header, settings, *, wasm64: bool = True) -> str | None:
     """None when the CPU engine can run the model with these settings, else why not (then the GPU does,
     without a probe). `wasm64`: the browser runs the engine's 64-bit build (memory64)."""
-    from pyshim.plan.memory import cpu_engine_fit, estimate
-    from pyshim.plan.settings import AUTO
+    from pyshim.plan.memory import cpu_engine_fit, cpu_engine_plan
 
     if settings.streamed_layers or settings.expert_slots:
         return "weights streamed from the store run on the GPU only"
-    kv_type = "f32" if settings.kv_type == AUTO else settings.kv_type
-    context = settings.context_for(spec.context_length)
     try:
-        est = estimate(spec, header.tensors, context=context, kv_type=kv_type)
+        est, context, kv_type = cpu_engine_plan(spec, header.tensors, settings)
     except PyshimError as exc:
         return str(exc)
     fit = cpu_engine_fit(spec, est, context, kv_type, wasm64=wasm64, seqs=settings.parallel)
