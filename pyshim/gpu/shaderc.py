@@ -118,14 +118,14 @@ class Preprocessor:
             active = all(c[0] for c in conds)
             where = f"{path}:{lineno}"
             if unroll is not None:
-                if stripped == "#endunroll" and depth == 0:
-                    out.extend(_unrolled(unroll, body, table))
-                    unroll, body = None, []
-                    continue
                 if stripped.startswith("#") and not _UNROLL.match(stripped) and stripped != "#endunroll":
                     raise ShaderError(f"{where}: only plain lines and #unroll may stand inside #unroll ({unroll[2]})")
-                depth += 1 if _UNROLL.match(stripped) else -1 if stripped == "#endunroll" else 0
-                body.append((where, line))
+                depth = _nesting(stripped, depth)
+                if depth is None:
+                    out.extend(_unrolled(unroll, body, table))
+                    unroll, body, depth = None, [], 0
+                else:
+                    body.append((where, line))
                 continue
             if not stripped.startswith("#"):
                 if active:
@@ -189,13 +189,21 @@ def _unrolled(unroll: tuple[str, str, str], body: list[tuple[str, str]], table: 
                 else:
                     out.append(_substitute(line, copy))
                 continue
-            if stripped == "#endunroll" and depth == 0:
+            depth = _nesting(stripped, depth)
+            if depth is None:
                 out.extend(_unrolled(inner, lines, copy))
                 inner = None
-                continue
-            depth += 1 if _UNROLL.match(stripped) else -1 if stripped == "#endunroll" else 0
-            lines.append((at, line))
+            else:
+                lines.append((at, line))
     return out
+
+
+def _nesting(stripped: str, depth: int) -> int | None:
+    """Inside an #unroll's body with `depth` nested #unrolls open: None when line `stripped` closes the
+    body, else the nested #unrolls open after it."""
+    if stripped == "#endunroll":
+        return None if depth == 0 else depth - 1
+    return depth + 1 if _UNROLL.match(stripped) else depth
 
 
 def _substitute(line: str, table: Mapping[str, str]) -> str:
