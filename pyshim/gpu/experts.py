@@ -32,7 +32,7 @@ class ExpertOps:
     cache's slots and the slot ids the host wrote; a guess at the next layer's ids (guess_route) is read
     back at the same stop."""
 
-    _guess: tuple[Tensor, str] | None = None     # guess_route's ids and layer, for the next router's stop
+    _guess: tuple[Tensor, str] | None       # guess_route's ids and layer, for the next router's stop (begin resets it)
 
     def route(self, logits: Tensor, spec: RouterSpec, scales: WeightSlot | None = None) -> tuple[Tensor, Tensor]:
         if self.expert_cache is None:

@@ -133,6 +133,7 @@ class GpuOps(FusedOps, ExpertOps):
         self._program = Program(n)
         self._quantized = {}
         self._groups = {}           # router ids -> their pairs grouped by expert (pyshim.gpu.experts)
+        self._guess = None          # a guess at the next MoE layer's experts, for the next router's stop
         self._producers = {}        # id(activation) -> (its dispatch, what it computed): what a consumer may fold in
         return self._program
 
