@@ -285,12 +285,16 @@ def test_stream_bench_writes_its_table(tmp_path):
     out = tmp_path / "out"
     _, files, report = _bench_cli(out, "--stream", "--models", str(model), "--budgets-mb", "1.3", "--tokens", "8")
     (entry,) = report["models"].values()
-    resident, streamed = entry["rows"]
+    resident, streamed, unguessed = entry["rows"]
     assert resident["mode"] == "resident" and streamed["mode"] == "experts streamed"
-    assert streamed["same_tokens"] and len(streamed["ids"]) == 8
+    assert unguessed["mode"] == "experts streamed, no guess" and unguessed["slots"] == streamed["slots"]
+    assert streamed["same_tokens"] and unguessed["same_tokens"] and len(streamed["ids"]) == 8
     assert 0 < streamed["slots"] < entry["experts"] and 0 <= streamed["hit_rate"] < 1
     assert streamed["store_mb_per_token"] > 0 and streamed["predicted_tok_s"] > 0
-    assert "| experts streamed | gpu | 1.3 |" in files[".md"].read_text() and "<table>" in files[".html"].read_text()
+    assert " right; " in streamed["guesses"] and unguessed["guesses"] == "0 of 0 right; 0 fetched, 0 used"
+    md = files[".md"].read_text()
+    assert "| experts streamed | gpu | 1.3 |" in md and "| experts streamed, no guess | gpu | 1.3 |" in md
+    assert "<table>" in files[".html"].read_text()
 
 
 def test_batch_bench_writes_its_table(tmp_path):
