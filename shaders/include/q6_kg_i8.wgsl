@@ -35,13 +35,19 @@ fn block_dot(wb: u32, b: u32) -> f32 {
 }
 
 // the four 16-value groups that share qh vec4 (v & 1) + v / 2 (v = 4n + g: elements 128n + 16g + 32q for
-// q = 0..3), from activation vec4 x0 on: their scales sc and 16-sums times (dot - 32 * sum)
+// q = 0..3), from activation vec4 x0 on: their scales sc and 16-sums times (dot - 32 * sum). Each q's two
+// qh bits are shifted straight to bits 4-5 and masked there (q6g_values shifts them down, masks and shifts
+// up: one op more, two for q = 2): SwiftShader 4096x4096 0.56-0.63 -> 0.62-0.70 G elements/s, lavapipe level.
 fn q6g_quarter(i: u32, v: u32, x0: u32, sc: vec4<i32>, sums: vec4<i32>) -> vec4<i32> {
     let a = q6g_ql(i, v);
     let bq = q6g_ql(i, v + 2u);
     let h = q6g_qh(i, (v >> 1u) + (v & 1u));
-    let s = vec4<i32>(dot16(q6g_values(a, h, 0u, 0u), xv(x0)), dot16(q6g_values(bq, h, 0u, 1u), xv(x0 + 2u)),
-                      dot16(q6g_values(a, h, 4u, 2u), xv(x0 + 4u)), dot16(q6g_values(bq, h, 4u, 3u), xv(x0 + 6u)));
+    let lo = vec4<u32>(0x0F0F0F0Fu);
+    let top = vec4<u32>(0x30303030u);
+    let s = vec4<i32>(dot16((a & lo) | ((h << vec4<u32>(4u)) & top), xv(x0)),
+                      dot16((bq & lo) | ((h << vec4<u32>(2u)) & top), xv(x0 + 2u)),
+                      dot16(((a >> vec4<u32>(4u)) & lo) | (h & top), xv(x0 + 4u)),
+                      dot16(((bq >> vec4<u32>(4u)) & lo) | ((h >> vec4<u32>(2u)) & top), xv(x0 + 6u)));
     return sc * (s - 32 * sums);
 }
 
