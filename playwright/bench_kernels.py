@@ -141,14 +141,14 @@ def build_cases(rows: int, cols: int, types: list[str], only: list[str]) -> tupl
         fmt = I8_ACTIVATIONS.get(qtype)
         if fmt is not None and f"xq_{fmt}" in blobs:
             params_i8 = b64(PARAMS["matvec_i8"].pack(m=rows, k=cols, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
-                                                     bias_off=0, y_stride=rows, x_row_words=xq_row_words(cols, fmt)))
+                                                     bias_off=0, y_stride=rows, pair_off=0, x_row_words=xq_row_words(cols, fmt)))
             for r, uniform in ((2, True), (4, True), (4, False)):
                 name = f"i8 {'uniform-x ' if uniform else ''}rows{r}"
                 variants.append((name, matvec_i8_key(qtype, uniform_x=uniform, rows=r), (groups(rows, WG * r), 1, 1)))
                 x_blob[name] = f"xq_{fmt}"
             # the fused gate-and-up pass: the same matrix read as gate's rows / 2 rows, then up's
             params_glu = b64(PARAMS["matvec_i8"].pack(m=rows // 2, k=cols, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0,
-                                                      y_off=0, bias_off=0, y_stride=rows // 2, x_row_words=xq_row_words(cols, fmt)))
+                                                      y_off=0, bias_off=0, y_stride=rows // 2, pair_off=0, x_row_words=xq_row_words(cols, fmt)))
             for r in (2, 4):
                 variants.append((f"i8 glu uniform-x rows{r}", matvec_i8_key(qtype, uniform_x=True, rows=r, glu="silu"),
                                  (groups(rows // 2, WG * r), 1, 1)))

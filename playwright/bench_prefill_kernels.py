@@ -70,7 +70,7 @@ def build_cases(n: int) -> tuple[list[dict], dict]:
                       "params": b64(PARAMS["quantize"].pack(k=k, n=n, x_off=0, x_stride=k, q_off=0, row_words=row_words))})
         pairs = qtype in I8_PAIR_TYPES and k % 64 == 0
         i8_params = b64(PARAMS["matvec_i8"].pack(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
-                                                 bias_off=0, y_stride=m, x_row_words=row_words))
+                                                 bias_off=0, y_stride=m, pair_off=0, x_row_words=row_words))
         i8 = [("i8 matvec rows4", matvec_i8_key(qtype, rows=NARROW_SIMD_ROWS, pairs=pairs), NARROW_SIMD_ROWS, 1)]
         if qtype in I8_TOKEN_TYPES:
             i8 += [(f"i8 matvec rows{r} tokens{t}", matvec_i8_key(qtype, rows=r, tokens=t), r, t) for r, t in I8_SHAPES]

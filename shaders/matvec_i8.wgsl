@@ -38,7 +38,7 @@ struct Params {
     e_count: u32,
     e_tiles: u32,       // GROUPED: workgroup rows per expert (ceil(tokens / TOKENS))
     n_experts: u32,     // GROUPED: experts of the whole weight (the group table's offsets)
-    _pad0: u32,
+    pair_off: u32,      // LANES: word offset of the token pairs' rows (lanes.wgsl)
     _pad1: u32,
     _pad2: u32,
 }
@@ -75,6 +75,13 @@ var<private> m_base: u32;   // vec4 index of this token's block metadata
 fn xv(j: u32) -> vec4<u32> {
     return x[x_base + j];
 }
+
+#ifdef LANES
+// vec4 i of the buffer as a token pair's lane words
+fn lane(i: u32) -> vec4<i32> {
+    return bitcast<vec4<i32>>(x[i]);
+}
+#endif
 
 // vec4 j of the row's block metadata
 fn xm(j: u32) -> vec4<f32> {
@@ -144,6 +151,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     // once for all of them, and each token's activation block is loaded once for all rows (tokens and rows
     // written out, as the one-token rows below)
     var accs: array<array<f32, ROWS>, TOKENS>;
+#ifdef LANES
+    var lane_rows: array<u32, LANES>;   // vec4 index of each pair's row (a pair holds tokens 2p, 2p + 1)
+#unroll J LANES
+    lane_rows[J] = (params.pair_off + x_rows[2u * J] / 2u * params.k) >> 2u;
+#endunroll
+#endif
     for (var b = 0u; b < nb; b++) {
 #ifdef PIECES
         // a K-quant block piece by piece (include/pieces_i8.wgsl), its integer sums per token and row
@@ -188,6 +201,23 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
 #unroll R ROWS
         blk[R] = block_unpack(wb[R] + b * BLOCK_BYTES);
 #endunroll
+#ifdef LANES
+        // tokens in pairs, each element of a pair one i32 (lanes.wgsl): one multiply for both tokens
+#unroll J LANES
+        {
+            let pv = lane_rows[J] + 8u * b;
+            let pw = PairWords(lane(pv), lane(pv + 1u), lane(pv + 2u), lane(pv + 3u),
+                               lane(pv + 4u), lane(pv + 5u), lane(pv + 6u), lane(pv + 7u));
+            x_base = (params.x_off + x_rows[2u * J] * params.x_row_words) >> 2u;
+            let m0 = bitcast<vec4<f32>>(x[x_base + params.k / 16u + b]);
+            x_base = (params.x_off + x_rows[2u * J + 1u] * params.x_row_words) >> 2u;
+            let m1 = bitcast<vec4<f32>>(x[x_base + params.k / 16u + b]);
+#unroll R ROWS
+            { let v = block_lanes(blk[R], pw, m0, m1); accs[2u * J][R] += v.x; accs[2u * J + 1u][R] += v.y; }
+#endunroll
+        }
+#endunroll
+#else
 #unroll I TOKENS
         {
             x_base = (params.x_off + x_rows[I] * params.x_row_words) >> 2u;
@@ -200,6 +230,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
 #endunroll
         }
 #endunroll
+#endif
 #endif
     }
     for (var i = 0u; i < count; i++) {

@@ -154,7 +154,7 @@ async def bench_matvec_i8(device, kernels, roof: dict, w, raw, qtype, rows: int,
     y = device.buffer(rows * 4, label="y")
     p = device.buffer(PARAMS["matvec_i8"].nbytes, label="p", uniform=True)
     device.write(p, PARAMS["matvec_i8"].pack(m=rows, k=cols, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0,
-                                             bias_off=0, y_stride=rows, x_row_words=xq_row_words(cols, fmt)))
+                                             bias_off=0, y_stride=rows, pair_off=0, x_row_words=xq_row_words(cols, fmt)))
     r = KernelPolicy.for_device(device.caps).matvec_rows
     pipe = await kernels.get(matvec_i8_key(qtype, uniform_x=uniform, rows=r))
     dispatch = [(pipe, device.bind_group(pipe, [w, (xq, 0, UNIFORM_X_BYTES) if uniform else xq, y, p]),

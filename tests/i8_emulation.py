@@ -47,6 +47,21 @@ def pack(q: np.ndarray, info: np.ndarray) -> np.ndarray:
     return np.concatenate([values, info.reshape(n, -1).view(np.uint32)], axis=1)
 
 
+def with_lanes(q: np.ndarray, info: np.ndarray) -> tuple[np.ndarray, int]:
+    """pack's rows followed by lanes.wgsl's token pairs (x[2p] + 65536 * x[2p + 1] per element, a last odd
+    token paired with itself) -> (words, the pairs' word offset)."""
+    from pyshim.gpu.kernels import lanes_words
+    n, k = q.shape
+    rows = pack(q, info).reshape(-1)
+    pair_off, total = lanes_words(n, k, rows.size // n)
+    lo = q[0::2].astype(np.int32)
+    hi = q[np.minimum(np.arange(1, n + 1, 2), n - 1)].astype(np.int32)
+    out = np.zeros(total, np.uint32)
+    out[:rows.size] = rows
+    out[pair_off:] = (lo + 65536 * hi).view(np.uint32).reshape(-1)
+    return out, pair_off
+
+
 def unpack(words: np.ndarray, n: int, k: int, fmt: str) -> tuple[np.ndarray, np.ndarray]:
     """The inverse of pack, for rows read back from the GPU."""
     per, nwords = I8_BLOCKS[fmt]

@@ -17,10 +17,11 @@ from runners import gpu
 PROMPTS = [[5, 77, 300, 9, 12], [41, 42], [7, 8, 9, 10, 11, 12, 13, 14, 15]]   # each sequence's, of other lengths
 NEW = 6
 # (arch, weight type, arithmetic, kernel policy): sliding-window rings (gemma3), the int8 route's token
-# kernels, and the real-GPU forms (workgroup reductions, key splits with the combine pass, lanes)
+# kernels (in pairs: SwiftShader's), and the real-GPU forms (workgroup reductions, key splits with the combine pass, lanes)
 CASES = [("llama", "Q4_0", Arithmetic.F32, {}),
          ("gemma3", "Q6_K", Arithmetic.F32, {}),
          ("qwen2", "Q4_K", Arithmetic.INT8, {}),
+         ("llama", "Q4_1", Arithmetic.INT8, dict(i8_lanes=True)),        # tokens in pairs (lanes.wgsl)
          ("llama", "Q8_0", Arithmetic.F32, dict(reduce=True, attn_splits=5, attn_lanes=32))]
 
 
@@ -57,7 +58,7 @@ def batched(loop, runner, want: Want) -> list[list]:
     return out
 
 
-@pytest.mark.parametrize("arch, qtype, arithmetic, policy", CASES, ids=[f"{c[0]}-{c[1]}-{c[2].value}" for c in CASES])
+@pytest.mark.parametrize("arch, qtype, arithmetic, policy", CASES, ids=[f"{c[0]}-{c[1]}-{c[2].value}" + ("-lanes" if c[3].get("i8_lanes") else "") for c in CASES])
 def test_a_batched_step_gives_each_sequence_what_it_gets_alone(tmp_path_factory, loop, device, arch, qtype, arithmetic,
                                                                 policy):
     path = tiny_models.write_tiny_model(tmp_path_factory.mktemp(arch), arch, QT[qtype])

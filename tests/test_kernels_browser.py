@@ -21,7 +21,7 @@ from pyshim.gpu.kernels import (ARGMAX_CHUNK, GROUPED_TYPES, I8_ACTIVATIONS, I8_
                                 argmax_pass1, attention_keys, groups, matvec_grid, matvec_i8_key, matvec_key, quantize_key,
                                 rmsnorm_grid, rmsnorm_key, rope_theta, shader_block, xq_row_words,
                                 embed_key, repack_bytes, repack_grid, repack_key,
-                                I8_TOKEN_TYPES, I8_TOKENS, matvec_i8_grid)
+                                I8_LANE_TYPES, I8_TOKEN_TYPES, I8_TOKENS, lanes_key, matvec_i8_grid)
 from pyshim.plan.memory import group_bytes
 from pyshim.gpu.policy import TOKEN_ROWS_NARROW
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
@@ -285,7 +285,7 @@ def add_int8_cases(c: Cases, rng) -> None:
             c.add(f"matvec_i8 {qtype.name} uniform={uniform}", matvec_i8_key(qtype, uniform_x=uniform, rows=4),
                   [raw, i8_emulation.pack(q, info)], [n * m * 4],
                   dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
-                       x_row_words=xq_row_words(k, fmt)), matvec_grid(m, n, rows=4), close(want, rel=1e-5),
+                       pair_off=0, x_row_words=xq_row_words(k, fmt)), matvec_grid(m, n, rows=4), close(want, rel=1e-5),
                   uniform=[1] if uniform else [])
     for qtype in sorted(I8_TOKEN_TYPES - GROUPED_TYPES.keys()):     # several tokens per invocation (prefill)
         fmt = I8_ACTIVATIONS[qtype]                # (the K-quants piece by piece)
@@ -295,8 +295,25 @@ def add_int8_cases(c: Cases, rng) -> None:
         c.add(f"matvec_i8 {qtype.name} tokens", matvec_i8_key(qtype, rows=TOKEN_ROWS_NARROW, tokens=I8_TOKENS),
               [raw, i8_emulation.pack(q, info)], [n * m * 4],
               dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
-                   x_row_words=xq_row_words(k, fmt)), matvec_i8_grid(m, n, TOKEN_ROWS_NARROW, I8_TOKENS),
+                   pair_off=0, x_row_words=xq_row_words(k, fmt)), matvec_i8_grid(m, n, TOKEN_ROWS_NARROW, I8_TOKENS),
               close(i8_emulation.matvec(raw, qtype, q, info).astype(np.float32), rel=1e-5))
+    for qtype in sorted(I8_LANE_TYPES - GROUPED_TYPES.keys()):    # tokens in pairs (lanes.wgsl's words)
+        k, m, n = 288, 67, 11
+        raw = random_weight(qtype, m, k, rng)
+        q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), "q8_0")
+        words, pair_off = i8_emulation.with_lanes(q, info)
+        c.add(f"matvec_i8 {qtype.name} lanes", matvec_i8_key(qtype, rows=TOKEN_ROWS_NARROW, tokens=I8_TOKENS, lanes=True),
+              [raw, words], [n * m * 4],
+              dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
+                   pair_off=pair_off, x_row_words=xq_row_words(k, "q8_0")), matvec_i8_grid(m, n, TOKEN_ROWS_NARROW, I8_TOKENS),
+              close(i8_emulation.matvec(raw, qtype, q, info).astype(np.float32), rel=1e-5))
+    k, n = 96, 5                                   # the pairs themselves, made from the rows in place
+    q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), "q8_0")
+    words, pair_off = i8_emulation.with_lanes(q, info)
+    rows_only = words.copy()
+    rows_only[pair_off:] = 0
+    c.add("lanes", lanes_key(), [], [rows_only], dict(k=k, n=n, row_words=xq_row_words(k, "q8_0"), pair_off=pair_off),
+          (groups(k // 4), (n + 1) // 2, 1), lambda outs, want=words: np.testing.assert_array_equal(np.frombuffer(outs[0], np.uint32), want))
     for qtype in sorted(I8_PAIR_TYPES):            # two blocks per call: rows of an even block count
         k, m = 320, 37
         raw = random_weight(qtype, m, k, rng)
@@ -304,7 +321,7 @@ def add_int8_cases(c: Cases, rng) -> None:
         c.add(f"matvec_i8 {qtype.name} pairs", matvec_i8_key(qtype, uniform_x=True, rows=4, pairs=True),
               [raw, i8_emulation.pack(q, info)], [m * 4],
               dict(m=m, k=k, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
-                   x_row_words=xq_row_words(k, "q8_0")), matvec_grid(m, 1, rows=4),
+                   pair_off=0, x_row_words=xq_row_words(k, "q8_0")), matvec_grid(m, 1, rows=4),
               close(i8_emulation.matvec(raw, qtype, q, info).astype(np.float32), rel=1e-5), uniform=[1])
     add_grouped_cases(c, rng)
     g = rng.standard_normal((2, 40), dtype=np.float32) * 2
@@ -331,13 +348,16 @@ def add_grouped_cases(c: Cases, rng) -> None:
         n_groups = nbytes // group_bytes(qtype)
         c.add(f"repack {qtype.name}", repack_key(qtype), [], [file_bytes], dict(groups=n_groups, first=0),
               repack_grid(n_groups), is_grouped)
-        for n, uniform, rows, tokens in ((2, False, 4, 1), (1, True, 4, 1), (11, False, TOKEN_ROWS_NARROW, I8_TOKENS)):
+        lane_cases = ((11, False, TOKEN_ROWS_NARROW, I8_TOKENS, True),) if qtype in I8_LANE_TYPES else ()
+        for n, uniform, rows, tokens, lanes in ((2, False, 4, 1, False), (1, True, 4, 1, False),
+                                                (11, False, TOKEN_ROWS_NARROW, I8_TOKENS, False)) + lane_cases:
             q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), fmt)
-            c.add(f"matvec_i8 {qtype.name} grouped uniform={uniform} tokens={tokens}",
-                  matvec_i8_key(qtype, uniform_x=uniform, rows=rows, tokens=tokens if tokens > 1 else None),
-                  [want, i8_emulation.pack(q, info)], [n * m * 4],
+            words, pair_off = i8_emulation.with_lanes(q, info) if lanes else (i8_emulation.pack(q, info), 0)
+            c.add(f"matvec_i8 {qtype.name} grouped uniform={uniform} tokens={tokens} lanes={lanes}",
+                  matvec_i8_key(qtype, uniform_x=uniform, rows=rows, tokens=tokens if tokens > 1 else None, lanes=lanes),
+                  [want, words], [n * m * 4],
                   dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
-                       x_row_words=xq_row_words(k, fmt)), matvec_i8_grid(m, n, rows, tokens),
+                       pair_off=pair_off, x_row_words=xq_row_words(k, fmt)), matvec_i8_grid(m, n, rows, tokens),
                   close(i8_emulation.matvec(raw, qtype, q, info).astype(np.float32), rel=1e-5), uniform=[1] if uniform else [])
         tokens = np.array([3, 0, 66, 3], dtype=np.uint32)
         rows = dequantize_rows(raw[tokens.astype(np.int64)], qtype).reshape(len(tokens), k)

@@ -95,7 +95,7 @@ def test_matvec_i8_glu(gpu, qtype, activation, variant):
     key = matvec_i8_key(qtype, glu=activation, rows=rows, uniform_x=variant == "rows4_uniform", pairs=variant == "pairs")
     (out,) = gpu.dispatch(key, [data.reshape(-1), x_in], [m * 4],
                           dict(m=m, k=k, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
-                               x_row_words=xq_row_words(k, fmt)), matvec_i8_grid(m, 1, rows))
+                               pair_off=0, x_row_words=xq_row_words(k, fmt)), matvec_i8_grid(m, 1, rows))
     check(np.frombuffer(out, np.float32).reshape(1, m), want, rel=1e-4)
 
 
@@ -112,7 +112,7 @@ def test_residual_in_the_matvec_epilogue(gpu, route):
         q, info = emu.quantize(rng.standard_normal((n, k), dtype=np.float32), "q8_0")
         want = emu.matvec(raw, qtype, q, info) + r
         (out,) = gpu.dispatch(matvec_i8_key(qtype, bias=True), [raw.reshape(-1), emu.pack(q, info), r_buf], [n * m * 4],
-                              dict(common, x_row_words=xq_row_words(k, "q8_0")), matvec_i8_grid(m, n))
+                              dict(common, pair_off=0, x_row_words=xq_row_words(k, "q8_0")), matvec_i8_grid(m, n))
     else:
         x = rng.standard_normal((n, k), dtype=np.float32)
         want = x @ dequantize_rows(raw, qtype).reshape(m, k).T + r

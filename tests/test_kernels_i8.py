@@ -12,8 +12,9 @@ from gguf import quants
 
 import i8_emulation as emu
 from gpu_helpers import GPU, random_weight
-from pyshim.gpu.kernels import (GROUPED_TYPES, I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, I8_TOKEN_TYPES, I8_VEC4_TYPES, UNIFORM_X_BYTES, groups, i8_pairs,
-                                matvec_i8_grid, matvec_i8_key, quantize_key, xq_row_words)
+from pyshim.gpu.kernels import (GROUPED_TYPES, I8_ACTIVATIONS, I8_BLOCKS, I8_LANE_TYPES, I8_PAIR_TYPES, I8_TOKEN_TYPES, I8_VEC4_TYPES,
+                                UNIFORM_X_BYTES, groups, i8_pairs, lanes_key, lanes_words, matvec_i8_grid, matvec_i8_key,
+                                quantize_key, xq_row_words)
 
 I8_TYPES = list(I8_ACTIVATIONS)
 
@@ -47,7 +48,7 @@ def run_quantize(gpu, x: np.ndarray, fmt: str, x_pad: int = 0, q_pad: int = 0) -
 
 
 def run_matvec_i8(gpu, qtype, raw, words: np.ndarray, n: int, k: int, *, rows=1, uniform_x=False, bias=None,
-                  w_pad=0, x_pad=0, y_pad=0, pairs=False, tokens=None):
+                  w_pad=0, x_pad=0, y_pad=0, pairs=False, tokens=None, pair_off=None):
     """raw (m, row_bytes), quantized rows `words` -> y (n, m)."""
     m, row_bytes = raw.shape
     if qtype in GROUPED_TYPES:      # read in repack.wgsl's layout, from the start of its buffer (as the executor binds it)
@@ -62,10 +63,11 @@ def run_matvec_i8(gpu, qtype, raw, words: np.ndarray, n: int, k: int, *, rows=1,
         gpu.device.write(buf, xs)
         x_in = (buf, 0, UNIFORM_X_BYTES)
     inputs = [w, x_in] + ([bias] if bias is not None else [])
-    key = matvec_i8_key(qtype, bias=bias is not None, uniform_x=uniform_x, rows=rows, pairs=pairs, tokens=tokens)
+    key = matvec_i8_key(qtype, bias=bias is not None, uniform_x=uniform_x, rows=rows, pairs=pairs, tokens=tokens,
+                        lanes=pair_off is not None)
     (out,) = gpu.dispatch(key, inputs, [(y_pad + n * m) * 4],
                           dict(m=m, k=k, n=n, row_bytes=row_bytes, w_off=w_pad, x_off=x_pad, y_off=y_pad, bias_off=0,
-                               y_stride=m, x_row_words=xq_row_words(k, I8_ACTIVATIONS[qtype])),
+                               y_stride=m, x_row_words=xq_row_words(k, I8_ACTIVATIONS[qtype]), pair_off=pair_off or 0),
                           matvec_i8_grid(m, n, rows=rows, tokens=tokens or 1))
     return np.frombuffer(out, np.float32)[y_pad:].reshape(n, m)
 
@@ -149,6 +151,47 @@ def test_matvec_i8_tokens(gpu, qtype, tokens, n):
         np.testing.assert_array_equal(got, one)
     else:
         np.testing.assert_allclose(got, one, rtol=0, atol=1e-6 * np.abs(one).max())
+
+
+@pytest.mark.parametrize("tokens, n", [(4, 7), (4, 3), (8, 10)])
+@pytest.mark.parametrize("qtype", sorted(I8_LANE_TYPES), ids=lambda t: t.name)
+def test_matvec_i8_lanes(gpu, qtype, tokens, n):
+    """Tokens in pairs (lanes.wgsl's words, one multiply for both): the same numbers as token by token, and
+    llama.cpp's arithmetic, with odd token counts (a last pair of one token), and at the bound the pairs
+    rely on: a row of all-15 quants against activations all at +-127 (16 products summing to 30480)."""
+    rng = np.random.default_rng(int(qtype) + 10 * tokens + n)
+    m, k = 37, 288
+    raw = random_weight(qtype, m, k, rng)
+    block = raw.shape[1] // (k // 32)
+    for b in range(k // 32):            # row 0: every quant 15; row 1: every quant 0
+        raw[0, b * block + block - 16:(b + 1) * block] = 0xFF
+        raw[1, b * block + block - 16:(b + 1) * block] = 0x00
+    x = activations(rng, n, k)
+    x[1 % n] = 3.0                      # all +127
+    x[2 % n] = -3.0                     # all -127
+    words = run_quantize(gpu, x, "q8_0")
+    row_words = xq_row_words(k, "q8_0")
+    pair_off, total = lanes_words(n, k, row_words)
+    buf = gpu.upload(np.concatenate([words, np.zeros(total - len(words), np.uint32)]))
+    gpu.dispatch(lanes_key(), [buf], [], dict(k=k, n=n, row_words=row_words, pair_off=pair_off), (groups(k // 4), (n + 1) // 2, 1))
+    both = np.frombuffer(gpu.run(gpu.device.read(buf, total * 4)), np.uint32)
+    np.testing.assert_array_equal(both[:len(words)], words)      # the rows themselves untouched
+    q, info = emu.unpack(words, n, k, "q8_0")
+    pairs = both[pair_off:].view(np.int32).reshape(-1, k)
+    np.testing.assert_array_equal(pairs, q[0::2].astype(np.int32) + 65536 * q[np.minimum(np.arange(1, n + 1, 2), n - 1)].astype(np.int32))
+    got = run_matvec_i8(gpu, qtype, raw, both, n, k, rows=4, tokens=tokens, pair_off=pair_off)
+    check(got, emu.matvec(raw, qtype, q, info))
+    one = run_matvec_i8(gpu, qtype, raw, words, n, k, rows=4, tokens=tokens)
+    if gpu.device.caps.is_fallback:
+        np.testing.assert_array_equal(got, one)
+    else:
+        np.testing.assert_allclose(got, one, rtol=0, atol=1e-6 * np.abs(one).max())
+
+
+def test_lanes_refuse_types_and_counts_they_cannot_take():
+    for qtype, tokens in [(QT.Q5_0, 4), (QT.Q8_0, 4), (QT.Q4_K, 4), (QT.Q4_1, 3), (QT.Q4_1, None)]:
+        with pytest.raises(ValueError):
+            matvec_i8_key(qtype, tokens=tokens, lanes=True)
 
 
 @pytest.mark.parametrize("qtype", [QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0], ids=lambda t: t.name)

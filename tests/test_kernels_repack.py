@@ -95,7 +95,7 @@ def test_matvec_i8_grouped(gpu, qtype, variant):
     key = matvec_i8_key(qtype, bias=bias is not None, uniform_x=variant.startswith("uniform"), rows=rows, tokens=tokens)
     (out,) = gpu.dispatch(key, [buf, x_in] + ([bias] if bias is not None else []), [n * m * 4],
                           dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
-                               x_row_words=xq_row_words(k, fmt)), matvec_i8_grid(m, n, rows=rows, tokens=tokens or 1))
+                               pair_off=0, x_row_words=xq_row_words(k, fmt)), matvec_i8_grid(m, n, rows=rows, tokens=tokens or 1))
     check(np.frombuffer(out, np.float32).reshape(n, m), want + (bias if bias is not None else 0))
 
 

@@ -106,7 +106,7 @@ class ExpertOps:
             table = self._expert_groups(ids, n_experts)
             key = matvec_i8_key(w.ref.qtype, rows=self.policy.token_rows, tokens=I8_TOKENS, grouped=True)
             tiles = groups(n, I8_TOKENS)            # an expert has at most n pairs (a token picks it once)
-            common.update(x_off=0, x_row_words=row_words, e_tiles=tiles, n_experts=n_experts)
+            common.update(x_off=0, pair_off=0, x_row_words=row_words, e_tiles=tiles, n_experts=n_experts)
             for part in w.parts:
                 self._record("matvec_i8", key, [part, xq, table, out.buf],
                              (groups(m, MATVEC_WG * self.policy.token_rows), part.rows // m * tiles, 1),
@@ -119,7 +119,7 @@ class ExpertOps:
             key = matvec_i8_key(w.ref.qtype, uniform_x=uniform_x, rows=rows, experts=True,
                                 pairs=self.policy.i8_pairs and i8_pairs(w.ref.qtype, k))
             family, x_binding, grid = "matvec_i8", (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq, matvec_i8_grid(m, pairs, rows)
-            common.update(x_off=0, x_row_words=row_words)
+            common.update(x_off=0, pair_off=0, x_row_words=row_words)
         else:
             reduce = self.policy.reduce
             uniform_x = not reduce and isinstance(x.buf, Activation) and x.off + rows_in * k <= 4 * UNIFORM_X_VEC4

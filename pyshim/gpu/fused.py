@@ -186,7 +186,7 @@ class FusedOps:
             key = matvec_i8_key(slot.ref.qtype, uniform_x=uniform_x, rows=rows, glu=act,
                                 pairs=self.policy.i8_pairs and i8_pairs(slot.ref.qtype, k))
             self._record("matvec_i8", key, [part, (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq, out.buf],
-                         matvec_i8_grid(f, 1, rows), x_off=0, x_row_words=row_words, **common)
+                         matvec_i8_grid(f, 1, rows), x_off=0, pair_off=0, x_row_words=row_words, **common)
             return out
         reduce = self.policy.reduce
         uniform_x = not reduce and isinstance(x.buf, Activation) and x.off + k <= 4 * UNIFORM_X_VEC4

@@ -94,12 +94,29 @@ I8_TOKENS = 8
 # Types whose 2-byte-offset blocks (22 bytes) matvec_i8 can take two at a time (PAIRS) when a row
 # has an even block count: every row then starts word-aligned and the shifts become constants.
 I8_PAIR_TYPES = frozenset({QT.Q5_0})      # (Q4_0 is grouped instead, as Q8_0)
+# Types whose TOKENS steps can take tokens in pairs (LANES: lanes.wgsl's words, one multiply for two tokens):
+# the unpacked quants must be at most 15 in magnitude, so that 16 products with int8 activations sum under 2^15.
+# SwiftShader (its Vulkan driver natively, 2-core Zen 4), 4-bit 8192x1536, 4 rows an invocation, best of 5:
+# 4 tokens by dot4I8Packed 33-40 ms, in two pairs 21-26 ms, one token 11-14 ms (building the pairs in the
+# matvec itself 34 ms: the words are cheaper loaded than made). lavapipe: 5.2-6.1 against 4.5-5.3, within noise.
+I8_LANE_TYPES = frozenset({QT.Q4_0, QT.Q4_1})
 # activation format -> (elements per block, f32 metadata words per block), as quantize.wgsl lays them out
 I8_BLOCKS = {"q8_0": (32, 4), "q8_k": (256, 20)}
 def xq_row_words(k: int, fmt: str) -> int:
     """u32 words of one token's quantized row: k/4 words of int8 values, then the blocks' metadata."""
     per, meta = I8_BLOCKS[fmt]
     return k // 4 + k // per * meta
+
+
+def lanes_words(n: int, k: int, row_words: int) -> tuple[int, int]:
+    """Where lanes.wgsl puts a step's token pairs in its quantized rows' buffer, and the words of it all:
+    (pair_off, total words), the pairs after the n rows, each k words."""
+    pair_off = (n * row_words + 3) // 4 * 4
+    return pair_off, pair_off + (n + 1) // 2 * k
+
+
+def lanes_key() -> ShaderKey:
+    return ShaderKey.of("lanes", WG=WG)
 
 
 def quantize_key(fmt: str, norm: bool = False) -> ShaderKey:
@@ -128,16 +145,20 @@ def glu_key(act: str, int8: bool = False, f16: bool = False) -> ShaderKey:
 
 def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, rows: int = MATVEC_ROWS,
                   pairs: bool = False, tokens: int | None = None, experts: bool = False, grouped: bool = False,
-                  glu: str | None = None) -> ShaderKey:
+                  glu: str | None = None, lanes: bool = False) -> ShaderKey:
     """The barrier-free int8 matvec (`uniform_x`: the quantized row bound as a 64 KiB uniform; `pairs`: see
-    i8_pairs; `tokens`: that many tokens per invocation, I8_TOKEN_TYPES only; `glu`: gate and up rows in one
+    i8_pairs; `tokens`: that many tokens per invocation, I8_TOKEN_TYPES only, with `lanes` (an even number of
+    tokens, I8_LANE_TYPES, not experts) in pairs from lanes.wgsl's words; `glu`: gate and up rows in one
     weight, act(gate) * up stored, `rows` output rows an invocation). GROUPED_TYPES are read in
     repack.wgsl's layout: the int8 route always rearranges them."""
     defines = weight_defines(qtype, QT(qtype) in GROUPED_TYPES) | ({"W_VEC4": True} if QT(qtype) in I8_VEC4_TYPES else {})
+    if lanes and (not tokens or tokens % 2 or QT(qtype) not in I8_LANE_TYPES or experts or grouped):
+        raise ValueError(f"no token pairs for {QT(qtype).name} with tokens={tokens}, experts={experts or grouped}")
     return ShaderKey.of("matvec_i8", **defines, WG=MATVEC_WG,
                         ROWS=2 * rows if glu else rows, BIAS=bias, UNIFORM_X=uniform_x,
                         X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, PAIRS=pairs, TOKENS=tokens,
-                        EXPERTS=experts or grouped, GROUPED=grouped, GLU=bool(glu), **(act_defines(glu, True) if glu else {}))
+                        EXPERTS=experts or grouped, GROUPED=grouped, GLU=bool(glu), **(act_defines(glu, True) if glu else {}),
+                        LANES=tokens // 2 if lanes else None)
 
 
 def router_key(gating: str, norm: bool, scales: bool = False) -> ShaderKey:    # scales: gemma4's per-expert ones
@@ -242,11 +263,12 @@ PARAMS: dict[str, ParamsLayout] = {
                       "y_stride:u32 expert_bytes:u32 pair_div:u32 e_first:u32 e_count:u32 _pad0:u32 _pad1:u32"),
     "matvec_i8": _layout("m:u32 k:u32 n:u32 row_bytes:u32 w_off:u32 x_off:u32 y_off:u32 bias_off:u32 y_stride:u32 "
                          "bias_stride:u32 x_row_words:u32 expert_bytes:u32 pair_div:u32 e_first:u32 e_count:u32 e_tiles:u32 "
-                         "n_experts:u32 _pad0:u32 _pad1:u32 _pad2:u32"),
+                         "n_experts:u32 pair_off:u32 _pad1:u32 _pad2:u32"),
     "expert_group": _layout("pairs:u32 experts:u32 _pad0:u32 _pad1:u32"),
     "router": _layout("n:u32 experts:u32 used:u32 logits_off:u32 scale:f32 ids_off:u32 _pad1:u32 _pad2:u32"),
     "moe": _layout("n:u32 width:u32 used:u32 x_off:u32 g_off:u32 y_off:u32 _pad0:u32 _pad1:u32"),
     "quantize": _layout("k:u32 n:u32 x_off:u32 x_stride:u32 q_off:u32 row_words:u32 eps:f32 _pad1:u32"),
+    "lanes": _layout("k:u32 n:u32 row_words:u32 pair_off:u32"),
     "embed": _layout("d:u32 n:u32 row_bytes:u32 w_off:u32 tok_off:u32 out_off:u32 row0:u32 rows:u32"),
     "rmsnorm": _layout("rows:u32 d:u32 eps:f32 x_off:u32 y_off:u32 w_off:u32 r_off:u32 _pad1:u32"),
     "rope": _layout("n:u32 heads:u32 head_dim:u32 dims:u32 mscale:f32 x_off:u32 y_off:u32 pos_off:u32 eps:f32 "

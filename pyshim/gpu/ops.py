@@ -26,13 +26,13 @@ from pyshim.gpu.expert_cache import ExpertCache
 from pyshim.gpu.experts import ExpertOps
 from pyshim.gpu.fused import Attention, F32Values, FusedOps, Norm, Rope, drop_unread
 from pyshim.gpu.layer_stream import LayerStream
-from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_TYPES, I8_TOKENS, PARAMS, glu_key,
+from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_LANE_TYPES, I8_TOKEN_TYPES, I8_TOKENS, PARAMS, glu_key,
                                 TOPK, TOPK_CHUNK, UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, GROUPED_TYPES, KernelCache,
                                 argmax_keys, argmax_pass1, attention_combine_grid, attention_grid, attention_keys,
                                 attention_prefill_grid, attention_prefill_key, attention_record_bytes, embed_key, groups,
                                 i8_pairs, rope_key,
                                 kv_write_grid, kv_write_key, matmul_grid, matmul_key, matvec_grid, matvec_i8_grid,
-                                matvec_i8_key, matvec_key, quantize_key, rmsnorm_grid, rmsnorm_key, rope_theta,
+                                lanes_key, lanes_words, matvec_i8_key, matvec_key, quantize_key, rmsnorm_grid, rmsnorm_key, rope_theta,
                                 shader_block, xq_row_words)
 from pyshim.gpu.kv import GpuKV
 from pyshim.gpu.policy import KernelPolicy
@@ -248,7 +248,9 @@ class GpuOps(FusedOps, ExpertOps):
         if key not in self._quantized:
             n, k = x.shape
             row_words = xq_row_words(k, fmt)
-            xq = Activation(max(16, n * row_words * 4), "xq")
+            # (room for lanes.wgsl's token pairs after the rows where the policy may take them)
+            words = lanes_words(n, k, row_words)[1] if n > 1 and self.policy.i8_lanes else n * row_words
+            xq = Activation(max(16, words * 4), "xq")
             grid = (groups(k // I8_BLOCKS[fmt][0]), n, 1)
             norm = self._producer(x, Norm) if self.policy.norm_in_quantize else None
             attn = self._producer(x, Attention)
@@ -268,6 +270,19 @@ class GpuOps(FusedOps, ExpertOps):
             self._quantized[key] = (xq, row_words)
         return self._quantized[key]
 
+    def _lanes(self, x: Tensor, fmt: str) -> int:
+        """x's quantized rows also as token pairs (lanes.wgsl), recorded once per (activation, format) in a
+        program -> the pairs' word offset in the same buffer."""
+        key = (x, fmt, "lanes")
+        if key not in self._quantized:
+            n, k = x.shape
+            xq, row_words = self._quantize(x, fmt)
+            pair_off, _ = lanes_words(n, k, row_words)
+            self._record("lanes", lanes_key(), [xq], (groups(k // 4), (n + 1) // 2, 1),
+                         k=k, n=n, row_words=row_words, pair_off=pair_off)
+            self._quantized[key] = (xq, pair_off)
+        return self._quantized[key][1]
+
     def _matmul_i8(self, x: Tensor, w: WeightSlot, add, out: Tensor, fmt: str) -> Tensor:
         n, k = x.shape
         m = w.shape[0]
@@ -277,16 +292,21 @@ class GpuOps(FusedOps, ExpertOps):
         tokens = I8_TOKENS if n > 1 and w.ref.qtype in I8_TOKEN_TYPES else 1
         if tokens > 1 and self._batched:
             tokens = min(tokens, n)
-        rows_per = self.policy.token_rows if tokens > 1 else self.policy.matvec_rows
+        # (a batched step's few tokens take the one-token rows: SwiftShader natively, 4 SmolLM2 sequences a
+        # step, 4 rows 435 ms against 8 rows 505-509, the prompts' 8)
+        rows_per = self.policy.token_rows if tokens > 1 and not self._batched else self.policy.matvec_rows
+        lanes = self.policy.i8_lanes and tokens > 1 and w.ref.qtype in I8_LANE_TYPES
+        tokens += tokens % 2 if lanes else 0            # (in pairs: a last odd token's pair is itself twice)
+        pair_off = self._lanes(x, fmt) if lanes else 0
         key = matvec_i8_key(w.ref.qtype, bias=add is not None, uniform_x=uniform_x, rows=rows_per,
                             pairs=tokens == 1 and self.policy.i8_pairs and i8_pairs(w.ref.qtype, k),
-                            tokens=tokens if tokens > 1 else None)
+                            tokens=tokens if tokens > 1 else None, lanes=lanes)
         x_binding = (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq
         for part in w.parts:
             bindings = [part, x_binding] + _addend_binding(add) + [out.buf]
             self._record("matvec_i8", key, bindings, matvec_i8_grid(part.rows, n, rows_per, tokens), m=part.rows, k=k, n=n,
                          row_bytes=w.ref.row_bytes, w_off=part.offset, x_off=0, y_off=out.off + part.row0, y_stride=m,
-                         x_row_words=row_words, **_addend_params(add, part.row0))
+                         x_row_words=row_words, pair_off=pair_off, **_addend_params(add, part.row0))
         return out
 
     def rmsnorm(self, x: Tensor, w: WeightSlot | None, eps: float, residual: Tensor | None = None) -> Tensor:

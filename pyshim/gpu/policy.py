@@ -103,6 +103,7 @@ class KernelPolicy:
     reduce_wg: int = REDUCE_WG   # invocations of a reduction matvec's workgroup
     norm_in_quantize: bool = True   # the int8 route's quantize norms its input itself (one pass fewer a norm)
     token_rows: int = TOKEN_ROWS    # rows per invocation of the int8 kernels that take several tokens
+    i8_lanes: bool = False       # those take 4-bit weights' tokens in pairs (lanes.wgsl), one multiply for two
 
     @property
     def arithmetic(self) -> Arithmetic:
@@ -139,7 +140,7 @@ class KernelPolicy:
             # (the int8 route keeps one invocation a head: its quantize may be folded into that pass)
             attn_lanes=0 if cpu or (int8 and not reduce) else ATTN_LANES_GPU,
             f16=caps.has_f16 and not cpu, reduce_wg=reduce_wg(caps), norm_in_quantize=narrow,
-            token_rows=TOKEN_ROWS_NARROW if narrow else TOKEN_ROWS,
+            token_rows=TOKEN_ROWS_NARROW if narrow else TOKEN_ROWS, i8_lanes=narrow,
         )
         if overrides.get("f16") and not caps.has_f16:
             raise UnsupportedError("this device has no shader-f16", hint="leave f16 unset")

@@ -4,7 +4,8 @@ visitor's device."""
 
 from __future__ import annotations
 
-from pyshim.gpu.kernels import (GROUPED_TYPES, I8_ACTIVATIONS, I8_BLOCKS, I8_PAIR_TYPES, I8_TOKENS, I8_TOKEN_TYPES, TOPK, WEIGHT_TYPES, WG,
+from pyshim.gpu.kernels import (GROUPED_TYPES, I8_ACTIVATIONS, I8_BLOCKS, I8_LANE_TYPES, I8_PAIR_TYPES, I8_TOKENS, I8_TOKEN_TYPES, TOPK,
+                                WEIGHT_TYPES, WG, lanes_key,
                                 argmax_keys, attention_keys, attention_prefill_key, embed_key, glu_key,
                                 kv_write_key, matmul_key, matvec_i8_key, matvec_key, moe_key, quantize_key,
                                 repack_key, rmsnorm_key, rope_key, router_key)
@@ -37,6 +38,10 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
                  for bias in (False, True) for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
         keys += [matvec_i8_key(q, bias=bias, rows=rows, tokens=I8_TOKENS) for q in I8_TOKEN_TYPES
                  for bias in (False, True) for rows in (TOKEN_ROWS_NARROW, TOKEN_ROWS)]
+        # tokens in pairs (4-lane CPU adapters): a prompt's TOKENS, or a batched step's even count of sequences
+        keys += [lanes_key()] + [matvec_i8_key(q, bias=bias, rows=rows, tokens=t, lanes=True) for q in I8_LANE_TYPES
+                                 for bias in (False, True) for rows in (TOKEN_ROWS_NARROW, TOKEN_ROWS)
+                                 for t in range(2, I8_TOKENS + 1, 2)]
         keys += [repack_key(q) for q in GROUPED_TYPES]
     # mixtures of experts: the router, the expert matvecs (one token's or a step's pairs alike), their ends
     keys += [router_key(g, norm, sc) for g in ("softmax", "sigmoid") for norm in (False, True) for sc in (False, True)]
