@@ -127,12 +127,13 @@ def test_matvec_i8_pairs(gpu, qtype, uniform_x):
     check(got, emu.matvec(raw, qtype, q, info))
 
 
+@pytest.mark.parametrize("uniform_x", [False, True], ids=["storage", "uniform"])
 @pytest.mark.parametrize("tokens, n", [(4, 7), (8, 3)])
 @pytest.mark.parametrize("qtype", sorted(I8_TOKEN_TYPES), ids=lambda t: t.name)
-def test_matvec_i8_tokens(gpu, qtype, tokens, n):
+def test_matvec_i8_tokens(gpu, qtype, tokens, n, uniform_x):
     """Several tokens per invocation, each block (K-quants: each piece of 32) unpacked once for all: token
     counts not a multiple of TOKENS (and fewer), odd block counts (rows at 2-aligned byte offsets), a bias
-    and offsets."""
+    and offsets; the rows in a storage buffer or bound as a uniform (where a step's fit)."""
     rng = np.random.default_rng(int(qtype) + tokens)
     fmt = I8_ACTIVATIONS[qtype]
     m, k = 67, 288 if fmt == "q8_0" else 768       # (Q6_K's 210-byte blocks: rows at 2-aligned offsets too)
@@ -140,7 +141,7 @@ def test_matvec_i8_tokens(gpu, qtype, tokens, n):
     q, info = emu.quantize(activations(rng, n, k), fmt)
     bias = rng.standard_normal(m, dtype=np.float32)
     got = run_matvec_i8(gpu, qtype, raw, emu.pack(q, info), n, k, rows=4, bias=bias, w_pad=36, x_pad=8, y_pad=12,
-                        tokens=tokens)
+                        tokens=tokens, uniform_x=uniform_x)
     check(got, emu.matvec(raw, qtype, q, info) + bias)
     # the same integer sums and float steps as one token at a time: equal word for word, where the driver
     # keeps a * b + c as two roundings (SwiftShader, lavapipe); NVIDIA's fuses some into fma, differently in
@@ -181,6 +182,8 @@ def test_matvec_i8_lanes(gpu, qtype, tokens, n):
     np.testing.assert_array_equal(pairs, q[0::2].astype(np.int32) + 65536 * q[np.minimum(np.arange(1, n + 1, 2), n - 1)].astype(np.int32))
     got = run_matvec_i8(gpu, qtype, raw, both, n, k, rows=4, tokens=tokens, pair_off=pair_off)
     check(got, emu.matvec(raw, qtype, q, info))
+    np.testing.assert_array_equal(run_matvec_i8(gpu, qtype, raw, both, n, k, rows=4, tokens=tokens, pair_off=pair_off,
+                                                uniform_x=True), got)
     one = run_matvec_i8(gpu, qtype, raw, words, n, k, rows=4, tokens=tokens)
     if gpu.device.caps.is_fallback:
         np.testing.assert_array_equal(got, one)

@@ -36,12 +36,12 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
                  for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
         keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=rows, pairs=True) for q in I8_PAIR_TYPES
                  for bias in (False, True) for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)]
-        keys += [matvec_i8_key(q, bias=bias, rows=rows, tokens=I8_TOKENS) for q in I8_TOKEN_TYPES
-                 for bias in (False, True) for rows in (TOKEN_ROWS_NARROW, TOKEN_ROWS)]
+        keys += [matvec_i8_key(q, bias=bias, rows=rows, tokens=I8_TOKENS, uniform_x=ux) for q in I8_TOKEN_TYPES
+                 for bias in (False, True) for rows in (TOKEN_ROWS_NARROW, TOKEN_ROWS) for ux in (False, True)]
         # tokens in pairs (4-lane CPU adapters): a prompt's TOKENS, or a batched step's even count of sequences
-        keys += [lanes_key()] + [matvec_i8_key(q, bias=bias, rows=rows, tokens=t, lanes=True) for q in I8_LANE_TYPES
-                                 for bias in (False, True) for rows in (TOKEN_ROWS_NARROW, TOKEN_ROWS)
-                                 for t in range(2, I8_TOKENS + 1, 2)]
+        keys += [lanes_key()] + [matvec_i8_key(q, bias=bias, rows=rows, tokens=t, lanes=True, uniform_x=ux)
+                                 for q in I8_LANE_TYPES for bias in (False, True) for rows in (TOKEN_ROWS_NARROW, TOKEN_ROWS)
+                                 for t in range(2, I8_TOKENS + 1, 2) for ux in (False, True)]
         keys += [repack_key(q) for q in GROUPED_TYPES]
     # mixtures of experts: the router, the expert matvecs (one token's or a step's pairs alike), their ends
     keys += [router_key(g, norm, sc) for g in ("softmax", "sigmoid") for norm in (False, True) for sc in (False, True)]
