@@ -4,7 +4,7 @@ program, so the weights a step reads serve all of them. For 1, 2, 4 (`--batches`
 of different lengths: the aggregate decode tok/s (tokens of all sequences per second), each sequence's,
 the speed-up over one sequence, and whether every sequence's greedy tokens equal the ones it gets alone.
 Natively each step is timed from the second batched step on (the first records and builds the step's
-program) and the median step kept. Then, through
+program), the median step kept, and the batch sizes measured in turn twice (the faster kept). Then, through
 the scheduler's path, the time to first token of a request arriving while the others decode, and the
 prefill a request under a ~200-token system prompt saves by sharing another sequence's KV pages.
 
@@ -38,6 +38,7 @@ PROMPTS = ["The harbour master kept a ledger of every ship that crossed the bar 
            "A haiku about autumn rain:",
            "Photosynthesis turns light into chemical energy in two stages:"]
 CONTEXT = 512
+ROUNDS = 2          # natively, the batch sizes measured in turn this many times, each one's faster median kept
 
 
 @dataclass
@@ -152,14 +153,19 @@ async def _run_model(path: Path, config: BatchConfig, backend: str = "gpu") -> d
         tok = Tokenizer.from_metadata(runner.header.metadata)
         prompts = [tok.encode(PROMPTS[i % len(PROMPTS)], add_special=True) for i in range(most)]
         alone = [(await _decode(runner, [p], config.tokens))[0][0] for p in prompts]   # each sequence's own tokens
-        rows, one = [], None
+        rows, one, steps, same = [], None, {}, {}
+        for _ in range(ROUNDS):         # every batch size in turn, again: a slow minute hits them alike
+            for b in config.batches:
+                ids, step = await _decode(runner, prompts[:b], config.tokens)
+                steps[b] = min(steps.get(b, step), step)
+                same[b] = same.get(b, True) and ids == alone[:b]
         for b in config.batches:
-            ids, step = await _decode(runner, prompts[:b], config.tokens)
+            step = steps[b]
             aggregate = b / step
             one = one or (aggregate if b == 1 else None)
             rows.append({"sequences": b, "aggregate_tok_s": round(aggregate, 3),
                          "per_sequence_tok_s": round(1 / step, 3), "speedup": round(aggregate / one, 2) if one else None,
-                         "ms_per_step": round(1e3 * step, 1), "same_tokens": ids == alone[:b]})
+                         "ms_per_step": round(1e3 * step, 1), "same_tokens": same[b]})
         load = await _under_load(runner, tok, prompts, config.tokens) if most > 1 else None
         kv = runner.memory()["kv_bytes"] if backend == "wasm" else runner.ops.memory()["kv"]
         return {"adapter": adapter, "arithmetic": runner.arithmetic.value, "kv_mb": round(kv / 1e6, 1), "rows": rows,
