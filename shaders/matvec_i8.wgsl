@@ -172,6 +172,26 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
             pcs[R] = piece_unpack(wb[R] + b * BLOCK_BYTES, heads[R], p);
 #endunroll
             let s_at = 5u * b + 1u + (p >> 1u);     // Q8_K's sums of 16, two per piece
+#ifdef LANES
+            // tokens in pairs (lanes.wgsl), as the 32-value blocks below
+#unroll J LANES
+            {
+                let pv = lane_rows[J] + 64u * b + 8u * p;
+                let pw = PairWords(lane(pv), lane(pv + 1u), lane(pv + 2u), lane(pv + 3u),
+                                   lane(pv + 4u), lane(pv + 5u), lane(pv + 6u), lane(pv + 7u));
+                let at0 = ((params.x_off + x_rows[2u * J] * params.x_row_words) >> 2u) + params.k / 16u + s_at;
+                let at1 = ((params.x_off + x_rows[2u * J + 1u] * params.x_row_words) >> 2u) + params.k / 16u + s_at;
+                let s0 = vec4<i32>(bitcast<vec4<f32>>(x[at0]));
+                let s1 = vec4<i32>(bitcast<vec4<f32>>(x[at1]));
+                let odd = (p & 1u) == 1u;
+                let h0 = select(s0.xy, s0.zw, odd);
+                let h1 = select(s1.xy, s1.zw, odd);
+#unroll R ROWS
+                { let v = piece_lanes(pcs[R], pw, h0, h1); sums[2u * J][R] += v.xy; sums[2u * J + 1u][R] += v.zw; }
+#endunroll
+            }
+#endunroll
+#else
 #unroll I TOKENS
             {
                 x_base = (params.x_off + x_rows[I] * params.x_row_words) >> 2u;
@@ -185,6 +205,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
 #endunroll
             }
 #endunroll
+#endif
         }
 #unroll I TOKENS
         {

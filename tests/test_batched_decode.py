@@ -22,6 +22,7 @@ CASES = [("llama", "Q4_0", Arithmetic.F32, {}),
          ("gemma3", "Q6_K", Arithmetic.F32, {}),
          ("qwen2", "Q4_K", Arithmetic.INT8, {}),
          ("llama", "Q4_1", Arithmetic.INT8, dict(i8_lanes=True)),        # tokens in pairs (lanes.wgsl)
+         ("qwen2", "Q4_K", Arithmetic.INT8, dict(i8_lanes=True)),
          ("llama", "Q8_0", Arithmetic.F32, dict(reduce=True, attn_splits=5, attn_lanes=32))]
 
 

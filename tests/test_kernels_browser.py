@@ -298,14 +298,15 @@ def add_int8_cases(c: Cases, rng) -> None:
                    pair_off=0, x_row_words=xq_row_words(k, fmt)), matvec_i8_grid(m, n, TOKEN_ROWS_NARROW, I8_TOKENS),
               close(i8_emulation.matvec(raw, qtype, q, info).astype(np.float32), rel=1e-5))
     for qtype in sorted(I8_LANE_TYPES - GROUPED_TYPES.keys()):    # tokens in pairs (lanes.wgsl's words)
-        k, m, n = 288, 67, 11
+        fmt = I8_ACTIVATIONS[qtype]
+        k, m, n = 288 if fmt == "q8_0" else 768, 67, 11
         raw = random_weight(qtype, m, k, rng)
-        q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), "q8_0")
+        q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), fmt)
         words, pair_off = i8_emulation.with_lanes(q, info)
         c.add(f"matvec_i8 {qtype.name} lanes", matvec_i8_key(qtype, rows=TOKEN_ROWS_NARROW, tokens=I8_TOKENS, lanes=True),
               [raw, words], [n * m * 4],
               dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
-                   pair_off=pair_off, x_row_words=xq_row_words(k, "q8_0")), matvec_i8_grid(m, n, TOKEN_ROWS_NARROW, I8_TOKENS),
+                   pair_off=pair_off, x_row_words=xq_row_words(k, fmt)), matvec_i8_grid(m, n, TOKEN_ROWS_NARROW, I8_TOKENS),
               close(i8_emulation.matvec(raw, qtype, q, info).astype(np.float32), rel=1e-5))
     k, n = 96, 5                                   # the pairs themselves, made from the rows in place
     q, info = i8_emulation.quantize(rng.standard_normal((n, k), dtype=np.float32), "q8_0")

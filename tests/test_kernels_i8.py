@@ -161,23 +161,25 @@ def test_matvec_i8_lanes(gpu, qtype, tokens, n):
     llama.cpp's arithmetic, with odd token counts (a last pair of one token), and at the bound the pairs
     rely on: a row of all-15 quants against activations all at +-127 (16 products summing to 30480)."""
     rng = np.random.default_rng(int(qtype) + 10 * tokens + n)
-    m, k = 37, 288
+    fmt = I8_ACTIVATIONS[qtype]
+    per = I8_BLOCKS[fmt][0] if qtype != QT.Q4_K else 256
+    m, k = 37, 288 if fmt == "q8_0" else 768
     raw = random_weight(qtype, m, k, rng)
-    block = raw.shape[1] // (k // 32)
-    for b in range(k // 32):            # row 0: every quant 15; row 1: every quant 0
-        raw[0, b * block + block - 16:(b + 1) * block] = 0xFF
-        raw[1, b * block + block - 16:(b + 1) * block] = 0x00
+    block = raw.shape[1] // (k // per)
+    for b in range(k // per):           # row 0: every quant 15; row 1: every quant 0 (a block's quants end it)
+        raw[0, (b + 1) * block - per // 2:(b + 1) * block] = 0xFF
+        raw[1, (b + 1) * block - per // 2:(b + 1) * block] = 0x00
     x = activations(rng, n, k)
-    x[1 % n] = 3.0                      # all +127
-    x[2 % n] = -3.0                     # all -127
-    words = run_quantize(gpu, x, "q8_0")
-    row_words = xq_row_words(k, "q8_0")
+    x[1 % n] = 3.0                      # all at +-127
+    x[2 % n] = -3.0
+    words = run_quantize(gpu, x, fmt)
+    row_words = xq_row_words(k, fmt)
     pair_off, total = lanes_words(n, k, row_words)
     buf = gpu.upload(np.concatenate([words, np.zeros(total - len(words), np.uint32)]))
     gpu.dispatch(lanes_key(), [buf], [], dict(k=k, n=n, row_words=row_words, pair_off=pair_off), (groups(k // 4), (n + 1) // 2, 1))
     both = np.frombuffer(gpu.run(gpu.device.read(buf, total * 4)), np.uint32)
     np.testing.assert_array_equal(both[:len(words)], words)      # the rows themselves untouched
-    q, info = emu.unpack(words, n, k, "q8_0")
+    q, info = emu.unpack(words, n, k, fmt)
     pairs = both[pair_off:].view(np.int32).reshape(-1, k)
     np.testing.assert_array_equal(pairs, q[0::2].astype(np.int32) + 65536 * q[np.minimum(np.arange(1, n + 1, 2), n - 1)].astype(np.int32))
     got = run_matvec_i8(gpu, qtype, raw, both, n, k, rows=4, tokens=tokens, pair_off=pair_off)
@@ -192,7 +194,7 @@ def test_matvec_i8_lanes(gpu, qtype, tokens, n):
 
 
 def test_lanes_refuse_types_and_counts_they_cannot_take():
-    for qtype, tokens in [(QT.Q5_0, 4), (QT.Q8_0, 4), (QT.Q4_K, 4), (QT.Q4_1, 3), (QT.Q4_1, None)]:
+    for qtype, tokens in [(QT.Q5_0, 4), (QT.Q8_0, 4), (QT.Q5_K, 4), (QT.Q6_K, 4), (QT.Q4_1, 3), (QT.Q4_1, None)]:
         with pytest.raises(ValueError):
             matvec_i8_key(qtype, tokens=tokens, lanes=True)
 

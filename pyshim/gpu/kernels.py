@@ -99,7 +99,7 @@ I8_PAIR_TYPES = frozenset({QT.Q5_0})      # (Q4_0 is grouped instead, as Q8_0)
 # SwiftShader (its Vulkan driver natively, 2-core Zen 4), 4-bit 8192x1536, 4 rows an invocation, best of 5:
 # 4 tokens by dot4I8Packed 33-40 ms, in two pairs 21-26 ms, one token 11-14 ms (building the pairs in the
 # matvec itself 34 ms: the words are cheaper loaded than made). lavapipe: 5.2-6.1 against 4.5-5.3, within noise.
-I8_LANE_TYPES = frozenset({QT.Q4_0, QT.Q4_1})
+I8_LANE_TYPES = frozenset({QT.Q4_0, QT.Q4_1, QT.Q4_K})     # (Q4_K: each piece of 32, include/pieces_i8.wgsl)
 # activation format -> (elements per block, f32 metadata words per block), as quantize.wgsl lays them out
 I8_BLOCKS = {"q8_0": (32, 4), "q8_k": (256, 20)}
 def xq_row_words(k: int, fmt: str) -> int:

@@ -57,3 +57,12 @@ fn piece_apply(pc: WPiece, xa: vec4<u32>, xb: vec4<u32>, sums: vec2<i32>) -> vec
 fn block_finish(head: KHead, s: vec2<i32>, dx: f32) -> f32 {
     return dx * (head.d * f32(s.x) - head.dmin * f32(s.y));
 }
+
+#ifdef LANES
+// piece_apply for both tokens of a pair (include/unpack_i8.wgsl's lanes16; sums0, sums1: their sums of 16):
+// (token 0's two sums, token 1's)
+fn piece_lanes(pc: WPiece, pw: PairWords, sums0: vec2<i32>, sums1: vec2<i32>) -> vec4<i32> {
+    let s = lanes16(pc.lo, pw.e0, pw.e1, pw.e2, pw.e3) + lanes16(pc.hi, pw.f0, pw.f1, pw.f2, pw.f3);
+    return vec4<i32>(pc.sc.x * s.x, pc.sc.y * (sums0.x + sums0.y), pc.sc.x * s.y, pc.sc.y * (sums1.x + sums1.y));
+}
+#endif
