@@ -5,7 +5,9 @@
 // Barrier-free: one invocation computes ROWS consecutive output rows for one token.
 // Grid: x = rows / (WG * ROWS), y = tokens (TOKENS: tokens / TOKENS, for steps of several tokens: the
 // 32-value block types, whose decoders have block_unpack, unpack each weight block once for TOKENS tokens;
-// the K-quants, PIECES, each 32-value piece of a block, with the block's integer sums kept per token).
+// the K-quants, PIECES, each 32-value piece of a block, with the block's integer sums kept per token);
+// with LANES (the number of token pairs, TOKENS / 2) the tokens go in pairs, lanes.wgsl's words at pair_off,
+// one i32 multiply for both tokens of a pair (Q4_0, Q4_1, Q4_K: include/unpack_i8.wgsl's lanes16).
 // Defines: one W_<type> (Q4_0, Q4_1, Q5_0, Q8_0 read blocks of 32 activations, Q8_0/Q8_1 style; Q4_K,
 // Q5_K, Q6_K read Q8_K's blocks of 256), WG, ROWS, optional BIAS (a bias, or a residual: matvec.wgsl); UNIFORM_X (with X_VEC4) binds the
 // quantized row as a uniform array (one-token steps on CPU adapters: one broadcast load per read).

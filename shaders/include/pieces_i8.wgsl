@@ -3,7 +3,7 @@
 // tokens, and the integer sums of a block are the one-token decoder's, so results are equal word for word.
 // The including decoder defines PIECES (pieces a block: 8), block_head(wb) -> KHead (the block's floats and scale words),
 // piece_unpack(wb, head, p) -> WPiece, piece_apply(piece, xa, xb, sums) -> the piece's integer
-// contribution, and block_finish(head, sums, d_x) -> f32.
+// contribution, and block_finish(head, sums, d_x) -> f32; Q4_K also piece_lanes (LANES: two tokens at once).
 struct WPiece {
     lo: vec4<u32>,      // elements 0..15 of the piece as int8 (unsigned values)
     hi: vec4<u32>,      // elements 16..31
