@@ -83,6 +83,11 @@ fn xv(j: u32) -> vec4<u32> {
 fn lane(i: u32) -> vec4<i32> {
     return bitcast<vec4<i32>>(x[i]);
 }
+
+// vec4 j of quantized row `row`'s block metadata (xm's, for a row other than the current token's)
+fn row_meta(row: u32, j: u32) -> vec4<f32> {
+    return bitcast<vec4<f32>>(x[((params.x_off + row * params.x_row_words) >> 2u) + params.k / 16u + j]);
+}
 #endif
 
 // vec4 j of the row's block metadata
@@ -181,10 +186,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
                 let pv = lane_rows[J] + 64u * b + 8u * p;
                 let pw = PairWords(lane(pv), lane(pv + 1u), lane(pv + 2u), lane(pv + 3u),
                                    lane(pv + 4u), lane(pv + 5u), lane(pv + 6u), lane(pv + 7u));
-                let at0 = ((params.x_off + x_rows[2u * J] * params.x_row_words) >> 2u) + params.k / 16u + s_at;
-                let at1 = ((params.x_off + x_rows[2u * J + 1u] * params.x_row_words) >> 2u) + params.k / 16u + s_at;
-                let s0 = vec4<i32>(bitcast<vec4<f32>>(x[at0]));
-                let s1 = vec4<i32>(bitcast<vec4<f32>>(x[at1]));
+                let s0 = vec4<i32>(row_meta(x_rows[2u * J], s_at));
+                let s1 = vec4<i32>(row_meta(x_rows[2u * J + 1u], s_at));
                 let odd = (p & 1u) == 1u;
                 let h0 = select(s0.xy, s0.zw, odd);
                 let h1 = select(s1.xy, s1.zw, odd);
@@ -231,10 +234,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
             let pv = lane_rows[J] + 8u * b;
             let pw = PairWords(lane(pv), lane(pv + 1u), lane(pv + 2u), lane(pv + 3u),
                                lane(pv + 4u), lane(pv + 5u), lane(pv + 6u), lane(pv + 7u));
-            x_base = (params.x_off + x_rows[2u * J] * params.x_row_words) >> 2u;
-            let m0 = bitcast<vec4<f32>>(x[x_base + params.k / 16u + b]);
-            x_base = (params.x_off + x_rows[2u * J + 1u] * params.x_row_words) >> 2u;
-            let m1 = bitcast<vec4<f32>>(x[x_base + params.k / 16u + b]);
+            let m0 = row_meta(x_rows[2u * J], b);
+            let m1 = row_meta(x_rows[2u * J + 1u], b);
 #unroll R ROWS
             { let v = block_lanes(blk[R], pw, m0, m1); accs[2u * J][R] += v.x; accs[2u * J + 1u][R] += v.y; }
 #endunroll
