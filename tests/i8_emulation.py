@@ -9,7 +9,7 @@ from gguf import GGMLQuantizationType as QT
 
 from pyshim.exec.llama_cpp import llama_cpp_activations, q8_1_sum_correction
 from pyshim.exec.reference import dequantize_rows
-from pyshim.gpu.kernels import I8_ACTIVATIONS, I8_BLOCKS, xq_row_words
+from pyshim.gpu.kernels import I8_ACTIVATIONS, I8_BLOCKS, lanes_words, xq_row_words
 from pyshim.plan.memory import REPACK_GROUP_BLOCKS
 
 
@@ -50,7 +50,6 @@ def pack(q: np.ndarray, info: np.ndarray) -> np.ndarray:
 def with_lanes(q: np.ndarray, info: np.ndarray) -> tuple[np.ndarray, int]:
     """pack's rows followed by lanes.wgsl's token pairs (x[2p] + 65536 * x[2p + 1] per element, a last odd
     token paired with itself) -> (words, the pairs' word offset)."""
-    from pyshim.gpu.kernels import lanes_words
     n, k = q.shape
     rows = pack(q, info).reshape(-1)
     pair_off, total = lanes_words(n, k, rows.size // n)
