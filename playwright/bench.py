@@ -146,6 +146,7 @@ def model_facts(name: str, settings: Settings) -> dict:
         "name": name, "file": path.name, "url": _url(path), "path": str(path), "file_bytes": path.stat().st_size,
         "architecture": spec.architecture, "n_layers": spec.n_layers, "n_vocab": spec.n_vocab, "tied_output": spec.tied_output,
         "weight_bytes": weight_bytes, "weight_bytes_per_token": per_token_bytes, "weight_elems_per_token": per_token_elems,
+        "weight_elems_by_type_per_token": token.active_by_type,
         "kv_bytes_per_token_at_mean_pos": kv_read, "bytes_per_token": per_token_bytes + kv_read,
         "workload": workload,
     }
@@ -185,12 +186,26 @@ def medians(samples: list[dict]) -> dict:
     return out
 
 
+# Weight types held to the probe of their own element width where bench_roofline measures one (its
+# `Gelem_s_by_bits`); every other type to the best element rate, the stricter ceiling.
+ELEMENT_BITS = {"Q6_K": "6"}
+
+
+def element_seconds(elems_by_type: dict, rate: float, by_bits: dict | None) -> float:
+    """Seconds the roofline's probes take to stream a token's weight elements: each type's at the rate of
+    its element width's probe (ELEMENT_BITS), the rest at `rate` (G elements/s, the best)."""
+    by_bits = by_bits or {}
+    return sum(n / 1e9 / (by_bits.get(ELEMENT_BITS.get(t, ""), 0.0) or rate) for t, n in elems_by_type.items())
+
+
 def derive(median: dict, facts: dict, roofline: dict | None) -> None:
     """Achieved GB/s and % of roofline from decode tok/s (in place). Efficiency follows the GPU issue:
-    the higher of bytes/s ÷ roofline bytes/s and weight elements/s ÷ roofline elements/s (a CPU adapter
-    is bound by arithmetic, a real GPU by bytes; the roofline's elements are the best of f32 and of the
-    int8 route's, bench_roofline). A figure over 100% means the roofline read low (a busy machine): it is
-    kept as `roofline_over_pct` and `roofline_pct` left empty, so no report prints it as an efficiency."""
+    the higher of bytes/s ÷ roofline bytes/s and the probes' time for a token's weight elements ÷ the
+    token's time (a CPU adapter is bound by arithmetic, a real GPU by bytes; the elements' rates are the
+    best of f32 and of the int8 route's, and Q6_K's that of 6-bit elements, bench_roofline). A figure over
+    100% means the roofline read low (a busy machine): it is kept as `roofline_over_pct` and `roofline_pct`
+    left empty, so no report prints it as an efficiency. `roofline_one_rate_pct` is the elements' figure
+    with every type at the best rate (the stricter, older measure)."""
     tok_s = median.get("decode_tok_s")
     if not tok_s:
         return
@@ -198,9 +213,14 @@ def derive(median: dict, facts: dict, roofline: dict | None) -> None:
     median["achieved_GBps"] = tok_s * facts["bytes_per_token"] / 1e9
     roof_gbs = median.get("roofline_GBps") or (roofline or {}).get("GBps")
     roof_gel = median.get("roofline_Gelem_s") or (roofline or {}).get("Gelem_s")
+    by_bits = median.get("roofline_Gelem_s_by_bits") or (roofline or {}).get("Gelem_s_by_bits")
     if roof_gbs:
         pct_bytes = 100 * median["achieved_GBps"] / roof_gbs
-        pct_elems = 100 * tok_s * facts["weight_elems_per_token"] / 1e9 / roof_gel if roof_gel else 0.0
+        pct_elems = 0.0
+        if roof_gel:
+            by_type = facts.get("weight_elems_by_type_per_token") or {"": facts["weight_elems_per_token"]}
+            pct_elems = 100 * tok_s * element_seconds(by_type, roof_gel, by_bits)
+            median["roofline_one_rate_pct"] = 100 * tok_s * facts["weight_elems_per_token"] / 1e9 / roof_gel
         median["roofline_GBps"], median["roofline_Gelem_s"] = roof_gbs, roof_gel
         pct = max(pct_bytes, pct_elems)
         median["roofline_pct"] = pct if pct <= 100 else None

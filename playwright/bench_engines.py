@@ -274,6 +274,7 @@ def browser_run(playwright, base_url: str, model_url: str, workload: list[dict],
             if device != "cpu":
                 roof = harness.engine_request(page, "exec", {"code": _roofline_code(roofline_mib)}, timeout_ms=RUN_TIMEOUT_MS)
                 sample["roofline_GBps"], sample["roofline_Gelem_s"] = roof["GBps"], roof["Gelem_s"]
+                sample["roofline_Gelem_s_by_bits"] = roof.get("Gelem_s_by_bits")
         except harness.HarnessError as exc:  # the other figures still count; % of roofline stays empty
             sample["roofline_error"] = str(exc)[:300]
         # Stored first, as the site does, so the bench request's load_ms is IndexedDB → GPU alone.

@@ -2,9 +2,11 @@
 (`shaders/stream.wgsl`, a vec4 read-and-reduce), in bytes/s and elements/s. A decode step cannot beat
 it, so "% of roofline" says how much of the device a token uses. So that it cannot fall below what the
 engine itself achieves, it is measured the ways the kernels read: f32 elements, and (where the adapter
-has dot4I8Packed) int8 and 4-bit elements dotted with int8 activations by dot4I8Packed, as the int8
-route's matvecs take them, each in contiguous runs and in the coalesced order; the best bytes/s and the best elements/s are kept. A bench
-row still over 100% is flagged, not printed (bench.derive).
+has dot4I8Packed) int8, 4-bit and 6-bit elements dotted with int8 activations by dot4I8Packed, as the
+int8 route's matvecs take them, each in contiguous runs and in the coalesced order; the best bytes/s and
+the best elements/s are kept, and the best of each element width (`Gelem_s_by_bits`: bench.derive holds
+a model's Q6_K weights to the 6-bit rate, the rest to the best one). A bench row still over 100% is
+flagged, not printed (bench.derive).
 
 The same source runs in CPython (native `wgpu`; `python bench_roofline.py [--mib N]` prints JSON) and in
 the browser's engine Worker (bench.py sends this file's text to the Worker's `exec` request, which runs
@@ -74,26 +76,37 @@ async def measure_roofline(mib: int = ROOFLINE_MIB) -> dict:
         out = device.buffer(threads * 4, label="roofline-out")
         params = device.buffer(PARAMS["stream"].nbytes, label="roofline-params", uniform=True)
         device.write(params, PARAMS["stream"].pack(n4=n4, per_thread=PER_THREAD))
+        # the 6-bit probe counts triples of vec4s (what it streams: a whole number of them)
+        params6 = device.buffer(PARAMS["stream"].nbytes, label="roofline-params-i6", uniform=True)
+        device.write(params6, PARAMS["stream"].pack(n4=n4 // 3, per_thread=PER_THREAD // 3))
         seconds = {}
         # Contiguous runs per invocation (what SwiftShader and lavapipe like) and the coalesced order
         # (what real GPUs like), f32 and (the int8 route's element) int8; the best of each is the roofline.
         # element -> bytes: f32, and where the adapter has dot4I8Packed the int8 route's int8 and 4-bit ones
-        elements = {"f32": 4.0} | ({"i8": 1.0, "i4": 0.5} if _has_dot4(device) else {})
+        elements = {"f32": 4.0} | ({"i8": 1.0, "i4": 0.5, "i6": 0.75} if _has_dot4(device) else {})
         acts = device.buffer(256, label="roofline-activations", uniform=True)     # 64 int8 activations
         device.write(acts, np.random.default_rng(0).integers(-127, 128, 256, dtype=np.int8).view(np.uint32))
         for element in elements:
             for strided in (False, True):
-                pipe = await kernels.get(ShaderKey.of("stream", WG=WG, STRIDED=strided, I8=element == "i8", I4=element == "i4"))
-                group = device.bind_group(pipe, [src, out, params] if element == "f32" else [src, acts, out, params])
+                pipe = await kernels.get(ShaderKey.of("stream", WG=WG, STRIDED=strided, I8=element == "i8", I4=element == "i4",
+                                                      I6=element == "i6"))
+                p = params6 if element == "i6" else params
+                group = device.bind_group(pipe, [src, out, p] if element == "f32" else [src, acts, out, p])
                 name = ("strided" if strided else "contiguous") + ("" if element == "f32" else f" {element}")
                 seconds[name] = await _seconds_per_pass(device, (pipe, group, (groups(threads), 1, 1)), out)
-        best = min(seconds.values())
-        per_element = {name: elements[name.split()[-1] if " " in name else "f32"] for name in seconds}
+        element_of = {name: name.split()[-1] if " " in name else "f32" for name in seconds}
+        streamed = {name: n4 // 3 * 48 if element_of[name] == "i6" else nbytes for name in seconds}
+        rates = {name: streamed[name] / elements[element_of[name]] / t / 1e9 for name, t in seconds.items()}
+        by_bits = {}
+        for name, rate in rates.items():
+            bits = {"f32": "32", "i8": "8", "i4": "4", "i6": "6"}[element_of[name]]
+            by_bits[bits] = max(by_bits.get(bits, 0.0), rate)
         return {
             "adapter": device.caps.as_dict(),
             "bytes": nbytes,
-            "GBps": nbytes / best / 1e9,
-            "Gelem_s": max(nbytes / per_element[name] / t for name, t in seconds.items()) / 1e9,
+            "GBps": max(streamed[name] / t for name, t in seconds.items()) / 1e9,
+            "Gelem_s": max(rates.values()),
+            "Gelem_s_by_bits": by_bits,
             "ms_per_pass": {k: v * 1e3 for k, v in seconds.items()},
         }
     finally:

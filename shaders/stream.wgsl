@@ -13,7 +13,13 @@
 // per word and the activations indexed by the loop's counter (per lane on SwiftShader), the probe read
 // 1.0 G 4-bit elements/s on SwiftShader and 7.6 on lavapipe, and the rows-unrolled Q4_K matvec passed it;
 // this way 1.3 and 12.6.
-// The benchmark keeps the best of the passes. Defines: WG, optional STRIDED, I8 or I4.
+// I6: the same loads as Q6_K's 6-bit values (include/q6_kg_i8.wgsl): each three vec4s are 64 of them, two
+// vec4s of low nibbles and one of the 2-bit tops, each element's nibble and top joined into a byte as the
+// Q6_K decoder joins them, then dotted with activations. A 6-bit element is 3/4 of a byte, so where loads
+// bind (lavapipe) it cannot stream as many elements a second as a 4-bit one: Q6_K weights are measured
+// against this one (bench.derive), the others against the best element rate.
+// `n4` and `per_thread` count units: vec4s, or with I6 triples of vec4s.
+// The benchmark keeps the best of the passes. Defines: WG, optional STRIDED, I8, I4 or I6.
 struct Params {
     n4: u32,            // vec4s in the buffer
     per_thread: u32,
@@ -22,6 +28,9 @@ struct Params {
 }
 
 #ifdef I4
+#define I8
+#endif
+#ifdef I6
 #define I8
 #endif
 #ifdef I8
@@ -33,8 +42,23 @@ struct Params {
 alias Acc = vec4<i32>;                  // (see above: integer sums, activations in registers)
 var<private> a: vec4<u32>;
 var<private> b: vec4<u32>;
+var<private> c: vec4<u32>;
+var<private> d: vec4<u32>;
+
+fn dot16(q: vec4<u32>, v: vec4<u32>) -> i32 {
+    return dot4I8Packed(q.x, v.x) + dot4I8Packed(q.y, v.y) + dot4I8Packed(q.z, v.z) + dot4I8Packed(q.w, v.w);
+}
 
 fn load(i: u32) -> Acc {
+#ifdef I6
+    let ql0 = x[3u * i];
+    let ql1 = x[3u * i + 1u];
+    let h = x[3u * i + 2u];
+    let lo = vec4<u32>(0x0F0F0F0Fu);
+    let top = vec4<u32>(0x30303030u);
+    return Acc(dot16((ql0 & lo) | ((h << vec4<u32>(4u)) & top), a), dot16((ql1 & lo) | ((h << vec4<u32>(2u)) & top), b),
+               dot16(((ql0 >> vec4<u32>(4u)) & lo) | (h & top), c), dot16(((ql1 >> vec4<u32>(4u)) & lo) | ((h >> vec4<u32>(2u)) & top), d));
+#else
 #ifdef I4
     let w = x[i] & vec4<u32>(0x0F0F0F0Fu);
     let h = (x[i] >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu);
@@ -43,6 +67,7 @@ fn load(i: u32) -> Acc {
 #else
     let w = x[i];
     return Acc(dot4I8Packed(w.x, a.x), dot4I8Packed(w.y, a.y), dot4I8Packed(w.z, a.z), dot4I8Packed(w.w, a.w));
+#endif
 #endif
 }
 #else
@@ -63,6 +88,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 #ifdef I8
     a = xs[0];
     b = xs[1];
+    c = xs[2];
+    d = xs[3];
 #endif
 #ifdef STRIDED
     // invocation g reads vec4s g, g + T, g + 2T, ... (T = invocations): neighbours read neighbours

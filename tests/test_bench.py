@@ -75,6 +75,34 @@ def test_a_figure_over_the_roofline_is_flagged_not_printed():
     assert bench_report._roofline_cell(fine) == "50.0"
 
 
+def test_q6_k_weights_are_held_to_the_six_bit_probe_and_the_rest_to_the_best_rate():
+    """A token of 1e8 Q4_K and 6e7 Q6_K elements at 10 tok/s against a best rate of 4 G elements/s and a
+    6-bit one of 2: the probes need 0.025 + 0.03 s a token, so 55% (40% with every element at the best
+    rate, kept beside it); with no 6-bit rate measured, the best rate stands for it."""
+    facts = {"bytes_per_token": 1e7, "weight_elems_per_token": 1.6e8,
+             "weight_elems_by_type_per_token": {"Q4_K": 1e8, "Q6_K": 6e7}}
+    m = {"decode_tok_s": 10.0, "roofline_GBps": 100.0, "roofline_Gelem_s": 4.0,
+         "roofline_Gelem_s_by_bits": {"4": 4.0, "6": 2.0}}
+    bench.derive(m, facts, None)
+    assert m["roofline_pct"] == pytest.approx(55.0) and m["roofline_one_rate_pct"] == pytest.approx(40.0)
+    plain = {"decode_tok_s": 10.0, "roofline_GBps": 100.0, "roofline_Gelem_s": 4.0}
+    bench.derive(plain, facts, None)
+    assert plain["roofline_pct"] == pytest.approx(40.0)
+
+
+def test_the_roofline_measures_each_element_width_and_keeps_the_best():
+    """Natively (lavapipe here): f32, int8, 4-bit and 6-bit probes each give a rate, the best is Gelem_s."""
+    import asyncio
+
+    from bench_roofline import measure_roofline
+
+    r = asyncio.run(measure_roofline(8))
+    assert set(r["Gelem_s_by_bits"]) == {"32", "8", "4", "6"}
+    assert all(v > 0 for v in r["Gelem_s_by_bits"].values())
+    assert r["Gelem_s"] == max(r["Gelem_s_by_bits"].values())
+    assert {"contiguous i6", "strided i6"} <= set(r["ms_per_pass"])
+
+
 def test_medians_take_numbers_per_figure_and_keep_other_values():
     m = bench.medians([{"a": 1.0, "b": "x"}, {"a": 3.0}, {"a": 2.0, "c": True}])
     assert m == {"a": 2.0, "b": "x", "c": True}

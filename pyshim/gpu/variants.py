@@ -89,7 +89,7 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
     keys += [*argmax_keys()] + ([*argmax_keys(subgroup=True)] if subgroups else [])
     keys += [ShaderKey.of("topk", WG=WG, K=TOPK, **{p: True}) for p in ("PASS1", "PASS2")]
     keys += [ShaderKey.of("stream", WG=WG, STRIDED=s, **{e: True for e in el}) for s in (False, True)
-             for el in ((), ("I8",), ("I4",)) if int8 or not el]
+             for el in ((), ("I8",), ("I4",), ("I6",)) if int8 or not el]
     if f16:         # the f32 route's arithmetic in halves (real GPUs with shader-f16)
         keys += [matvec_key(q, bias=bias, reduce=True, f16=True) for q in WEIGHT_TYPES for bias in (False, True)]
         keys += [matvec_key(q, reduce=True, glu=act, f16=True) for q in WEIGHT_TYPES for act in ACTIVATIONS]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from pyshim.errors import OutOfMemoryError
@@ -67,10 +67,12 @@ class PerToken:
     total_params: int
     active_params: int
     read_bytes: int
+    active_by_type: dict = field(default_factory=dict)   # GGML type name -> of active_params, that type's
 
 
 def per_token(spec: ModelSpec, tensors: Iterable[TensorInfo]) -> PerToken:
     total = active = read = 0
+    by_type: dict[str, int] = {}
     used = spec.n_experts_used / spec.n_experts if spec.n_experts else 1.0
     for t in tensors:
         n, nbytes = t.n_elements, t.nbytes
@@ -81,7 +83,8 @@ def per_token(spec: ModelSpec, tensors: Iterable[TensorInfo]) -> PerToken:
             n, nbytes = int(n * used), int(nbytes * used)
         active += n
         read += nbytes
-    return PerToken(total_params=total, active_params=active, read_bytes=read)
+        by_type[t.type.name] = by_type.get(t.type.name, 0) + n
+    return PerToken(total_params=total, active_params=active, read_bytes=read, active_by_type=by_type)
 
 
 def tensor_rows(t: TensorInfo) -> tuple[int, int]:
