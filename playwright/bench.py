@@ -198,6 +198,20 @@ def element_seconds(elems_by_type: dict, rate: float, by_bits: dict | None) -> f
     return sum(n / 1e9 / (by_bits.get(ELEMENT_BITS.get(t, ""), 0.0) or rate) for t, n in elems_by_type.items())
 
 
+def best_roofline(a: dict | None, b: dict | None) -> dict | None:
+    """Two measurements of one adapter's roofline (bench_roofline) as one: the best of each figure."""
+    if not a or "GBps" not in a:
+        return b if b and "GBps" in b else a
+    if not b or "GBps" not in b:
+        return a
+    bits = {k: max(a.get("Gelem_s_by_bits", {}).get(k, 0.0), b.get("Gelem_s_by_bits", {}).get(k, 0.0))
+            for k in {*a.get("Gelem_s_by_bits", {}), *b.get("Gelem_s_by_bits", {})}}
+    passes = {k: min(a.get("ms_per_pass", {}).get(k, float("inf")), b.get("ms_per_pass", {}).get(k, float("inf")))
+              for k in {*a.get("ms_per_pass", {}), *b.get("ms_per_pass", {})}}
+    return {**a, "GBps": max(a["GBps"], b["GBps"]), "Gelem_s": max(a.get("Gelem_s", 0.0), b.get("Gelem_s", 0.0)),
+            "Gelem_s_by_bits": bits, "ms_per_pass": passes, "measurements": 2}
+
+
 def derive(median: dict, facts: dict, roofline: dict | None) -> None:
     """Achieved GB/s and % of roofline from decode tok/s (in place). Efficiency follows the GPU issue:
     the higher of bytes/s ÷ roofline bytes/s and the probes' time for a token's weight elements ÷ the
@@ -289,12 +303,21 @@ def _run_native(report: dict, config: BenchConfig, facts: dict, cli: dict) -> No
         report["rooflines"]["gpu"] = _safe(lambda: bench_engines.native_roofline(settings.roofline_mib), "native roofline")
     if "cpu" in natives and "cpu" in cli["backends"]:
         report["rooflines"]["cpu"] = _host_roofline()
+    rows = []
     for name in config.models:
         for backend in natives:
             res = _measure(f"{name} {backend}", settings.runs,
                            lambda: bench_engines.cli_run(backend, Path(facts[name]["path"]), facts[name]["workload"], cli,
                                                          budget_mb=config.budget_mb))
-            _add(report, name, backend, res, facts[name], report["rooflines"].get(backend))
+            rows.append((name, backend, res))
+    if report["rooflines"].get("gpu") and rows:
+        # measured again after the rows, the best of each pass kept: a busy minute at the start (another
+        # tenant of the machine) read lavapipe's 4-bit probe at 8.8 G elements/s against 12.5-13.1 in
+        # quiet ones, and the whole run's percentages with it
+        again = _safe(lambda: bench_engines.native_roofline(settings.roofline_mib), "native roofline, again")
+        report["rooflines"]["gpu"] = best_roofline(report["rooflines"]["gpu"], again)
+    for name, backend, res in rows:
+        _add(report, name, backend, res, facts[name], report["rooflines"].get(backend))
     llama_python = bench_engines.llamacpp_python() if config.peer and not config.quick else None
     report["llamacpp_python"] = llama_python
     scratch = config.out / ".workload.json"

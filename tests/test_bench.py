@@ -90,6 +90,15 @@ def test_q6_k_weights_are_held_to_the_six_bit_probe_and_the_rest_to_the_best_rat
     assert plain["roofline_pct"] == pytest.approx(40.0)
 
 
+def test_two_measurements_of_a_roofline_keep_the_best_of_each_figure():
+    busy = {"GBps": 7.0, "Gelem_s": 8.8, "Gelem_s_by_bits": {"4": 8.8, "6": 10.7}, "ms_per_pass": {"contiguous i4": 15.0}}
+    quiet = {"GBps": 9.6, "Gelem_s": 13.1, "Gelem_s_by_bits": {"4": 13.1, "6": 10.1}, "ms_per_pass": {"contiguous i4": 10.2}}
+    best = bench.best_roofline(busy, quiet)
+    assert (best["GBps"], best["Gelem_s"]) == (9.6, 13.1)
+    assert best["Gelem_s_by_bits"] == {"4": 13.1, "6": 10.7} and best["ms_per_pass"] == {"contiguous i4": 10.2}
+    assert bench.best_roofline(busy, {"error": "lost"}) is busy and bench.best_roofline({"error": "x"}, quiet) is quiet
+
+
 def test_the_roofline_measures_each_element_width_and_keeps_the_best():
     """Natively (lavapipe here): f32, int8, 4-bit and 6-bit probes each give a rate, the best is Gelem_s."""
     import asyncio
