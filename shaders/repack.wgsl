@@ -3,8 +3,8 @@
 // (row-major, as in the file):
 //   Q8_0 (272 bytes): the 8 blocks' 32 int8 quants, block after block; then their 8 f16 scales.
 //   Q4_0 (144 bytes, define Q4_0): the 8 blocks' 16 quant bytes, then their 8 f16 scales.
-//   Q6_K (1680 bytes, define Q6_K): each block's ql, qh and scales (208 bytes), block after block; then
-//   their 8 f16 d.
+//   Q6_K (1680 bytes, define Q6_K): the 8 blocks' ql (128 bytes each), then their qh (64 each), their
+//   scales (16 each) and their 8 f16 d.
 // 8 blocks keep their size either way, so the buffer keeps its size (rounded up to whole groups) and every
 // field starts on 16 bytes: the int8 matvec reads them as vec4<u32>s instead of the file layout's
 // straddling words (every other block of 18, 34 or 210 bytes starts 2 bytes into a word). Why: on CPU adapters each
@@ -56,9 +56,15 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 #ifdef Q6_K
     var ds = array<u32, 4>(0u, 0u, 0u, 0u);
     for (var j = 0u; j < 8u; j++) {
-        let at = 210u * j;                   // block j: ql, qh and scales in its first 208 bytes, d at +208
-        for (var t = 0u; t < 52u; t++) {
-            w[base + 52u * j + t] = raw_word(&raw, at + 4u * t);
+        let at = 210u * j;                   // block j: ql at +0, qh at +128, scales at +192, d at +208
+        for (var t = 0u; t < 32u; t++) {
+            w[base + 32u * j + t] = raw_word(&raw, at + 4u * t);
+        }
+        for (var t = 0u; t < 16u; t++) {
+            w[base + 256u + 16u * j + t] = raw_word(&raw, at + 128u + 4u * t);
+        }
+        for (var t = 0u; t < 4u; t++) {
+            w[base + 384u + 4u * j + t] = raw_word(&raw, at + 192u + 4u * t);
         }
         ds[j >> 1u] |= (raw_word(&raw, at + 208u) & 0xffffu) << ((j & 1u) * 16u);
     }

@@ -107,11 +107,10 @@ def llama_cpp_matvec(raw: np.ndarray, qtype: QT, x: np.ndarray) -> np.ndarray:
 def grouped(raw: np.ndarray, qtype) -> np.ndarray:
     """Q4_0, Q8_0 or Q6_K bytes in repack.wgsl's layout, stated independently of the shader: blocks in file order,
     8 to a group, the last group padded with zero blocks; a group is each field of its 8 blocks one block
-    after another, field after field (Q4_0, Q8_0: quants, then f16 scales; Q6_K: each block's first 208 bytes — ql, qh,
-    scales — then the f16 d's).
+    after another, field after field (Q4_0, Q8_0: quants, then f16 scales; Q6_K: ql, qh, scales, then f16 d).
     -> uint8, flat."""
     size, fields = {QT.Q4_0: (18, [(2, 18), (0, 2)]), QT.Q8_0: (34, [(2, 34), (0, 2)]),
-                    QT.Q6_K: (210, [(0, 208), (208, 210)])}[QT(qtype)]
+                    QT.Q6_K: (210, [(0, 128), (128, 192), (192, 208), (208, 210)])}[QT(qtype)]
     blocks = raw.reshape(-1, size)
     pad = -len(blocks) % REPACK_GROUP_BLOCKS
     blocks = np.concatenate([blocks, np.zeros((pad, size), np.uint8)]).reshape(-1, REPACK_GROUP_BLOCKS, size)

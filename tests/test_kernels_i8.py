@@ -92,7 +92,7 @@ def test_quantize_matches_emulation(gpu, fmt, k):
         np.testing.assert_array_max_ulp(info, want_info, maxulp=3)
 
 
-@pytest.mark.parametrize("variant", ["rows1", "rows3", "uniform_rows4", "bias_offsets"])
+@pytest.mark.parametrize("variant", ["rows1", "rows3", "uniform_rows4", "uniform_rows8", "bias_offsets"])
 @pytest.mark.parametrize("qtype", I8_TYPES, ids=lambda t: t.name)
 def test_matvec_i8_random_blocks(gpu, qtype, variant):
     rng = np.random.default_rng(int(qtype) * 7 + len(variant))

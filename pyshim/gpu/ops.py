@@ -293,7 +293,8 @@ class GpuOps(FusedOps, ExpertOps):
             tokens = min(tokens, n)
         # (a batched step's few tokens take the one-token rows: SwiftShader natively, 4 SmolLM2 sequences a
         # step, 4 rows 435 ms against 8 rows 505-509, the prompts' 8)
-        rows_per = self.policy.token_rows if tokens > 1 and not self._batched else self.policy.matvec_rows
+        rows_per = ((self.policy.matvec_rows if self._batched else self.policy.token_rows) if tokens > 1
+                    else self.policy.one_token_rows(w.ref.qtype, k))
         lanes = self.policy.i8_lanes and tokens > 1 and w.ref.qtype in I8_LANE_TYPES
         tokens += tokens % 2 if lanes else 0            # (in pairs: a last odd token's pair is itself twice)
         pair_off = self._lanes(x, fmt) if lanes else 0

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
+from gguf import GGMLQuantizationType
+
 from pyshim.errors import BadRequestError, UnsupportedError
 from pyshim.gpu.device import Capabilities
 from pyshim.plan.settings import Arithmetic
@@ -35,6 +37,12 @@ NARROW_SIMD_LANES = 4
 # decode steps, 2 -> 4 rows, Qwen2.5-1.5B-shaped Q4_K_M 277-305 -> 265-272 ms, SmolLM2 (Q4_1) 44 -> 39,
 # Qwen2.5-0.5B and Gemma 3 270M level.
 CPU_I8_ROWS = 4
+# ... except one-token Q6_K matvecs whose rows hold an odd number of blocks (the 1.5B's ffn_down, 8960 wide:
+# 35): on lavapipe, with the grouped layout, those ran at 2.5-3.3 G elements/s with 4 rows against 4-5 for
+# even counts (34, 36) and 4.0-5.5 with 8 rows (1536x8960, weights out of cache: 4.3-5.0 -> 3.1-3.4 ms).
+# A layout that keeps each block in one run fixed the odd counts as well but cost the even ones 5-15%
+# (the 7B's ffn_down and head), so the rows change, not the layout.
+CPU_I8_ODD_Q6_K_ROWS = 8
 # Rows per invocation of the int8 kernels that unpack a block once for several tokens (matvec_i8 TOKENS:
 # prefill, a batched decode step). lavapipe since the K-quants' pieces (include/pieces_i8.wgsl): 128-token
 # prefill, 8 -> 4 rows, SmolLM2-135M (Q4_0) 46 -> 63-67 tok/s, Gemma 3 42 -> 50, Qwen2.5-0.5B 14.0 -> 18.5
@@ -104,6 +112,12 @@ class KernelPolicy:
     norm_in_quantize: bool = True   # the int8 route's quantize norms its input itself (one pass fewer a norm)
     token_rows: int = TOKEN_ROWS    # rows per invocation of the int8 kernels that take several tokens
     i8_lanes: bool = False       # those take 4-bit weights' tokens in pairs (lanes.wgsl), one multiply for two
+    odd_q6_k_rows: int = 0       # one-token Q6_K rows of an odd block count: rows per invocation (0: matvec_rows)
+
+    def one_token_rows(self, qtype, k: int) -> int:
+        """Rows per invocation of a one-token int8 matvec of `qtype` weights `k` wide."""
+        odd_q6_k = self.odd_q6_k_rows and qtype == GGMLQuantizationType.Q6_K and (k // 256) % 2 == 1
+        return self.odd_q6_k_rows if odd_q6_k else self.matvec_rows
 
     @property
     def arithmetic(self) -> Arithmetic:
@@ -141,6 +155,7 @@ class KernelPolicy:
             attn_lanes=0 if cpu or (int8 and not reduce) else ATTN_LANES_GPU,
             f16=caps.has_f16 and not cpu, reduce_wg=reduce_wg(caps), norm_in_quantize=narrow,
             token_rows=TOKEN_ROWS_NARROW if narrow else TOKEN_ROWS, i8_lanes=narrow,
+            odd_q6_k_rows=CPU_I8_ODD_Q6_K_ROWS if cpu and not narrow and int8 and not reduce else 0,
         )
         if overrides.get("f16") and not caps.has_f16:
             raise UnsupportedError("this device has no shader-f16", hint="leave f16 unset")

@@ -1,18 +1,16 @@
 // Block i of a part in repack.wgsl's grouped Q6_K layout (`w: array<vec4<u32>>`): group i/8 is 105 vec4s,
-// the 8 blocks one after another, 13 vec4s each (its ql in 8, qh in 4, scales in 1), then their 8 f16 d
-// (vec4 104). Block by block, not field by field: an invocation then reads each block as one run of
-// memory rather than from three places (lavapipe, the 1.5B's ffn_down 1536x8960 with its weights out of
-// cache: 4.3-5.0 -> 2.9-3.0 ms; SwiftShader, bound by arithmetic, the same either way).
+// the 8 blocks' ql (8 vec4s each), then their qh (4 each, from vec4 64), their scales (1 each, from 96)
+// and their 8 f16 d (vec4 104).
 fn q6g_ql(i: u32, v: u32) -> vec4<u32> {            // ql bytes 16v..16v+15
-    return w[(i >> 3u) * 105u + 13u * (i & 7u) + v];
+    return w[(i >> 3u) * 105u + 8u * (i & 7u) + v];
 }
 
 fn q6g_qh(i: u32, v: u32) -> vec4<u32> {            // qh bytes 16v..16v+15
-    return w[(i >> 3u) * 105u + 13u * (i & 7u) + 8u + v];
+    return w[(i >> 3u) * 105u + 64u + 4u * (i & 7u) + v];
 }
 
 fn q6g_scales(i: u32) -> vec4<u32> {
-    return w[(i >> 3u) * 105u + 13u * (i & 7u) + 12u];
+    return w[(i >> 3u) * 105u + 96u + (i & 7u)];
 }
 
 fn q6g_d(i: u32) -> f32 {
