@@ -8,7 +8,7 @@ import asyncio
 from gguf import GGMLQuantizationType as QT
 
 import tiny_models
-from pyshim.exec.profile import group_name, kernel_times
+from pyshim.exec.profile import group_name, kernel_times, shape_name
 from pyshim.exec.runner import Step, Want
 from runners import gpu
 from pyshim.gpu.shaderc import ShaderKey
@@ -29,14 +29,19 @@ def test_kernel_times_cover_the_step(tmp_path):
             await runner.prepare()
             await runner.step(Step.of(tiny_models.test_ids(), want=Want.ARGMAX))
             program = await runner.program(1, Want.ARGMAX)
-            return len(program.dispatches), {group_name(d.key) for d in program.dispatches}, await kernel_times(runner, reps=2, rounds=1)
+            shapes = await kernel_times(runner, reps=2, rounds=1, by_shape=True)
+            return (len(program.dispatches), {group_name(d.key) for d in program.dispatches},
+                    await kernel_times(runner, reps=2, rounds=1), {shape_name(d) for d in program.dispatches}, shapes)
         finally:
             runner.close()
 
-    n, names, out = asyncio.run(run())
+    n, names, out, shape_names, shapes = asyncio.run(run())
     assert sum(g["dispatches"] for g in out["groups"].values()) == n
     assert set(out["groups"]) == names and any(name.startswith("matvec") for name in names)
     assert all(g["ms"] >= 0 for g in out["groups"].values()) and out["step_ms"] > 0
     assert abs(sum(g["share"] for g in out["groups"].values()) - 1) < 1e-9
     times = [g["ms"] for g in out["groups"].values()]
     assert times == sorted(times, reverse=True)
+    # by shape: the same dispatches, each matvec group named by its rows x width and workgroups
+    assert set(shapes["groups"]) == shape_names and sum(g["dispatches"] for g in shapes["groups"].values()) == n
+    assert len(shape_names) > len(names) and any(" /" in s and "x" in s for s in shape_names if s.startswith("matvec"))

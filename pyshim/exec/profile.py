@@ -33,10 +33,20 @@ def group_name(key: ShaderKey) -> str:
     return name + " experts" if "EXPERTS" in defines else name
 
 
-async def kernel_times(runner, *, reps: int = PROFILE_REPS, rounds: int = PROFILE_ROUNDS, program=None) -> dict:
+def shape_name(dispatch) -> str:
+    """group_name, and for a matvec its rows x width and workgroups (`matvec_i8 q6_kg 1536x8960 /6`): which
+    of a family's matrices the time goes to."""
+    name = group_name(dispatch.key)
+    if dispatch.key.family.startswith("matvec"):
+        name += f" {int(dispatch.params[0])}x{int(dispatch.params[1])} /{dispatch.grid[0]}"
+    return name
+
+
+async def kernel_times(runner, *, reps: int = PROFILE_REPS, rounds: int = PROFILE_ROUNDS, program=None,
+                       by_shape: bool = False) -> dict:
     """{"step_ms", "groups": {name: {"dispatches", "ms", "share"}}, "overlap_ms"} for the runner's greedy
     decode step (built if needed), or for a built greedy `program` (a batched decode step's). Times are per
-    step, medians over `rounds`."""
+    step, medians over `rounds`; `by_shape`: groups by shape_name instead of group_name."""
     program = program or await runner.program(1, Want.ARGMAX)
     device = runner.device
     sync = program.argmax
@@ -52,7 +62,7 @@ async def kernel_times(runner, *, reps: int = PROFILE_REPS, rounds: int = PROFIL
 
     members: dict[str, list[int]] = {}
     for i, d in enumerate(program.dispatches):
-        members.setdefault(group_name(d.key), []).append(i)
+        members.setdefault(shape_name(d) if by_shape else group_name(d.key), []).append(i)
     await per_run(program.ready)                          # warm-up: first submissions pay one-time costs
     for _ in range(3):
         base = await per_run([])                          # the readback alone
