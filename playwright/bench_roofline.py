@@ -81,8 +81,8 @@ async def measure_roofline(mib: int = ROOFLINE_MIB) -> dict:
         device.write(params6, PARAMS["stream"].pack(n4=n4 // 3, per_thread=PER_THREAD // 3))
         seconds = {}
         # Contiguous runs per invocation (what SwiftShader and lavapipe like) and the coalesced order
-        # (what real GPUs like), f32 and (the int8 route's element) int8; the best of each is the roofline.
-        # element -> bytes: f32, and where the adapter has dot4I8Packed the int8 route's int8 and 4-bit ones
+        # (what real GPUs like), f32 and the int8 route's elements; the best of each is the roofline.
+        # element -> bytes: f32, and where the adapter has dot4I8Packed the int8 route's int8, 4-bit and 6-bit ones
         elements = {"f32": 4.0} | ({"i8": 1.0, "i4": 0.5, "i6": 0.75} if _has_dot4(device) else {})
         acts = device.buffer(256, label="roofline-activations", uniform=True)     # 64 int8 activations
         device.write(acts, np.random.default_rng(0).integers(-127, 128, 256, dtype=np.int8).view(np.uint32))

@@ -15,13 +15,13 @@
 // this way 1.3 and 12.6.
 // I6: the same loads as Q6_K's 6-bit values (include/q6_kg_i8.wgsl): each three vec4s are 64 of them, two
 // vec4s of low nibbles and one of the 2-bit tops, each element's nibble and top joined into a byte as the
-// Q6_K decoder joins them, then dotted with activations. A 6-bit element is 3/4 of a byte, so where loads
-// bind (lavapipe) it cannot stream as many elements a second as a 4-bit one: Q6_K weights are measured
-// against this one (bench.derive), the others against the best element rate.
+// Q6_K decoder joins them, then dotted with activations: 3/4 of a byte and more work an element than a
+// 4-bit one (SwiftShader 1.08-1.16 G elements/s against 1.29-1.34; lavapipe within its noise of it). Q6_K
+// weights are measured against this one (bench.derive), the others against the best element rate.
 // `n4` and `per_thread` count units: vec4s, or with I6 triples of vec4s.
 // The benchmark keeps the best of the passes. Defines: WG, optional STRIDED, I8, I4 or I6.
 struct Params {
-    n4: u32,            // vec4s in the buffer
+    n4: u32,            // units in the buffer (vec4s; I6: triples of them)
     per_thread: u32,
     _pad0: u32,
     _pad1: u32,

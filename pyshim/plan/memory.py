@@ -67,7 +67,7 @@ class PerToken:
     total_params: int
     active_params: int
     read_bytes: int
-    active_by_type: dict = field(default_factory=dict)   # GGML type name -> of active_params, that type's
+    active_by_type: dict = field(default_factory=dict, hash=False)   # GGML type name -> its part of active_params
 
 
 def per_token(spec: ModelSpec, tensors: Iterable[TensorInfo]) -> PerToken:
