@@ -97,10 +97,8 @@ async def measure_roofline(mib: int = ROOFLINE_MIB) -> dict:
         element_of = {name: name.split()[-1] if " " in name else "f32" for name in seconds}
         streamed = {name: n4 // 3 * 48 if element_of[name] == "i6" else nbytes for name in seconds}
         rates = {name: streamed[name] / elements[element_of[name]] / t / 1e9 for name, t in seconds.items()}
-        by_bits = {}
-        for name, rate in rates.items():
-            bits = {"f32": "32", "i8": "8", "i4": "4", "i6": "6"}[element_of[name]]
-            by_bits[bits] = max(by_bits.get(bits, 0.0), rate)
+        by_bits = {element.lstrip("if"): max(r for name, r in rates.items() if element_of[name] == element)
+                   for element in elements}     # "f32" -> "32", "i6" -> "6": the best pass of each width
         return {
             "adapter": device.caps.as_dict(),
             "bytes": nbytes,

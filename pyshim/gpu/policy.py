@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from gguf import GGMLQuantizationType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from pyshim.errors import BadRequestError, UnsupportedError
 from pyshim.gpu.device import Capabilities
@@ -116,7 +116,8 @@ class KernelPolicy:
 
     def one_token_rows(self, qtype, k: int) -> int:
         """Rows per invocation of a one-token int8 matvec of `qtype` weights `k` wide."""
-        odd_q6_k = self.odd_q6_k_rows and qtype == GGMLQuantizationType.Q6_K and (k // 256) % 2 == 1
+        q6_k = GGMLQuantizationType.Q6_K
+        odd_q6_k = self.odd_q6_k_rows and qtype == q6_k and (k // GGML_QUANT_SIZES[q6_k][0]) % 2 == 1
         return self.odd_q6_k_rows if odd_q6_k else self.matvec_rows
 
     @property
