@@ -58,6 +58,8 @@ def test_int8_all_logits_match_llama_cpp_emulation(tmp_path_factory, loop, devic
     got = drive.logits(ids, all_logits=True)
     keys = [d.key for p in drive.runner._programs.values() for d in p.dispatches if d.key.family == "matvec_i8"]
     assert keys
+    # (on lavapipe 16 invocations a workgroup: these logits hold its grids to covering every row)
+    assert {dict(k.defines)["WG"] for k in keys} == {str(drive.runner.policy.matvec_wg)}
     if QT[qtype] in I8_TOKEN_TYPES:     # the prompt's step unpacks these types' blocks once for several tokens
         assert any("TOKENS" in dict(k.defines) for k in keys)
     assert_like_emulation(got, want, plain)

@@ -50,6 +50,15 @@ def test_lavapipe_takes_8_rows_for_one_token_q6_k_rows_of_an_odd_block_count_onl
         assert policy.one_token_rows(QT.Q6_K, 8960) == policy.matvec_rows
 
 
+def test_lavapipe_alone_takes_smaller_matvec_workgroups():
+    """(measured: pyshim.gpu.policy) lavapipe runs a workgroup on one core; SwiftShader spreads its own."""
+    lavapipe = KernelPolicy.for_device(caps(fallback=True, f16=True, subgroups=(4, 128)))
+    swiftshader = KernelPolicy.for_device(caps(fallback=True, f16=False, subgroups=(4, 4)))
+    gpu = KernelPolicy.for_device(caps(fallback=False, f16=True, subgroups=(32, 32)))
+    assert (lavapipe.matvec_wg, swiftshader.matvec_wg, gpu.matvec_wg) == (16, 64, 64)
+    assert KernelPolicy.for_device(caps(fallback=True, f16=True, subgroups=(4, 128)), matvec_wg=64).matvec_wg == 64
+
+
 @pytest.mark.parametrize("subgroups, wg", [((32, 32), 32), ((64, 64), 64), ((8, 32), 32), ((4, 16), 32), (None, 32)],
                          ids=["nvidia", "amd", "intel", "narrow", "none"])
 def test_gpus_get_reductions_f16_and_a_workgroup_from_their_subgroups(subgroups, wg):

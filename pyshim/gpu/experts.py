@@ -16,7 +16,7 @@ I8_TOKEN_TYPES); other steps run every pair through the one-row-per-pair matvec.
 from __future__ import annotations
 
 from pyshim.errors import TensorShapeError, UnsupportedError
-from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_TYPES, I8_TOKENS, MATVEC_WG, MAX_EXPERTS,
+from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_TOKEN_TYPES, I8_TOKENS, MAX_EXPERTS,
                                 UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, groups, i8_pairs, matvec_grid, matvec_i8_grid,
                                 matvec_i8_key, matvec_key, moe_key, router_key)
 from pyshim.gpu.pool import Activation
@@ -104,12 +104,12 @@ class ExpertOps:
         if int8 and n > 1 and w.ref.qtype in I8_TOKEN_TYPES:
             xq, row_words = self._quantize(x, fmt)
             table = self._expert_groups(ids, n_experts)
-            key = matvec_i8_key(w.ref.qtype, rows=self.policy.token_rows, tokens=I8_TOKENS, grouped=True)
+            key = matvec_i8_key(w.ref.qtype, rows=self.policy.token_rows, tokens=I8_TOKENS, grouped=True, wg=self.policy.matvec_wg)
             tiles = groups(n, I8_TOKENS)            # an expert has at most n pairs (a token picks it once)
             common.update(x_off=0, pair_off=0, x_row_words=row_words, e_tiles=tiles, n_experts=n_experts)
             for part in w.parts:
                 self._record("matvec_i8", key, [part, xq, table, out.buf],
-                             (groups(m, MATVEC_WG * self.policy.token_rows), part.rows // m * tiles, 1),
+                             (groups(m, self.policy.matvec_wg * self.policy.token_rows), part.rows // m * tiles, 1),
                              e_first=part.row0 // m, e_count=part.rows // m, **common)
             return out
         if int8:
@@ -117,15 +117,17 @@ class ExpertOps:
             xq, row_words = self._quantize(x, fmt)
             uniform_x = rows_in * row_words * 4 <= UNIFORM_X_BYTES
             key = matvec_i8_key(w.ref.qtype, uniform_x=uniform_x, rows=rows, experts=True,
-                                pairs=self.policy.i8_pairs and i8_pairs(w.ref.qtype, k))
-            family, x_binding, grid = "matvec_i8", (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq, matvec_i8_grid(m, pairs, rows)
+                                pairs=self.policy.i8_pairs and i8_pairs(w.ref.qtype, k), wg=self.policy.matvec_wg)
+            family, x_binding, grid = ("matvec_i8", (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq,
+                                       matvec_i8_grid(m, pairs, rows, wg=self.policy.matvec_wg))
             common.update(x_off=0, pair_off=0, x_row_words=row_words)
         else:
             reduce = self.policy.reduce
             uniform_x = not reduce and isinstance(x.buf, Activation) and x.off + rows_in * k <= 4 * UNIFORM_X_VEC4
             key = matvec_key(w.ref.qtype, reduce=reduce, uniform_x=uniform_x, rows=rows, subgroup=self.policy.subgroup,
-                             experts=True, f16=self.policy.f16, reduce_wg=self.policy.reduce_wg)
-            family, x_binding, grid = "matvec", (x.buf, 0, UNIFORM_X_BYTES) if uniform_x else x.buf, matvec_grid(m, pairs, reduce, rows)
+                             experts=True, f16=self.policy.f16, reduce_wg=self.policy.reduce_wg, wg=self.policy.matvec_wg)
+            family, x_binding, grid = ("matvec", (x.buf, 0, UNIFORM_X_BYTES) if uniform_x else x.buf,
+                                       matvec_grid(m, pairs, reduce, rows, self.policy.matvec_wg))
             common.update(x_off=x.off)
         for part in w.parts:
             self._record(family, key, [part, x_binding, ids.buf, out.buf], grid, e_first=part.row0 // m,

@@ -184,14 +184,15 @@ class FusedOps:
             uniform_x = row_words * 4 <= UNIFORM_X_BYTES
             rows = self.policy.matvec_rows
             key = matvec_i8_key(slot.ref.qtype, uniform_x=uniform_x, rows=rows, glu=act,
-                                pairs=self.policy.i8_pairs and i8_pairs(slot.ref.qtype, k))
+                                pairs=self.policy.i8_pairs and i8_pairs(slot.ref.qtype, k), wg=self.policy.matvec_wg)
             self._record("matvec_i8", key, [part, (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq, out.buf],
-                         matvec_i8_grid(f, 1, rows), x_off=0, pair_off=0, x_row_words=row_words, **common)
+                         matvec_i8_grid(f, 1, rows, wg=self.policy.matvec_wg), x_off=0, pair_off=0, x_row_words=row_words, **common)
             return out
         reduce = self.policy.reduce
         uniform_x = not reduce and isinstance(x.buf, Activation) and x.off + k <= 4 * UNIFORM_X_VEC4
         key = matvec_key(slot.ref.qtype, reduce=reduce, uniform_x=uniform_x, rows=self.policy.matvec_rows,
-                         subgroup=self.policy.subgroup, glu=act, f16=self.policy.f16, reduce_wg=self.policy.reduce_wg)
+                         subgroup=self.policy.subgroup, glu=act, f16=self.policy.f16, reduce_wg=self.policy.reduce_wg,
+                         wg=self.policy.matvec_wg)
         self._record("matvec", key, [part, (x.buf, 0, UNIFORM_X_BYTES) if uniform_x else x.buf, out.buf],
-                     matvec_grid(f, 1, reduce, self.policy.matvec_rows), x_off=x.off, **common)
+                     matvec_grid(f, 1, reduce, self.policy.matvec_rows, self.policy.matvec_wg), x_off=x.off, **common)
         return out

@@ -16,7 +16,7 @@ from gguf import GGMLQuantizationType as QT
 
 from pyshim.errors import ShaderError, UnsupportedError
 from pyshim.gpu.device import GPUDevice
-from pyshim.gpu.policy import MATMUL_TILE, MATVEC_ROWS, REDUCE_WG
+from pyshim.gpu.policy import MATMUL_TILE, MATVEC_ROWS, MATVEC_WG, REDUCE_WG
 from pyshim.gpu.shaderc import Preprocessor, ShaderKey
 from pyshim.plan.memory import GROUPED_TYPES as GROUPED_TENSOR_TYPES
 from pyshim.plan.memory import group_bytes
@@ -29,7 +29,6 @@ ARGMAX_CHUNK = 256      # logits scanned per invocation in argmax's first pass
 ARGMAX_CHUNK_SUBGROUP = 1024
 TOPK = 64               # candidates topk.wgsl keeps: top-k sampling on the GPU for any k up to this
 TOPK_CHUNK = 2048       # logits per invocation in its first pass (Gemma's 262k vocabulary: 128 lists to merge)
-MATVEC_WG = 64          # invocations per workgroup of the barrier-free matvec
 # The workgroup-reduction matvec (real GPUs): rows per workgroup (its invocations: policy.REDUCE_WG, or a
 # subgroup's width). Untuned (no GPU was at hand): k-quant rows of few blocks leave invocations idle.
 REDUCE_ROWS = 2
@@ -145,16 +144,16 @@ def glu_key(act: str, int8: bool = False, f16: bool = False) -> ShaderKey:
 
 def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, rows: int = MATVEC_ROWS,
                   pairs: bool = False, tokens: int | None = None, experts: bool = False, grouped: bool = False,
-                  glu: str | None = None, lanes: bool = False) -> ShaderKey:
+                  glu: str | None = None, lanes: bool = False, wg: int = MATVEC_WG) -> ShaderKey:
     """The barrier-free int8 matvec (`uniform_x`: the quantized row bound as a 64 KiB uniform; `pairs`: see
     i8_pairs; `tokens`: that many tokens per invocation, I8_TOKEN_TYPES only, with `lanes` (an even number of
     tokens, I8_LANE_TYPES, not experts) in pairs from lanes.wgsl's words; `glu`: gate and up rows in one
-    weight, act(gate) * up stored, `rows` output rows an invocation). GROUPED_TYPES are read in
-    repack.wgsl's layout: the int8 route always rearranges them."""
+    weight, act(gate) * up stored, `rows` output rows an invocation; `wg` invocations a workgroup:
+    policy.matvec_wg). GROUPED_TYPES are read in repack.wgsl's layout: the int8 route always rearranges them."""
     defines = weight_defines(qtype, QT(qtype) in GROUPED_TYPES) | ({"W_VEC4": True} if QT(qtype) in I8_VEC4_TYPES else {})
     if lanes and (not tokens or tokens % 2 or QT(qtype) not in I8_LANE_TYPES or experts or grouped):
         raise ValueError(f"no token pairs for {QT(qtype).name} with tokens={tokens}, experts={experts or grouped}")
-    return ShaderKey.of("matvec_i8", **defines, WG=MATVEC_WG,
+    return ShaderKey.of("matvec_i8", **defines, WG=wg,
                         ROWS=2 * rows if glu else rows, BIAS=bias, UNIFORM_X=uniform_x,
                         X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, PAIRS=pairs, TOKENS=tokens,
                         EXPERTS=experts or grouped, GROUPED=grouped, GLU=bool(glu), **(act_defines(glu, True) if glu else {}),
@@ -170,8 +169,8 @@ def moe_key(op: str) -> ShaderKey:
     return ShaderKey.of("moe", WG=WG, **{op: True})
 
 
-def matvec_i8_grid(m: int, n: int, rows: int = MATVEC_ROWS, tokens: int = 1) -> tuple[int, int, int]:
-    return groups(m, MATVEC_WG * rows), groups(n, tokens), 1
+def matvec_i8_grid(m: int, n: int, rows: int = MATVEC_ROWS, tokens: int = 1, wg: int = MATVEC_WG) -> tuple[int, int, int]:
+    return groups(m, wg * rows), groups(n, tokens), 1
 
 
 def embed_key(qtype: QT, grouped: bool = False) -> ShaderKey:
@@ -295,19 +294,19 @@ def groups(n: int, per: int = WG) -> int:
 
 def matvec_key(qtype: QT, *, bias: bool = False, reduce: bool = False, uniform_x: bool = False,
                rows: int = MATVEC_ROWS, subgroup: bool = False, experts: bool = False, glu: str | None = None,
-               f16: bool = False, reduce_wg: int = REDUCE_WG) -> ShaderKey:
+               f16: bool = False, reduce_wg: int = REDUCE_WG, wg: int = MATVEC_WG) -> ShaderKey:
     """The barrier-free matvec (CPU adapters; `uniform_x`: x bound as a 64 KiB uniform) or the
     workgroup-reduction one (`reduce`, real GPUs; with `subgroup`, summed by subgroupAdd); `experts`:
     rows of (token, slot) pairs through the experts the router chose (no bias); `glu`: gate and up rows in
     one weight, act(gate) * up stored (`rows` output rows an invocation or workgroup); `f16`: products and
     block sums in halves (shader-f16); `reduce_wg`: invocations of a reduction workgroup
-    (pyshim.gpu.policy.reduce_wg)."""
+    (pyshim.gpu.policy.reduce_wg), `wg` of a barrier-free one (policy.matvec_wg)."""
     glu_defines = {"GLU": True, **act_defines(glu)} if glu else {}
     glu_defines["F16"] = f16
     if reduce:
         return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=reduce_wg, ROWS=REDUCE_ROWS * (2 if glu else 1),
                             REDUCE=True, BIAS=bias, SUBGROUP=subgroup, EXPERTS=experts, **glu_defines)
-    return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=MATVEC_WG, ROWS=2 * rows if glu else rows, BIAS=bias,
+    return ShaderKey.of("matvec", **{weight_define(qtype): True}, WG=wg, ROWS=2 * rows if glu else rows, BIAS=bias,
                         UNIFORM_X=uniform_x, X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, EXPERTS=experts, **glu_defines)
 
 
@@ -423,9 +422,9 @@ def rmsnorm_grid(rows: int, reduce: bool = False) -> tuple[int, int, int]:
     return x, 1, groups(rows, x)
 
 
-def matvec_grid(m: int, n: int, reduce: bool = False, rows: int = MATVEC_ROWS) -> tuple[int, int, int]:
+def matvec_grid(m: int, n: int, reduce: bool = False, rows: int = MATVEC_ROWS, wg: int = MATVEC_WG) -> tuple[int, int, int]:
     if not reduce:
-        return groups(m, MATVEC_WG * rows), n, 1
+        return groups(m, wg * rows), n, 1
     total = groups(m, REDUCE_ROWS)              # one workgroup per REDUCE_ROWS rows, folded into z past 65535
     x = min(total, MAX_GROUPS)
     return x, n, groups(total, x)

@@ -219,12 +219,13 @@ class GpuOps(FusedOps, ExpertOps):
         uniform_x = n == 1 and not reduce and isinstance(x.buf, Activation) and x.off + k <= 4 * UNIFORM_X_VEC4
         key = matvec_key(w.ref.qtype, bias=add is not None, reduce=reduce, uniform_x=uniform_x,
                          rows=self.policy.matvec_rows, subgroup=self.policy.subgroup, f16=self.policy.f16,
-                         reduce_wg=self.policy.reduce_wg)
+                         reduce_wg=self.policy.reduce_wg, wg=self.policy.matvec_wg)
         x_binding = (x.buf, 0, UNIFORM_X_BYTES) if uniform_x else x.buf
         for part in w.parts:
             bindings = [part, x_binding] + _addend_binding(add) + [out.buf]
             # a part writes its rows of every token: y_off shifts by row0 and the row stride stays m
-            self._record("matvec", key, bindings, matvec_grid(part.rows, n, reduce, self.policy.matvec_rows), m=part.rows,
+            self._record("matvec", key, bindings, matvec_grid(part.rows, n, reduce, self.policy.matvec_rows, self.policy.matvec_wg),
+                         m=part.rows,
                          k=k, n=n, row_bytes=w.ref.row_bytes, w_off=part.offset, x_off=x.off, y_off=out.off + part.row0,
                          y_stride=m, **_addend_params(add, part.row0))
         return out
@@ -304,11 +305,11 @@ class GpuOps(FusedOps, ExpertOps):
         uniform_x = (lanes_words(n, k, row_words)[1] if lanes else n * row_words) * 4 <= UNIFORM_X_BYTES
         key = matvec_i8_key(w.ref.qtype, bias=add is not None, uniform_x=uniform_x, rows=rows_per,
                             pairs=tokens == 1 and self.policy.i8_pairs and i8_pairs(w.ref.qtype, k),
-                            tokens=tokens if tokens > 1 else None, lanes=lanes)
+                            tokens=tokens if tokens > 1 else None, lanes=lanes, wg=self.policy.matvec_wg)
         x_binding = (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq
         for part in w.parts:
             bindings = [part, x_binding] + _addend_binding(add) + [out.buf]
-            self._record("matvec_i8", key, bindings, matvec_i8_grid(part.rows, n, rows_per, tokens), m=part.rows, k=k, n=n,
+            self._record("matvec_i8", key, bindings, matvec_i8_grid(part.rows, n, rows_per, tokens, self.policy.matvec_wg), m=part.rows, k=k, n=n,
                          row_bytes=w.ref.row_bytes, w_off=part.offset, x_off=0, y_off=out.off + part.row0, y_stride=m,
                          x_row_words=row_words, pair_off=pair_off, **_addend_params(add, part.row0))
         return out

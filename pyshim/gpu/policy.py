@@ -43,6 +43,13 @@ CPU_I8_ROWS = 4
 # A layout that keeps each block in one run fixed the odd counts as well but cost the even ones 5-15%
 # (the 7B's ffn_down and head), so the rows change, not the layout.
 CPU_I8_ODD_Q6_K_ROWS = 8
+# Invocations per workgroup of the barrier-free matvecs. lavapipe runs each workgroup on one of its threads
+# (one a core), 8 invocations a SIMD pass: 64 invocations of 8 rows are 512 rows, so a 1536-row matrix
+# was 3 workgroups on 2 cores, a 256-row one 1. With 16, one-token, weights out of cache: Q6_K 1536x8960
+# 4.2 -> 5.4-5.6 G elements/s, Q4_K 1536x1536 4.9 -> 7.1, 256x1536 1.2 -> 2.2, the 151936-row head 4.7 ->
+# 5.4, the GLU level. SwiftShader level with 8-64 (it spreads a workgroup's invocations itself).
+MATVEC_WG = 64
+CPU_MATVEC_WG = 16
 # Rows per invocation of the int8 kernels that unpack a block once for several tokens (matvec_i8 TOKENS:
 # prefill, a batched decode step). lavapipe since the K-quants' pieces (include/pieces_i8.wgsl): 128-token
 # prefill, 8 -> 4 rows, SmolLM2-135M (Q4_0) 46 -> 63-67 tok/s, Gemma 3 42 -> 50, Qwen2.5-0.5B 14.0 -> 18.5
@@ -113,6 +120,7 @@ class KernelPolicy:
     token_rows: int = TOKEN_ROWS    # rows per invocation of the int8 kernels that take several tokens
     i8_lanes: bool = False       # those take 4-bit weights' tokens in pairs (lanes.wgsl), one multiply for two
     odd_q6_k_rows: int = 0       # one-token Q6_K rows of an odd block count: rows per invocation (0: matvec_rows)
+    matvec_wg: int = MATVEC_WG   # invocations per workgroup of the barrier-free matvecs
 
     def one_token_rows(self, qtype, k: int) -> int:
         """Rows per invocation of a one-token int8 matvec of `qtype` weights `k` wide."""
@@ -157,6 +165,7 @@ class KernelPolicy:
             f16=caps.has_f16 and not cpu, reduce_wg=reduce_wg(caps), norm_in_quantize=narrow,
             token_rows=TOKEN_ROWS_NARROW if narrow else TOKEN_ROWS, i8_lanes=narrow,
             odd_q6_k_rows=CPU_I8_ODD_Q6_K_ROWS if cpu and not narrow and int8 and not reduce else 0,
+            matvec_wg=CPU_MATVEC_WG if cpu and not narrow else MATVEC_WG,
         )
         if overrides.get("f16") and not caps.has_f16:
             raise UnsupportedError("this device has no shader-f16", hint="leave f16 unset")

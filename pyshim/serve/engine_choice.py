@@ -62,7 +62,7 @@ async def gpu_matvec_s(device, tensor: TensorInfo, fill: Callable[[object], Awai
     k, m = tensor.shape                      # GGUF order: the row length first
     policy = KernelPolicy.for_device(device.caps, arithmetic)
     key = matvec_key(QT(int(tensor.type)), reduce=policy.reduce, rows=policy.matvec_rows, subgroup=policy.subgroup,
-                     f16=policy.f16, reduce_wg=policy.reduce_wg)
+                     f16=policy.f16, reduce_wg=policy.reduce_wg, wg=policy.matvec_wg)
     pipeline = await KernelCache(device).get(key)
     w = device.buffer(-(-tensor.nbytes // 4) * 4, label="probe-w")
     x = device.buffer(4 * k, label="probe-x")
@@ -74,7 +74,7 @@ async def gpu_matvec_s(device, tensor: TensorInfo, fill: Callable[[object], Awai
         device.write(params, PARAMS["matvec"].pack(m=m, k=k, n=1, row_bytes=tensor.nbytes // m, w_off=0, x_off=0, y_off=0,
                                                    bias_off=0, bias_stride=0, y_stride=m))
         group = device.bind_group(pipeline, [w, x, y, params], label="probe")
-        dispatch = (pipeline, group, matvec_grid(m, 1, policy.reduce, policy.matvec_rows))
+        dispatch = (pipeline, group, matvec_grid(m, 1, policy.reduce, policy.matvec_rows, policy.matvec_wg))
 
         async def run(reps: int) -> None:
             device.submit([dispatch] * reps, label="probe")
