@@ -4,7 +4,9 @@ the Q4_K_M mix, random weights, the real tokenizer. `pyshim score` in f32 arithm
 GPU natively, and the site's Worker in headless Chromium on WebGPU and on the CPU engine (the 7B: its
 64-bit build, past 4 GiB) — must put llama.cpp's top-1 inside its top-5 at
 every position and agree on the top-1 at least as often as llama.cpp agrees with itself (its batch against
-its one-token path). `full` runs: the 7B file is 4.7 GB and each run reads all of it."""
+its one-token path). The same on the GPU and in the page in the int8 arithmetic those adapters run by default
+(each matmul input rounded to int8 blocks as llama.cpp's CPU backend rounds it). `full` runs: the 7B file is
+4.7 GB and each run reads all of it."""
 
 from __future__ import annotations
 
@@ -36,13 +38,14 @@ def _model(name: str) -> Path:
 # Measured 2026-12-05, 93 positions (f32 arithmetic): 1.5B 93.5% against llama.cpp's own 94.6% (one position
 # short: the bar is not met there); 7B 92.5% against 90.3%; llama.cpp's top-1 in pyshim's top-5 at every position.
 # The same on every backend measured (the CPU engine in Chromium included: the 7B on its 64-bit build).
-SHORT_OF_THE_BAR = {"qwen2.5-1.5b-q4_k_m"}
+SHORT_OF_THE_BAR = {("qwen2.5-1.5b-q4_k_m", "f32")}
 
 
-@pytest.mark.parametrize("backend", ["cpu", "gpu", pytest.param("browser", marks=pytest.mark.browser),
-                                     pytest.param("browser-cpu", marks=pytest.mark.browser)])
+@pytest.mark.parametrize("backend, arithmetic", [
+    ("cpu", "f32"), ("gpu", "f32"), ("gpu", "int8"), pytest.param("browser", "f32", marks=pytest.mark.browser),
+    pytest.param("browser", "int8", marks=pytest.mark.browser), pytest.param("browser-cpu", "f32", marks=pytest.mark.browser)])
 @pytest.mark.parametrize("name", list(FX["models"]))
-def test_full_size_synthetic_models_agree_with_llama_cpp(name, backend, capsys):
+def test_full_size_synthetic_models_agree_with_llama_cpp(name, backend, arithmetic, capsys):
     from pyshim.cli import main
 
     path = _model(name)
@@ -50,7 +53,7 @@ def test_full_size_synthetic_models_agree_with_llama_cpp(name, backend, capsys):
     # f32 arithmetic with an f32 cache (auto picks a smaller one where the layers stream: its q4 once gave
     # 56%); on the GPU, at the default budget, the named f32 cache streams the layers auto plans for it (the
     # 7B: its last 7)
-    argv = ["score", str(path), "--text", FX["text"], "--top-k", "5", "--json", "--arithmetic", "f32", "--ctx", "256",
+    argv = ["score", str(path), "--text", FX["text"], "--top-k", "5", "--json", "--arithmetic", arithmetic, "--ctx", "256",
             "--kv-type", "f32"]
     if backend == "browser":
         argv += ["--backend", "browser", "--device", "gpu"]
@@ -60,7 +63,7 @@ def test_full_size_synthetic_models_agree_with_llama_cpp(name, backend, capsys):
         argv += ["--backend", backend]
     assert main(argv) == 0, capsys.readouterr().err
     got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert got["ids"] == fx["batch"]["ids"] and got["kv_type"] == "f32"
+    assert got["ids"] == fx["batch"]["ids"] and got["kv_type"] == "f32" and got["arithmetic"] == arithmetic
     if backend in ("gpu", "browser") and path.stat().st_size > DEFAULT_BUDGET_BYTES:
         assert got["layer_stream"], "a file over the default budget streams its layers"
     theirs = np.array(fx["batch"]["top_ids"])[:, 0]
@@ -68,8 +71,8 @@ def test_full_size_synthetic_models_agree_with_llama_cpp(name, backend, capsys):
     in_top5 = [int(t) in row for t, row in zip(theirs, ours)]
     agree = float(np.mean(ours[:, 0] == theirs))
     self_agree = float(np.mean(np.array(fx["sequential"]["top_ids"])[:, 0] == theirs))
-    print(f"{name} {backend}: top-1 {agree:.3f} (llama.cpp vs itself {self_agree:.3f}), in top-5 {np.mean(in_top5):.3f}")
+    print(f"{name} {backend} {arithmetic}: top-1 {agree:.3f} (llama.cpp vs itself {self_agree:.3f}), in top-5 {np.mean(in_top5):.3f}")
     assert all(in_top5), [i for i, ok in enumerate(in_top5) if not ok]
-    if agree < self_agree and name in SHORT_OF_THE_BAR:
+    if agree < self_agree and (name, arithmetic) in SHORT_OF_THE_BAR:
         pytest.xfail(f"top-1 {agree:.3f} below llama.cpp's agreement with itself, {self_agree:.3f}")
     assert agree >= self_agree, (agree, self_agree)
