@@ -56,6 +56,7 @@ def test_lavapipe_alone_takes_smaller_matvec_workgroups():
     swiftshader = KernelPolicy.for_device(caps(fallback=True, f16=False, subgroups=(4, 4)))
     gpu = KernelPolicy.for_device(caps(fallback=False, f16=True, subgroups=(32, 32)))
     assert (lavapipe.matvec_wg, swiftshader.matvec_wg, gpu.matvec_wg) == (16, 64, 64)
+    assert KernelPolicy.for_device(caps(fallback=True, f16=True, subgroups=(4, 128)), Arithmetic.F32).matvec_wg == 64
     assert KernelPolicy.for_device(caps(fallback=True, f16=True, subgroups=(4, 128)), matvec_wg=64).matvec_wg == 64
 
 

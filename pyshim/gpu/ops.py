@@ -225,8 +225,7 @@ class GpuOps(FusedOps, ExpertOps):
             bindings = [part, x_binding] + _addend_binding(add) + [out.buf]
             # a part writes its rows of every token: y_off shifts by row0 and the row stride stays m
             self._record("matvec", key, bindings, matvec_grid(part.rows, n, reduce, self.policy.matvec_rows, self.policy.matvec_wg),
-                         m=part.rows,
-                         k=k, n=n, row_bytes=w.ref.row_bytes, w_off=part.offset, x_off=x.off, y_off=out.off + part.row0,
+                         m=part.rows, k=k, n=n, row_bytes=w.ref.row_bytes, w_off=part.offset, x_off=x.off, y_off=out.off + part.row0,
                          y_stride=m, **_addend_params(add, part.row0))
         return out
 
@@ -309,9 +308,9 @@ class GpuOps(FusedOps, ExpertOps):
         x_binding = (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq
         for part in w.parts:
             bindings = [part, x_binding] + _addend_binding(add) + [out.buf]
-            self._record("matvec_i8", key, bindings, matvec_i8_grid(part.rows, n, rows_per, tokens, self.policy.matvec_wg), m=part.rows, k=k, n=n,
-                         row_bytes=w.ref.row_bytes, w_off=part.offset, x_off=0, y_off=out.off + part.row0, y_stride=m,
-                         x_row_words=row_words, pair_off=pair_off, **_addend_params(add, part.row0))
+            self._record("matvec_i8", key, bindings, matvec_i8_grid(part.rows, n, rows_per, tokens, self.policy.matvec_wg),
+                         m=part.rows, k=k, n=n, row_bytes=w.ref.row_bytes, w_off=part.offset, x_off=0, y_off=out.off + part.row0,
+                         y_stride=m, x_row_words=row_words, pair_off=pair_off, **_addend_params(add, part.row0))
         return out
 
     def rmsnorm(self, x: Tensor, w: WeightSlot | None, eps: float, residual: Tensor | None = None) -> Tensor:

@@ -47,7 +47,8 @@ CPU_I8_ODD_Q6_K_ROWS = 8
 # (one a core), 8 invocations a SIMD pass: 64 invocations of 8 rows are 512 rows, so a 1536-row matrix
 # was 3 workgroups on 2 cores, a 256-row one 1. With 16, one-token, weights out of cache: Q6_K 1536x8960
 # 4.2 -> 5.4-5.6 G elements/s, Q4_K 1536x1536 4.9 -> 7.1, 256x1536 1.2 -> 2.2, the 151936-row head 4.7 ->
-# 5.4, the GLU level. SwiftShader level with 8-64 (it spreads a workgroup's invocations itself).
+# 5.4, the GLU level. SwiftShader level with 8-64 (it spreads a workgroup's invocations itself). The int8
+# route only: lavapipe's f32 route was tuned with 64 (shaders/README.md) and is not measured with 16.
 MATVEC_WG = 64
 CPU_MATVEC_WG = 16
 # Rows per invocation of the int8 kernels that unpack a block once for several tokens (matvec_i8 TOKENS:
@@ -165,7 +166,7 @@ class KernelPolicy:
             f16=caps.has_f16 and not cpu, reduce_wg=reduce_wg(caps), norm_in_quantize=narrow,
             token_rows=TOKEN_ROWS_NARROW if narrow else TOKEN_ROWS, i8_lanes=narrow,
             odd_q6_k_rows=CPU_I8_ODD_Q6_K_ROWS if cpu and not narrow and int8 and not reduce else 0,
-            matvec_wg=CPU_MATVEC_WG if cpu and not narrow else MATVEC_WG,
+            matvec_wg=CPU_MATVEC_WG if cpu and not narrow and int8 and not reduce else MATVEC_WG,
         )
         if overrides.get("f16") and not caps.has_f16:
             raise UnsupportedError("this device has no shader-f16", hint="leave f16 unset")
