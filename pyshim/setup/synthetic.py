@@ -30,7 +30,7 @@ ROUTER_STD = 2.0           # router logits' spread (in units of 1/sqrt(n_embd) p
 class Shape:
     """A model's hyperparameters, as the GGUF keys of its architecture say them."""
     arch: str
-    tokenizer_from: str          # catalog model whose tokenizer.* keys are copied
+    tokenizer_from: str          # whose tokenizer.* keys are copied: a catalog model, or llama.cpp:VOCAB (catalog.tokenizer_file)
     n_layers: int
     n_embd: int
     n_heads: int
@@ -43,11 +43,20 @@ class Shape:
     n_experts_used: int = 0
     qk_norm: str = ""            # "head" (per head) or "full" (olmoe: over the whole projection)
     tied: bool = False
-    keys: dict = field(default_factory=dict)
+    keys: dict = field(default_factory=dict)     # more `{arch}.*` keys, as {"rope.scaling.factor": 8.0}
+    key_length: int = 0          # heads' size where it is not n_embd / n_heads (Gemma 3: 256), written as keys
+    # post_attention_norm / post_ffw_norm after each block (Gemma 3), all weights this value (0: none). At 1 the
+    # layers' unit-scale outputs (sum ~sqrt(2 n_layers)) stay below the sqrt(n_embd)-scaled tied embedding's
+    # self-similarity and a Gemma-3-4B shape predicts its input token at 93% of positions; at 4 they outweigh it
+    post_norms: float = 0.0
+    fused: bool = False          # attn_qkv, and ffn_up holding [gate; up] (Phi-3)
+    rope_factors: str = ""       # "llama3": a rope_freqs tensor (Llama 3.1+); "longrope": rope_factors_long/short (Phi-3)
+    chat_template: str = ""      # a llama.cpp test template (pyshim.setup.llamacpp_vocabs) over the tokenizer's own
+    tokenizer_keys: dict = field(default_factory=dict)   # tokenizer.* keys set over the tokenizer's own
 
     @property
     def head_dim(self) -> int:
-        return self.n_embd // self.n_heads
+        return self.key_length or self.n_embd // self.n_heads
 
 
 # By the name a test or `pyshim bench --synthetic` asks for.
@@ -67,6 +76,29 @@ SHAPES: dict[str, Shape] = {
     # model layer streaming is measured on (`pyshim bench --stream --models qwen2.5-7b`)
     "qwen2.5-7b": Shape(arch="qwen2", tokenizer_from="qwen2.5", n_layers=28, n_embd=3584, n_heads=28, n_kv_heads=4,
                         n_ff=18944, context=32768, rope_base=1e6, eps=1e-6),
+    # Llama-3.2-1B(-Instruct): Llama 3's 128k BPE vocabulary (llama.cpp's llama-bpe test vocabulary) and 3.2's
+    # chat template, whose turns end at <|eot_id|>; rope at 500000 with the Llama 3.1 frequency factors
+    # (factor 32, low/high 1/4, original context 8192) as a rope_freqs tensor; tied embeddings. 1.24B parameters.
+    "llama3.2-1b": Shape(arch="llama", tokenizer_from="llama.cpp:llama-bpe", n_layers=16, n_embd=2048, n_heads=32,
+                         n_kv_heads=8, n_ff=8192, context=131072, rope_base=5e5, tied=True, rope_factors="llama3",
+                         chat_template="meta-llama-Llama-3.2-3B-Instruct",
+                         tokenizer_keys={"tokenizer.ggml.eos_token_id": 128009}),
+    # Gemma-3-4B's text model: the real Gemma 3 vocabulary (262k, the shipped 270M's), 256-wide heads, five
+    # 1024-token sliding-window layers to one global, linear rope scaling 8 on the global layers, norms after
+    # each block as well as before; tied embeddings. 3.9B parameters.
+    "gemma3-4b": Shape(arch="gemma3", tokenizer_from="gemma3", n_layers=34, n_embd=2560, n_heads=8, n_kv_heads=4,
+                       n_ff=10240, context=131072, rope_base=1e6, eps=1e-6, key_length=256, qk_norm="head",
+                       post_norms=4.0, tied=True,
+                       keys={"attention.sliding_window": 1024, "rope.scaling.type": "linear", "rope.scaling.factor": 8.0}),
+    # Phi-3.5-mini(-instruct): Phi-3's SentencePiece vocabulary (llama.cpp's phi-3 test vocabulary) and 3.5's
+    # chat template, fused q/k/v and gate/up matrices (attn_qkv at Q5_K in the Q4_K_M mix, as llama.cpp gives
+    # it), LongRoPE from a 4096 original context (rope_factors_long/short; the factors here are smooth ramps,
+    # not Phi-3.5's own). 3.8B parameters.
+    "phi3.5-mini": Shape(arch="phi3", tokenizer_from="llama.cpp:phi-3", n_layers=32, n_embd=3072, n_heads=32,
+                         n_kv_heads=32, n_ff=8192, context=131072, fused=True, rope_factors="longrope",
+                         chat_template="microsoft-Phi-3.5-mini-instruct",
+                         keys={"rope.scaling.original_context_length": 4096, "rope.dimension_count": 96,
+                               "rope.scaling.attn_factor": float(np.sqrt(1 + np.log(32) / np.log(4096)))}),
 }
 
 
@@ -76,7 +108,7 @@ SHAPES: dict[str, Shape] = {
 # blocks stays Q4_0 (llama.cpp falls back too).
 QUANTS = ("q4_0", "q4_k_m")
 FILE_TYPE = {"q4_0": 2, "q4_k_m": 15}           # LLAMA_FTYPE_MOSTLY_Q4_0, _Q4_K_M
-Q4_K_BYTES, Q6_K_BYTES, QK_K = 144, 210, 256
+Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES, QK_K = 144, 176, 210, 256
 
 
 def split_name(name: str) -> tuple[str, str]:
@@ -141,15 +173,56 @@ def _q6_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
     return blocks.reshape(rows, nb * Q6_K_BYTES)
 
 
+def _q5_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Random zero-mean Q5_K blocks (llama.cpp gives Phi-3's attn_qkv Q5_K in the Q4_K_M mix): 5-bit values
+    0..31 from random bytes, every sub-block's scale 32 and min 62 with dmin = 8 d (d*32*q - dmin*62 has mean 0),
+    at Q4_0's spread per weight."""
+    nb = cols // QK_K
+    blocks = np.empty((rows, nb, Q5_K_BYTES), np.uint8)
+    d = 1.0 / (4.3 * np.sqrt(cols)) * np.sqrt(56 / 3) / (32 * np.sqrt(1023 / 12))
+    blocks[:, :, 0:2] = np.frombuffer(np.float16(d).tobytes(), np.uint8)
+    blocks[:, :, 2:4] = np.frombuffer(np.float16(8 * d).tobytes(), np.uint8)
+    sc, m = np.full(8, 32, np.uint8), np.full(8, 62, np.uint8)
+    packed = np.empty(12, np.uint8)           # the same 6-bit scale/min packing as Q4_K's
+    packed[0:4] = (sc[:4] & 63) | ((sc[4:] >> 4) << 6)
+    packed[4:8] = (m[:4] & 63) | ((m[4:] >> 4) << 6)
+    packed[8:12] = (sc[4:] & 0xF) | ((m[4:] & 0xF) << 4)
+    blocks[:, :, 4:16] = packed
+    blocks[:, :, 16:] = rng.integers(0, 256, (rows, nb, Q5_K_BYTES - 16), dtype=np.uint8)   # qh (32), qs (128)
+    return blocks.reshape(rows, nb * Q5_K_BYTES)
+
+
+def _rope_factors(s: Shape) -> dict[str, np.ndarray]:
+    """The rope frequency-factor tensors of `s` (f32, one per rotated pair): Llama 3.1's from its scaling
+    rule (factor 32, low/high frequency factors 1 and 4, original context 8192), as converters write them;
+    LongRoPE's as smooth ramps (short 1 -> 1.1, long 1 -> 40), Phi-3.5's kind of curve but not its values."""
+    pairs = s.head_dim // 2
+    if s.rope_factors == "llama3":
+        factor, low, high, old_ctx = 32.0, 1.0, 4.0, 8192
+        freqs = s.rope_base ** (-np.arange(0, s.head_dim, 2, dtype=np.float64) / s.head_dim)
+        wavelen = 2 * np.pi / freqs
+        smooth = (old_ctx / wavelen - low) / (high - low)
+        out = np.where(wavelen < old_ctx / high, 1.0,
+                       np.where(wavelen > old_ctx / low, factor, 1 / ((1 - smooth) / factor + smooth)))
+        return {"rope_freqs.weight": out.astype(np.float32)}
+    if s.rope_factors == "longrope":
+        ramp = np.linspace(0.0, 1.0, pairs)
+        return {"rope_factors_long.weight": (40.0 ** ramp).astype(np.float32),
+                "rope_factors_short.weight": (1.0 + 0.1 * ramp ** 2).astype(np.float32)}
+    return {}
+
+
 def _more_bits(layer: int, n_layers: int) -> bool:
     """llama.cpp's use_more_bits: the first and last eighth of the layers, and every third between."""
     return layer < n_layers // 8 or layer >= 7 * n_layers // 8 or (layer - n_layers // 8) % 3 == 2
 
 
 def _type_of(tname: str, kind: str, cols: int, quant: str, n_layers: int, tied: bool) -> str:
-    """A matrix's type under `quant`: "q4_0", "q4_k" or "q6_k" (norms and the router stay f32)."""
+    """A matrix's type under `quant`: "q4_0", "q4_k", "q5_k" or "q6_k" (norms, router and rope factors stay f32)."""
     if kind not in ("q4", "q4e") or quant == "q4_0" or cols % QK_K:
         return "q4_0" if kind in ("q4", "q4e") else kind
+    if tname.endswith(".attn_qkv.weight"):
+        return "q5_k"
     head = tname == "output.weight" or (tied and tname == "token_embd.weight")
     more = tname.startswith("blk.") and tname.split(".")[2] in ("attn_v", "ffn_down", "ffn_down_exps") \
         and _more_bits(int(tname.split(".")[1]), n_layers)
@@ -157,25 +230,36 @@ def _type_of(tname: str, kind: str, cols: int, quant: str, n_layers: int, tied: 
 
 
 def _tensors(s: Shape, n_vocab: int) -> Iterator[tuple[str, tuple[int, ...], str]]:
-    """(name, NumPy-order shape, kind) of every tensor, in file order; kind: q4 (a matrix), q4e (experts), norm, router."""
+    """(name, NumPy-order shape, kind) of every tensor, in file order; kind: q4 (a matrix), q4e (experts), norm,
+    post_norm, router, factors (a rope factor tensor)."""
     d, hd = s.n_embd, s.head_dim
     q_out, kv_out = s.n_heads * hd, s.n_kv_heads * hd
     yield "token_embd.weight", (n_vocab, d), "q4"
     yield "output_norm.weight", (d,), "norm"
     if not s.tied:
         yield "output.weight", (n_vocab, d), "q4"
+    for name, values in _rope_factors(s).items():
+        yield name, values.shape, "factors"
     for il in range(s.n_layers):
         p = f"blk.{il}."
         yield p + "attn_norm.weight", (d,), "norm"
-        yield p + "attn_q.weight", (q_out, d), "q4"
-        yield p + "attn_k.weight", (kv_out, d), "q4"
-        yield p + "attn_v.weight", (kv_out, d), "q4"
+        if s.fused:
+            yield p + "attn_qkv.weight", (q_out + 2 * kv_out, d), "q4"
+        else:
+            yield p + "attn_q.weight", (q_out, d), "q4"
+            yield p + "attn_k.weight", (kv_out, d), "q4"
+            yield p + "attn_v.weight", (kv_out, d), "q4"
         if s.qk_norm:
             yield p + "attn_q_norm.weight", ((q_out if s.qk_norm == "full" else hd),), "norm"
             yield p + "attn_k_norm.weight", ((kv_out if s.qk_norm == "full" else hd),), "norm"
         yield p + "attn_output.weight", (d, q_out), "q4"
+        if s.post_norms:
+            yield p + "post_attention_norm.weight", (d,), "post_norm"
         yield p + "ffn_norm.weight", (d,), "norm"
-        if s.n_experts:
+        if s.fused:
+            yield p + "ffn_up.weight", (2 * s.n_ff, d), "q4"
+            yield p + "ffn_down.weight", (d, s.n_ff), "q4"
+        elif s.n_experts:
             yield p + "ffn_gate_inp.weight", (s.n_experts, d), "router"
             yield p + "ffn_gate_exps.weight", (s.n_experts, s.n_ff, d), "q4e"
             yield p + "ffn_up_exps.weight", (s.n_experts, s.n_ff, d), "q4e"
@@ -184,6 +268,8 @@ def _tensors(s: Shape, n_vocab: int) -> Iterator[tuple[str, tuple[int, ...], str
             yield p + "ffn_gate.weight", (s.n_ff, d), "q4"
             yield p + "ffn_up.weight", (s.n_ff, d), "q4"
             yield p + "ffn_down.weight", (d, s.n_ff), "q4"
+        if s.post_norms:
+            yield p + "post_ffw_norm.weight", (d,), "post_norm"
 
 
 _VOCAB: dict[str, list] = {}
@@ -205,6 +291,28 @@ def _tokenizer_fields(path: Path) -> list:
             fields.append((key, f.contents(), vtype, sub))
         _VOCAB[name] = fields
     return _VOCAB[name]
+
+
+def _value_type(value):
+    from gguf import GGUFValueType
+
+    if isinstance(value, bool):
+        return GGUFValueType.BOOL
+    if isinstance(value, int):
+        return GGUFValueType.UINT32
+    if isinstance(value, float):
+        return GGUFValueType.FLOAT32
+    return GGUFValueType.STRING
+
+
+def _tokenizer_overrides(s: Shape) -> dict:
+    """The tokenizer.* keys `s` sets over its tokenizer's: its chat template's text and `tokenizer_keys`."""
+    out = dict(s.tokenizer_keys)
+    if s.chat_template:
+        from pyshim.setup.llamacpp_vocabs import template_path
+
+        out["tokenizer.chat_template"] = template_path(s.chat_template).read_text("utf-8")
+    return out
 
 
 def write_tokenizer(source_gguf: Path, path: Path) -> Path:
@@ -239,7 +347,9 @@ def write(name: str | Shape, tokenizer_gguf: Path, seed: int = 0, path: Path | N
         s, quant = SHAPES[shape_name], quant or named_quant
     if quant not in QUANTS:
         raise ValueError(f"unknown synthetic quant mix {quant!r}; one of {QUANTS}")
-    vocab = _tokenizer_fields(Path(tokenizer_gguf))
+    overrides = _tokenizer_overrides(s)
+    vocab = [f for f in _tokenizer_fields(Path(tokenizer_gguf)) if f[0] not in overrides]
+    vocab += [(key, value, _value_type(value), None) for key, value in overrides.items()]
     n_vocab = len(next(v for k, v, _, _ in vocab if k == "tokenizer.ggml.tokens"))
     path = Path(path or path_for(name, seed))
     if path.is_file():
@@ -260,12 +370,18 @@ def write(name: str | Shape, tokenizer_gguf: Path, seed: int = 0, path: Path | N
     if s.n_experts:
         writer.add_expert_count(s.n_experts)
         writer.add_expert_used_count(s.n_experts_used)
+    if s.key_length:
+        writer.add_key_length(s.key_length)
+        writer.add_value_length(s.key_length)
+    for key, value in s.keys.items():
+        writer.add_key_value(f"{s.arch}.{key}", value, _value_type(value))
     for key, value, vtype, sub in vocab:
         writer.add_key_value(key, value, vtype, sub)
     tensors = list(_tensors(s, n_vocab))
     types = {t: _type_of(t, kind, shape[-1], quant, s.n_layers, s.tied) for t, shape, kind in tensors}
     blocks = {"q4_0": (GGMLQuantizationType.Q4_0, _q4_0), "q4_k": (GGMLQuantizationType.Q4_K, _q4_k),
-              "q6_k": (GGMLQuantizationType.Q6_K, _q6_k)}
+              "q5_k": (GGMLQuantizationType.Q5_K, _q5_k), "q6_k": (GGMLQuantizationType.Q6_K, _q6_k)}
+    factors = _rope_factors(s)
     for tname, shape, kind in tensors:
         if types[tname] in blocks:
             qtype = blocks[types[tname]][0]
@@ -281,6 +397,10 @@ def write(name: str | Shape, tokenizer_gguf: Path, seed: int = 0, path: Path | N
     for i, (tname, shape, kind) in enumerate(tensors):
         if kind == "norm":
             data = np.ones(shape, np.float32)
+        elif kind == "post_norm":
+            data = np.full(shape, s.post_norms, np.float32)
+        elif kind == "factors":
+            data = factors[tname]
         elif kind == "router":
             data = (rng.standard_normal(shape) * ROUTER_STD / np.sqrt(shape[-1])).astype(np.float32)
         elif kind == "q4e":
