@@ -43,7 +43,12 @@ def _model(name: str) -> Path:
 # llama.cpp's own 93.5%; Gemma-3-4B 92.4% / 88.0% against 90.2% (int8 two positions short); Phi-3.5-mini
 # 84.0% / 93.4% against 89.6% (f32 six short: llama.cpp rounds every matmul input to 8 bits, which the int8
 # route does too, and this file's near-ties follow that rounding). llama.cpp's top-1 in the top-5 everywhere.
-SHORT_OF_THE_BAR = {("qwen2.5-1.5b-q4_k_m", "f32"), ("gemma3-4b-q4_k_m", "int8"), ("phi3.5-mini-q4_k_m", "f32")}
+# In Chromium (SwiftShader: other rows per invocation, so the floats added in another order) Llama-3.2-1B f32
+# 94.6%, int8 92.4% (one position short); Gemma-3-4B int8 91.3%, Phi-3.5-mini int8 90.6% (the bar met).
+# Where each (model, arithmetic) falls short, on which backends:
+ALL = {"cpu", "gpu", "browser", "browser-cpu"}
+SHORT_OF_THE_BAR = {("qwen2.5-1.5b-q4_k_m", "f32"): ALL, ("gemma3-4b-q4_k_m", "int8"): {"gpu"},
+                    ("phi3.5-mini-q4_k_m", "f32"): {"gpu"}, ("llama3.2-1b-q4_k_m", "int8"): {"browser"}}
 
 
 @pytest.mark.parametrize("backend, arithmetic", [
@@ -78,6 +83,6 @@ def test_full_size_synthetic_models_agree_with_llama_cpp(name, backend, arithmet
     self_agree = float(np.mean(np.array(fx["sequential"]["top_ids"])[:, 0] == theirs))
     print(f"{name} {backend} {arithmetic}: top-1 {agree:.3f} (llama.cpp vs itself {self_agree:.3f}), in top-5 {np.mean(in_top5):.3f}")
     assert all(in_top5), [i for i, ok in enumerate(in_top5) if not ok]
-    if agree < self_agree and (name, arithmetic) in SHORT_OF_THE_BAR:
+    if agree < self_agree and backend in SHORT_OF_THE_BAR.get((name, arithmetic), ()):
         pytest.xfail(f"top-1 {agree:.3f} below llama.cpp's agreement with itself, {self_agree:.3f}")
     assert agree >= self_agree, (agree, self_agree)

@@ -1,8 +1,9 @@
 """Full-size synthetic GGUFs: a real model's shape and tokenizer, random quantized weights.
 
 No package here ships multi-GB weights, so size and speed are checked on files with a real model's
-hyperparameters, the `tokenizer.*` keys copied from a shipped GGUF (a real vocabulary: prompts tokenize
-as they would), and random Q4_0 blocks. The weights are kept zero-mean (nibbles 1..15, never 0: nibbles
+hyperparameters, the `tokenizer.*` keys copied from a shipped GGUF or one of llama.cpp's test vocabularies
+(a real vocabulary: prompts tokenize as they would) with the family's chat template, and random Q4_0
+blocks, or llama.cpp's Q4_K_M mix of K-quants. The weights are kept zero-mean (nibbles 1..15, never 0: nibbles
 0..15 give every weight a mean of -d/2, the residual stream grows a common-mode part and every position
 predicts the same token) with a scale of ~1/(4.3 sqrt(fan_in)) per weight, so activations stay at unit
 scale through the layers. llama.cpp loads such files, so they are checked against it like real ones.
