@@ -120,16 +120,16 @@ def test_scaled_keys_lift_qwen25s_q4_cache():
 
 
 @pytest.mark.browser
-@pytest.mark.parametrize("device", ["gpu", "cpu"])
-def test_a_q4_cache_in_the_browser_gets_its_scales_from_the_store(tmp_path, capsys, device):
+@pytest.mark.parametrize("arch, device", [("llama", "gpu"), ("llama", "cpu"), ("phi3", "gpu")])
+def test_a_q4_cache_in_the_browser_gets_its_scales_from_the_store(tmp_path, capsys, arch, device):
     """`--backend browser --kv-type q4`: the Worker hands the key projections' bytes from IndexedDB to
-    Python, which makes the scales (llama's keys: rotated too); WebGPU and the CPU engine give the
-    reference's greedy tokens with that cache."""
+    Python, which makes the scales (llama's keys: rotated too; of phi3's fused attn_qkv only the key rows
+    are read); WebGPU and the CPU engine give the reference's greedy tokens with that cache."""
     import json
 
     from pyshim.cli import main
 
-    model = write_tiny_model(tmp_path, "llama", QT.F32)
+    model = write_tiny_model(tmp_path, arch, QT.F32)
     argv = ["generate", str(model), "--prompt", "hello there", "--max-tokens", "12", "--ignore-eos", "--json",
             "--kv-type", "q4"]
     assert main(argv + ["--backend", "browser", "--device", device]) == 0, capsys.readouterr().err

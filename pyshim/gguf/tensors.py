@@ -132,6 +132,11 @@ class WeightStore:
         rows = ref.nbytes // ref.row_bytes
         return data.reshape(rows, ref.row_bytes)
 
+    def row_range(self, name: str, first: int, end: int) -> np.ndarray:
+        """Rows first..end-1 of a matrix, read as one range: `(end - first, row_bytes)` uint8."""
+        ref = self.info(name)
+        return self.source.read(ref.offset + first * ref.row_bytes, (end - first) * ref.row_bytes).reshape(-1, ref.row_bytes)
+
     def raw_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Only the given rows' bytes (embedding lookups): `(len(rows), row_bytes)` uint8."""
         ref = self.info(name)

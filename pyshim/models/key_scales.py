@@ -55,14 +55,21 @@ class KeyScales:
     rotation: int = 0       # then rotate q and k by a Hadamard matrix in groups of this many values (0: not)
 
 
-def key_tensors(spec: ModelSpec, il: int) -> list[str]:
-    """The GGUF tensors layer `il`'s scales are made of (the browser hands these bytes to Python)."""
+def key_tensors(spec: ModelSpec, il: int) -> list[tuple[str, tuple[int, int] | None]]:
+    """The GGUF tensors layer `il`'s scales are made of, each with the rows read of it (None: all): of a
+    fused attn_qkv only the key rows, a third of Phi-3's (the browser hands these bytes to Python; the whole
+    matrices were 594 MB of Phi-3.5-mini's JS heap)."""
     p = f"blk.{il}."
-    names = [p + "attn_norm.weight", p + ("attn_qkv.weight" if spec.fused_qkv else "attn_k.weight")]
-    if spec.qkv_bias:
-        names.append(p + ("attn_qkv.bias" if spec.fused_qkv else "attn_k.bias"))
+    if not spec.fused_qkv:
+        names = [(p + "attn_norm.weight", None), (p + "attn_k.weight", None)]
+        names += [(p + "attn_k.bias", None)] if spec.qkv_bias else []
+    else:
+        hd, hkv = spec.head_dims(il)[0], spec.kv_heads(il)
+        k_rows = (spec.n_heads * hd, (spec.n_heads + hkv) * hd)
+        names = [(p + "attn_norm.weight", None), (p + "attn_qkv.weight", k_rows)]
+        names += [(p + "attn_qkv.bias", k_rows)] if spec.qkv_bias else []
     if spec.qk_norm:
-        names.append(p + "attn_k_norm.weight")
+        names.append((p + "attn_k_norm.weight", None))
     return names
 
 
@@ -103,25 +110,27 @@ def hadamard_norm(width: int) -> np.float32:
     return np.float32(1.0 / np.sqrt(width))
 
 
-def _dense(store: WeightStore, name: str) -> np.ndarray:
+def _dense(store: WeightStore, name: str, rows: tuple[int, int] | None) -> np.ndarray:
     ref = store.info(name)
-    return dequantize_rows(store.raw(name), ref.qtype).reshape(-1, ref.shape[-1]).astype(np.float64)
+    if rows is not None and len(ref.shape) == 1:        # a bias: one row, of which these elements
+        return dequantize_rows(store.raw(name), ref.qtype).reshape(-1)[rows[0]:rows[1]].astype(np.float64)
+    raw = store.raw(name) if rows is None else store.row_range(name, *rows)
+    return dequantize_rows(raw, ref.qtype).reshape(-1, ref.shape[-1]).astype(np.float64)
 
 
 def _layer(spec: ModelSpec, store: WeightStore, il: int, rope, rotation: int) -> KeyScales:
     hd, hkv = spec.head_dims(il)[0], spec.kv_heads(il)
-    names = key_tensors(spec, il)
-    g = _dense(store, names[0]).reshape(-1)
-    w = _dense(store, names[1])
-    rows = slice(spec.n_heads * hd, (spec.n_heads + hkv) * hd) if spec.fused_qkv else slice(None)
-    e = (w[rows] ** 2) @ (g ** 2)                                           # [kv_out]: expected k_i^2
+    reads = key_tensors(spec, il)
+    g = _dense(store, *reads[0]).reshape(-1)
+    w = _dense(store, *reads[1])
+    e = (w ** 2) @ (g ** 2)                                                 # [kv_out]: expected k_i^2
     at = 2
     if spec.qkv_bias:
-        e = e + _dense(store, names[at]).reshape(-1)[rows] ** 2
+        e = e + _dense(store, *reads[at]).reshape(-1) ** 2
         at += 1
     e = e.reshape(hkv, hd)
     if spec.qk_norm:
-        norm = _dense(store, names[at]).reshape(-1) ** 2
+        norm = _dense(store, *reads[at]).reshape(-1) ** 2
         if spec.qk_norm_full:      # the whole projection normed: unit mean square over it, then its weight
             e = e / e.mean() * norm.reshape(hkv, hd)
         else:                      # each head normed

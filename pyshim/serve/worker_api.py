@@ -199,11 +199,15 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     t0 = time.perf_counter()
     unload_now()
     header = await _read_header(store, model_id, int(file_size))
-    keys = _key_tensors(header, settings)
-    small = [(t.offset, t.nbytes) for t in header.tensors if len(t.shape) == 1 or t.name in keys]
-    pieces = await store.readRanges(model_id, _dump([[o, n] for o, n in small]))
-    source = _Ranges({offset: _bytes(piece) for (offset, _), piece in zip(small, pieces)})
+    small = [(t.offset, t.nbytes) for t in header.tensors if len(t.shape) == 1]
+    keys = [r for r in _key_ranges(header, settings) if r not in small]
+    source = _Ranges({})
+    # (the key rows a layer at a time: the page holds one layer's in JS, not Phi-3.5's 200 MB at once)
+    for batch in [small] + [keys[i:i + 4] for i in range(0, len(keys), 4)]:
+        pieces = await store.readRanges(model_id, _dump([[o, n] for o, n in batch]))
+        source.add({offset: _bytes(piece) for (offset, _), piece in zip(batch, pieces)})
     runner, choice = await _open_engine(model_id, header, source, settings, store)
+    source.drop([o for o, _ in keys])       # read into the key scales: not kept for the model's lifetime
     if getattr(runner, "wasm64", False):
         choice = choice.on_wasm64()
     try:
@@ -321,17 +325,27 @@ def _streamer(store, model_id: str, device):
     return fetch
 
 
-def _key_tensors(header, settings: RunSettings) -> set[str]:
-    """The key projections a KV cache of scaled keys makes its scales from (pyshim.models.key_scales), when
-    the settings may give one ("auto" may: their bytes are a few per cent of the attention's)."""
+def _key_ranges(header, settings: RunSettings) -> list[tuple[int, int]]:
+    """The file ranges (offset, bytes) of the key projections a KV cache of scaled keys makes its scales from
+    (pyshim.models.key_scales), when the settings may give one ("auto" may: their bytes are a few per cent
+    of the attention's), layer by layer."""
     from pyshim.gguf.spec import ModelSpec
     from pyshim.models.key_scales import key_tensors
     from pyshim.plan.settings import AUTO
 
     if not (settings.scaled_keys or settings.kv_type == AUTO):
-        return set()
+        return []
     spec = ModelSpec.from_header(header)
-    return {name for il in range(spec.n_layers) for name in key_tensors(spec, il)}
+    out = []
+    for il in range(spec.n_layers):
+        for name, rows in key_tensors(spec, il):
+            t = header.tensor(name)
+            if rows is None or len(t.shape) == 1:
+                out.append((t.offset, t.nbytes))
+            else:
+                row_bytes = t.nbytes // t.shape[-1]      # (gguf order: shape[-1] counts the rows)
+                out.append((t.offset + rows[0] * row_bytes, (rows[1] - rows[0]) * row_bytes))
+    return out
 
 
 class _Ranges:
@@ -339,9 +353,17 @@ class _Ranges:
     everything else goes store -> GPU along the upload plan without touching Python."""
 
     def __init__(self, ranges: dict[int, bytes]):
+        self._ranges = {}
+        self.add(ranges)
+
+    def add(self, ranges: dict[int, bytes]) -> None:
         import numpy as np
 
-        self._ranges = {int(offset): np.frombuffer(data, dtype=np.uint8) for offset, data in ranges.items()}
+        self._ranges.update({int(offset): np.frombuffer(data, dtype=np.uint8) for offset, data in ranges.items()})
+
+    def drop(self, offsets) -> None:
+        for offset in offsets:
+            self._ranges.pop(int(offset), None)
 
     def read(self, offset: int, nbytes: int):
         data = self._ranges.get(int(offset))
