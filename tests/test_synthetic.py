@@ -81,10 +81,6 @@ def test_a_q4_k_m_mix_is_llama_cpps_and_runs_on_the_gpu_like_the_reference(tmp_p
     """`-q4_k_m`: Q4_K, with Q6_K for the output head and for attn_v / ffn_down in the layers llama.cpp gives
     more bits (the first and last eighth, every third between: 0, 3, 6, 7 of 8); zero-mean weights at the
     Q4_0 files' spread; the GPU's K-quant kernels give the reference's logits."""
-    from pyshim.plan.settings import Arithmetic
-    from runners import Drive, gpu
-    import asyncio
-
     assert synthetic.split_name("qwen2.5-7b-q4_k_m") == ("qwen2.5-7b", "q4_k_m") and synthetic.is_known("qwen2.5-7b-q4_k_m")
     assert synthetic.path_for("qwen2.5-7b-q4_k_m").name == "qwen2.5-7b-Q4_K_M-s0.gguf"
     path = synthetic.write(SMALL_K, model_path("smollm2"), path=tmp_path / "k.gguf", quant="q4_k_m")
@@ -101,9 +97,18 @@ def test_a_q4_k_m_mix_is_llama_cpps_and_runs_on_the_gpu_like_the_reference(tmp_p
         assert abs(values.mean()) < 0.01 * values.std()
         fan_in = 512 if "up" in name else 768
         assert values.std() == pytest.approx(np.sqrt(56 / 3) / (4.3 * np.sqrt(fan_in)), rel=0.05)
+    _runs_on_the_gpu_like_the_reference(path)
+
+
+def _runs_on_the_gpu_like_the_reference(path) -> None:
+    """The reference's logits after 8 tokens predict more than one token, and the GPU's f32 kernels give them."""
+    from pyshim.plan.settings import Arithmetic
+    from runners import Drive, gpu
+    import asyncio
+
     ids = [1, 2, 3, 4, 5, 6, 7, 8]
     want = reference(path, context=64).logits(ids, all_logits=True)
-    assert len({int(i) for i in want.argmax(axis=1)}) > 1
+    assert len({int(i) for i in want.argmax(axis=1)}) > 1                # positions do not all predict alike
     runner = asyncio.run(gpu(path, context=64, arithmetic=Arithmetic.F32))
     try:
         got = Drive(runner).logits(ids, all_logits=True)
@@ -131,10 +136,7 @@ SMALL_FAMILIES = {
 
 @pytest.mark.parametrize("family", list(SMALL_FAMILIES))
 def test_each_familys_shape_is_written_as_llama_cpp_lays_it_out_and_runs_on_the_gpu_like_the_reference(family, tmp_path):
-    from pyshim.plan.settings import Arithmetic
     from pyshim.setup.catalog import tokenizer_file
-    from runners import Drive, gpu
-    import asyncio
 
     shape = SMALL_FAMILIES[family]
     path = synthetic.write(shape, tokenizer_file(shape.tokenizer_from), path=tmp_path / "m.gguf", quant="q4_k_m")
@@ -159,15 +161,7 @@ def test_each_familys_shape_is_written_as_llama_cpp_lays_it_out_and_runs_on_the_
         factors = np.frombuffer(path.read_bytes()[t.offset:t.offset + t.nbytes], np.float32)
         # Llama 3.1's rule: high frequencies kept (1), low ones slowed by the factor (32), a smooth step between
         assert len(factors) == 32 and np.all(np.diff(factors) >= 0) and factors[0] == 1 and factors[-1] == 32
-    ids = [1, 2, 3, 4, 5, 6, 7, 8]
-    want = reference(path, context=64).logits(ids, all_logits=True)
-    assert len({int(i) for i in want.argmax(axis=1)}) > 1                # positions do not all predict alike
-    runner = asyncio.run(gpu(path, context=64, arithmetic=Arithmetic.F32))
-    try:
-        got = Drive(runner).logits(ids, all_logits=True)
-    finally:
-        runner.close()
-    np.testing.assert_allclose(got, want, atol=2e-4 * np.abs(want).max(), rtol=1e-3)
+    _runs_on_the_gpu_like_the_reference(path)
 
 
 def test_the_full_size_families_have_their_models_parameter_counts():

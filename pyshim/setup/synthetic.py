@@ -147,16 +147,22 @@ def _q4_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
     nb = cols // QK_K
     blocks = np.empty((rows, nb, Q4_K_BYTES), np.uint8)
     d = 1.0 / (4.3 * np.sqrt(cols)) * np.sqrt(56 / 3) / (32 * np.sqrt(255 / 12))
-    blocks[:, :, 0:2] = np.frombuffer(np.float16(d).tobytes(), np.uint8)
-    blocks[:, :, 2:4] = np.frombuffer(np.float16(4 * d).tobytes(), np.uint8)
-    sc, m = np.full(8, 32, np.uint8), np.full(8, 60, np.uint8)
-    packed = np.empty(12, np.uint8)           # ggml's get_scale_min_k4 layout, written the other way
-    packed[0:4] = (sc[:4] & 63) | ((sc[4:] >> 4) << 6)
-    packed[4:8] = (m[:4] & 63) | ((m[4:] >> 4) << 6)
-    packed[8:12] = (sc[4:] & 0xF) | ((m[4:] & 0xF) << 4)
-    blocks[:, :, 4:16] = packed
+    _k_head(blocks, d, 4 * d, 60)
     blocks[:, :, 16:] = rng.integers(0, 256, (rows, nb, 128), dtype=np.uint8)
     return blocks.reshape(rows, nb * Q4_K_BYTES)
+
+
+def _k_head(blocks: np.ndarray, d: float, dmin: float, m: int) -> None:
+    """Q4_K's and Q5_K's first 16 bytes in every block: d, dmin (f16), every sub-block's scale 32 and min `m`
+    in 6 bits each (ggml's get_scale_min_k4 layout, written the other way)."""
+    blocks[:, :, 0:2] = np.frombuffer(np.float16(d).tobytes(), np.uint8)
+    blocks[:, :, 2:4] = np.frombuffer(np.float16(dmin).tobytes(), np.uint8)
+    sc, mins = np.full(8, 32, np.uint8), np.full(8, m, np.uint8)
+    packed = np.empty(12, np.uint8)
+    packed[0:4] = (sc[:4] & 63) | ((sc[4:] >> 4) << 6)
+    packed[4:8] = (mins[:4] & 63) | ((mins[4:] >> 4) << 6)
+    packed[8:12] = (sc[4:] & 0xF) | ((mins[4:] & 0xF) << 4)
+    blocks[:, :, 4:16] = packed
 
 
 def _q6_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
@@ -181,14 +187,7 @@ def _q5_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
     nb = cols // QK_K
     blocks = np.empty((rows, nb, Q5_K_BYTES), np.uint8)
     d = 1.0 / (4.3 * np.sqrt(cols)) * np.sqrt(56 / 3) / (32 * np.sqrt(1023 / 12))
-    blocks[:, :, 0:2] = np.frombuffer(np.float16(d).tobytes(), np.uint8)
-    blocks[:, :, 2:4] = np.frombuffer(np.float16(8 * d).tobytes(), np.uint8)
-    sc, m = np.full(8, 32, np.uint8), np.full(8, 62, np.uint8)
-    packed = np.empty(12, np.uint8)           # the same 6-bit scale/min packing as Q4_K's
-    packed[0:4] = (sc[:4] & 63) | ((sc[4:] >> 4) << 6)
-    packed[4:8] = (m[:4] & 63) | ((m[4:] >> 4) << 6)
-    packed[8:12] = (sc[4:] & 0xF) | ((m[4:] & 0xF) << 4)
-    blocks[:, :, 4:16] = packed
+    _k_head(blocks, d, 8 * d, 62)
     blocks[:, :, 16:] = rng.integers(0, 256, (rows, nb, Q5_K_BYTES - 16), dtype=np.uint8)   # qh (32), qs (128)
     return blocks.reshape(rows, nb * Q5_K_BYTES)
 
