@@ -202,7 +202,7 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     small = [(t.offset, t.nbytes) for t in header.tensors if len(t.shape) == 1]
     keys = [r for r in _key_ranges(header, settings) if r not in small]
     source = _Ranges({})
-    # (the key rows a layer at a time: the page holds one layer's in JS, not Phi-3.5's 200 MB at once)
+    # (the key rows four ranges at a time: the page holds a few layers' in JS, not Phi-3.5's 200 MB at once)
     for batch in [small] + [keys[i:i + 4] for i in range(0, len(keys), 4)]:
         pieces = await store.readRanges(model_id, _dump([[o, n] for o, n in batch]))
         source.add({offset: _bytes(piece) for (offset, _), piece in zip(batch, pieces)})
