@@ -128,6 +128,8 @@ def _model_status(name: str) -> str | None:
     shape = synthetic.SHAPES[synthetic.split_name(name)[0]]
     if synthetic.path_for(name).is_file():
         return None
+    if shape.tokenizer_from.startswith("llama.cpp:"):
+        return None                    # a llama.cpp test vocabulary: fetched from PyPI when the file is written
     if not catalog.model_path(shape.tokenizer_from).is_file():
         return f"its tokenizer comes from {shape.tokenizer_from}, which is missing: run `pyshim setup --test-models`"
     free = shutil.disk_usage(MODELS_DIR if MODELS_DIR.is_dir() else ROOT).free
