@@ -63,6 +63,29 @@ class BufferSource:
         return self._data[offset:offset + nbytes]
 
 
+class RangeSource:
+    """Only some ranges of a file, each read at the offset it was given (the browser's loader: the 1-D
+    tensors and the key rows JS hands over from IndexedDB; the matrices go store -> GPU without Python)."""
+
+    def __init__(self, ranges: dict[int, bytes]):
+        self._ranges: dict[int, np.ndarray] = {}
+        self.add(ranges)
+
+    def add(self, ranges: dict[int, bytes]) -> None:
+        self._ranges.update({int(offset): np.frombuffer(data, dtype=np.uint8) for offset, data in ranges.items()})
+
+    def drop(self, offsets: Iterable[int]) -> None:
+        for offset in offsets:
+            self._ranges.pop(int(offset), None)
+
+    def read(self, offset: int, nbytes: int) -> np.ndarray:
+        data = self._ranges.get(int(offset))
+        if data is None or data.shape[0] < nbytes:
+            raise GGUFFormatError(f"bytes [{offset}, {offset + nbytes}) were not provided to the loader",
+                                  hint="this is a bug in the upload plan: report it")
+        return data[:nbytes]
+
+
 @dataclass(frozen=True)
 class TensorRef:
     """One tensor of the file: where its bytes are and how to read them."""

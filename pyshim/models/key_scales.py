@@ -110,6 +110,21 @@ def hadamard_norm(width: int) -> np.float32:
     return np.float32(1.0 / np.sqrt(width))
 
 
+def key_ranges(spec: ModelSpec, header) -> list[tuple[int, int]]:
+    """The file ranges (offset, bytes) of every layer's key_tensors, layer by layer, from the GGUF header
+    (its TensorInfo shapes in GGUF order: shape[-1] counts a matrix's rows)."""
+    out = []
+    for il in range(spec.n_layers):
+        for name, rows in key_tensors(spec, il):
+            t = header.tensor(name)
+            if rows is None or len(t.shape) == 1:
+                out.append((t.offset, t.nbytes))
+            else:
+                row_bytes = t.nbytes // t.shape[-1]
+                out.append((t.offset + rows[0] * row_bytes, (rows[1] - rows[0]) * row_bytes))
+    return out
+
+
 def _dense(store: WeightStore, name: str, rows: tuple[int, int] | None) -> np.ndarray:
     ref = store.info(name)
     if rows is not None and len(ref.shape) == 1:        # a bias: one row, of which these elements

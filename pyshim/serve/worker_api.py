@@ -193,6 +193,7 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
                               "request would replace (another model, or other load settings)",
                               hint="wait for them to finish, or send it with the settings they use")
     from pyshim.exec.gpu_runner import GpuRunner
+    from pyshim.gguf.tensors import RangeSource
     from pyshim.serve.batching import BatchingRunner
     from pyshim.serve.session import Session
 
@@ -201,7 +202,7 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     header = await _read_header(store, model_id, int(file_size))
     small = [(t.offset, t.nbytes) for t in header.tensors if len(t.shape) == 1]
     keys = [r for r in _key_ranges(header, settings) if r not in small]
-    source = _Ranges({})
+    source = RangeSource({})
     # (the key rows four ranges at a time: the page holds a few layers' in JS, not Phi-3.5's 200 MB at once)
     for batch in [small] + [keys[i:i + 4] for i in range(0, len(keys), 4)]:
         pieces = await store.readRanges(model_id, _dump([[o, n] for o, n in batch]))
@@ -326,53 +327,16 @@ def _streamer(store, model_id: str, device):
 
 
 def _key_ranges(header, settings: RunSettings) -> list[tuple[int, int]]:
-    """The file ranges (offset, bytes) of the key projections a KV cache of scaled keys makes its scales from
-    (pyshim.models.key_scales), when the settings may give one ("auto" may: their bytes are a few per cent
-    of the attention's), layer by layer."""
+    """The file ranges of the key projections a KV cache of scaled keys makes its scales from
+    (pyshim.models.key_scales.key_ranges), when the settings may give one ("auto" may: their bytes are a few
+    per cent of the attention's)."""
     from pyshim.gguf.spec import ModelSpec
-    from pyshim.models.key_scales import key_tensors
+    from pyshim.models.key_scales import key_ranges
     from pyshim.plan.settings import AUTO
 
     if not (settings.scaled_keys or settings.kv_type == AUTO):
         return []
-    spec = ModelSpec.from_header(header)
-    out = []
-    for il in range(spec.n_layers):
-        for name, rows in key_tensors(spec, il):
-            t = header.tensor(name)
-            if rows is None or len(t.shape) == 1:
-                out.append((t.offset, t.nbytes))
-            else:
-                row_bytes = t.nbytes // t.shape[-1]      # (gguf order: shape[-1] counts the rows)
-                out.append((t.offset + rows[0] * row_bytes, (rows[1] - rows[0]) * row_bytes))
-    return out
-
-
-class _Ranges:
-    """The few file ranges the loader reads itself (1-D tensors: norms, biases), handed over by JS;
-    everything else goes store -> GPU along the upload plan without touching Python."""
-
-    def __init__(self, ranges: dict[int, bytes]):
-        self._ranges = {}
-        self.add(ranges)
-
-    def add(self, ranges: dict[int, bytes]) -> None:
-        import numpy as np
-
-        self._ranges.update({int(offset): np.frombuffer(data, dtype=np.uint8) for offset, data in ranges.items()})
-
-    def drop(self, offsets) -> None:
-        for offset in offsets:
-            self._ranges.pop(int(offset), None)
-
-    def read(self, offset: int, nbytes: int):
-        data = self._ranges.get(int(offset))
-        if data is None or data.shape[0] < nbytes:
-            from pyshim.errors import GGUFFormatError
-
-            raise GGUFFormatError(f"bytes [{offset}, {offset + nbytes}) were not provided to the loader",
-                                  hint="this is a bug in the upload plan: report it")
-        return data[:nbytes]
+    return key_ranges(ModelSpec.from_header(header), header)
 
 
 def unload_now() -> None:
