@@ -68,11 +68,12 @@ class BenchConfig:
     quick: bool = False
     chromium_gpu: bool = False         # launch Chromium with harness.CHROMIUM_GPU_FLAGS (a real GPU through Vulkan)
     budget_mb: float | None = None     # the GPU memory budget, native and in the page (None: pyshim's default, 4 GiB)
+    decode_tokens: int | None = None   # None: the quick or full run's
 
     @property
     def settings(self) -> Settings:
         base = QUICK if self.quick else FULL
-        return Settings(base.prompt_tokens, base.decode_tokens, base.roofline_mib, self.runs)
+        return Settings(base.prompt_tokens, self.decode_tokens or base.decode_tokens, base.roofline_mib, self.runs)
 
 
 # --- prompts: the same text for every engine ------------------------------------------------------
@@ -438,6 +439,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=None, help=f"runs per model and engine, medians kept (default {FULL.runs}; --quick: 1)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for bench-<time>.json/.html/.md")
     parser.add_argument("--quick", action="store_true", help="one small model, few tokens, one run (what CI runs)")
+    parser.add_argument("--tokens", type=int, default=None,
+                        help=f"tokens each run decodes (default {FULL.decode_tokens}; --quick: {QUICK.decode_tokens}; the "
+                             "benchmarks of their own below: theirs): a full-size model's steady decode without the full "
+                             "run's long prompts")
     parser.add_argument("--chromium-gpu", action="store_true",
                         help="launch Chromium with the real-GPU flags (Vulkan on Linux; playwright/harness.py CHROMIUM_GPU_FLAGS)")
     parser.add_argument("--budget-mb", type=float, default=None,
@@ -447,7 +452,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     stream = parser.add_argument_group("expert streaming (--stream: a MoE over its GPU budget against it resident)")
     stream.add_argument("--stream", action="store_true", help="run the expert streaming benchmark instead (bench_stream.py)")
     stream.add_argument("--budgets-mb", default=None, help="comma-separated GPU budgets in MB (default 1000,2000)")
-    stream.add_argument("--tokens", type=int, default=None, help="decode tokens per run (default 16)")
     needle = parser.add_argument_group("needle in a haystack (--needle: retrieval by KV cache type, native GPU)")
     needle.add_argument("--needle", action="store_true", help="run the needle benchmark instead (bench_needle.py)")
     needle.add_argument("--contexts", default=None, help="comma-separated context lengths (default 1024,2048,4096)")
@@ -533,7 +537,7 @@ def config_from_args(args):
     runs = args.runs or (QUICK.runs if args.quick else FULL.runs)
     return BenchConfig(models=models, backends=backends, peer=None if args.peer == "none" else args.peer,
                        runs=max(1, runs), out=args.out, quick=args.quick, chromium_gpu=args.chromium_gpu,
-                       budget_mb=args.budget_mb)
+                       budget_mb=args.budget_mb, decode_tokens=max(2, args.tokens) if args.tokens else None)
 
 
 def run_and_report(config) -> int:

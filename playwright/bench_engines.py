@@ -224,25 +224,40 @@ def _roofline_code(mib: int) -> str:
 
 
 STORE_CONTEXT = 1024
-# The page's and its Workers' JS heaps while a run loads and generates, sampled every HEAP_SAMPLE_MS with
+# The page's and its Workers' JS heaps while a run loads and prefills, sampled every HEAP_SAMPLE_MS with
 # performance.measureUserAgentSpecificMemory() (cross-origin isolated pages only, as the site is): with
 # MEASURE_MEMORY_FLAG Chromium answers at once instead of at its next garbage collection. The peak says
 # whether weights went to the GPU chunk by chunk or passed whole through JS memory (SmolLM2's 0.1 GB: 54 MB).
+# Paused while decode is timed (from the prefill's last "progress" event to the next prompt's first): each
+# eager measurement stops every isolate of the page for a collection, and on a 2-core host sampling at this
+# rate took 10% from SwiftShader's decode (Qwen2.5-1.5B's shape: 1.90 -> 2.08 s a step, the same page).
 MEASURE_MEMORY_FLAG = "--enable-blink-features=ForceEagerMeasureMemory"
 HEAP_SAMPLE_MS = 250
 HEAP_WATCH_JS = """(ms) => {
-  const peak = window.pyshimHeapPeak = {bytes: 0, samples: 0, error: null};
+  const peak = window.pyshimHeapPeak = {bytes: 0, samples: 0, error: null, decode_pauses: 0};
+  let paused = false;
   const sample = async () => {
+    if (paused) return;
     try {
       const m = await performance.measureUserAgentSpecificMemory();
       peak.bytes = Math.max(peak.bytes, m.bytes);
       peak.samples += 1;
     } catch (e) { peak.error = String(e); }
   };
+  window.pyshimOnEngineEvent = (event, data) => {
+    if (event !== "progress" || data.phase !== "prefill") return;
+    const decoding = data.done >= data.total;
+    if (decoding && !paused) peak.decode_pauses += 1;
+    paused = decoding;
+  };
   sample();
   window.pyshimHeapWatch = setInterval(sample, ms);
 }"""
-HEAP_PEAK_JS = "() => { clearInterval(window.pyshimHeapWatch); return window.pyshimHeapPeak; }"
+HEAP_PEAK_JS = """() => {
+  clearInterval(window.pyshimHeapWatch);
+  window.pyshimOnEngineEvent = null;
+  return window.pyshimHeapPeak;
+}"""
 
 
 def browser_run(playwright, base_url: str, model_url: str, workload: list[dict], *, roofline_mib: int,
@@ -291,6 +306,7 @@ def browser_run(playwright, base_url: str, model_url: str, workload: list[dict],
         heap = page.evaluate(HEAP_PEAK_JS)
         if heap["samples"]:
             sample["peak_js_heap_bytes"] = heap["bytes"]
+            sample["js_heap_paused_for_decode"] = heap["decode_pauses"] > 0
         elif heap["error"]:
             sample["js_heap_error"] = heap["error"][:300]
         sample["page_problems"] = watch.console_errors + watch.page_errors + watch.outside_requests

@@ -256,11 +256,14 @@ def wait_for_boot(page, timeout_ms: int = BOOT_TIMEOUT_MS) -> dict:
 
 
 def engine_request(page, kind: str, params: dict | None = None, timeout_ms: int = BOOT_TIMEOUT_MS):
-    """Sends one request to the page's engine Worker and returns its result (raises on an engine error)."""
+    """Sends one request to the page's engine Worker and returns its result (raises on an engine error).
+    The request's events go to `window.pyshimOnEngineEvent(event, data)` where a script has set one (the
+    benchmark's JS-heap watch pauses while decode is timed)."""
     page.set_default_timeout(timeout_ms)
     outcome = page.evaluate(
         """async ([kind, params]) => {
-             try { return {ok: true, result: await window.pyshimEngine.request(kind, params)}; }
+             const onEvent = (event, data) => window.pyshimOnEngineEvent?.(event, data);
+             try { return {ok: true, result: await window.pyshimEngine.request(kind, params, {onEvent})}; }
              catch (e) { return {ok: false, error: {name: e.name, message: e.message, hint: e.hint}}; }
            }""",
         [kind, params or {}],

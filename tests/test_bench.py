@@ -169,6 +169,16 @@ def test_unknown_backend_is_refused():
         bench.parse_args(["--backends", "browser,tpu"])
 
 
+def test_tokens_set_the_decode_length_of_a_quick_or_full_run():
+    """`--tokens`: a full-size model's steady decode measured over more steps than --quick's 8 (whose first
+    step on lavapipe carries its shaders' JIT), without the full run's 512-token prompt."""
+    quick = bench.parse_args(["--quick", "--tokens", "48"]).settings
+    assert (quick.prompt_tokens, quick.decode_tokens) == (bench.QUICK.prompt_tokens, 48)
+    assert bench.parse_args(["--quick"]).settings.decode_tokens == bench.QUICK.decode_tokens
+    assert bench.parse_args(["--tokens", "24"]).settings == bench.Settings(bench.FULL.prompt_tokens, 24, bench.FULL.roofline_mib, bench.FULL.runs)
+    assert bench.parse_args(["--stream", "--tokens", "8"]).tokens == 8         # the benchmarks of their own keep theirs
+
+
 def test_a_budget_reaches_the_native_engines(monkeypatch):
     """`--budget-mb` (a big GPU's memory, which WebGPU does not tell) goes to every `pyshim generate` run."""
     assert bench.parse_args(["--budget-mb", "120000"]).budget_mb == 120000
@@ -248,6 +258,8 @@ def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
     assert browser["kernel_step_ms"] > 0
     # the page's and its Workers' JS memory at its peak while SmolLM2 (0.1 GB) loaded and ran: measured
     assert browser["peak_js_heap_bytes"] > 0, browser.get("js_heap_error")
+    # ... and not while decode was timed (the eager measurements cost SwiftShader's decode 10%)
+    assert browser["js_heap_paused_for_decode"] is True
     for engine in ("browser", "gpu"):     # the GPU executor's peak allocation is what the memory plan predicted
         m = engines[engine]["median"]
         assert abs(m["peak_gpu_bytes"] - m["planned_gpu_bytes"]) <= 0.05 * m["planned_gpu_bytes"], (engine, m)

@@ -166,8 +166,10 @@ class Session:
     async def score(self, ids: Sequence[int], top_k: int) -> Scores:
         return await score(self.runner, ids, top_k)
 
-    async def bench(self, prompt: Sequence[int], max_tokens: int, *, ignore_eos: bool = True) -> Completion:
-        """A fixed-length greedy run (what the benchmarks time): the whole prompt runs, whatever the cache holds."""
+    async def bench(self, prompt: Sequence[int], max_tokens: int, *, ignore_eos: bool = True,
+                    on_prefill: Progress | None = None) -> Completion:
+        """A fixed-length greedy run (what the benchmarks time): the whole prompt runs, whatever the cache
+        holds. `on_prefill` as in chat: its (total, total) comes just before the decode's clock starts."""
         stops = () if ignore_eos else self.tokenizer.eog_ids
         return await generate(self.runner, prompt, SamplingParams(), max_tokens, stop_ids=stops, decoder=self.tokenizer.stream(),
-                              reuse=False)
+                              reuse=False, on_prefill=on_prefill)

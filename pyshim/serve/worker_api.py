@@ -462,7 +462,8 @@ async def bench(request_json: str, file_size: int, store, request_id: int, emit)
     -> {prompt_tokens, load_ms, prefill_ms, ttft_ms, decode_tokens, decode_ms, decode_tok_per_s, cpu_ms,
     cpu_share (= cpu_ms / decode_ms), cpu_ms_per_step (of which encode_ms_per_step in JavaScript), bytes_per_decode_step, dispatches_per_token, text, arithmetic,
     peak_gpu_bytes, planned_gpu_bytes}; with `kernels` also kernel_ms {shader group: ms per decode step}
-    and kernel_step_ms (pyshim.exec.profile; a few decode steps' worth of extra time)."""
+    and kernel_step_ms (pyshim.exec.profile; a few decode steps' worth of extra time). "progress" events
+    {phase: "prefill"} follow the prompt; the last (done = total) comes as the decode's clock starts."""
     request = validate("bench", json.loads(request_json))
 
     async def job(should_stop):
@@ -476,7 +477,8 @@ async def bench(request_json: str, file_size: int, store, request_id: int, emit)
         if gpu:
             decode = (await runner.program(1, Want.ARGMAX)).encoded
             encoded_before = runner.device.encoding_ms(decode)
-        done = await session.bench(prompt, request["max_tokens"], ignore_eos=request["ignore_eos"])
+        done = await session.bench(prompt, request["max_tokens"], ignore_eos=request["ignore_eos"],
+                                   on_prefill=_progress(emit, "prefill"))
         # the part of a step's CPU side spent encoding its dispatches in JavaScript (before the GPU starts)
         encode_ms = (runner.device.encoding_ms(decode) - encoded_before) / done.decode_steps if gpu and done.decode_steps else None
         profile = {}
