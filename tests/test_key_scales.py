@@ -120,6 +120,32 @@ def test_scaled_keys_lift_qwen25s_q4_cache():
 
 
 @pytest.mark.browser
+@pytest.mark.parametrize("arch, qtype", [("phi3", QT.Q8_0), ("qwen2", QT.F32), ("llama", QT.Q8_0)])
+def test_key_ranges_are_the_bytes_of_the_key_rows(tmp_path, arch, qtype):
+    """What the page reads from its store for the scales: each layer's key_tensors, of a fused attn_qkv
+    (phi3) only the key rows, of a bias (qwen2) the whole vector — byte for byte what the file holds there."""
+    from pyshim.gguf.header import read_header_from_file
+    from pyshim.gguf.spec import ModelSpec
+    from pyshim.gguf.tensors import FileSource, WeightStore, tensor_refs_from_header
+    from pyshim.models.key_scales import key_ranges, key_tensors
+
+    path = write_tiny_model(tmp_path, arch, qtype)
+    header = read_header_from_file(path)
+    spec = ModelSpec.from_header(header)
+    store = WeightStore(tensor_refs_from_header(header), FileSource(path))
+    data = path.read_bytes()
+    wanted = [(name, rows) for il in range(spec.n_layers) for name, rows in key_tensors(spec, il)]
+    ranges = key_ranges(spec, header)
+    assert len(ranges) == len(wanted)
+    for (name, rows), (off, n) in zip(wanted, ranges):
+        whole = rows is None or len(store.info(name).shape) == 1
+        expect = store.raw(name) if whole else store.row_range(name, *rows)
+        assert data[off:off + n] == np.asarray(expect).tobytes(), name
+    fused = [rows for name, rows in wanted if name.endswith("attn_qkv.weight")]
+    assert (arch == "phi3") == bool(fused) and all(rows is not None for rows in fused)
+    assert (arch == "qwen2") == any(name.endswith("attn_k.bias") for name, _ in wanted)     # read whole, a vector
+
+
 @pytest.mark.parametrize("arch, device", [("llama", "gpu"), ("llama", "cpu"), ("phi3", "gpu")])
 def test_a_q4_cache_in_the_browser_gets_its_scales_from_the_store(tmp_path, capsys, arch, device):
     """`--backend browser --kv-type q4`: the Worker hands the key projections' bytes from IndexedDB to

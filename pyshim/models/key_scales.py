@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pyshim.gguf.spec import ModelSpec
-from pyshim.gguf.tensors import WeightStore, dequantize_rows
+from pyshim.gguf.tensors import WeightStore, dequantize_rows, tensor_refs_from_header
 
 STRENGTH = 0.5          # s = pair magnitude ** STRENGTH
 FLOOR = 1e-3            # a pair's magnitude at least this fraction of the head's largest (a zero row divides nothing)
@@ -111,17 +111,16 @@ def hadamard_norm(width: int) -> np.float32:
 
 
 def key_ranges(spec: ModelSpec, header) -> list[tuple[int, int]]:
-    """The file ranges (offset, bytes) of every layer's key_tensors, layer by layer, from the GGUF header
-    (its TensorInfo shapes in GGUF order: shape[-1] counts a matrix's rows)."""
+    """The file ranges (offset, bytes) of every layer's key_tensors, layer by layer, from the GGUF header."""
+    refs = {ref.name: ref for ref in tensor_refs_from_header(header)}
     out = []
     for il in range(spec.n_layers):
         for name, rows in key_tensors(spec, il):
-            t = header.tensor(name)
-            if rows is None or len(t.shape) == 1:
-                out.append((t.offset, t.nbytes))
+            ref = refs[name]
+            if rows is None or len(ref.shape) == 1:
+                out.append((ref.offset, ref.nbytes))
             else:
-                row_bytes = t.nbytes // t.shape[-1]
-                out.append((t.offset + rows[0] * row_bytes, (rows[1] - rows[0]) * row_bytes))
+                out.append((ref.offset + rows[0] * ref.row_bytes, (rows[1] - rows[0]) * ref.row_bytes))
     return out
 
 
