@@ -104,6 +104,21 @@ def test_chunked_prefill_then_decode_with_split_tensors(tmp_path_factory, loop, 
         np.testing.assert_allclose(np.stack(got), want[split - 1:], atol=2e-4 * np.abs(want).max(), rtol=1e-3)
 
 
+def test_uploads_reach_their_buffers_as_they_go(loop, device, monkeypatch):
+    """Every WRITE_FLUSH_BYTES the staged writes are submitted before more are staged (wgpu would hold a second
+    copy of a model's weights until the first step otherwise), and every byte lands where it was written."""
+    from pyshim.gpu import native
+
+    monkeypatch.setattr(native, "WRITE_FLUSH_BYTES", 1 << 16)
+    data = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8)
+    buf = device.buffer(len(data), label="uploaded")
+    before = device.write_flushes
+    for off in range(0, len(data), 1 << 14):
+        device.write(buf, data[off:off + (1 << 14)], off)
+    assert device.write_flushes - before == 16
+    assert loop.run_until_complete(device.read(buf)) == data.tobytes()
+
+
 def test_greedy_on_gpu_equals_argmax_of_reference(tmp_path_factory, loop, device):
     path = tiny(tmp_path_factory, "llama", "Q4_K")
     ref = reference(path, context=tiny_models.N_CTX, arithmetic=INT8)
