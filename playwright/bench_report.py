@@ -158,7 +158,8 @@ def markdown(report: dict) -> str:
                  "dispatches a decode step encodes; % roofline = the higher of bytes/s over the adapter's best streaming "
                  "bytes/s and the adapter's streaming probes' time for a token's weight elements (Q6_K's at the 6-bit "
                  "probe's rate, the rest at the best element rate) over the token's time; JS heap MB = the page's and its Workers' JS heaps at their peak "
-                 "while the model loaded and ran (performance.measureUserAgentSpecificMemory; the browser rows); "
+                 "while the model loaded and read its prompt (performance.measureUserAgentSpecificMemory, paused while decode "
+                 "is timed; the browser rows); "
                  f"same text = the greedy continuation's first {TEXT_PREFIX} characters match most engines'.")
     return "\n".join(lines)
 

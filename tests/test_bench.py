@@ -256,7 +256,7 @@ def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
     kernels = {k: v for k, v in browser.items() if k.startswith("kernel_ms:")}
     assert any(k.startswith("kernel_ms:matvec") for k in kernels) and all(v >= 0 for v in kernels.values())
     assert browser["kernel_step_ms"] > 0
-    # the page's and its Workers' JS memory at its peak while SmolLM2 (0.1 GB) loaded and ran: measured
+    # the page's and its Workers' JS memory at its peak while SmolLM2 (0.1 GB) loaded and read its prompt: measured
     assert browser["peak_js_heap_bytes"] > 0, browser.get("js_heap_error")
     # ... and not while decode was timed (the eager measurements cost SwiftShader's decode 10%)
     assert browser["js_heap_paused_for_decode"] is True
