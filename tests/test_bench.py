@@ -170,8 +170,8 @@ def test_unknown_backend_is_refused():
 
 
 def test_tokens_set_the_decode_length_of_a_quick_or_full_run():
-    """`--tokens`: a full-size model's steady decode measured over more steps than --quick's 8 (whose first
-    step on lavapipe carries its shaders' JIT), without the full run's 512-token prompt."""
+    """`--tokens`: a full-size model's steady decode measured over more steps than --quick's 8 (of which the
+    first, on lavapipe, takes 75-100 ms more than the rest at 1.5B), without the full run's 512-token prompt."""
     quick = bench.parse_args(["--quick", "--tokens", "48"]).settings
     assert (quick.prompt_tokens, quick.decode_tokens) == (bench.QUICK.prompt_tokens, 48)
     assert bench.parse_args(["--quick"]).settings.decode_tokens == bench.QUICK.decode_tokens
