@@ -43,6 +43,23 @@ export async function writePieces(device, pieces, onBytes = () => {}, flushBytes
   await device.queue.onSubmittedWorkDone();
 }
 
+// The onBytes(n) of a load's upload of `slices`: "load-progress" {done_bytes, total_bytes, elapsed_ms} at most
+// every PROGRESS_EVERY_MS and at the end (none when `quiet`).
+function progress(emit, slices, quiet) {
+  const total = slices.reduce((n, s) => n + s.size, 0);
+  const t0 = performance.now();
+  let done = 0;
+  let lastReport = 0;
+  return (n) => {
+    done += n;
+    const now = performance.now();
+    if (!quiet && (now - lastReport > PROGRESS_EVERY_MS || done === total)) {
+      lastReport = now;
+      emit("load-progress", { done_bytes: done, total_bytes: total, elapsed_ms: now - t0 });
+    }
+  };
+}
+
 // The `store` Python's loader calls (worker_api's docstring has the contract). `emit(event, data)`
 // reports "load-progress" {done_bytes, total_bytes, elapsed_ms} while the weights go to the GPU
 // (elapsed_ms since the upload began: the page's MB/s).
@@ -59,36 +76,14 @@ export function storeAccess(emit) {
     async upload(modelId, device, uploadsProxy, quiet = false) {
       // Pyodide lends the list for this call only (it destroys the proxy itself): read it before any await.
       const slices = uploadsProxy.toJs({ depth: 2 }).map(([offset, size, buffer, bufferOffset]) => ({ offset, size, buffer, bufferOffset }));
-      const total = slices.reduce((n, s) => n + s.size, 0);
-      const t0 = performance.now();
-      let done = 0;
-      let lastReport = 0;
-      await writePieces(device, store.slicePieces(modelId, slices), (n) => {
-        done += n;
-        const now = performance.now();
-        if (!quiet && (now - lastReport > PROGRESS_EVERY_MS || done === total)) {
-          lastReport = now;
-          emit("load-progress", { done_bytes: done, total_bytes: total, elapsed_ms: now - t0 });
-        }
-      });
+      await writePieces(device, store.slicePieces(modelId, slices), progress(emit, slices, quiet));
     },
     cpuEngine: (threads, wide = false) => cpu.instantiate(threads ?? null, { wide }),
     wasm64: cpu.memory64Supported(),
     async uploadCpu(modelId, engine, uploadsProxy, quiet = false) {
       // [file offset, size, pointer] each: the CPU engine's matrices, store -> its memory
       const slices = uploadsProxy.toJs({ depth: 2 }).map(([offset, size, ptr]) => ({ offset, size, ptr }));
-      const total = slices.reduce((n, s) => n + s.size, 0);
-      const t0 = performance.now();
-      let done = 0;
-      let lastReport = 0;
-      await engine.uploadFrom(store.slicePieces(modelId, slices), (n) => {
-        done += n;
-        const now = performance.now();
-        if (!quiet && (now - lastReport > PROGRESS_EVERY_MS || done === total)) {
-          lastReport = now;
-          emit("load-progress", { done_bytes: done, total_bytes: total, elapsed_ms: now - t0 });
-        }
-      });
+      await engine.uploadFrom(store.slicePieces(modelId, slices), progress(emit, slices, quiet));
     },
     async stream(modelId, device, uploadsProxy) {
       // A streamed expert's ranges (pyshim.gpu.expert_cache), between GPU steps: only those bytes are read
