@@ -72,7 +72,7 @@ def test_matvec_glu(gpu, qtype, activation, variant):
     check(np.frombuffer(out, np.float32).reshape(1, m), want)
 
 
-@pytest.mark.parametrize("variant", ["rows2", "rows4_uniform", "pairs"])
+@pytest.mark.parametrize("variant", ["rows2", "rows4_uniform", "rows8_uniform", "pairs"])
 @pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
 @pytest.mark.parametrize("qtype", list(I8_ACTIVATIONS), ids=lambda t: t.name)
 def test_matvec_i8_glu(gpu, qtype, activation, variant):
@@ -88,11 +88,12 @@ def test_matvec_i8_glu(gpu, qtype, activation, variant):
     q, info = emu.quantize(rng.standard_normal((1, k), dtype=np.float32), fmt)
     w = emu.matvec(raw, qtype, q, info)
     want = act(w[:, :m].astype(np.float32), activation, int8=True) * w[:, m:]
-    rows = 4 if variant == "rows4_uniform" else 2
+    rows = int(variant[4]) if variant.startswith("rows") else 2     # (8: lavapipe's short Q4_K rows, 16 accumulators)
+    uniform_x = variant.endswith("_uniform")
     words = emu.pack(q, info)
-    x_in = uniform(gpu, words) if variant == "rows4_uniform" else words
+    x_in = uniform(gpu, words) if uniform_x else words
     data = emu.grouped(raw, qtype) if qtype in GROUPED_TYPES else raw
-    key = matvec_i8_key(qtype, glu=activation, rows=rows, uniform_x=variant == "rows4_uniform", pairs=variant == "pairs")
+    key = matvec_i8_key(qtype, glu=activation, rows=rows, uniform_x=uniform_x, pairs=variant == "pairs")
     (out,) = gpu.dispatch(key, [data.reshape(-1), x_in], [m * 4],
                           dict(m=m, k=k, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
                                pair_off=0, x_row_words=xq_row_words(k, fmt)), matvec_i8_grid(m, 1, rows))

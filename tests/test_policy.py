@@ -36,18 +36,21 @@ def test_cpu_adapters_keep_the_int8_route_and_no_f16():
     assert swiftshader.norm_in_quantize and not lavapipe.norm_in_quantize     # measured (pyshim.gpu.policy)
 
 
-def test_lavapipe_takes_8_rows_for_one_token_q6_k_rows_of_an_odd_block_count_only():
-    """(measured: pyshim.gpu.policy) SwiftShader and GPUs keep their rows for every matvec."""
+def test_lavapipe_takes_8_rows_for_odd_q6_k_rows_and_short_q4_k_rows_only():
+    """One-token matvecs (measured: pyshim.gpu.policy): Q6_K rows of an odd block count and Q4_K rows at
+    most 2048 wide take 8 rows on lavapipe; SwiftShader and GPUs keep their rows for every matvec."""
     from gguf import GGMLQuantizationType as QT
 
     lavapipe = KernelPolicy.for_device(caps(fallback=True, f16=True, subgroups=(4, 128)))
     assert lavapipe.one_token_rows(QT.Q6_K, 8960) == 8              # 35 blocks a row
     assert lavapipe.one_token_rows(QT.Q6_K, 9216) == 4              # 36
     assert lavapipe.one_token_rows(QT.Q4_K, 8960) == 4
+    assert lavapipe.one_token_rows(QT.Q4_K, 1536) == lavapipe.one_token_rows(QT.Q4_K, 2048) == 8
+    assert lavapipe.one_token_rows(QT.Q4_K, 2304) == lavapipe.one_token_rows(QT.Q6_K, 1536) == 4
     swiftshader = KernelPolicy.for_device(caps(fallback=True, f16=False, subgroups=(4, 4)))
     gpu = KernelPolicy.for_device(caps(fallback=False, f16=True, subgroups=(32, 32)))
     for policy in (swiftshader, gpu):
-        assert policy.one_token_rows(QT.Q6_K, 8960) == policy.matvec_rows
+        assert policy.one_token_rows(QT.Q6_K, 8960) == policy.one_token_rows(QT.Q4_K, 1536) == policy.matvec_rows
 
 
 def test_lavapipe_alone_takes_smaller_matvec_workgroups():
