@@ -36,21 +36,28 @@ def test_cpu_adapters_keep_the_int8_route_and_no_f16():
     assert swiftshader.norm_in_quantize and not lavapipe.norm_in_quantize     # measured (pyshim.gpu.policy)
 
 
-def test_lavapipe_takes_8_rows_for_odd_q6_k_rows_and_short_q4_k_rows_only():
-    """One-token matvecs (measured: pyshim.gpu.policy): Q6_K rows of an odd block count and Q4_K rows at
-    most 2048 wide take 8 rows on lavapipe; SwiftShader and GPUs keep their rows for every matvec."""
+def test_lavapipe_takes_its_measured_rows_by_type_and_width_and_nothing_else_does():
+    """One-token int8 matvecs (measured: pyshim.gpu.policy): on lavapipe odd Q6_K rows and Q4_K rows at most
+    2048 wide take 8, long Q6_K rows and a wider fused gate-and-up 2 (of each); SwiftShader and GPUs keep
+    their rows for every matvec."""
     from gguf import GGMLQuantizationType as QT
 
     lavapipe = KernelPolicy.for_device(caps(fallback=True, f16=True, subgroups=(4, 128)))
-    assert lavapipe.one_token_rows(QT.Q6_K, 8960) == 8              # 35 blocks a row
-    assert lavapipe.one_token_rows(QT.Q6_K, 9216) == 4              # 36
-    assert lavapipe.one_token_rows(QT.Q4_K, 8960) == 4
-    assert lavapipe.one_token_rows(QT.Q4_K, 1536) == lavapipe.one_token_rows(QT.Q4_K, 2048) == 8
-    assert lavapipe.one_token_rows(QT.Q4_K, 2304) == lavapipe.one_token_rows(QT.Q6_K, 1536) == 4
+    assert lavapipe.matvec_rows == 4
+    rows = lavapipe.one_token_rows
+    assert rows(QT.Q6_K, 8960) == 8                                 # 35 blocks a row
+    assert rows(QT.Q6_K, 9216) == rows(QT.Q6_K, 1536) == 4          # 36, 6
+    assert rows(QT.Q6_K, 10240) == rows(QT.Q6_K, 18944) == 2        # the 4-8B models' ffn_down
+    assert rows(QT.Q6_K, 8960, glu=True) == 4                       # (a gate-and-up of Q6_K: not measured)
+    assert rows(QT.Q4_K, 1536) == rows(QT.Q4_K, 2048) == rows(QT.Q4_K, 1536, glu=True) == 8
+    assert rows(QT.Q4_K, 2304) == rows(QT.Q4_K, 18944) == 4
+    assert rows(QT.Q4_K, 2560, glu=True) == rows(QT.Q4_K, 3584, glu=True) == 2
+    assert rows(QT.Q4_0, 1536) == rows(QT.Q8_0, 18944, glu=True) == 4
     swiftshader = KernelPolicy.for_device(caps(fallback=True, f16=False, subgroups=(4, 4)))
     gpu = KernelPolicy.for_device(caps(fallback=False, f16=True, subgroups=(32, 32)))
     for policy in (swiftshader, gpu):
-        assert policy.one_token_rows(QT.Q6_K, 8960) == policy.one_token_rows(QT.Q4_K, 1536) == policy.matvec_rows
+        for qtype, k, glu in ((QT.Q6_K, 8960, False), (QT.Q6_K, 18944, False), (QT.Q4_K, 1536, True), (QT.Q4_K, 3584, True)):
+            assert policy.one_token_rows(qtype, k, glu) == policy.matvec_rows
 
 
 def test_lavapipe_alone_takes_smaller_matvec_workgroups():

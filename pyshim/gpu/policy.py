@@ -37,19 +37,26 @@ NARROW_SIMD_LANES = 4
 # decode steps, 2 -> 4 rows, Qwen2.5-1.5B-shaped Q4_K_M 277-305 -> 265-272 ms, SmolLM2 (Q4_1) 44 -> 39,
 # Qwen2.5-0.5B and Gemma 3 270M level.
 CPU_I8_ROWS = 4
-# ... except one-token Q6_K matvecs whose rows hold an odd number of blocks (the 1.5B's ffn_down, 8960 wide:
-# 35): on lavapipe, with the grouped layout, those ran at 2.5-3.3 G elements/s with 4 rows against 4-5 for
-# even counts (34, 36) and 4.0-5.5 with 8 rows (1536x8960, weights out of cache: 4.3-5.0 -> 3.1-3.4 ms).
-# A layout that keeps each block in one run fixed the odd counts as well but cost the even ones 5-15%
-# (the 7B's ffn_down and head), so the rows change, not the layout.
+# ... except where lavapipe measured other rows for one-token matvecs (KernelPolicy.one_token_rows; whole
+# decode steps alternating in one process, best / median ms, unless said):
+# - Q6_K rows of an odd block count (the 1.5B's ffn_down, 8960 wide: 35) take 8: with the grouped layout those
+#   ran at 2.5-3.3 G elements/s with 4 rows against 4-5 for even counts (34, 36) and 4.0-5.5 with 8 rows
+#   (1536x8960, weights out of cache: 4.3-5.0 -> 3.1-3.4 ms). A layout that keeps each block in one run fixed
+#   the odd counts as well but cost the even ones 5-15% (the 7B's ffn_down and head), so the rows change.
+# - Q4_K rows at most 2048 wide (a 1-2B model's every matrix but ffn_down) take 8, the fused gate-and-up 8 of
+#   each: Qwen2.5-1.5B's shape 262/273 -> 245/253, Llama-3.2-1B's 195/203 -> 188/193, Qwen2.5-0.5B and Gemma 3
+#   270M 2-4% faster, SmolLM2 level. Q6_K's rows at those widths level.
+# - A wider fused gate-and-up takes 2 of each (4 rows, as a plain matvec): 8 were 20% slower than 4 at 3584
+#   (the 7B's, 940/1028 -> 1153/1216 ms) and 2 were faster still: the 7B 906/941 -> 857/888, Gemma-3-4B's
+#   (2560) 588/617 -> 576/600, Phi-3.5-mini's (3072) level. Plain Q4_K matvecs that wide keep 4 (3584x3584
+#   alone: 2 rows 9.0 G elements/s, 4 10.4, 8 10.4).
+# - Q6_K rows at least 10240 wide (a 4-8B model's ffn_down) take 2: the 7B 899/925 -> 849/888, Gemma-3-4B
+#   574/584 -> 558/565; Llama-3.2-1B's 8192 level.
 CPU_I8_ODD_Q6_K_ROWS = 8
-# ... and one-token Q4_K matvecs at most 2048 wide (a 1-2B model's every matrix but ffn_down, the fused
-# gate-and-up included, 8 rows of each) take 8 rows: whole decode steps alternating in one process, best /
-# median ms, Qwen2.5-1.5B's shape 262/273 -> 245/253, Llama-3.2-1B's 195/203 -> 188/193, Qwen2.5-0.5B and
-# Gemma 3 270M 2-4% faster, SmolLM2 level. Q6_K's rows at those widths level; at 3584 (the 7B's gate-and-up)
-# 8 rows were 20% slower (940/1028 -> 1153/1216 ms), so wider rows keep 4.
 CPU_I8_SHORT_K = 2048
 CPU_I8_SHORT_K_ROWS = 8
+CPU_I8_LONG_Q6_K = 10240
+CPU_I8_LONG_ROWS = 2
 # Invocations per workgroup of the barrier-free matvecs. lavapipe runs each workgroup on one of its threads
 # (one a core), 8 invocations a SIMD pass: 64 invocations of 8 rows are 512 rows, so a 1536-row matrix
 # was 3 workgroups on 2 cores, a 256-row one 1. With 16, one-token, weights out of cache: Q6_K 1536x8960
@@ -127,17 +134,22 @@ class KernelPolicy:
     norm_in_quantize: bool = True   # the int8 route's quantize norms its input itself (one pass fewer a norm)
     token_rows: int = TOKEN_ROWS    # rows per invocation of the int8 kernels that take several tokens
     i8_lanes: bool = False       # those take 4-bit weights' tokens in pairs (lanes.wgsl), one multiply for two
-    odd_q6_k_rows: int = 0       # one-token Q6_K rows of an odd block count: rows per invocation (0: matvec_rows)
-    short_k_rows: int = 0       # one-token Q4_K rows at most CPU_I8_SHORT_K wide: rows per invocation (0: matvec_rows)
+    cpu_i8_rows: bool = False    # one-token matvecs take lavapipe's rows by type and width (one_token_rows)
     matvec_wg: int = MATVEC_WG   # invocations per workgroup of the barrier-free matvecs
 
-    def one_token_rows(self, qtype, k: int) -> int:
-        """Rows per invocation of a one-token int8 matvec of `qtype` weights `k` wide."""
-        q6_k = GGMLQuantizationType.Q6_K
-        odd_q6_k = self.odd_q6_k_rows and qtype == q6_k and (k // GGML_QUANT_SIZES[q6_k][0]) % 2 == 1
-        if self.short_k_rows and qtype == GGMLQuantizationType.Q4_K and k <= CPU_I8_SHORT_K:
-            return self.short_k_rows
-        return self.odd_q6_k_rows if odd_q6_k else self.matvec_rows
+    def one_token_rows(self, qtype, k: int, glu: bool = False) -> int:
+        """Rows per invocation of a one-token int8 matvec of `qtype` weights `k` wide (`glu`: the fused
+        gate-and-up's rows of each)."""
+        if not self.cpu_i8_rows:
+            return self.matvec_rows
+        q4_k, q6_k = GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K
+        if qtype == q4_k:
+            return CPU_I8_SHORT_K_ROWS if k <= CPU_I8_SHORT_K else CPU_I8_LONG_ROWS if glu else self.matvec_rows
+        if qtype != q6_k or glu:
+            return self.matvec_rows
+        if (k // GGML_QUANT_SIZES[q6_k][0]) % 2 == 1:
+            return CPU_I8_ODD_Q6_K_ROWS
+        return CPU_I8_LONG_ROWS if k >= CPU_I8_LONG_Q6_K else self.matvec_rows
 
     @property
     def arithmetic(self) -> Arithmetic:
@@ -175,8 +187,7 @@ class KernelPolicy:
             attn_lanes=0 if cpu or (int8 and not reduce) else ATTN_LANES_GPU,
             f16=caps.has_f16 and not cpu, reduce_wg=reduce_wg(caps), norm_in_quantize=narrow,
             token_rows=TOKEN_ROWS_NARROW if narrow else TOKEN_ROWS, i8_lanes=narrow,
-            odd_q6_k_rows=CPU_I8_ODD_Q6_K_ROWS if cpu and not narrow and int8 and not reduce else 0,
-            short_k_rows=CPU_I8_SHORT_K_ROWS if cpu and not narrow and int8 and not reduce else 0,
+            cpu_i8_rows=cpu and not narrow and int8 and not reduce,
             matvec_wg=CPU_MATVEC_WG if cpu and not narrow and int8 and not reduce else MATVEC_WG,
         )
         if overrides.get("f16") and not caps.has_f16:
