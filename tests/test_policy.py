@@ -53,6 +53,14 @@ def test_lavapipe_takes_its_measured_rows_by_type_and_width_and_nothing_else_doe
     assert rows(QT.Q4_K, 2304) == rows(QT.Q4_K, 18944) == 4
     assert rows(QT.Q4_K, 2560, glu=True) == rows(QT.Q4_K, 3584, glu=True) == 2
     assert rows(QT.Q4_0, 1536) == rows(QT.Q8_0, 18944, glu=True) == 4
+    # every row count it takes is among the variants the naga and Tint compile checks go through
+    from pyshim.gpu.kernels import matvec_i8_key
+    from pyshim.gpu.variants import shader_variants
+
+    keys = set(shader_variants())
+    for qtype, k, glu in ((QT.Q6_K, 8960, False), (QT.Q6_K, 18944, False), (QT.Q4_K, 1536, False), (QT.Q4_K, 1536, True),
+                          (QT.Q4_K, 3584, True)):
+        assert matvec_i8_key(qtype, uniform_x=True, rows=rows(qtype, k, glu), glu="silu" if glu else None) in keys
     swiftshader = KernelPolicy.for_device(caps(fallback=True, f16=False, subgroups=(4, 4)))
     gpu = KernelPolicy.for_device(caps(fallback=False, f16=True, subgroups=(32, 32)))
     for policy in (swiftshader, gpu):

@@ -11,8 +11,8 @@ from pyshim.gpu.kernels import (GROUPED_TYPES, I8_ACTIVATIONS, I8_BLOCKS, I8_LAN
                                 argmax_keys, attention_keys, attention_prefill_key, embed_key, glu_key,
                                 kv_write_key, matmul_key, matvec_i8_key, matvec_key, moe_key, quantize_key,
                                 repack_key, rmsnorm_key, rope_key, router_key)
-from pyshim.gpu.policy import (ATTN_LANES_GPU, ATTN_SPLITS_GPU, CPU_I8_LONG_ROWS, CPU_I8_ODD_Q6_K_ROWS, CPU_I8_SHORT_K_ROWS,
-                               MATMUL_TILE, MATMUL_TILE_CPU, MATVEC_ROWS, NARROW_SIMD_ROWS, TOKEN_ROWS, TOKEN_ROWS_NARROW)
+from pyshim.gpu.policy import (ATTN_LANES_GPU, ATTN_SPLITS_GPU, CPU_I8_ODD_Q6_K_ROWS, CPU_I8_SHORT_K_ROWS, MATMUL_TILE,
+                               MATMUL_TILE_CPU, MATVEC_ROWS, NARROW_SIMD_ROWS, TOKEN_ROWS, TOKEN_ROWS_NARROW)
 from pyshim.gpu.shaderc import ShaderKey
 from pyshim.models.ops import ACTIVATIONS
 from pyshim.plan.settings import KV_TYPES
@@ -87,11 +87,9 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
         keys += [matvec_i8_key(q, glu=act, uniform_x=ux, rows=rows, pairs=pairs) for q in I8_ACTIVATIONS for act in ACTIVATIONS
                  for ux in (False, True) for rows in (MATVEC_ROWS, NARROW_SIMD_ROWS)
                  for pairs in ((False, True) if q in I8_PAIR_TYPES else (False,))]
-        # lavapipe's one-token rows by type and width (KernelPolicy.one_token_rows)
-        keys += [matvec_i8_key(q, uniform_x=True, rows=rows) for q in (QT.Q4_K, QT.Q6_K)
-                 for rows in {CPU_I8_ODD_Q6_K_ROWS, CPU_I8_SHORT_K_ROWS, CPU_I8_LONG_ROWS}]
-        keys += [matvec_i8_key(QT.Q4_K, uniform_x=True, rows=rows, glu=act) for act in ACTIVATIONS
-                 for rows in (CPU_I8_SHORT_K_ROWS, CPU_I8_LONG_ROWS)]
+        # lavapipe's wider one-token rows (KernelPolicy.one_token_rows; its narrower ones are MATVEC_ROWS above)
+        keys += [matvec_i8_key(QT.Q6_K, uniform_x=True, rows=CPU_I8_ODD_Q6_K_ROWS)]
+        keys += [matvec_i8_key(QT.Q4_K, uniform_x=True, rows=CPU_I8_SHORT_K_ROWS, glu=act) for act in (None, *ACTIVATIONS)]
     keys += [ShaderKey.of("eltwise", WG=WG, **{op: True}) for op in ("OP_ADD", "OP_SCALE", "OP_SOFTCAP", "OP_COPY")]
     keys += [*argmax_keys()] + ([*argmax_keys(subgroup=True)] if subgroups else [])
     keys += [ShaderKey.of("topk", WG=WG, K=TOPK, **{p: True}) for p in ("PASS1", "PASS2")]
