@@ -1,6 +1,7 @@
 // out[t, :] = row tokens[t] of the table W [vocab, d] (GGUF blocks, dequantized). One invocation per
-// (block of the row, token). Defines: one W_<type>, WG.
+// (block of the row, token). Defines: one W_<type>, WG, optional ROW_GROUP (include/row_group.wgsl).
 #include "include/wtype.wgsl"
+#include "include/row_group.wgsl"
 
 struct Params {
     d: u32,             // row length (a multiple of BLOCK_ELEMS)
@@ -40,5 +41,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     var unused = vec4<f32>(0.0);
-    block_apply(params.w_off + (id - params.row0) * params.row_bytes + b * BLOCK_BYTES, params.out_off + t * params.d + b * BLOCK_ELEMS, &unused);
+    block_apply(params.w_off + row_start(id - params.row0) + b * BLOCK_STEP, params.out_off + t * params.d + b * BLOCK_ELEMS, &unused);
 }

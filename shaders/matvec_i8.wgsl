@@ -10,7 +10,8 @@
 // one i32 multiply for both tokens of a pair (Q4_0, Q4_1, Q4_K: include/unpack_i8.wgsl's lanes16).
 // Defines: one W_<type> (Q4_0, Q4_1, Q5_0, Q8_0 read blocks of 32 activations, Q8_0/Q8_1 style; Q4_K,
 // Q5_K, Q6_K read Q8_K's blocks of 256), WG, ROWS, optional BIAS (a bias, or a residual: matvec.wgsl); UNIFORM_X (with X_VEC4) binds the
-// quantized row as a uniform array (one-token steps on CPU adapters: one broadcast load per read).
+// quantized row as a uniform array (one-token steps on CPU adapters: one broadcast load per read). ROW_GROUP:
+// the weight's rows interleaved in groups (include/row_group.wgsl; not with EXPERTS or the grouped types).
 // EXPERTS (no BIAS): rows of y are (token, slot) pairs, each through its expert's matrix (matvec.wgsl);
 // with TOKENS also GROUPED: a step's pairs grouped by expert (expert_group.wgsl's table in place of the
 // ids), so each block of an expert's matrix is unpacked once for TOKENS of the pairs that chose it.
@@ -20,6 +21,7 @@
 // Needs the WGSL language feature packed_4x8_integer_dot_product (naga and Chromium's Tint have it).
 #include "include/wtype_i8.wgsl"
 #include "include/glu_rows.wgsl"
+#include "include/row_group.wgsl"
 
 struct Params {
     m: u32,             // output rows
@@ -151,7 +153,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     // Q4_K 12.4 -> about 9 ms, Q6_K 18-21 -> 12-14)
     var wb: array<u32, ROWS>;
 #unroll R ROWS
-    wb[R] = w_base + weight_row(first, R) * params.row_bytes;
+    wb[R] = w_base + row_start(weight_row(first, R));
 #endunroll
 #ifdef TOKENS
     // tokens t..t+TOKENS-1 (past n: the last token again, not stored; GROUPED: the tile's pairs); each block of each row is unpacked
@@ -169,14 +171,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         // a K-quant block piece by piece (include/pieces_i8.wgsl), its integer sums per token and row
         var heads: array<KHead, ROWS>;
 #unroll R ROWS
-        heads[R] = block_head(wb[R] + b * BLOCK_BYTES);
+        heads[R] = block_head(wb[R] + b * BLOCK_STEP);
 #endunroll
         // (initialized explicitly: naga declares a loop's vars once, at the function's start)
         var sums = array<array<vec2<i32>, ROWS>, TOKENS>();
         for (var p = 0u; p < PIECES; p++) {
             var pcs: array<WPiece, ROWS>;
 #unroll R ROWS
-            pcs[R] = piece_unpack(wb[R] + b * BLOCK_BYTES, heads[R], p);
+            pcs[R] = piece_unpack(wb[R] + b * BLOCK_STEP, heads[R], p);
 #endunroll
             let s_at = 5u * b + 1u + (p >> 1u);     // Q8_K's sums of 16, two per piece
 #ifdef LANES
@@ -225,7 +227,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
 #else
         var blk: array<WBlock, ROWS>;
 #unroll R ROWS
-        blk[R] = block_unpack(wb[R] + b * BLOCK_BYTES);
+        blk[R] = block_unpack(wb[R] + b * BLOCK_STEP);
 #endunroll
 #ifdef LANES
         // tokens in pairs, each element of a pair one i32 (lanes.wgsl): one multiply for both tokens
@@ -277,7 +279,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
 #else
     for (var b = 0u; b < nb; b++) {
 #unroll R ROWS
-        acc[R] += block_dot(wb[R] + b * BLOCK_BYTES, b);
+        acc[R] += block_dot(wb[R] + b * BLOCK_STEP, b);
 #endunroll
     }
 #endif

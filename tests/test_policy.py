@@ -61,9 +61,15 @@ def test_lavapipe_takes_its_measured_rows_by_type_and_width_and_nothing_else_doe
     for qtype, k, glu in ((QT.Q6_K, 8960, False), (QT.Q6_K, 18944, False), (QT.Q4_K, 1536, False), (QT.Q4_K, 1536, True),
                           (QT.Q4_K, 3584, True)):
         assert matvec_i8_key(qtype, uniform_x=True, rows=rows(qtype, k, glu), glu="silu" if glu else None) in keys
+    # its Q4_K rows interleaved in groups of 8 (KernelPolicy.row_group): an invocation a group at every width
+    assert lavapipe.row_group == 8
+    for k, glu in ((1536, False), (8960, False), (3584, True)):
+        assert rows(QT.Q4_K, k, glu, row_group=8) == 8
+        assert matvec_i8_key(QT.Q4_K, uniform_x=True, rows=8, glu="silu" if glu else None, row_group=8) in keys
     swiftshader = KernelPolicy.for_device(caps(fallback=True, f16=False, subgroups=(4, 4)))
     gpu = KernelPolicy.for_device(caps(fallback=False, f16=True, subgroups=(32, 32)))
     for policy in (swiftshader, gpu):
+        assert policy.row_group == 1
         for qtype, k, glu in ((QT.Q6_K, 8960, False), (QT.Q6_K, 18944, False), (QT.Q4_K, 1536, True), (QT.Q4_K, 3584, True)):
             assert policy.one_token_rows(qtype, k, glu) == policy.matvec_rows
 

@@ -182,9 +182,10 @@ class FusedOps:
         if fmt is not None and k % I8_BLOCKS[fmt][0] == 0:
             xq, row_words = self._quantize(x, fmt)
             uniform_x = row_words * 4 <= UNIFORM_X_BYTES
-            rows = self.policy.one_token_rows(slot.ref.qtype, k, glu=True)
+            rows = self.policy.one_token_rows(slot.ref.qtype, k, glu=True, row_group=slot.row_group)
             key = matvec_i8_key(slot.ref.qtype, uniform_x=uniform_x, rows=rows, glu=act,
-                                pairs=self.policy.i8_pairs and i8_pairs(slot.ref.qtype, k), wg=self.policy.matvec_wg)
+                                pairs=self.policy.i8_pairs and i8_pairs(slot.ref.qtype, k), wg=self.policy.matvec_wg,
+                                row_group=slot.row_group)
             self._record("matvec_i8", key, [part, (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq, out.buf],
                          matvec_i8_grid(f, 1, rows, wg=self.policy.matvec_wg), x_off=0, pair_off=0, x_row_words=row_words, **common)
             return out

@@ -81,6 +81,9 @@ assert set(GROUPED_TYPES) == set(GROUPED_TENSOR_TYPES)
 # a load (W_VEC4), as the grouped types do after the repack; every offset a matvec_i8 binding takes is
 # whole rows of them.
 I8_VEC4_TYPES = frozenset({QT.Q4_K, QT.Q5_K})
+# Types the int8 route may interleave by rows at load (interleave.wgsl, KernelPolicy.row_group; matvec_i8 and
+# embed read them so): whole-vec4 blocks, not grouped.
+ROW_GROUP_TYPES = frozenset({QT.Q4_K})
 # Types whose int8 decoders unpack a block once for several tokens (matvec_i8's TOKENS: 32-value blocks,
 # and the K-quants' blocks in pieces of 32, include/pieces_i8.wgsl),
 # and the rows x tokens an invocation takes in steps of several tokens (prefill). SwiftShader, 64 tokens
@@ -144,20 +147,23 @@ def glu_key(act: str, int8: bool = False, f16: bool = False) -> ShaderKey:
 
 def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, rows: int = MATVEC_ROWS,
                   pairs: bool = False, tokens: int | None = None, experts: bool = False, grouped: bool = False,
-                  glu: str | None = None, lanes: bool = False, wg: int = MATVEC_WG) -> ShaderKey:
+                  glu: str | None = None, lanes: bool = False, wg: int = MATVEC_WG, row_group: int = 1) -> ShaderKey:
     """The barrier-free int8 matvec (`uniform_x`: the quantized row bound as a 64 KiB uniform; `pairs`: see
     i8_pairs; `tokens`: that many tokens per invocation, I8_TOKEN_TYPES only, with `lanes` (an even number of
     tokens, I8_LANE_TYPES, not experts) in pairs from lanes.wgsl's words; `glu`: gate and up rows in one
     weight, act(gate) * up stored, `rows` output rows an invocation; `wg` invocations a workgroup:
-    policy.matvec_wg). GROUPED_TYPES are read in repack.wgsl's layout: the int8 route always rearranges them."""
+    policy.matvec_wg; `row_group`: the weight's rows interleaved in groups of that many, interleave.wgsl).
+    GROUPED_TYPES are read in repack.wgsl's layout: the int8 route always rearranges them."""
     defines = weight_defines(qtype, QT(qtype) in GROUPED_TYPES) | ({"W_VEC4": True} if QT(qtype) in I8_VEC4_TYPES else {})
+    if row_group > 1 and (QT(qtype) not in ROW_GROUP_TYPES or experts or grouped):
+        raise ValueError(f"no row groups for {QT(qtype).name} with experts={experts or grouped}")
     if lanes and (not tokens or tokens % 2 or QT(qtype) not in I8_LANE_TYPES or experts or grouped):
         raise ValueError(f"no token pairs for {QT(qtype).name} with tokens={tokens}, experts={experts or grouped}")
     return ShaderKey.of("matvec_i8", **defines, WG=wg,
                         ROWS=2 * rows if glu else rows, BIAS=bias, UNIFORM_X=uniform_x,
                         X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, PAIRS=pairs, TOKENS=tokens,
                         EXPERTS=experts or grouped, GROUPED=grouped, GLU=bool(glu), **(act_defines(glu, True) if glu else {}),
-                        LANES=tokens // 2 if lanes else None)
+                        LANES=tokens // 2 if lanes else None, ROW_GROUP=row_group if row_group > 1 else None)
 
 
 def router_key(gating: str, norm: bool, scales: bool = False) -> ShaderKey:    # scales: gemma4's per-expert ones
@@ -173,8 +179,8 @@ def matvec_i8_grid(m: int, n: int, rows: int = MATVEC_ROWS, tokens: int = 1, wg:
     return groups(m, wg * rows), groups(n, tokens), 1
 
 
-def embed_key(qtype: QT, grouped: bool = False) -> ShaderKey:
-    return ShaderKey.of("embed", **weight_defines(qtype, grouped), WG=WG)
+def embed_key(qtype: QT, grouped: bool = False, row_group: int = 1) -> ShaderKey:
+    return ShaderKey.of("embed", **weight_defines(qtype, grouped), WG=WG, ROW_GROUP=row_group if row_group > 1 else None)
 
 
 def weight_defines(qtype: QT, grouped: bool = False) -> dict[str, bool]:
@@ -197,6 +203,10 @@ def repack_groups(rows: int, row_bytes: int, qtype: QT) -> int:
 
 def repack_key(qtype: QT) -> ShaderKey:
     return ShaderKey.of("repack", WG=WG, Q4_0=QT(qtype) == QT.Q4_0, Q6_K=QT(qtype) == QT.Q6_K)
+
+
+def interleave_key(row_group: int) -> ShaderKey:
+    return ShaderKey.of("interleave", WG=WG, ROW_GROUP=row_group)
 
 
 def repack_grid(n_groups: int) -> tuple[int, int, int]:
@@ -282,6 +292,7 @@ PARAMS: dict[str, ParamsLayout] = {
     "topk": _layout("len:u32 chunk:u32 x_off:u32 _pad0:u32"),
     "stream": _layout("n4:u32 per_thread:u32 _pad0:u32 _pad1:u32"),
     "repack": _layout("groups:u32 first:u32 _pad1:u32 _pad2:u32"),
+    "interleave": _layout("blocks:u32 row_blocks:u32 block_words:u32 dst_off:u32"),
 }
 # the tiled prefill kernels share their one-token twins' params (shaders/include/*_params.wgsl)
 PARAMS["matmul"] = PARAMS["matvec"]

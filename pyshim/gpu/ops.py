@@ -90,7 +90,8 @@ class GpuOps(FusedOps, ExpertOps):
         self.allocator = Allocator(device)
         self.max_binding = min(int(device.caps.limits["max_storage_buffer_binding_size"]), max_binding or 1 << 62)
         self.slots = WeightSlots(device, self.allocator, store, limit=min(self.max_binding, int(device.caps.limits["max_buffer_size"])),
-                                 grouped_types=GROUPED_TYPES if policy.int8 else (), upload_now=upload_now)
+                                 grouped_types=GROUPED_TYPES if policy.int8 else (), row_group=policy.row_group if policy.int8 else 1,
+                                 upload_now=upload_now)
         if expert_slots and streamed_layers:
             raise UnsupportedError("experts and layers are not streamed together: choose one")
         self.expert_cache = ExpertCache(self.slots, expert_slots) if expert_slots else None
@@ -194,7 +195,7 @@ class GpuOps(FusedOps, ExpertOps):
         n, d = tokens.shape[0], table.shape[1]
         out = self._tensor((n, d), "embed")
         per = shader_block(table.ref.qtype)[0]
-        key = embed_key(table.ref.qtype, table.grouped)
+        key = embed_key(table.ref.qtype, table.grouped, table.row_group)
         for part in table.parts:
             self._record("embed", key, [part, tokens.buf, out.buf], (groups(d // per), n, 1), d=d, n=n,
                          row_bytes=table.ref.row_bytes, w_off=0, tok_off=tokens.off, out_off=out.off,
@@ -294,7 +295,7 @@ class GpuOps(FusedOps, ExpertOps):
         # (a batched step's few tokens take the one-token rows: SwiftShader natively, 4 SmolLM2 sequences a
         # step, 4 rows 435 ms against 8 rows 505-509, the prompts' 8)
         rows_per = ((self.policy.matvec_rows if self._batched else self.policy.token_rows) if tokens > 1
-                    else self.policy.one_token_rows(w.ref.qtype, k))
+                    else self.policy.one_token_rows(w.ref.qtype, k, row_group=w.row_group))
         lanes = self.policy.i8_lanes and tokens > 1 and w.ref.qtype in I8_LANE_TYPES
         tokens += tokens % 2 if lanes else 0            # (in pairs: a last odd token's pair is itself twice)
         pair_off = self._lanes(x, fmt) if lanes else 0
@@ -304,7 +305,7 @@ class GpuOps(FusedOps, ExpertOps):
         uniform_x = (lanes_words(n, k, row_words)[1] if lanes else n * row_words) * 4 <= UNIFORM_X_BYTES
         key = matvec_i8_key(w.ref.qtype, bias=add is not None, uniform_x=uniform_x, rows=rows_per,
                             pairs=tokens == 1 and self.policy.i8_pairs and i8_pairs(w.ref.qtype, k),
-                            tokens=tokens if tokens > 1 else None, lanes=lanes, wg=self.policy.matvec_wg)
+                            tokens=tokens if tokens > 1 else None, lanes=lanes, wg=self.policy.matvec_wg, row_group=w.row_group)
         x_binding = (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq
         for part in w.parts:
             bindings = [part, x_binding] + _addend_binding(add) + [out.buf]

@@ -10,8 +10,9 @@ factors are the exception: recording folds them into the rope angle table, share
 
 Bytes arrive along `uploads` (file range -> buffer): written here from the byte source when
 `upload_now`, or by the caller (the browser's store writes them from IndexedDB, never through Python).
-The int8 route's Q8_0 weights are then rearranged in place on the GPU (`repack`, once, before the first
-step: repack.wgsl's grouped layout).
+The int8 route's Q4_0, Q8_0 and Q6_K weights are then rearranged in place on the GPU (`repack`, once,
+before the first step: repack.wgsl's grouped layout), and on lavapipe its Q4_K ones interleaved by rows
+(interleave.wgsl, KernelPolicy.row_group).
 """
 
 from __future__ import annotations
@@ -24,10 +25,14 @@ import numpy as np
 from pyshim.errors import UnsupportedError
 from pyshim.gguf.tensors import TensorRef, WeightStore, dequantize_rows
 from pyshim.gguf.types import check_runnable
-from pyshim.gpu.kernels import PARAMS, repack_bytes, repack_grid, repack_groups, repack_key, shader_block
+from pyshim.gpu.kernels import (PARAMS, ROW_GROUP_TYPES, interleave_key, repack_bytes, repack_grid, repack_groups, repack_key,
+                                shader_block)
 from pyshim.gpu.pool import Allocator
 from pyshim.gpu.program import Dispatch, Program
 from pyshim.plan.memory import group_bytes, row_parts
+
+
+INTERLEAVE_CHUNK = 16 << 20     # bytes of a row-grouped weight interleaved at a time (the scratch buffer's most)
 
 
 @dataclass(frozen=True)
@@ -76,15 +81,17 @@ class PartView:
 
 
 class WeightSlot:
-    """A bound tensor: 2-D ones as GGUF blocks in `parts` (`grouped`: Q8_0 rearranged by repack.wgsl),
-    1-D ones as f32 `values` and a buffer of them (`f32_buf`). A slot may hold several tensors of one type
-    and width, their rows one after the other (`members`: (tensor, first row)): q, k and v, or gate and
-    up, so that one matvec reads them all (`WeightSlots.bind_rows`)."""
+    """A bound tensor: 2-D ones as GGUF blocks in `parts` (`grouped`: rearranged by repack.wgsl;
+    `row_group` > 1: its rows interleaved in groups of that many by interleave.wgsl), 1-D ones as f32
+    `values` and a buffer of them (`f32_buf`). A slot may hold several tensors of one type and width,
+    their rows one after the other (`members`: (tensor, first row)): q, k and v, or gate and up, so that
+    one matvec reads them all (`WeightSlots.bind_rows`)."""
 
     def __init__(self, ref: TensorRef, shape: tuple[int, ...], grouped: bool = False, members=None):
         self.ref = ref
         self.shape = shape
         self.grouped = grouped
+        self.row_group = 1
         self.members: list[tuple[TensorRef, int]] = members or [(ref, 0)]
         self.parts: list[Part] = []
         self.values: np.ndarray | None = None
@@ -111,6 +118,7 @@ class WeightView:
     def __init__(self, slot: WeightSlot, ref: TensorRef, row0: int, shape: tuple[int, ...]):
         self.slot, self.ref, self.row0, self.shape = slot, ref, row0, shape
         self.grouped = slot.grouped
+        self.row_group = slot.row_group
 
     @property
     def name(self) -> str:
@@ -128,16 +136,20 @@ class WeightView:
 
 class WeightSlots:
     def __init__(self, device, allocator: Allocator, store: WeightStore, *, limit: int, grouped_types=frozenset(),
-                 upload_now: bool = True):
+                 row_group: int = 1, upload_now: bool = True):
         """`limit`: the most bytes one part may hold (the device's binding and buffer limits, or less: tests
-        force splits); `grouped_types`: tensor types kept in the grouped layout (the int8 route's Q8_0)."""
+        force splits); `grouped_types`: tensor types kept in the grouped layout (the int8 route's Q8_0);
+        `row_group`: ROW_GROUP_TYPES matrices interleaved by rows in groups of that many where every part
+        and member starts on a whole group (KernelPolicy.row_group)."""
         self.device, self.allocator, self.store = device, allocator, store
         self.limit = limit
         self.grouped_types = frozenset(grouped_types)
+        self.row_group = row_group
         self.upload_now = upload_now
         self.slots: dict[str, WeightSlot] = {}
         self.uploads: list[Upload] = []
         self._repacks: list[tuple[Any, int, int]] = []     # (buffer, groups, first group) to rearrange once uploaded
+        self._interleaves: list[tuple[Any, int, int, int, int]] = []   # (buffer, rows, row bytes, block bytes, row group) likewise
 
     def __contains__(self, name: str) -> bool:
         return name in self.store
@@ -170,13 +182,20 @@ class WeightSlots:
         # a 3-D weight [experts, m, k] is split between experts, never inside one (its rows are then
         # counted flat: expert e's row r is row e * m + r)
         per = int(np.prod(shape[1:-1], dtype=np.int64))
-        for unit0, units in row_parts(shape[0], ref.row_bytes * per, self.limit, pad):
+        parts = row_parts(shape[0], ref.row_bytes * per, self.limit, pad)
+        g = self.row_group
+        if (g > 1 and ref.qtype in ROW_GROUP_TYPES and per == 1 and not w.grouped
+                and all(n % g == 0 for part in parts for n in part) and all(row0 % g == 0 for _, row0 in w.members)):
+            w.row_group = g
+        for unit0, units in parts:
             row0, rows = unit0 * per, units * per
             nbytes = repack_bytes(rows, ref.row_bytes, ref.qtype) if w.grouped else rows * ref.row_bytes
             part = Part(self.allocator.buffer(nbytes, f"{ref.name}[{row0}:]"), row0, rows)
             self._upload(w, part)
             if w.grouped:
                 self._repacks.append((part.buffer, repack_groups(rows, ref.row_bytes, ref.qtype), 0, ref.qtype))
+            if w.row_group > 1:
+                self._interleaves.append((part.buffer, rows, ref.row_bytes, shader_block(ref.qtype)[1], w.row_group))
             w.parts.append(part)
         return w
 
@@ -212,13 +231,15 @@ class WeightSlots:
                 self.device.write(part.buffer, self.store.source.read(offset, nbytes), upload.buffer_offset)
 
     def refill(self, w: WeightSlot) -> None:
-        """Write the slot's rows into its buffers again from the byte source (grouped ones must be
-        rearranged again before use: `repack` picks them up)."""
+        """Write the slot's rows into its buffers again from the byte source (grouped and row-grouped ones
+        must be rearranged again before use: `repack` picks them up)."""
         for part in w.parts:
             for _, offset, nbytes, row in w.pieces(part.row0, part.rows):
                 self.device.write(part.buffer, self.store.source.read(offset, nbytes), (row - part.row0) * w.ref.row_bytes)
             if w.grouped:
                 self._repacks.append((part.buffer, repack_groups(part.rows, w.ref.row_bytes, w.ref.qtype), 0, w.ref.qtype))
+            if w.row_group > 1:
+                self._interleaves.append((part.buffer, part.rows, w.ref.row_bytes, shader_block(w.ref.qtype)[1], w.row_group))
 
     def rebind(self, w: WeightSlot, index: int, buffer) -> Part:
         """Point part `index` of the slot at `buffer` (holding the same rows in the same layout); the
@@ -233,15 +254,43 @@ class WeightSlots:
         self._repacks.append((buffer, n_groups, first, qtype))
 
     async def repack(self, kernels, pool) -> None:
-        """Rearrange the grouped weights in place (repack.wgsl): after their bytes are uploaded and before
-        the first step that reads them. One submit for all of them; nothing to do the second time."""
-        if not self._repacks:
-            return
-        repacks, self._repacks = self._repacks, []
-        program = Program(0)
-        for buf, n_groups, first, qtype in repacks:
-            program.dispatches.append(Dispatch(repack_key(qtype), [buf], PARAMS["repack"].pack(groups=n_groups, first=first),
-                                               repack_grid(n_groups)))
+        """Rearrange the grouped weights in place (repack.wgsl) and interleave the row-grouped ones
+        (interleave.wgsl): after their bytes are uploaded and before the first step that reads them.
+        Nothing to do the second time."""
+        if self._repacks:
+            repacks, self._repacks = self._repacks, []
+            program = Program(0)
+            for buf, n_groups, first, qtype in repacks:
+                program.dispatches.append(Dispatch(repack_key(qtype), [buf], PARAMS["repack"].pack(groups=n_groups, first=first),
+                                                   repack_grid(n_groups)))
+            await program.build(self.device, kernels, pool)
+            self.device.submit(program.ready, label="repack")
+            program.release(self.allocator, self.device)
+        if self._interleaves:
+            await self._interleave(kernels, pool)
+
+    async def _interleave(self, kernels, pool) -> None:
+        """Each row-grouped part a chunk of whole groups at a time: copied into a scratch buffer of at most
+        INTERLEAVE_CHUNK bytes (or one group), then written back interleaved (one copy and one dispatch
+        a chunk, in queue order)."""
+        todo, self._interleaves = self._interleaves, []
+        scratch_bytes = max(min(max(INTERLEAVE_CHUNK // (g * row_bytes), 1) * g * row_bytes, rows * row_bytes)
+                            for _, rows, row_bytes, _, g in todo)
+        scratch = self.allocator.buffer(scratch_bytes, "interleave")
+        program, copies = Program(0), []
+        for buf, rows, row_bytes, block_bytes, g in todo:
+            gb = g * row_bytes
+            per = max(scratch_bytes // gb, 1)
+            for g0 in range(0, rows // g, per):
+                n = min(per, rows // g - g0)
+                copies.append((buf, g0 * gb, scratch, 0, n * gb))
+                blocks = n * gb // block_bytes
+                program.dispatches.append(Dispatch(interleave_key(g), [scratch, buf], PARAMS["interleave"].pack(
+                    blocks=blocks, row_blocks=row_bytes // block_bytes, block_words=block_bytes // 4, dst_off=g0 * gb // 4),
+                    repack_grid(blocks)))
         await program.build(self.device, kernels, pool)
-        self.device.submit(program.ready, label="repack")
+        for copy, ready in zip(copies, program.ready):
+            self.device.copy([copy])
+            self.device.submit([ready], label="interleave")
         program.release(self.allocator, self.device)
+        self.allocator.release(scratch)
