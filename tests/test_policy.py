@@ -3,6 +3,8 @@ the GPUs of the common vendors get, from Capabilities made up for each (no devic
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pyshim.errors import UnsupportedError
@@ -61,15 +63,21 @@ def test_lavapipe_takes_its_measured_rows_by_type_and_width_and_nothing_else_doe
     for qtype, k, glu in ((QT.Q6_K, 8960, False), (QT.Q6_K, 18944, False), (QT.Q4_K, 1536, False), (QT.Q4_K, 1536, True),
                           (QT.Q4_K, 3584, True)):
         assert matvec_i8_key(qtype, uniform_x=True, rows=rows(qtype, k, glu), glu="silu" if glu else None) in keys
-    # its Q4_K rows interleaved in groups of 8 (KernelPolicy.row_group): an invocation a group at every width
-    assert lavapipe.row_group == 8
-    for k, glu in ((1536, False), (8960, False), (3584, True)):
-        assert rows(QT.Q4_K, k, glu, row_group=8) == 8
-        assert matvec_i8_key(QT.Q4_K, uniform_x=True, rows=8, glu="silu" if glu else None, row_group=8) in keys
+    # its rows interleaved in groups (KernelPolicy.row_group_for): Q4_K's of 8, Q6_K's of 4 below 10240 wide;
+    # an invocation a group at every width
+    group = lavapipe.row_group_for
+    assert group(QT.Q4_K, 1536) == group(QT.Q4_K, 18944) == 8
+    assert group(QT.Q6_K, 1536) == group(QT.Q6_K, 8960) == 4 and group(QT.Q6_K, 18944) == 1
+    assert group(QT.Q4_0, 1536) == group(QT.Q8_0, 1536) == group(QT.Q5_K, 1536) == 1
+    assert replace(lavapipe, row_group=1).row_group_for(QT.Q4_K, 1536) == 1
+    for qtype, k, glu in ((QT.Q4_K, 1536, False), (QT.Q4_K, 8960, False), (QT.Q4_K, 3584, True), (QT.Q6_K, 8960, False)):
+        g = group(qtype, k)
+        assert rows(qtype, k, glu, row_group=g) == g
+        assert matvec_i8_key(qtype, uniform_x=True, rows=g, glu="silu" if glu else None, row_group=g) in keys
     swiftshader = KernelPolicy.for_device(caps(fallback=True, f16=False, subgroups=(4, 4)))
     gpu = KernelPolicy.for_device(caps(fallback=False, f16=True, subgroups=(32, 32)))
     for policy in (swiftshader, gpu):
-        assert policy.row_group == 1
+        assert policy.row_group_for(QT.Q4_K, 1536) == policy.row_group_for(QT.Q6_K, 1536) == 1
         for qtype, k, glu in ((QT.Q6_K, 8960, False), (QT.Q6_K, 18944, False), (QT.Q4_K, 1536, True), (QT.Q4_K, 3584, True)):
             assert policy.one_token_rows(qtype, k, glu) == policy.matvec_rows
 

@@ -81,9 +81,9 @@ assert set(GROUPED_TYPES) == set(GROUPED_TENSOR_TYPES)
 # a load (W_VEC4), as the grouped types do after the repack; every offset a matvec_i8 binding takes is
 # whole rows of them.
 I8_VEC4_TYPES = frozenset({QT.Q4_K, QT.Q5_K})
-# Types the int8 route may interleave by rows at load (interleave.wgsl, KernelPolicy.row_group; matvec_i8 and
-# embed read them so): whole-vec4 blocks, not grouped.
-ROW_GROUP_TYPES = frozenset({QT.Q4_K})
+# Types the int8 route may interleave by rows at load (interleave.wgsl, KernelPolicy.row_group_for; matvec_i8
+# and embed read them so; Q6_K's before repack.wgsl groups its blocks).
+ROW_GROUP_TYPES = frozenset({QT.Q4_K, QT.Q6_K})
 # Types whose int8 decoders unpack a block once for several tokens (matvec_i8's TOKENS: 32-value blocks,
 # and the K-quants' blocks in pieces of 32, include/pieces_i8.wgsl),
 # and the rows x tokens an invocation takes in steps of several tokens (prefill). SwiftShader, 64 tokens
@@ -205,8 +205,9 @@ def repack_key(qtype: QT) -> ShaderKey:
     return ShaderKey.of("repack", WG=WG, Q4_0=QT(qtype) == QT.Q4_0, Q6_K=QT(qtype) == QT.Q6_K)
 
 
-def interleave_key(row_group: int) -> ShaderKey:
-    return ShaderKey.of("interleave", WG=WG, ROW_GROUP=row_group)
+def interleave_key(row_group: int, block_bytes: int) -> ShaderKey:
+    """interleave.wgsl for blocks of `block_bytes` (even; 2 past a word: two blocks an invocation)."""
+    return ShaderKey.of("interleave", WG=WG, ROW_GROUP=row_group, PAIRS=block_bytes % 4 == 2)
 
 
 def repack_grid(n_groups: int) -> tuple[int, int, int]:
@@ -292,7 +293,7 @@ PARAMS: dict[str, ParamsLayout] = {
     "topk": _layout("len:u32 chunk:u32 x_off:u32 _pad0:u32"),
     "stream": _layout("n4:u32 per_thread:u32 _pad0:u32 _pad1:u32"),
     "repack": _layout("groups:u32 first:u32 _pad1:u32 _pad2:u32"),
-    "interleave": _layout("blocks:u32 row_blocks:u32 block_words:u32 dst_off:u32"),
+    "interleave": _layout("blocks:u32 row_blocks:u32 block_bytes:u32 dst_off:u32"),
 }
 # the tiled prefill kernels share their one-token twins' params (shaders/include/*_params.wgsl)
 PARAMS["matmul"] = PARAMS["matvec"]

@@ -90,7 +90,7 @@ class GpuOps(FusedOps, ExpertOps):
         self.allocator = Allocator(device)
         self.max_binding = min(int(device.caps.limits["max_storage_buffer_binding_size"]), max_binding or 1 << 62)
         self.slots = WeightSlots(device, self.allocator, store, limit=min(self.max_binding, int(device.caps.limits["max_buffer_size"])),
-                                 grouped_types=GROUPED_TYPES if policy.int8 else (), row_group=policy.row_group if policy.int8 else 1,
+                                 grouped_types=GROUPED_TYPES if policy.int8 else (), row_group=policy.row_group_for,
                                  upload_now=upload_now)
         if expert_slots and streamed_layers:
             raise UnsupportedError("experts and layers are not streamed together: choose one")

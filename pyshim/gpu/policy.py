@@ -57,13 +57,18 @@ CPU_I8_SHORT_K = 2048
 CPU_I8_SHORT_K_ROWS = 8
 CPU_I8_LONG_Q6_K = 10240
 CPU_I8_LONG_ROWS = 2
-# lavapipe's Q4_K weights are interleaved by rows in groups of 8 (include/row_group.wgsl: an invocation's
-# rows read as one run of memory), and a one-token matvec takes a group an invocation (the fused
-# gate-and-up a group of each), at every width. Weights streamed from memory (24-140 copies, as a decode
+# lavapipe's Q4_K weights are interleaved by rows in groups of 8 (KernelPolicy.row_group_for,
+# include/row_group.wgsl: an invocation's rows read as one run of memory), and a one-token matvec takes a
+# group an invocation (the fused gate-and-up a group of each), at every width; the file layout's rows
+# above then serve only weights left in it. Weights streamed from memory (24-140 copies, as a decode
 # step reads them), G elements/s, file layout's best rows against interleaved with 8: the 1.5B's 8960x1536
 # gate-and-up 7.3-7.6 -> 8.9-9.4, the 7B's 18944x3584 8.5 -> 10.0, 1536x1536 5.9-6.0 -> 6.5-6.7,
 # 1536x8960 level (8.9-9.4 with 4 rows, 9.2-9.4 interleaved with 8).
 CPU_I8_ROW_GROUP = 8
+# Q6_K in groups of 4 (4 rows an invocation), below CPU_I8_LONG_Q6_K wide (beyond, the file layout's 2 rows
+# were as fast): the 1.5B's ffn_down (1536x8960, odd block count) 5.6-5.8 -> 6.6-7.0 (8 rows before), the
+# 7B's head shape (3584 wide) 5.6-5.8 -> 6.3-6.6, the 1.5B's (1536 wide) 5.4-5.6 -> 5.6-5.7.
+CPU_I8_Q6_K_ROW_GROUP = 4
 # Invocations per workgroup of the barrier-free matvecs. lavapipe runs each workgroup on one of its threads
 # (one a core), 8 invocations a SIMD pass: 64 invocations of 8 rows are 512 rows, so a 1536-row matrix
 # was 3 workgroups on 2 cores, a 256-row one 1. With 16, one-token, weights out of cache: Q6_K 1536x8960
@@ -143,7 +148,7 @@ class KernelPolicy:
     i8_lanes: bool = False       # those take 4-bit weights' tokens in pairs (lanes.wgsl), one multiply for two
     cpu_i8_rows: bool = False    # one-token matvecs take lavapipe's rows by type and width (one_token_rows)
     matvec_wg: int = MATVEC_WG   # invocations per workgroup of the barrier-free matvecs
-    row_group: int = 1           # the int8 route's ROW_GROUP_TYPES weights interleaved by rows in groups of this many
+    row_group: int = 1           # the int8 route's Q4_K weights interleaved by rows in groups of this many (1: not)
 
     def one_token_rows(self, qtype, k: int, glu: bool = False, row_group: int = 1) -> int:
         """Rows per invocation of a one-token int8 matvec of `qtype` weights `k` wide (`glu`: the fused
@@ -160,6 +165,18 @@ class KernelPolicy:
         if (k // GGML_QUANT_SIZES[q6_k][0]) % 2 == 1:
             return CPU_I8_ODD_Q6_K_ROWS
         return CPU_I8_LONG_ROWS if k >= CPU_I8_LONG_Q6_K else self.matvec_rows
+
+    def row_group_for(self, qtype, k: int) -> int:
+        """Rows a group of the int8 route's row-interleaved layout for a 2-D `qtype` matrix `k` wide (1: the
+        file's layout): where `row_group` asks for it, Q4_K's groups are that many, Q6_K's below
+        CPU_I8_LONG_Q6_K wide CPU_I8_Q6_K_ROW_GROUP."""
+        if self.row_group <= 1 or not self.int8:
+            return 1
+        if qtype == GGMLQuantizationType.Q4_K:
+            return self.row_group
+        if qtype == GGMLQuantizationType.Q6_K and k < CPU_I8_LONG_Q6_K:
+            return CPU_I8_Q6_K_ROW_GROUP
+        return 1
 
     @property
     def arithmetic(self) -> Arithmetic:

@@ -10,9 +10,9 @@ factors are the exception: recording folds them into the rope angle table, share
 
 Bytes arrive along `uploads` (file range -> buffer): written here from the byte source when
 `upload_now`, or by the caller (the browser's store writes them from IndexedDB, never through Python).
-The int8 route's Q4_0, Q8_0 and Q6_K weights are then rearranged in place on the GPU (`repack`, once,
-before the first step: repack.wgsl's grouped layout), and on lavapipe its Q4_K ones interleaved by rows
-(interleave.wgsl, KernelPolicy.row_group).
+The int8 route's weights are then rearranged on the GPU (`repack`, once, before the first step): on
+lavapipe its Q4_K and Q6_K ones interleaved by rows (interleave.wgsl, KernelPolicy.row_group_for), then
+its Q4_0, Q8_0 and Q6_K ones grouped in place (repack.wgsl).
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ import numpy as np
 from pyshim.errors import UnsupportedError
 from pyshim.gguf.tensors import TensorRef, WeightStore, dequantize_rows
 from pyshim.gguf.types import check_runnable
-from pyshim.gpu.kernels import (PARAMS, ROW_GROUP_TYPES, interleave_key, repack_bytes, repack_grid, repack_groups, repack_key,
-                                shader_block)
+from pyshim.gpu.kernels import PARAMS, interleave_key, repack_bytes, repack_grid, repack_groups, repack_key, shader_block
 from pyshim.gpu.pool import Allocator
 from pyshim.gpu.program import Dispatch, Program
 from pyshim.plan.memory import group_bytes, row_parts
@@ -136,11 +135,11 @@ class WeightView:
 
 class WeightSlots:
     def __init__(self, device, allocator: Allocator, store: WeightStore, *, limit: int, grouped_types=frozenset(),
-                 row_group: int = 1, upload_now: bool = True):
+                 row_group=None, upload_now: bool = True):
         """`limit`: the most bytes one part may hold (the device's binding and buffer limits, or less: tests
         force splits); `grouped_types`: tensor types kept in the grouped layout (the int8 route's Q8_0);
-        `row_group`: ROW_GROUP_TYPES matrices interleaved by rows in groups of that many where every part
-        and member starts on a whole group (KernelPolicy.row_group)."""
+        `row_group(qtype, k)`: rows a group of 2-D matrices interleaved by rows (KernelPolicy.row_group_for;
+        1 or None: not), where every part and member starts on a whole group."""
         self.device, self.allocator, self.store = device, allocator, store
         self.limit = limit
         self.grouped_types = frozenset(grouped_types)
@@ -182,11 +181,14 @@ class WeightSlots:
         # a 3-D weight [experts, m, k] is split between experts, never inside one (its rows are then
         # counted flat: expert e's row r is row e * m + r)
         per = int(np.prod(shape[1:-1], dtype=np.int64))
-        parts = row_parts(shape[0], ref.row_bytes * per, self.limit, pad)
-        g = self.row_group
-        if (g > 1 and ref.qtype in ROW_GROUP_TYPES and per == 1 and not w.grouped
-                and all(n % g == 0 for part in parts for n in part) and all(row0 % g == 0 for _, row0 in w.members)):
+        # rows interleaved in groups (KernelPolicy.row_group_for) where the matrix and its members are whole
+        # groups; its parts then split between groups
+        g = self.row_group(ref.qtype, shape[-1]) if self.row_group and per == 1 else 1
+        if g > 1 and shape[0] % g == 0 and all(row0 % g == 0 for _, row0 in w.members) and g * ref.row_bytes + pad <= self.limit:
             w.row_group = g
+            parts = [(u0 * g, n * g) for u0, n in row_parts(shape[0] // g, ref.row_bytes * g, self.limit, pad)]
+        else:
+            parts = row_parts(shape[0], ref.row_bytes * per, self.limit, pad)
         for unit0, units in parts:
             row0, rows = unit0 * per, units * per
             nbytes = repack_bytes(rows, ref.row_bytes, ref.qtype) if w.grouped else rows * ref.row_bytes
@@ -254,9 +256,11 @@ class WeightSlots:
         self._repacks.append((buffer, n_groups, first, qtype))
 
     async def repack(self, kernels, pool) -> None:
-        """Rearrange the grouped weights in place (repack.wgsl) and interleave the row-grouped ones
-        (interleave.wgsl): after their bytes are uploaded and before the first step that reads them.
-        Nothing to do the second time."""
+        """Interleave the row-grouped weights (interleave.wgsl), then rearrange the grouped ones in place
+        (repack.wgsl; a row-grouped Q6_K's groups are then of its interleaved blocks): after their bytes are
+        uploaded and before the first step that reads them. Nothing to do the second time."""
+        if self._interleaves:
+            await self._interleave(kernels, pool)
         if self._repacks:
             repacks, self._repacks = self._repacks, []
             program = Program(0)
@@ -266,8 +270,6 @@ class WeightSlots:
             await program.build(self.device, kernels, pool)
             self.device.submit(program.ready, label="repack")
             program.release(self.allocator, self.device)
-        if self._interleaves:
-            await self._interleave(kernels, pool)
 
     async def _interleave(self, kernels, pool) -> None:
         """Each row-grouped part a chunk of whole groups at a time: copied into a scratch buffer of at most
@@ -276,18 +278,19 @@ class WeightSlots:
         todo, self._interleaves = self._interleaves, []
         scratch_bytes = max(min(max(INTERLEAVE_CHUNK // (g * row_bytes), 1) * g * row_bytes, rows * row_bytes)
                             for _, rows, row_bytes, _, g in todo)
-        scratch = self.allocator.buffer(scratch_bytes, "interleave")
+        scratch = self.allocator.buffer(scratch_bytes + 16, "interleave")    # (a pair's last word may read one past)
         program, copies = Program(0), []
         for buf, rows, row_bytes, block_bytes, g in todo:
             gb = g * row_bytes
             per = max(scratch_bytes // gb, 1)
+            key = interleave_key(g, block_bytes)
             for g0 in range(0, rows // g, per):
                 n = min(per, rows // g - g0)
                 copies.append((buf, g0 * gb, scratch, 0, n * gb))
                 blocks = n * gb // block_bytes
-                program.dispatches.append(Dispatch(interleave_key(g), [scratch, buf], PARAMS["interleave"].pack(
-                    blocks=blocks, row_blocks=row_bytes // block_bytes, block_words=block_bytes // 4, dst_off=g0 * gb // 4),
-                    repack_grid(blocks)))
+                program.dispatches.append(Dispatch(key, [scratch, buf], PARAMS["interleave"].pack(
+                    blocks=blocks, row_blocks=row_bytes // block_bytes, block_bytes=block_bytes, dst_off=g0 * gb // 4),
+                    repack_grid(blocks // 2 if "PAIRS" in dict(key.defines) else blocks)))
         await program.build(self.device, kernels, pool)
         for copy, ready in zip(copies, program.ready):
             self.device.copy([copy])

@@ -7,12 +7,13 @@ from __future__ import annotations
 from gguf import GGMLQuantizationType as QT
 
 from pyshim.gpu.kernels import (GROUPED_TYPES, I8_ACTIVATIONS, I8_BLOCKS, I8_LANE_TYPES, I8_PAIR_TYPES, I8_TOKENS, I8_TOKEN_TYPES, TOPK,
-                                ROW_GROUP_TYPES, WEIGHT_TYPES, WG, interleave_key, lanes_key,
+                                WEIGHT_TYPES, WG, interleave_key, lanes_key, shader_block,
                                 argmax_keys, attention_keys, attention_prefill_key, embed_key, glu_key,
                                 kv_write_key, matmul_key, matvec_i8_key, matvec_key, moe_key, quantize_key,
                                 repack_key, rmsnorm_key, rope_key, router_key)
-from pyshim.gpu.policy import (ATTN_LANES_GPU, ATTN_SPLITS_GPU, CPU_I8_ODD_Q6_K_ROWS, CPU_I8_ROW_GROUP, CPU_I8_ROWS, CPU_I8_SHORT_K_ROWS, MATMUL_TILE,
-                               MATMUL_TILE_CPU, MATVEC_ROWS, NARROW_SIMD_ROWS, TOKEN_ROWS, TOKEN_ROWS_NARROW)
+from pyshim.gpu.policy import (ATTN_LANES_GPU, ATTN_SPLITS_GPU, CPU_I8_ODD_Q6_K_ROWS, CPU_I8_Q6_K_ROW_GROUP, CPU_I8_ROW_GROUP,
+                               CPU_I8_ROWS, CPU_I8_SHORT_K_ROWS, MATMUL_TILE, MATMUL_TILE_CPU, MATVEC_ROWS, NARROW_SIMD_ROWS,
+                               TOKEN_ROWS, TOKEN_ROWS_NARROW)
 from pyshim.gpu.shaderc import ShaderKey
 from pyshim.models.ops import ACTIVATIONS
 from pyshim.plan.settings import KV_TYPES
@@ -90,14 +91,13 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
         # lavapipe's wider one-token rows (KernelPolicy.one_token_rows; its narrower ones are MATVEC_ROWS above)
         keys += [matvec_i8_key(QT.Q6_K, uniform_x=True, rows=CPU_I8_ODD_Q6_K_ROWS)]
         keys += [matvec_i8_key(QT.Q4_K, uniform_x=True, rows=CPU_I8_SHORT_K_ROWS, glu=act) for act in (None, *ACTIVATIONS)]
-        # and its rows interleaved in groups (KernelPolicy.row_group): a group an invocation, the tokens' rows, embed
-        keys += [interleave_key(CPU_I8_ROW_GROUP), embed_key(QT.Q4_K, row_group=CPU_I8_ROW_GROUP)]
-        keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=CPU_I8_ROW_GROUP, row_group=CPU_I8_ROW_GROUP)
-                 for q in ROW_GROUP_TYPES for bias in (False, True) for ux in (False, True)]
-        keys += [matvec_i8_key(q, uniform_x=ux, rows=CPU_I8_ROW_GROUP, glu=act, row_group=CPU_I8_ROW_GROUP)
-                 for q in ROW_GROUP_TYPES for act in ACTIVATIONS for ux in (False, True)]
-        keys += [matvec_i8_key(q, bias=bias, rows=rows, tokens=I8_TOKENS, uniform_x=ux, row_group=CPU_I8_ROW_GROUP)
-                 for q in ROW_GROUP_TYPES for bias in (False, True) for rows in sorted({TOKEN_ROWS, CPU_I8_ROWS}) for ux in (False, True)]
+        # and its rows interleaved in groups (KernelPolicy.row_group_for): a group an invocation, the tokens' rows, embed
+        for q, g in ((QT.Q4_K, CPU_I8_ROW_GROUP), (QT.Q6_K, CPU_I8_Q6_K_ROW_GROUP)):
+            keys += [interleave_key(g, shader_block(q)[1]), embed_key(q, grouped=q in GROUPED_TYPES, row_group=g)]
+            keys += [matvec_i8_key(q, bias=bias, uniform_x=ux, rows=g, row_group=g) for bias in (False, True) for ux in (False, True)]
+            keys += [matvec_i8_key(q, uniform_x=ux, rows=g, glu=act, row_group=g) for act in ACTIVATIONS for ux in (False, True)]
+            keys += [matvec_i8_key(q, bias=bias, rows=rows, tokens=I8_TOKENS, uniform_x=ux, row_group=g)
+                     for bias in (False, True) for rows in sorted({TOKEN_ROWS, CPU_I8_ROWS}) for ux in (False, True)]
     keys += [ShaderKey.of("eltwise", WG=WG, **{op: True}) for op in ("OP_ADD", "OP_SCALE", "OP_SOFTCAP", "OP_COPY")]
     keys += [*argmax_keys()] + ([*argmax_keys(subgroup=True)] if subgroups else [])
     keys += [ShaderKey.of("topk", WG=WG, K=TOPK, **{p: True}) for p in ("PASS1", "PASS2")]

@@ -5,6 +5,8 @@
 // the file's layout those reads are ROW_GROUP runs a row apart, which the CPU's prefetchers follow poorly
 // (Q4_K 8960x1536 gate-and-up, 8 rows of each an invocation, weights streamed from memory: 7.3 G
 // elements/s, 10.2-10.5 with every row reading the same cached bytes); interleaved they are one run.
+// (Grouped types: repack.wgsl groups the interleaved blocks, and their decoders take the block index
+// offset / BLOCK_BYTES, which these offsets keep.)
 #ifdef ROW_GROUP
 const BLOCK_STEP: u32 = ROW_GROUP * BLOCK_BYTES;
 
