@@ -148,7 +148,7 @@ class KernelPolicy:
     i8_lanes: bool = False       # those take 4-bit weights' tokens in pairs (lanes.wgsl), one multiply for two
     cpu_i8_rows: bool = False    # one-token matvecs take lavapipe's rows by type and width (one_token_rows)
     matvec_wg: int = MATVEC_WG   # invocations per workgroup of the barrier-free matvecs
-    row_group: int = 1           # the int8 route's Q4_K weights interleaved by rows in groups of this many (1: not)
+    row_group: int = 1           # the int8 route's Q4_K rows interleaved in groups this big (Q6_K: row_group_for); 1: none
 
     def one_token_rows(self, qtype, k: int, glu: bool = False, row_group: int = 1) -> int:
         """Rows per invocation of a one-token int8 matvec of `qtype` weights `k` wide (`glu`: the fused
