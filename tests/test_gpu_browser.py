@@ -108,6 +108,47 @@ def test_subgroup_kernels_in_the_worker_match_reference(site_page, tmp_path_fact
     assert result["greedy"] == result["argmax"]
 
 
+ROW_GROUPS = """
+import base64, json
+import numpy as np
+from pyshim.gguf.header import read_header
+from pyshim.gguf.tensors import BufferSource
+from pyshim.exec.gpu_runner import load_gpu
+from pyshim.exec.runner import Step, Want
+from pyshim.plan.settings import RunSettings
+
+data = base64.b64decode({b64!r})
+header = read_header(data, file_size=len(data))
+ids = {ids!r}
+out = {{}}
+for group in (1, 8):
+    runner = await load_gpu(header=header, source=BufferSource(data), settings=RunSettings(context={n_ctx}, prefill_chunk=4,
+                            arithmetic="int8"), policy={{"row_group": group}})
+    logits = np.concatenate([(await runner.step(Step.of(ids[at:at + 4], at, want=Want.ALL_LOGITS)))[0].logits
+                             for at in range(0, len(ids), 4)])
+    out[group] = (logits, sorted({{w.row_group for w in runner.ops.slots.slots.values() if w.parts}}))
+    runner.close()
+json.dumps({{"face": runner.device.caps.face, "groups": out[8][1], "flat": out[1][1], "scale": float(np.abs(out[1][0]).max()),
+            "max_diff": float(np.abs(out[8][0] - out[1][0]).max())}})
+"""
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
+def test_row_groups_in_the_worker_change_no_logit(site_page, tmp_path_factory, qtype):
+    """lavapipe's row-interleaved layout (KernelPolicy.row_group_for: interleave.wgsl at load through the
+    browser face's copies and submits, then matvec_i8 and embed reading it), forced on SwiftShader: Tint
+    compiles it, and the int8 logits equal the file layout's bit for bit, as natively."""
+    from gguf import GGMLQuantizationType as QT
+
+    page, _, _ = site_page
+    path = tiny_models.write_tiny_model(tmp_path_factory.mktemp("qwen2"), "qwen2", QT[qtype])
+    code = ROW_GROUPS.format(b64=base64.b64encode(path.read_bytes()).decode(), ids=tiny_models.test_ids(), n_ctx=tiny_models.N_CTX)
+    result = harness.engine_request(page, "exec", {"code": code})
+    assert result["face"] == "browser" and result["flat"] == [1] and result["scale"] > 0, str(result)
+    assert result["groups"] == [8 if qtype == "Q4_K" else 4], str(result)
+    assert result["max_diff"] == 0.0, str(result)
+
+
 GREEDY = """
 import base64, json
 from pyshim.gguf.header import read_header
