@@ -217,6 +217,31 @@ def test_threads_give_the_same_logits(tmp_path_factory):
     assert not [t for t in threading.enumerate() if t.name.startswith("pyshim-cpu-")]
 
 
+def test_a_helper_that_starts_late_still_joins_the_first_run(tmp_path_factory, monkeypatch):
+    """A helper thread slower to reach the module's worker loop than the first run is to start (a busy
+    machine: CI once hung here for good) joins that run instead of waiting for the next one."""
+    import threading
+    import time
+
+    from pyshim.exec import wasm_module
+
+    helper = wasm_module._helper
+
+    def late(*args):
+        time.sleep(0.5)
+        helper(*args)
+
+    monkeypatch.setattr(wasm_module, "_helper", late)
+    path = tiny(tmp_path_factory, "llama", "Q8_0")
+    drive = wasm(path, threads=2)
+    done = []
+    runner = threading.Thread(target=lambda: done.append(drive.logits(tiny_models.test_ids()[:4])), daemon=True)
+    runner.start()
+    runner.join(timeout=30)
+    assert done, "the first threaded run waited for ever on a helper that started late"
+    drive.runner.close()
+
+
 def test_missing_module_says_how_to_build_it(tmp_path):
     from pyshim.exec.wasm_module import NativeModule
 

@@ -1029,8 +1029,11 @@ EXPORT(stop_workers) void stop_workers(void) {
 }
 
 // A helper thread's life (a Web Worker calls it once): each run's part, then sleep, until stop_workers.
+// Its first generation is 0, not go_gen's value when it gets here: the helpers are made before the first
+// run, but one that starts late (a slow instantiation on a busy machine) would otherwise skip the run
+// already waiting for it at its first barrier, and both sides would wait for ever.
 EXPORT(worker) void worker(int tid) {
-    int32_t seen = __atomic_load_n(&go_gen, __ATOMIC_ACQUIRE);
+    int32_t seen = 0;
     for (;;) {
         for (int spin = 0; spin < SPINS && __atomic_load_n(&go_gen, __ATOMIC_ACQUIRE) == seen; spin++) {}
         while (__atomic_load_n(&go_gen, __ATOMIC_ACQUIRE) == seen)
