@@ -11,7 +11,7 @@
 // Defines: one W_<type> (Q4_0, Q4_1, Q5_0, Q8_0 read blocks of 32 activations, Q8_0/Q8_1 style; Q4_K,
 // Q5_K, Q6_K read Q8_K's blocks of 256), WG, ROWS, optional BIAS (a bias, or a residual: matvec.wgsl); UNIFORM_X (with X_VEC4) binds the
 // quantized row as a uniform array (one-token steps on CPU adapters: one broadcast load per read). ROW_GROUP:
-// the weight's rows interleaved in groups (include/row_group.wgsl; not with EXPERTS or the grouped types).
+// the weight's rows interleaved in groups (include/row_group.wgsl; not with EXPERTS).
 // EXPERTS (no BIAS): rows of y are (token, slot) pairs, each through its expert's matrix (matvec.wgsl);
 // with TOKENS also GROUPED: a step's pairs grouped by expert (expert_group.wgsl's table in place of the
 // ids), so each block of an expert's matrix is unpacked once for TOKENS of the pairs that chose it.

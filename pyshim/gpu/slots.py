@@ -194,12 +194,18 @@ class WeightSlots:
             nbytes = repack_bytes(rows, ref.row_bytes, ref.qtype) if w.grouped else rows * ref.row_bytes
             part = Part(self.allocator.buffer(nbytes, f"{ref.name}[{row0}:]"), row0, rows)
             self._upload(w, part)
-            if w.grouped:
-                self._repacks.append((part.buffer, repack_groups(rows, ref.row_bytes, ref.qtype), 0, ref.qtype))
-            if w.row_group > 1:
-                self._interleaves.append((part.buffer, rows, ref.row_bytes, shader_block(ref.qtype)[1], w.row_group))
+            self._queue_layouts(w, part)
             w.parts.append(part)
         return w
+
+    def _queue_layouts(self, w: WeightSlot, part: Part) -> None:
+        """The part's rearrangements for the next `repack`, once its file bytes are in: interleaved by rows
+        (row-grouped slots), grouped (grouped slots)."""
+        ref = w.ref
+        if w.row_group > 1:
+            self._interleaves.append((part.buffer, part.rows, ref.row_bytes, shader_block(ref.qtype)[1], w.row_group))
+        if w.grouped:
+            self._repacks.append((part.buffer, repack_groups(part.rows, ref.row_bytes, ref.qtype), 0, ref.qtype))
 
     def bind_rows(self, named: Sequence[tuple[str, Sequence[int]]]) -> list[WeightView] | None:
         """Several 2-D weights of one type and width in one slot, their rows one after the other (q, k, v):
@@ -238,10 +244,7 @@ class WeightSlots:
         for part in w.parts:
             for _, offset, nbytes, row in w.pieces(part.row0, part.rows):
                 self.device.write(part.buffer, self.store.source.read(offset, nbytes), (row - part.row0) * w.ref.row_bytes)
-            if w.grouped:
-                self._repacks.append((part.buffer, repack_groups(part.rows, w.ref.row_bytes, w.ref.qtype), 0, w.ref.qtype))
-            if w.row_group > 1:
-                self._interleaves.append((part.buffer, part.rows, w.ref.row_bytes, shader_block(w.ref.qtype)[1], w.row_group))
+            self._queue_layouts(w, part)
 
     def rebind(self, w: WeightSlot, index: int, buffer) -> Part:
         """Point part `index` of the slot at `buffer` (holding the same rows in the same layout); the
@@ -283,14 +286,13 @@ class WeightSlots:
         for buf, rows, row_bytes, block_bytes, g in todo:
             gb = g * row_bytes
             per = max(scratch_bytes // gb, 1)
-            key = interleave_key(g, block_bytes)
             for g0 in range(0, rows // g, per):
                 n = min(per, rows // g - g0)
                 copies.append((buf, g0 * gb, scratch, 0, n * gb))
                 blocks = n * gb // block_bytes
-                program.dispatches.append(Dispatch(key, [scratch, buf], PARAMS["interleave"].pack(
+                program.dispatches.append(Dispatch(interleave_key(g, block_bytes), [scratch, buf], PARAMS["interleave"].pack(
                     blocks=blocks, row_blocks=row_bytes // block_bytes, block_bytes=block_bytes, dst_off=g0 * gb // 4),
-                    repack_grid(blocks // 2 if "PAIRS" in dict(key.defines) else blocks)))
+                    repack_grid(blocks // 2 if block_bytes % 4 else blocks)))     # (PAIRS: two blocks an invocation)
         await program.build(self.device, kernels, pool)
         for copy, ready in zip(copies, program.ready):
             self.device.copy([copy])
