@@ -35,20 +35,20 @@ def _model(name: str) -> Path:
     return path
 
 
-# Measured 2026-12-05, 93 positions (f32 arithmetic): 1.5B 93.5% against llama.cpp's own 94.6% (one position
-# short: the bar is not met there); 7B 92.5% against 90.3%; llama.cpp's top-1 in pyshim's top-5 at every position.
-# The same on every backend measured (the CPU engine in Chromium included: the 7B on its 64-bit build).
-# int8 arithmetic, 2026-12-06: 1.5B 96.8% natively and 95.7% in Chromium, 7B 90.3% and 92.5%: the bar met.
-# The other families, natively, 2026-12-06 (92-106 positions): Llama-3.2-1B f32 94.6% / int8 95.7% against
-# llama.cpp's own 93.5%; Gemma-3-4B 92.4% / 88.0% against 90.2% (int8 two positions short); Phi-3.5-mini
-# 84.0% / 93.4% against 89.6% (f32 six short: llama.cpp rounds every matmul input to 8 bits, which the int8
-# route does too, and this file's near-ties follow that rounding). llama.cpp's top-1 in the top-5 everywhere.
-# In Chromium (SwiftShader: other rows per invocation, so the floats added in another order) Llama-3.2-1B f32
-# 94.6%, int8 92.4% (one position short); Gemma-3-4B int8 91.3%, Phi-3.5-mini int8 90.6% (the bar met).
+# Measured on the whole passage, 2026-12-07 (159-178 positions; the first 92-106 alone before, where one near-tie
+# decided the 1.5B's f32 comparison: 93.5% against llama.cpp's own 94.6%). Natively, reference / GPU f32 / GPU
+# int8 against llama.cpp's batch, and llama.cpp's one-token path against it: Qwen2.5-1.5B 96.3 / 96.3 / 96.3%
+# against 95.0%; Qwen2.5-7B 93.2 / 93.2 / 93.2% against 92.5%; Llama-3.2-1B 96.3 / 96.3 / 96.9% against
+# 95.0%; Gemma-3-4B 93.1 / 93.1 / 89.9% against 91.2% (int8 two positions short); Phi-3.5-mini 87.6 / 87.6 /
+# 93.8% against 92.1% (f32 eight short: llama.cpp rounds every matmul input to 8 bits, which the int8 route
+# does too, and this file's near-ties follow that rounding). llama.cpp's top-1 in pyshim's top-5 everywhere.
+# In Chromium (score --backend browser): Qwen2.5-1.5B f32 96.3% (WebGPU and the CPU engine), int8 95.7%; Qwen2.5-7B
+# f32 93.2% on WebGPU and on the CPU engine (its 64-bit build), int8 92.5%. The other families in Chromium were
+# last measured on the shorter text (2026-12-06): Llama-3.2-1B f32 94.6%, int8 92.4% against llama.cpp's own 93.5%
+# (one position short); Gemma-3-4B int8 91.3% against 90.2%, Phi-3.5-mini int8 90.6% against 89.6%.
 # Where each (model, arithmetic) falls short, on which backends:
-ALL = {"cpu", "gpu", "browser", "browser-cpu"}
-SHORT_OF_THE_BAR = {("qwen2.5-1.5b-q4_k_m", "f32"): ALL, ("gemma3-4b-q4_k_m", "int8"): {"gpu"},
-                    ("phi3.5-mini-q4_k_m", "f32"): {"gpu"}, ("llama3.2-1b-q4_k_m", "int8"): {"browser"}}
+SHORT_OF_THE_BAR = {("gemma3-4b-q4_k_m", "int8"): {"gpu"}, ("phi3.5-mini-q4_k_m", "f32"): {"cpu", "gpu"},
+                    ("llama3.2-1b-q4_k_m", "int8"): {"browser"}}
 
 
 @pytest.mark.parametrize("backend, arithmetic", [
