@@ -208,6 +208,98 @@ def _bars(report: dict, key: str) -> list[tuple[str, str, float | None, str]]:
     return bars
 
 
+SIZE_WIDTH = 560           # a size chart's plot area (the axis labels beside it)
+SIZE_HEIGHT = 220
+SIZE_MARGIN = 56
+SIZE_TICKS_GB = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50)
+
+
+def _model_gb(facts: dict) -> float | None:
+    """The weights a decode token reads, in GB (the file's weights for a dense model; a mixture's active experts)."""
+    size = facts.get("weight_bytes_per_token") or facts.get("file_bytes")
+    return size / 1e9 if size else None
+
+
+def size_points(report: dict, key: str) -> dict[str, list[tuple[float, float, str]]]:
+    """Per engine, (GB a token reads, the figure, model) for each model it measured, smallest model first."""
+    series: dict[str, list[tuple[float, float, str]]] = {}
+    for r in report["results"]:
+        gb = _model_gb(report["models"].get(r["model"], {}))
+        value = r["median"].get(key)
+        if gb and isinstance(value, (int, float)) and not isinstance(value, bool):
+            series.setdefault(r["engine"], []).append((gb, float(value), r["model"]))
+    return {engine: sorted(points) for engine, points in series.items()}
+
+
+def size_chart(title: str, series: dict[str, list[tuple[float, float, str]]], unit: str, *, log_y: bool = False) -> str:
+    """A figure against model size as inline SVG: x the GB a token reads (log scale), y the figure (from 0, or
+    with `log_y` on a log scale: tok/s spans orders of magnitude); one line per engine through its models, each
+    point labelled with its value, the models named under the axis."""
+    import math
+
+    xs = [gb for points in series.values() for gb, _, _ in points]
+    values = [v for points in series.values() for _, v, _ in points if v > 0 or not log_y]
+    top = max(values, default=1.0) or 1.0
+    lo, hi = math.log10(min(xs)) - 0.15, math.log10(max(xs)) + 0.15
+    y_lo, y_hi = (math.floor(math.log10(min(values))), math.ceil(math.log10(top))) if log_y else (0.0, top * 1.1)
+    y_hi = max(y_hi, y_lo + 1) if log_y else max(y_hi, 100.0) if unit == "%" else y_hi     # (percentages: the whole 0-100)
+    width, height = SIZE_WIDTH + 2 * SIZE_MARGIN + 120, SIZE_HEIGHT + 2 * SIZE_MARGIN + 24
+    bottom = SIZE_MARGIN + SIZE_HEIGHT
+
+    def px(gb: float) -> float:
+        return SIZE_MARGIN + SIZE_WIDTH * (math.log10(gb) - lo) / (hi - lo)
+
+    def py(v: float) -> float:
+        t = math.log10(v) if log_y else v
+        return bottom - SIZE_HEIGHT * (t - y_lo) / (y_hi - y_lo)
+
+    scale = "log scale" if log_y else "from 0"
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+             f'aria-label="{html.escape(title)}" font-family="sans-serif" font-size="12">',
+             f'<text x="0" y="14" font-weight="bold">{html.escape(title)} ({html.escape(unit)}, {scale})</text>',
+             f'<line x1="{SIZE_MARGIN}" y1="{bottom}" x2="{SIZE_MARGIN + SIZE_WIDTH}" y2="{bottom}" stroke="#888"/>',
+             f'<line x1="{SIZE_MARGIN}" y1="{bottom}" x2="{SIZE_MARGIN}" y2="{SIZE_MARGIN}" stroke="#888"/>',
+             f'<text x="{SIZE_MARGIN + SIZE_WIDTH / 2}" y="{height - 8}" text-anchor="middle">GB of weights a token reads (log scale)</text>']
+    for gb in SIZE_TICKS_GB:
+        if lo <= math.log10(gb) <= hi:
+            parts.append(f'<text x="{px(gb):.1f}" y="{bottom + 16}" text-anchor="middle">{gb:g}</text>')
+    ticks = ([10.0 ** e for e in range(int(y_lo), int(y_hi) + 1)] if log_y else [0.0, 25.0, 50.0, 75.0, 100.0] if unit == "%"
+             else [0.0, top / 2, top])
+    for v in ticks:
+        parts.append(f'<text x="{SIZE_MARGIN - 6}" y="{py(v) + 4:.1f}" text-anchor="end">{v:g}</text>' if log_y else
+                     f'<text x="{SIZE_MARGIN - 6}" y="{py(v) + 4:.1f}" text-anchor="end">{_fmt(v, 0 if unit == "%" else 2 if top < 10 else 1)}</text>')
+    models = sorted({(gb, model) for points in series.values() for gb, _, model in points})
+    for i, (gb, model) in enumerate(models):     # under the axis, every other one a line lower: near sizes stay legible
+        parts.append(f'<text x="{px(gb):.1f}" y="{bottom + 32 + 13 * (i % 2)}" text-anchor="middle" font-size="10" '
+                     f'fill="#555">{html.escape(model)}</text>')
+    for i, (engine, points) in enumerate(sorted(series.items())):
+        colour = ENGINE_COLOURS.get(engine, FALLBACK_COLOUR)
+        points = [(gb, v, model) for gb, v, model in points if v > 0 or not log_y]
+        if len(points) > 1:
+            path = " ".join(f"{px(gb):.1f},{py(v):.1f}" for gb, v, _ in points)
+            parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        for gb, v, model in points:
+            parts.append(f'<circle cx="{px(gb):.1f}" cy="{py(v):.1f}" r="4" fill="{colour}"><title>{html.escape(model)} · '
+                         f'{html.escape(engine)}: {_fmt(v, 2 if v < 10 else 1)} {html.escape(unit)}</title></circle>')
+            parts.append(f'<text x="{px(gb) + 6:.1f}" y="{py(v) - 5:.1f}" font-size="10" fill="{colour}">{_fmt(v, 2 if v < 10 else 1)}</text>')
+        legend_y = SIZE_MARGIN + 16 * i
+        parts.append(f'<rect x="{SIZE_MARGIN + SIZE_WIDTH + 20}" y="{legend_y - 9}" width="10" height="10" fill="{colour}"/>')
+        parts.append(f'<text x="{SIZE_MARGIN + SIZE_WIDTH + 34}" y="{legend_y}">{html.escape(engine)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def size_charts(report: dict) -> list[str]:
+    """Decode tok/s and % of the roofline against model size, where the run measured models of more than one size."""
+    charts = []
+    for key, title, unit, log_y in (("decode_tok_s", "Decode speed against model size", "tok/s", True),
+                                    ("roofline_pct", "Decode: % of the device's streaming roofline against model size", "%", False)):
+        series = size_points(report, key)
+        if len({gb for points in series.values() for gb, _, _ in points}) > 1:
+            charts.append(size_chart(title, series, unit, log_y=log_y))
+    return charts
+
+
 def kernel_charts(report: dict) -> list[str]:
     """Per model and engine with a kernel profile: where a decode step's time goes, ms per shader group
     (pyshim.exec.profile: each group submitted alone; they add up to about the whole step)."""
@@ -232,7 +324,7 @@ def html_report(report: dict) -> str:
         bar_chart("Decode: % of the device's streaming roofline", _bars(report, "roofline_pct"), "%"),
         bar_chart("Python ready in the Worker (Pyodide + packages), seconds", [
             (label, engine, v / 1e3 if v else None, note) for label, engine, v, note in _bars(report, "ready_ms") if engine == "browser"], "s"),
-    ] + kernel_charts(report)
+    ] + size_charts(report) + kernel_charts(report)
     refused = "".join(f"<p><strong>{html.escape(line)}</strong></p>" for line in refusals(report))
     m = report["machine"]
     adapter = report.get("adapter") or {}

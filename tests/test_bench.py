@@ -153,6 +153,35 @@ def test_markdown_and_html_reports_have_every_engine_and_open_offline():
         ET.fromstring("<svg" + svg.split("</svg>")[0] + "</svg>")  # each chart is well-formed XML
 
 
+def test_html_report_charts_speed_and_efficiency_against_model_size():
+    """With models of more than one size, tok/s and % of the roofline are drawn against the GB a token reads
+    (log scale), a line per engine through its models, smallest first; one size alone draws no such chart."""
+    report = _fake_report()
+    big = dict(report["models"]["smollm2"], name="qwen2.5-7b", weight_bytes_per_token=4.37e9, bytes_per_token=4.4e9)
+    report["models"]["qwen2.5-7b"] = big
+    report["models"]["smollm2"]["weight_bytes_per_token"] = 0.1e9
+    row = {"model": "qwen2.5-7b", "engine": "browser", "peer": False, "status": "ok", "samples": [],
+           "median": {"decode_tok_s": 0.12, "roofline_GBps": 2.0}}
+    bench.derive(row["median"], big, None)
+    report["results"].append(row)
+    series = bench_report.size_points(report, "decode_tok_s")
+    assert series["browser"] == [(0.1, 20.0, "smollm2"), (4.37, 0.12, "qwen2.5-7b")]
+    assert series["wllama-1t"] == [(0.1, 8.0, "smollm2")] and "gpu" not in series     # measured rows only
+    page = bench_report.html_report(report)
+    assert page.count("<svg") == 6 and "against model size" in page
+    charts = [svg for svg in page.split("<svg")[1:] if "against model size" in svg]
+    assert len(charts) == 2 and "% of the device" in charts[1]
+    for svg in charts:
+        root = ET.fromstring("<svg" + svg.split("</svg>")[0] + "</svg>")
+        ns = "{http://www.w3.org/2000/svg}"
+        line = next(p for p in root.iter(ns + "polyline"))          # the browser's line: small model left, big right
+        (x0, y0), (x1, y1) = (tuple(map(float, pt.split(","))) for pt in line.get("points").split())
+        assert x0 < x1 and y0 < y1                                  # the big model is slower (lower on the chart)
+    assert ">qwen2.5-7b<" in charts[0] and "qwen2.5-7b · browser: 0.12 tok/s" in charts[0]
+    one = _fake_report()
+    assert bench_report.size_charts(one) == []
+
+
 @pytest.mark.models
 def test_prompts_have_the_token_counts_asked_for():
     if not model_path("smollm2").is_file():
