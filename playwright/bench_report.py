@@ -272,6 +272,10 @@ def size_chart(title: str, series: dict[str, list[tuple[float, float, str]]], un
     for i, (gb, model) in enumerate(models):     # under the axis, every other one a line lower: near sizes stay legible
         parts.append(f'<text x="{px(gb):.1f}" y="{bottom + 32 + 13 * (i % 2)}" text-anchor="middle" font-size="10" '
                      f'fill="#555">{html.escape(model)}</text>')
+    tops: dict[float, float] = {}
+    lows: dict[float, float] = {}
+    for gb, v, _ in (p for points in series.values() for p in points):
+        tops[gb], lows[gb] = max(tops.get(gb, v), v), min(lows.get(gb, v), v)
     for i, (engine, points) in enumerate(sorted(series.items())):
         colour = ENGINE_COLOURS.get(engine, FALLBACK_COLOUR)
         points = [(gb, v, model) for gb, v, model in points if v > 0 or not log_y]
@@ -281,7 +285,9 @@ def size_chart(title: str, series: dict[str, list[tuple[float, float, str]]], un
         for gb, v, model in points:
             parts.append(f'<circle cx="{px(gb):.1f}" cy="{py(v):.1f}" r="4" fill="{colour}"><title>{html.escape(model)} · '
                          f'{html.escape(engine)}: {_fmt(v, 2 if v < 10 else 1)} {html.escape(unit)}</title></circle>')
-            parts.append(f'<text x="{px(gb) + 6:.1f}" y="{py(v) - 5:.1f}" font-size="10" fill="{colour}">{_fmt(v, 2 if v < 10 else 1)}</text>')
+            # the value above its point where it is the model's highest, below where lowest, beside it between
+            dy = -5 if v >= tops[gb] else 14 if v <= lows[gb] else 4
+            parts.append(f'<text x="{px(gb) + 6:.1f}" y="{py(v) + dy:.1f}" font-size="10" fill="{colour}">{_fmt(v, 2 if v < 10 else 1)}</text>')
         legend_y = SIZE_MARGIN + 16 * i
         parts.append(f'<rect x="{SIZE_MARGIN + SIZE_WIDTH + 20}" y="{legend_y - 9}" width="10" height="10" fill="{colour}"/>')
         parts.append(f'<text x="{SIZE_MARGIN + SIZE_WIDTH + 34}" y="{legend_y}">{html.escape(engine)}</text>')
