@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 
 from bench_engines import KERNEL_PREFIX
@@ -235,10 +236,10 @@ def size_chart(title: str, series: dict[str, list[tuple[float, float, str]]], un
     """A figure against model size as inline SVG: x the GB a token reads (log scale), y the figure (from 0, or
     with `log_y` on a log scale: tok/s spans orders of magnitude); one line per engine through its models, each
     point labelled with its value, the models named under the axis."""
-    import math
-
     xs = [gb for points in series.values() for gb, _, _ in points]
     values = [v for points in series.values() for _, v, _ in points if v > 0 or not log_y]
+    if log_y and not values:        # (nothing above 0 to put on a log scale)
+        log_y, values = False, [v for points in series.values() for _, v, _ in points]
     top = max(values, default=1.0) or 1.0
     lo, hi = math.log10(min(xs)) - 0.15, math.log10(max(xs)) + 0.15
     y_lo, y_hi = (math.floor(math.log10(min(values))), math.ceil(math.log10(top))) if log_y else (0.0, top * 1.1)
