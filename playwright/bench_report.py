@@ -267,8 +267,8 @@ def size_chart(title: str, series: dict[str, list[tuple[float, float, str]]], un
     ticks = ([10.0 ** e for e in range(int(y_lo), int(y_hi) + 1)] if log_y else [0.0, 25.0, 50.0, 75.0, 100.0] if unit == "%"
              else [0.0, top / 2, top])
     for v in ticks:
-        parts.append(f'<text x="{SIZE_MARGIN - 6}" y="{py(v) + 4:.1f}" text-anchor="end">{v:g}</text>' if log_y else
-                     f'<text x="{SIZE_MARGIN - 6}" y="{py(v) + 4:.1f}" text-anchor="end">{_fmt(v, 0 if unit == "%" else 2 if top < 10 else 1)}</text>')
+        label = f"{v:g}" if log_y else _fmt(v, 0 if unit == "%" else 2 if top < 10 else 1)
+        parts.append(f'<text x="{SIZE_MARGIN - 6}" y="{py(v) + 4:.1f}" text-anchor="end">{label}</text>')
     models = sorted({(gb, model) for points in series.values() for gb, _, model in points})
     for i, (gb, model) in enumerate(models):     # under the axis, every other one a line lower: near sizes stay legible
         parts.append(f'<text x="{px(gb):.1f}" y="{bottom + 32 + 13 * (i % 2)}" text-anchor="middle" font-size="10" '
