@@ -1,5 +1,6 @@
 """Downloads survive trouble: a dropped connection, a closed tab (resume fetches only the missing
-chunks, counted), and a chunk served corrupted once (detected by the whole-file SHA-256, fetched again)."""
+chunks, counted), a tab that still holds the download when the page resumes it (the resume waits), and a
+chunk served corrupted once (detected by the whole-file SHA-256, fetched again)."""
 
 from __future__ import annotations
 
@@ -84,12 +85,7 @@ def test_closed_tab_resumes_in_a_new_tab(site):
     context, page, _ = site
     fresh(page)
 
-    def slow(route):
-        response = route.fetch()
-        time.sleep(0.5)
-        route.fulfill(response=response)
-
-    context.route(MODEL_GLOB, slow)
+    context.route(MODEL_GLOB, _slow)
     tab = context.new_page()
     try:
         tab.goto(page.url)
@@ -99,7 +95,7 @@ def test_closed_tab_resumes_in_a_new_tab(site):
             time.sleep(0.2)
     finally:
         tab.close()   # mid-download: chunks in flight are lost, stored ones stay
-        context.unroute(MODEL_GLOB, slow)
+        context.unroute(MODEL_GLOB, _slow)
     have = stored_chunks(page)
     assert 2 <= len(have) < N_CHUNKS, have
 
@@ -112,6 +108,61 @@ def test_closed_tab_resumes_in_a_new_tab(site):
         context.unroute(MODEL_GLOB)
     assert sorted(fetched) == sorted(set(range(N_CHUNKS)) - have), (fetched, have)
     assert store_ok(page, "wholeFileSha256", model_id(page, SMOLLM2_URL_PATH)) == SMOLLM2.sha256
+
+
+def test_a_reload_while_another_tab_holds_the_download_waits_for_it(site):
+    """A tab lets go of its download a moment after it is closed or reloaded, so the page that resumes it can
+    find it still held: the resume waits (the row says so) and carries on when the other tab lets go; it
+    used to fail as busy and leave the row "downloading" for ever. Here another tab of the site's origin
+    holds the download's lock until the test lets go."""
+    context, page, _ = site
+    fresh(page)
+    served, stalled, fetched = [], [], []
+    counting = False
+
+    def gate(route):
+        if counting:                # the reloaded page's requests
+            fetched.append(chunk_index(route))
+            route.continue_()
+        elif len(served) < 3:       # the first chunk and two more get through
+            served.append(chunk_index(route))
+            route.continue_()
+        else:                       # the rest never answered: the reload ends them
+            stalled.append(route)
+
+    context.route(MODEL_GLOB, gate)
+    tab = context.new_page()
+    try:
+        page.click(f"#models li:has-text('{NAME}') button")
+        deadline = time.monotonic() + 120
+        while len(stored_chunks(page)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        tab.goto(page.url.split("#")[0].rstrip("/") + "/style.css")     # the origin, without the site's own resume
+        # queued behind the page's download: granted when the reload ends it, then held until released
+        tab.evaluate("""(name) => { navigator.locks.request(name, () => new Promise((done) => { window.release = done; })); }""",
+                     f"pyshim-model:{model_id(page, SMOLLM2_URL_PATH)}")
+        counting = True
+        page.reload()
+        tab.wait_for_function("() => typeof window.release === 'function'", timeout=60_000)
+        have = stored_chunks(page)
+        assert 3 <= len(have) < N_CHUNKS, have
+        page.wait_for_function(
+            """(name) => [...document.querySelectorAll('#stored li')].some(li => li.querySelector('.name').textContent === name
+                 && li.innerText.includes('Downloading in another tab'))""", arg=NAME, timeout=60_000)
+        assert fetched == [] and "Stopped" not in row_text(page, NAME)
+        tab.evaluate("() => window.release()")
+        wait_status(page, NAME, "ready")
+    finally:
+        context.unroute(MODEL_GLOB, gate)
+        tab.close()
+    assert sorted(fetched) == sorted(set(range(N_CHUNKS)) - have), (fetched, have)
+    assert store_ok(page, "wholeFileSha256", model_id(page, SMOLLM2_URL_PATH)) == SMOLLM2.sha256
+
+
+def _slow(route):
+    response = route.fetch()
+    time.sleep(0.5)
+    route.fulfill(response=response)
 
 
 def test_corrupted_chunk_is_detected_and_fetched_again(site):

@@ -26,13 +26,20 @@ const sleep = (ms, signal) => new Promise((resolve, reject) => {
 const missingChunks = (m) => m.chunks.flatMap((sha, i) => (sha ? [] : [i]));
 export const storedBytes = (m) => (m.chunks ?? []).reduce((n, sha, i) => n + (sha ? chunkSpan(m, i).end - chunkSpan(m, i).start : 0), 0);
 
-// One download at a time per model, across tabs (a second tab would fetch the same chunks).
-async function withModelLock(id, fn) {
+// One download at a time per model, across tabs (a second tab would fetch the same chunks). `wait`: when
+// another tab holds it, say so (`onBusy`) and queue for it instead of failing. A tab that was closed or
+// reloaded lets go a moment after it is gone, so a resume that starts as a page opens can find it still
+// held; and when the other tab is really downloading, this one takes over if it stops, or finds the model
+// ready when it is done. `signal` ends the wait (Pause).
+async function withModelLock(id, fn, { wait = false, signal = null, onBusy = null } = {}) {
   if (!navigator.locks) return fn();
-  return navigator.locks.request(`pyshim-model:${id}`, { ifAvailable: true }, (lock) => {
-    if (!lock) throw new StoreError("BusyError", "this model is already downloading in another pyshim tab", "watch it there, or close that tab");
-    return fn();
-  });
+  const name = `pyshim-model:${id}`;
+  const busy = Symbol("busy");
+  const result = await navigator.locks.request(name, { ifAvailable: true }, (lock) => (lock ? fn() : busy));
+  if (result !== busy) return result;
+  if (!wait) throw new StoreError("BusyError", "this model is already downloading in another pyshim tab", "watch it there, or close that tab");
+  onBusy?.();
+  return navigator.locks.request(name, signal ? { signal } : {}, () => fn());
 }
 
 class Progress {
@@ -185,8 +192,10 @@ async function verify(manifest, opts, progress) {
 // Brings model `id` (created by createFromURL/createFromFile) to "ready", or throws. Options:
 //   checkFit(prefix, size) -> {need} | {ok, reasons, summary}   (required: the "will it fit?" gate)
 //   file (the File for an import), signal, onProgress(p), onRetry(index, err), onRepair(indices),
-//   concurrency.
-export async function download(id, { checkFit, file = null, signal = null, onProgress = null, onRetry = null, onRepair = null, concurrency = CONCURRENCY } = {}) {
+//   concurrency, whenBusy ("fail": a BusyError while another tab downloads it; "wait": onBusy(), then queue
+//   behind that tab, see withModelLock), onBusy().
+export async function download(id, { checkFit, file = null, signal = null, onProgress = null, onRetry = null, onRepair = null,
+                                     concurrency = CONCURRENCY, whenBusy = "fail", onBusy = null } = {}) {
   return withModelLock(id, async () => {
     let manifest = await db.getManifest(id);
     if (!manifest) throw new StoreError("NotFoundError", "no such model in the store");
@@ -229,7 +238,7 @@ export async function download(id, { checkFit, file = null, signal = null, onPro
       }
       throw err;
     }
-  });
+  }, { wait: whenBusy === "wait", signal, onBusy });
 }
 
 // First contact with a URL: its size and validators, and the first chunk (kept: it holds the header).

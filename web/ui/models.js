@@ -31,7 +31,9 @@ async function checkFit(prefix, size) {
 
 // ---- downloads ---------------------------------------------------------------------------------
 
-async function run(manifest, file = null) {
+// `resumed`: a download this page carries on by itself (resumeInterrupted), which waits for a tab that
+// still holds it rather than failing as busy.
+async function run(manifest, file = null, { resumed = false } = {}) {
   if (active.has(manifest.id)) return;
   const controller = new AbortController();
   const entry = { controller, progress: null, repaired: null };
@@ -41,7 +43,8 @@ async function run(manifest, file = null) {
   if (!window.pyshimPersist) window.pyshimPersist = store.requestPersist().catch(() => false);
   try {
     const done = await store.download(manifest.id, {
-      checkFit, file, signal: controller.signal,
+      checkFit, file, signal: controller.signal, whenBusy: resumed ? "wait" : "fail",
+      onBusy: () => { entry.progress = { phase: "busy", doneBytes: store.storedBytes(manifest), totalBytes: manifest.size }; refresh(); },
       onProgress: (p) => {
         const phaseChanged = entry.progress?.phase !== p.phase;
         entry.progress = p;
@@ -120,6 +123,7 @@ function progressLine(m, p) {
   const done = p?.doneBytes ?? store.storedBytes(m);
   const total = p?.totalBytes ?? m.size;
   if (p?.phase === "header") return "Reading the header…";
+  if (p?.phase === "busy") return "Downloading in another tab: this one carries on when that one stops…";
   if (p?.phase === "verify" || m.status === "verifying") return `Verifying SHA-256… ${p?.chunk != null ? `${p.chunk + 1} of ${p.chunkCount ?? m.chunks.length}` : ""}`;
   if (p?.phase === "repair") return `Re-checking chunk ${p.chunk + 1} of ${p.chunkCount ?? m.chunks.length}…`;
   const parts = [`${formatBytes(done)} of ${formatBytes(total)}`];
@@ -301,7 +305,7 @@ export async function connectRemote(baseURL, model, apiKey = null) {
 async function resumeInterrupted(models) {
   for (const m of models) {
     const interrupted = m.status === "downloading" || m.status === "verifying" || (m.status === "error" && RETRYABLE.has(m.error?.name));
-    if (interrupted && m.source.kind === "url") run(m);
+    if (interrupted && m.source.kind === "url") run(m, null, { resumed: true });
   }
 }
 
