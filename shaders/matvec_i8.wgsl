@@ -11,7 +11,11 @@
 // Defines: one W_<type> (Q4_0, Q4_1, Q5_0, Q8_0 read blocks of 32 activations, Q8_0/Q8_1 style; Q4_K,
 // Q5_K, Q6_K read Q8_K's blocks of 256), WG, ROWS, optional BIAS (a bias, or a residual: matvec.wgsl); UNIFORM_X (with X_VEC4) binds the
 // quantized row as a uniform array (one-token steps on CPU adapters: one broadcast load per read). ROW_GROUP:
-// the weight's rows interleaved in groups (include/row_group.wgsl; not with EXPERTS).
+// the weight's rows interleaved in groups (include/row_group.wgsl; not with EXPERTS). SPREAD (an even WG):
+// an invocation's rows from its place in the workgroup's halves (KernelPolicy.phase_spread): where
+// consecutive invocations start at alternating places in repack.wgsl's 8-block groups, lavapipe's SIMD
+// passes then read in one phase. Why: on an AMD EPYC host, lanes of mixed phases read Q6_K 1536x8960 (35
+// blocks a row, groups of 4 rows) at 5.0-5.2 G elements/s against 6.2-6.5 for 36 blocks; spread 6.0-6.2.
 // EXPERTS (no BIAS): rows of y are (token, slot) pairs, each through its expert's matrix (matvec.wgsl);
 // with TOKENS also GROUPED: a step's pairs grouped by expert (expert_group.wgsl's table in place of the
 // ids), so each block of an expert's matrix is unpacked once for TOKENS of the pairs that chose it.
@@ -106,7 +110,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
 #else
     let t = wid.y;
 #endif
+#ifdef SPREAD
+    // the workgroup's first half of invocations takes its even rows' invocations, the second half the odd
+    // ones (a permutation within the workgroup: the same rows are covered)
+    let lane = gid.x % WG;
+    let first = (gid.x - lane + lane % (WG / 2u) * 2u + lane / (WG / 2u)) * OUT_ROWS;
+#else
     let first = gid.x * OUT_ROWS;
+#endif
     var w_base = params.w_off;
 #ifdef GROUPED
     // workgroup row y: expert e of this part, and the tile of its pairs starting at `start` in the table

@@ -63,21 +63,34 @@ def test_lavapipe_takes_its_measured_rows_by_type_and_width_and_nothing_else_doe
     for qtype, k, glu in ((QT.Q6_K, 8960, False), (QT.Q6_K, 18944, False), (QT.Q4_K, 1536, False), (QT.Q4_K, 1536, True),
                           (QT.Q4_K, 3584, True)):
         assert matvec_i8_key(qtype, uniform_x=True, rows=rows(qtype, k, glu), glu="silu" if glu else None) in keys
-    # its rows interleaved in groups (KernelPolicy.row_group_for): Q4_K's of 8, Q6_K's of 4 below 10240 wide;
-    # an invocation a group at every width
+    # its rows interleaved in groups (KernelPolicy.row_group_for): Q4_K's of 8, Q6_K's of 4; an invocation a
+    # group at every width
     group = lavapipe.row_group_for
     assert group(QT.Q4_K, 1536) == group(QT.Q4_K, 18944) == 8
-    assert group(QT.Q6_K, 1536) == group(QT.Q6_K, 8960) == 4 and group(QT.Q6_K, 18944) == 1
+    assert group(QT.Q6_K, 1536) == group(QT.Q6_K, 8960) == group(QT.Q6_K, 18944) == 4
     assert group(QT.Q4_0, 1536) == group(QT.Q8_0, 1536) == group(QT.Q5_K, 1536) == 1
     assert replace(lavapipe, row_group=1).row_group_for(QT.Q4_K, 1536) == 1
     for qtype, k, glu in ((QT.Q4_K, 1536, False), (QT.Q4_K, 8960, False), (QT.Q4_K, 3584, True), (QT.Q6_K, 8960, False)):
         g = group(qtype, k)
         assert rows(qtype, k, glu, row_group=g) == g
         assert matvec_i8_key(qtype, uniform_x=True, rows=g, glu="silu" if glu else None, row_group=g) in keys
+    # invocations ordered by phase (KernelPolicy.phase_spread) where consecutive ones start at alternating
+    # places of repack.wgsl's 8-block groups: the 1.5B's Q6_K ffn_down (35 blocks a row, groups of 4), a Q6_K
+    # in the file's layout 74 blocks wide, 2 rows an invocation (the 7B's, streamed); not where all start alike
+    # (36 or 6 blocks in groups of 4), nor at four places (43 blocks, 2 rows), nor for ungrouped types
+    spread = lavapipe.phase_spread
+    assert spread(QT.Q6_K, 8960, 4, 4) and spread(QT.Q6_K, 18944, 2)
+    assert not spread(QT.Q6_K, 9216, 4, 4) and not spread(QT.Q6_K, 1536, 4, 4) and not spread(QT.Q6_K, 18944, 4, 4)
+    assert not spread(QT.Q6_K, 11008, 2) and not spread(QT.Q4_K, 8960, 8, 8)
+    assert spread(QT.Q8_0, 32 * 35, 4) and not spread(QT.Q8_0, 32 * 36, 4)
+    assert not replace(lavapipe, spread=False).phase_spread(QT.Q6_K, 8960, 4, 4)
+    for rows, g in ((4, 4), (2, 1)):
+        assert matvec_i8_key(QT.Q6_K, uniform_x=True, rows=rows, row_group=g, spread=True) in keys
     swiftshader = KernelPolicy.for_device(caps(fallback=True, f16=False, subgroups=(4, 4)))
     gpu = KernelPolicy.for_device(caps(fallback=False, f16=True, subgroups=(32, 32)))
     for policy in (swiftshader, gpu):
         assert policy.row_group_for(QT.Q4_K, 1536) == policy.row_group_for(QT.Q6_K, 1536) == 1
+        assert not policy.phase_spread(QT.Q6_K, 8960, 4, 4)
         for qtype, k, glu in ((QT.Q6_K, 8960, False), (QT.Q6_K, 18944, False), (QT.Q4_K, 1536, True), (QT.Q4_K, 3584, True)):
             assert policy.one_token_rows(qtype, k, glu) == policy.matvec_rows
 

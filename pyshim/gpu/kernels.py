@@ -147,23 +147,28 @@ def glu_key(act: str, int8: bool = False, f16: bool = False) -> ShaderKey:
 
 def matvec_i8_key(qtype: QT, *, bias: bool = False, uniform_x: bool = False, rows: int = MATVEC_ROWS,
                   pairs: bool = False, tokens: int | None = None, experts: bool = False, grouped: bool = False,
-                  glu: str | None = None, lanes: bool = False, wg: int = MATVEC_WG, row_group: int = 1) -> ShaderKey:
+                  glu: str | None = None, lanes: bool = False, wg: int = MATVEC_WG, row_group: int = 1,
+                  spread: bool = False) -> ShaderKey:
     """The barrier-free int8 matvec (`uniform_x`: the quantized row bound as a 64 KiB uniform; `pairs`: see
     i8_pairs; `tokens`: that many tokens per invocation, I8_TOKEN_TYPES only, with `lanes` (an even number of
     tokens, I8_LANE_TYPES, not experts) in pairs from lanes.wgsl's words; `glu`: gate and up rows in one
     weight, act(gate) * up stored, `rows` output rows an invocation; `wg` invocations a workgroup:
-    policy.matvec_wg; `row_group`: the weight's rows interleaved in groups of that many, interleave.wgsl).
+    policy.matvec_wg; `row_group`: the weight's rows interleaved in groups of that many, interleave.wgsl;
+    `spread`: the workgroup's even invocations' rows in its first half, KernelPolicy.phase_spread).
     GROUPED_TYPES are read in repack.wgsl's layout: the int8 route always rearranges them."""
     defines = weight_defines(qtype, QT(qtype) in GROUPED_TYPES) | ({"W_VEC4": True} if QT(qtype) in I8_VEC4_TYPES else {})
     if row_group > 1 and (QT(qtype) not in ROW_GROUP_TYPES or experts or grouped):
         raise ValueError(f"no row groups for {QT(qtype).name} with experts={experts or grouped}")
     if lanes and (not tokens or tokens % 2 or QT(qtype) not in I8_LANE_TYPES or experts or grouped):
         raise ValueError(f"no token pairs for {QT(qtype).name} with tokens={tokens}, experts={experts or grouped}")
+    if spread and wg % 2:
+        raise ValueError(f"spread needs an even workgroup, not {wg}")
     return ShaderKey.of("matvec_i8", **defines, WG=wg,
                         ROWS=2 * rows if glu else rows, BIAS=bias, UNIFORM_X=uniform_x,
                         X_VEC4=UNIFORM_X_VEC4 if uniform_x else None, PAIRS=pairs, TOKENS=tokens,
                         EXPERTS=experts or grouped, GROUPED=grouped, GLU=bool(glu), **(act_defines(glu, True) if glu else {}),
-                        LANES=tokens // 2 if lanes else None, ROW_GROUP=row_group if row_group > 1 else None)
+                        LANES=tokens // 2 if lanes else None, ROW_GROUP=row_group if row_group > 1 else None,
+                        SPREAD=spread)
 
 
 def router_key(gating: str, norm: bool, scales: bool = False) -> ShaderKey:    # scales: gemma4's per-expert ones

@@ -24,6 +24,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from pyshim.errors import BadRequestError, UnsupportedError
 from pyshim.gpu.device import Capabilities
+from pyshim.plan.memory import GROUPED_TYPES as GROUPED_TENSOR_TYPES, REPACK_GROUP_BLOCKS
 from pyshim.plan.settings import Arithmetic
 
 # Output rows per invocation of the barrier-free matvec. lavapipe, whole SmolLM2 decode steps in process
@@ -65,9 +66,13 @@ CPU_I8_LONG_ROWS = 2
 # gate-and-up 7.3-7.6 -> 8.9-9.4, the 7B's 18944x3584 8.5 -> 10.0, 1536x1536 5.9-6.0 -> 6.5-6.7,
 # 1536x8960 level (8.9-9.4 with 4 rows, 9.2-9.4 interleaved with 8).
 CPU_I8_ROW_GROUP = 8
-# Q6_K in groups of 4 (4 rows an invocation), below CPU_I8_LONG_Q6_K wide (beyond, the file layout's 2 rows
-# were as fast): the 1.5B's ffn_down (1536x8960, odd block count) 5.6-5.8 -> 6.6-7.0 (8 rows before), the
-# 7B's head shape (3584 wide) 5.6-5.8 -> 6.3-6.6, the 1.5B's (1536 wide) 5.4-5.6 -> 5.6-5.7.
+# Q6_K in groups of 4 (4 rows an invocation), at every width: the 1.5B's ffn_down (1536x8960, odd block
+# count) 5.6-5.8 -> 6.6-7.0 (8 rows before), the 7B's head shape (3584 wide) 5.6-5.8 -> 6.3-6.6, the 1.5B's
+# (1536 wide) 5.4-5.6 -> 5.6-5.7 (an Intel Xeon host). The 7B's ffn_down (18944 wide) read as fast in the
+# file's layout with 2 rows there, and kept it until an AMD EPYC host (2026-12-07) read that layout at
+# 3.5-3.8 G elements/s against 5.4-6.5 in groups of 4 (2 rows of 74 blocks: consecutive invocations start
+# half a repack group apart, see KernelPolicy.phase_spread); whole 7B steps 1299/1352 -> 1178/1228 ms
+# (best / first quartile, alternating in one process).
 CPU_I8_Q6_K_ROW_GROUP = 4
 # Invocations per workgroup of the barrier-free matvecs. lavapipe runs each workgroup on one of its threads
 # (one a core), 8 invocations a SIMD pass: 64 invocations of 8 rows are 512 rows, so a 1536-row matrix
@@ -149,6 +154,7 @@ class KernelPolicy:
     cpu_i8_rows: bool = False    # one-token matvecs take lavapipe's rows by type and width (one_token_rows)
     matvec_wg: int = MATVEC_WG   # invocations per workgroup of the barrier-free matvecs
     row_group: int = 1           # the int8 route's Q4_K rows interleaved in groups this big (Q6_K: row_group_for); 1: none
+    spread: bool = False         # one-token int8 matvecs may order invocations by their rows' phase (phase_spread)
 
     def one_token_rows(self, qtype, k: int, glu: bool = False, row_group: int = 1) -> int:
         """Rows per invocation of a one-token int8 matvec of `qtype` weights `k` wide (`glu`: the fused
@@ -168,15 +174,31 @@ class KernelPolicy:
 
     def row_group_for(self, qtype, k: int) -> int:
         """Rows a group of the int8 route's row-interleaved layout for a 2-D `qtype` matrix `k` wide (1: the
-        file's layout): where `row_group` asks for it, Q4_K's groups are that many, Q6_K's below
-        CPU_I8_LONG_Q6_K wide CPU_I8_Q6_K_ROW_GROUP."""
+        file's layout): where `row_group` asks for it, Q4_K's groups are that many, Q6_K's
+        CPU_I8_Q6_K_ROW_GROUP."""
         if self.row_group <= 1 or not self.int8:
             return 1
         if qtype == GGMLQuantizationType.Q4_K:
             return self.row_group
-        if qtype == GGMLQuantizationType.Q6_K and k < CPU_I8_LONG_Q6_K:
+        if qtype == GGMLQuantizationType.Q6_K:
             return CPU_I8_Q6_K_ROW_GROUP
         return 1
+
+    def phase_spread(self, qtype, k: int, rows: int, row_group: int = 1) -> bool:
+        """Whether a one-token int8 matvec of `qtype` weights `k` wide, `rows` an invocation (in row groups of
+        `row_group`), takes matvec_i8's SPREAD: a grouped type (repack.wgsl's groups of REPACK_GROUP_BLOCKS)
+        whose consecutive invocations start at two alternating places within a group (the 1.5B's Q6_K
+        ffn_down, 35 blocks a row in groups of 4 rows; a 7B's streamed one, 74 blocks, 2 rows an invocation).
+        SPREAD gives a workgroup's first half the even invocations' rows, so each of lavapipe's 8-lane SIMD
+        passes reads in one phase. Measured on an AMD EPYC host (2026-12-07), weights streamed: Q6_K
+        1536x8960 in groups of 4, 5.0-5.2 -> 6.0-6.2 G elements/s (36 blocks a row: 6.2-6.5 either way);
+        3584x18944 in the file's layout, 2 rows, 3.5-3.8 -> 5.6-5.7; whole 1.5B steps 225.5/228.8 ->
+        217.0/221.7 ms (best / first quartile, alternating in one process), the same tokens."""
+        if not self.spread or GGMLQuantizationType(qtype) not in GROUPED_TENSOR_TYPES or self.matvec_wg % 2:
+            return False
+        nb = k // GGML_QUANT_SIZES[GGMLQuantizationType(qtype)][0]
+        phases = [_first_block(i, rows, row_group, nb) % REPACK_GROUP_BLOCKS for i in range(2 * REPACK_GROUP_BLOCKS)]
+        return len(set(phases[0::2])) == 1 and len(set(phases[1::2])) == 1 and phases[0] != phases[1]
 
     @property
     def arithmetic(self) -> Arithmetic:
@@ -217,6 +239,7 @@ class KernelPolicy:
             cpu_i8_rows=cpu and not narrow and int8 and not reduce,
             matvec_wg=CPU_MATVEC_WG if cpu and not narrow and int8 and not reduce else MATVEC_WG,
             row_group=CPU_I8_ROW_GROUP if cpu and not narrow and int8 and not reduce else 1,
+            spread=cpu and not narrow and int8 and not reduce,
         )
         if overrides.get("f16") and not caps.has_f16:
             raise UnsupportedError("this device has no shader-f16", hint="leave f16 unset")
@@ -224,6 +247,13 @@ class KernelPolicy:
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _first_block(i: int, rows: int, row_group: int, nb: int) -> int:
+    """The block (in the order a weight's buffer holds them) where invocation i's first row starts: rows of nb
+    blocks, interleaved in groups of row_group (include/row_group.wgsl)."""
+    row = i * rows
+    return row * nb if row_group <= 1 else row // row_group * row_group * nb + row % row_group
 
 
 def reduce_wg(caps: Capabilities) -> int:
