@@ -9,6 +9,7 @@ Figure names shared by all engines (absent = not measured by that engine yet):
     ttft_ms             request → first token of the decode prompt
     prefill_<N>_tok_s   prompt tokens per second for the N-token prompt
     decode_tok_s        generated tokens per second after the first (greedy)
+    decode_median_step_ms  the median of those steps' own times (bench.derive's steady figures)
     cpu_share_pct       share of a decode step spent on the CPU side outside GPU waits
     cpu_ms_per_step     CPU time of one decode step (cpu_ms ÷ decode steps; a step = a token after the first)
     dispatches_per_token  compute dispatches one decode step encodes (the GPU executor's program)
@@ -51,7 +52,8 @@ RUN_TIMEOUT_MS = 900_000          # one engine run on a loaded 2-core machine (G
 CLI_TIMEOUT_S = 900
 # Fields of `pyshim generate --json` (and of the Worker's `bench` result) copied into a sample when present.
 # dispatches_per_token: not in the CLI's JSON yet; taken as soon as `pyshim generate --json` reports it.
-OPTIONAL_FIGURES = ("load_ms", "ttft_ms", "cpu_share_pct", "peak_gpu_bytes", "planned_gpu_bytes", "dispatches_per_token")
+OPTIONAL_FIGURES = ("load_ms", "ttft_ms", "cpu_share_pct", "peak_gpu_bytes", "planned_gpu_bytes", "dispatches_per_token",
+                    "decode_median_step_ms")
 WEBGPU_PEER_THREADS = 2          # wllama-webgpu: with every layer on the GPU the CPU keeps the embedding lookup and sampling
 
 
@@ -339,7 +341,7 @@ def _worker_generation(page, model_url: str, workload: list[dict], settings: dic
                 if (per_step := cpu_ms_per_step(r["cpu_ms"], r["decode_tokens"])) is not None:
                     sample["cpu_ms_per_step"] = per_step
             for key in ("peak_gpu_bytes", "planned_gpu_bytes", "kernel_step_ms", "bytes_per_decode_step", "dispatches_per_token",
-                        "encode_ms_per_step"):
+                        "encode_ms_per_step", "decode_median_step_ms"):
                 if r.get(key) is not None:
                     sample[key] = r[key]
             for group, ms in (r.get("kernel_ms") or {}).items():     # flat keys, so medians() takes them

@@ -102,7 +102,8 @@ def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     peer_names = sorted({r["engine"] for r in report["results"] if r["peer"] and r["median"].get("decode_tok_s")})
     header = (["model", "engine", "status", "ready s", "header ms", "store MB/s", "load s", "TTFT ms"]
               + [f"prefill {n} tok/s" for n in prompts]
-              + ["decode tok/s", "GB/s", "roofline GB/s", "% roofline", "CPU side %", "CPU ms/step", "dispatches/token",
+              + ["decode tok/s", "GB/s", "roofline GB/s", "% roofline", "% roofline, median step", "CPU side %", "CPU ms/step",
+                 "dispatches/token",
                  "GPU MB (plan)", "JS heap MB", "same text"]
               + [f"decode ×{p}" for p in peer_names])
     agree = text_agreement(report)
@@ -118,18 +119,19 @@ def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
                _fmt(m.get("store_MBps"), 0), _load_cell(m), _fmt(m.get("ttft_ms"), 0)]
         row += [_fmt(m.get(f"prefill_{n}_tok_s"), 1) for n in prompts]
         row += [decode, _fmt(m.get("achieved_GBps"), 2), _fmt(m.get("roofline_GBps"), 2), _roofline_cell(m),
-                _fmt(m.get("cpu_share_pct"), 1), _cpu_step_cell(m), _fmt(m.get("dispatches_per_token"), 0),
+                _roofline_cell(m, "roofline_steady"), _fmt(m.get("cpu_share_pct"), 1), _cpu_step_cell(m), _fmt(m.get("dispatches_per_token"), 0),
                 _memory_cell(m), _fmt(m.get("peak_js_heap_bytes"), 0, 1e-6), agree.get((r["model"], r["engine"]), "–")]
         row += [_fmt(r.get("vs_peer", {}).get(f"decode_tok_s_vs_{p}"), 2) if not r["peer"] else "" for p in peer_names]
         rows.append(row)
     return header, rows
 
 
-def _roofline_cell(m: dict) -> str:
-    """% of roofline, or the flag a figure over 100% gets instead (bench.derive): the roofline read low."""
-    if m.get("roofline_over_pct"):
-        return f"over 100% ({m['roofline_over_pct']:.0f}%): roofline read low, not a figure"
-    return _fmt(m.get("roofline_pct"), 1)
+def _roofline_cell(m: dict, key: str = "roofline") -> str:
+    """% of roofline (`key` "roofline_steady": from the median step), or the flag a figure over 100% gets
+    instead (bench.derive): the roofline read low."""
+    if m.get(f"{key}_over_pct"):
+        return f"over 100% ({m[f'{key}_over_pct']:.0f}%): roofline read low, not a figure"
+    return _fmt(m.get(f"{key}_pct"), 1)
 
 
 def markdown(report: dict) -> str:
@@ -158,7 +160,9 @@ def markdown(report: dict) -> str:
                  "measured: the cpu engine, peers); dispatches/token = compute "
                  "dispatches a decode step encodes; % roofline = the higher of bytes/s over the adapter's best streaming "
                  "bytes/s and the adapter's streaming probes' time for a token's weight elements (Q6_K's at the 6-bit "
-                 "probe's rate, the rest at the best element rate) over the token's time; JS heap MB = the page's and its Workers' JS heaps at their peak "
+                 "probe's rate, the rest at the best element rate) over the token's time (the mean step's; \"median step\": "
+                 "the same over the median decode step, beside probes that keep their best pass: a shared machine's bursts "
+                 "land in a mean); JS heap MB = the page's and its Workers' JS heaps at their peak "
                  "while the model loaded and read its prompt (performance.measureUserAgentSpecificMemory, paused while decode "
                  "is timed; the browser rows); "
                  f"same text = the greedy continuation's first {TEXT_PREFIX} characters match most engines'.")

@@ -90,6 +90,25 @@ def test_q6_k_weights_are_held_to_the_six_bit_probe_and_the_rest_to_the_best_rat
     assert plain["roofline_pct"] == pytest.approx(40.0)
 
 
+def test_the_median_step_gives_a_steady_figure_beside_the_mean():
+    """decode_tok_s is a mean over every step (a neighbour's burst included); the median step gives the same
+    efficiency figures once more, flagged alike over 100%, and absent where no engine reported it."""
+    facts = {"bytes_per_token": 1e8, "weight_elems_per_token": 1.6e8}
+    m = {"decode_tok_s": 4.0, "decode_median_step_ms": 200.0, "roofline_GBps": 2.0, "roofline_Gelem_s": 4.0}
+    bench.derive(m, facts, None)
+    assert m["roofline_pct"] == pytest.approx(20.0)                 # 0.4 GB/s of 2; 0.64 G of 4 elements: 16%
+    assert m["steady_tok_s"] == pytest.approx(5.0) and m["roofline_steady_pct"] == pytest.approx(25.0)
+    assert bench_report._roofline_cell(m, "roofline_steady") == "25.0"
+    fast = {"decode_tok_s": 15.0, "decode_median_step_ms": 40.0, "roofline_GBps": 2.0}   # 25 tok/s: 2.5 GB/s of 2
+    bench.derive(fast, facts, None)
+    assert fast["roofline_pct"] == pytest.approx(75.0)
+    assert fast["roofline_steady_pct"] is None and fast["roofline_steady_over_pct"] == pytest.approx(125.0)
+    assert "over 100% (125%)" in bench_report._roofline_cell(fast, "roofline_steady")
+    plain = {"decode_tok_s": 4.0, "roofline_GBps": 2.0}
+    bench.derive(plain, facts, None)
+    assert "roofline_steady_pct" not in plain and bench_report._roofline_cell(plain, "roofline_steady") == "–"
+
+
 def test_two_measurements_of_a_roofline_keep_the_best_of_each_figure():
     busy = {"GBps": 7.0, "Gelem_s": 8.8, "Gelem_s_by_bits": {"4": 8.8, "6": 10.7}, "ms_per_pass": {"contiguous i4": 15.0}}
     quiet = {"GBps": 9.6, "Gelem_s": 13.1, "Gelem_s_by_bits": {"4": 13.1, "6": 10.1}, "ms_per_pass": {"contiguous i4": 10.2}}
@@ -282,6 +301,11 @@ def test_quick_bench_writes_reports_of_the_right_shape(tmp_path):
     assert 0 < browser["dispatches_per_token"] <= 0.65 * 606
     # every pyshim row carries the CPU time per step: measured on the GPU executors, None on the NumPy one
     assert engines["gpu"]["median"]["cpu_ms_per_step"] > 0 and engines["cpu"]["median"]["cpu_ms_per_step"] is None
+    # and its median decode step, from which bench.derive gives the steady efficiency beside the mean's
+    for engine in ("browser", "gpu"):
+        m = engines[engine]["median"]
+        assert 0 < m["decode_median_step_ms"] and m["steady_tok_s"] > 0, (engine, m)
+        assert (m.get("roofline_steady_pct") or m.get("roofline_steady_over_pct")), (engine, m)
     kernels = {k: v for k, v in browser.items() if k.startswith("kernel_ms:")}
     assert any(k.startswith("kernel_ms:matvec") for k in kernels) and all(v >= 0 for v in kernels.values())
     assert browser["kernel_step_ms"] > 0

@@ -147,6 +147,10 @@ def test_timings_hold_together(gpu):
     t = done.timings()
     assert t["ttft_ms"] == t["prefill_ms"] > 0
     assert 0 < t["cpu_ms"] <= t["decode_ms"] and t["decode_tok_per_s"] > 0
+    # each decode step's own time: as many as the steps, inside decode_ms, their median reported
+    assert len(done.decode_step_ms) == t["decode_steps"] == MAX_TOKENS - 1
+    assert 0 < sum(done.decode_step_ms) <= t["decode_ms"]
+    assert min(done.decode_step_ms) <= t["decode_median_step_ms"] <= max(done.decode_step_ms)
     assert done.usage() == {"prompt_tokens": 6, "completion_tokens": MAX_TOKENS, "total_tokens": 6 + MAX_TOKENS,
                             "prompt_tokens_details": {"cached_tokens": done.cached_tokens}}
 

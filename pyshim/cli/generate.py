@@ -158,6 +158,7 @@ async def _generate(args, path, settings, sampling) -> dict:
                                       on_text=None if args.json else lambda piece, token: _show(piece))
         report = {"text": done.text, "ids": done.token_ids, "prompt_ids": prompt,
                   "prefill_tok_s": round(done.prefill_tok_per_s, 2), "decode_tok_s": round(done.decode_tok_per_s, 2),
+                  "decode_median_step_ms": done.decode_median_step_ms,
                   "finish_reason": done.finish_reason, "arithmetic": runner.arithmetic.value,
                   "cpu_share_pct": None, "bytes_per_decode_step": done.bytes_per_decode_step,
                   "generated": len(done.token_ids), "context": runner.n_ctx, "kv_type": runner.settings.kv_type,

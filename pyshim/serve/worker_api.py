@@ -459,7 +459,7 @@ async def score(request_json: str, file_size: int, store, request_id: int, emit)
 @_boundary
 async def bench(request_json: str, file_size: int, store, request_id: int, emit) -> str:
     """A greedy fixed-length run: {model_id, prompt | prompt_ids, settings, max_tokens, ignore_eos, kernels}
-    -> {prompt_tokens, load_ms, prefill_ms, ttft_ms, decode_tokens, decode_ms, decode_tok_per_s, cpu_ms,
+    -> {prompt_tokens, load_ms, prefill_ms, ttft_ms, decode_tokens, decode_ms, decode_tok_per_s, decode_median_step_ms, cpu_ms,
     cpu_share (= cpu_ms / decode_ms), cpu_ms_per_step (of which encode_ms_per_step in JavaScript), bytes_per_decode_step, dispatches_per_token, text, arithmetic,
     peak_gpu_bytes, planned_gpu_bytes}; with `kernels` also kernel_ms {shader group: ms per decode step}
     and kernel_step_ms (pyshim.exec.profile; a few decode steps' worth of extra time). "progress" events
@@ -492,7 +492,8 @@ async def bench(request_json: str, file_size: int, store, request_id: int, emit)
                 "cpu_ms": done.cpu_ms, "cpu_share": done.cpu_ms / done.decode_ms if done.decode_ms > 0 else None,
                 "cpu_ms_per_step": done.cpu_ms / done.decode_steps if done.decode_steps else None,
                 "encode_ms_per_step": encode_ms,
-                "decode_tok_per_s": done.decode_tok_per_s, "bytes_per_decode_step": done.bytes_per_decode_step,
+                "decode_tok_per_s": done.decode_tok_per_s, "decode_median_step_ms": done.decode_median_step_ms,
+                "bytes_per_decode_step": done.bytes_per_decode_step,
                 "dispatches_per_token": await runner.dispatches_per_token() if gpu else None, "text": done.text,
                 "arithmetic": runner.arithmetic.value, "device": runner.runs_on, **runner.memory()}
 
