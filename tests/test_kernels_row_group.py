@@ -101,26 +101,27 @@ def test_matvec_i8_reads_row_groups_as_the_file_layout(gpu, qtype, g, variant):
     np.testing.assert_array_equal(outs[1], outs[0])
 
 
-@pytest.mark.parametrize("rows, g", [(4, 4), (2, 1)], ids=["groups_of_4", "file_layout_2_rows"])
-def test_spread_invocations_give_the_same_rows(gpu, rows, g):
+@pytest.mark.parametrize("rows, g, n", [(4, 4, 1), (2, 1, 1), (4, 4, 3)], ids=["groups_of_4", "file_layout_2_rows", "tokens"])
+def test_spread_invocations_give_the_same_rows(gpu, rows, g, n):
     """matvec_i8 SPREAD (KernelPolicy.phase_spread) only reorders which invocation of a workgroup takes which
-    rows: Q6_K rows of an odd block count, three workgroups of 16 (the last partly past m), bit for bit the
-    plain order's results."""
+    rows: Q6_K rows of an odd block count, three workgroups of 16 (the last partly past m), one token or a
+    prompt's (8 an invocation), bit for bit the plain order's results."""
     rng = np.random.default_rng(11)
     k, m, wg = 3 * 256, 33 * 4, 16
+    tokens = 8 if n > 1 else None
     raw = random_weight(QT.Q6_K, m, k, rng)
     data = as_read(raw if g == 1 else interleaved(raw, QT.Q6_K, g), QT.Q6_K)
-    q, info = emu.quantize(rng.standard_normal((1, k), dtype=np.float32), "q8_k")
+    q, info = emu.quantize(rng.standard_normal((n, k), dtype=np.float32), "q8_k")
     words = emu.pack(q, info)
     outs = []
     for spread in (False, True):
-        key = matvec_i8_key(QT.Q6_K, rows=rows, row_group=g, wg=wg, spread=spread)
-        (out,) = gpu.dispatch(key, [data.reshape(-1), words], [m * 4],
-                              dict(m=m, k=k, n=1, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
+        key = matvec_i8_key(QT.Q6_K, rows=rows, row_group=g, wg=wg, spread=spread, tokens=tokens)
+        (out,) = gpu.dispatch(key, [data.reshape(-1), words], [n * m * 4],
+                              dict(m=m, k=k, n=n, row_bytes=raw.shape[1], w_off=0, x_off=0, y_off=0, bias_off=0, y_stride=m,
                                    pair_off=0, x_row_words=xq_row_words(k, "q8_k")),
-                              matvec_i8_grid(m, 1, rows, 1, wg))
+                              matvec_i8_grid(m, n, rows, tokens or 1, wg))
         outs.append(np.frombuffer(out, np.float32))
-    assert matvec_i8_grid(m, 1, rows, 1, wg)[0] * wg * rows > m and np.all(outs[0] != 0)
+    assert matvec_i8_grid(m, n, rows, tokens or 1, wg)[0] * wg * rows > m and np.all(outs[0] != 0)
     np.testing.assert_array_equal(outs[1], outs[0])
 
 

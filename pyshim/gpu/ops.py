@@ -306,7 +306,7 @@ class GpuOps(FusedOps, ExpertOps):
         key = matvec_i8_key(w.ref.qtype, bias=add is not None, uniform_x=uniform_x, rows=rows_per,
                             pairs=tokens == 1 and self.policy.i8_pairs and i8_pairs(w.ref.qtype, k),
                             tokens=tokens if tokens > 1 else None, lanes=lanes, wg=self.policy.matvec_wg, row_group=w.row_group,
-                            spread=tokens == 1 and self.policy.phase_spread(w.ref.qtype, k, rows_per, w.row_group))
+                            spread=self.policy.phase_spread(w.ref.qtype, k, rows_per, w.row_group))
         x_binding = (xq, 0, UNIFORM_X_BYTES) if uniform_x else xq
         for part in w.parts:
             bindings = [part, x_binding] + _addend_binding(add) + [out.buf]

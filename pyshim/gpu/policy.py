@@ -154,7 +154,7 @@ class KernelPolicy:
     cpu_i8_rows: bool = False    # one-token matvecs take lavapipe's rows by type and width (one_token_rows)
     matvec_wg: int = MATVEC_WG   # invocations per workgroup of the barrier-free matvecs
     row_group: int = 1           # the int8 route's Q4_K rows interleaved in groups this big (Q6_K: row_group_for); 1: none
-    spread: bool = False         # one-token int8 matvecs may order invocations by their rows' phase (phase_spread)
+    spread: bool = False         # int8 matvecs may order invocations by their rows' phase (phase_spread)
 
     def one_token_rows(self, qtype, k: int, glu: bool = False, row_group: int = 1) -> int:
         """Rows per invocation of a one-token int8 matvec of `qtype` weights `k` wide (`glu`: the fused
@@ -185,7 +185,7 @@ class KernelPolicy:
         return 1
 
     def phase_spread(self, qtype, k: int, rows: int, row_group: int = 1) -> bool:
-        """Whether a one-token int8 matvec of `qtype` weights `k` wide, `rows` an invocation (in row groups of
+        """Whether an int8 matvec of `qtype` weights `k` wide, `rows` an invocation (in row groups of
         `row_group`), takes matvec_i8's SPREAD: a grouped type (repack.wgsl's groups of REPACK_GROUP_BLOCKS)
         whose consecutive invocations start at two alternating places within a group (the 1.5B's Q6_K
         ffn_down, 35 blocks a row in groups of 4 rows; a 7B's streamed one, 74 blocks, 2 rows an invocation).
@@ -193,7 +193,8 @@ class KernelPolicy:
         passes reads in one phase. Measured on an AMD EPYC host (2026-12-07), weights streamed: Q6_K
         1536x8960 in groups of 4, 5.0-5.2 -> 6.0-6.2 G elements/s (36 blocks a row: 6.2-6.5 either way);
         3584x18944 in the file's layout, 2 rows, 3.5-3.8 -> 5.6-5.7; whole 1.5B steps 225.5/228.8 ->
-        217.0/221.7 ms (best / first quartile, alternating in one process), the same tokens."""
+        217.0/221.7 ms (best / first quartile, alternating in one process), the same tokens; its 32-token
+        prompt (8 tokens an invocation) 3768/3972 -> 3686/3824 ms (best / median of 6)."""
         if not self.spread or GGMLQuantizationType(qtype) not in GROUPED_TENSOR_TYPES or self.matvec_wg % 2:
             return False
         nb = k // GGML_QUANT_SIZES[GGMLQuantizationType(qtype)][0]
