@@ -227,6 +227,7 @@ class KernelPolicy:
                                    hint="use the f32 arithmetic")
         # the int8 route's kernels are barrier-free ones: with the reduction kernels it falls back to f32
         int8 = (cpu and int8_usable(caps)) if arithmetic is None else arithmetic is Arithmetic.INT8
+        lavapipe_i8 = cpu and not narrow and int8 and not reduce   # a wide-SIMD CPU adapter's int8 route: its measured choices
         policy = cls(
             int8=int8 and not reduce, reduce=reduce, subgroup=subgroup,
             matvec_rows=NARROW_SIMD_ROWS if narrow else CPU_I8_ROWS if cpu and int8 and not reduce else MATVEC_ROWS,
@@ -237,10 +238,8 @@ class KernelPolicy:
             attn_lanes=0 if cpu or (int8 and not reduce) else ATTN_LANES_GPU,
             f16=caps.has_f16 and not cpu, reduce_wg=reduce_wg(caps), norm_in_quantize=narrow,
             token_rows=TOKEN_ROWS_NARROW if narrow else TOKEN_ROWS, i8_lanes=narrow,
-            cpu_i8_rows=cpu and not narrow and int8 and not reduce,
-            matvec_wg=CPU_MATVEC_WG if cpu and not narrow and int8 and not reduce else MATVEC_WG,
-            row_group=CPU_I8_ROW_GROUP if cpu and not narrow and int8 and not reduce else 1,
-            spread=cpu and not narrow and int8 and not reduce,
+            cpu_i8_rows=lavapipe_i8, matvec_wg=CPU_MATVEC_WG if lavapipe_i8 else MATVEC_WG,
+            row_group=CPU_I8_ROW_GROUP if lavapipe_i8 else 1, spread=lavapipe_i8,
         )
         if overrides.get("f16") and not caps.has_f16:
             raise UnsupportedError("this device has no shader-f16", hint="leave f16 unset")

@@ -99,9 +99,10 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
             keys += [matvec_i8_key(q, bias=bias, rows=rows, tokens=I8_TOKENS, uniform_x=ux, row_group=g)
                      for bias in (False, True) for rows in sorted({TOKEN_ROWS, CPU_I8_ROWS}) for ux in (False, True)]
         # Q6_K's matvecs with their invocations ordered by phase (KernelPolicy.phase_spread): in groups of rows, and
-        # in the file's layout (a streamed weight); one token, and a prompt's tokens
+        # in the file's layout (a streamed weight: one token 2 rows an invocation, a prompt 4); one token, and a
+        # prompt's tokens
         keys += [matvec_i8_key(QT.Q6_K, bias=bias, uniform_x=ux, rows=rows, row_group=g, spread=True)
-                 for rows, g in ((CPU_I8_Q6_K_ROW_GROUP, CPU_I8_Q6_K_ROW_GROUP), (CPU_I8_LONG_ROWS, 1), (CPU_I8_ROWS, 1))
+                 for rows, g in ((CPU_I8_Q6_K_ROW_GROUP, CPU_I8_Q6_K_ROW_GROUP), (CPU_I8_LONG_ROWS, 1))
                  for bias in (False, True) for ux in (False, True)]
         keys += [matvec_i8_key(QT.Q6_K, bias=bias, rows=rows, tokens=I8_TOKENS, uniform_x=ux, row_group=g, spread=True)
                  for g in (CPU_I8_Q6_K_ROW_GROUP, 1) for rows in sorted({TOKEN_ROWS, CPU_I8_ROWS})
