@@ -192,6 +192,40 @@ def test_requests_queue_in_order_and_an_abort_stops_only_its_own(store):
     assert second["finish_reason"] in ("stop", "length") and len(second["token_ids"]) >= 1
 
 
+def test_a_model_loaded_ahead_compiles_its_prompt_pipelines_meanwhile(store):
+    """The page loads the model picked; while the visitor types, the Worker compiles its prompt steps'
+    pipelines (GpuRunner.prewarm), so the first reply's prompt compiles nothing (no "compile" progress after
+    the load). A request stops a prewarm still running, and its reply is the same."""
+    worker_api.unload_now()
+    request = {"model_id": "smollm2", "prompt": "Once upon a time there was", "settings": FAST,
+               "sampling": {"temperature": 0, "max_tokens": 3}}
+
+    async def run():
+        events = []
+        emit = lambda e, d: events.append((e, json.loads(d)))      # noqa: E731
+        load = json.dumps({"model_id": "smollm2", "settings": FAST})
+        assert json.loads(await worker_api.load(load, store.size, store, 21, emit))["load_ms"] > 0
+        running = worker_api._prewarm._task
+        stopped = json.loads(await worker_api.complete(json.dumps(request), store.size, store, 22, emit))
+        assert running is not None and running.cancelled() and json.loads(worker_api.stats())["prewarm"] is None
+        worker_api.unload_now()
+        assert json.loads(await worker_api.load(load, store.size, store, 23, emit))["load_ms"] > 0
+        for _ in range(1200):                   # the visitor typing
+            state = json.loads(worker_api.stats())["prewarm"]
+            if state["done"]:
+                break
+            await asyncio.sleep(0.05)
+        events.clear()
+        reply = json.loads(await worker_api.complete(json.dumps(request), store.size, store, 24, emit))
+        return stopped, state, reply, events
+
+    stopped, state, reply, events = asyncio.run(run())
+    assert state["done"] and state["compiled"] > 0, state
+    phases = [d["phase"] for e, d in events if e == "progress"]
+    assert "prefill" in phases and "compile" not in phases, phases
+    assert reply["token_ids"] == stopped["token_ids"] and len(reply["token_ids"]) == 3
+
+
 def test_auto_on_a_fallback_adapter_measures_and_loads_the_faster_engine(store):
     """"auto" on lavapipe: the probe times SmolLM2's FFN matrix on both engines, the CPU engine wins and
     loads the model (its weights through the caller, as the page's store does), and the f32 reply is the

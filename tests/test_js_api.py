@@ -407,3 +407,37 @@ def test_response_format_gives_json_that_validates_streamed_or_not(api):
     bad = page.evaluate(CREATE_REQUEST_JS, greedy("hi", 4, response_format={"type": "grammar", "grammar": "root ::= nowhere"}))
     assert not bad["ok"] and bad["error"]["status"] == 400 and bad["error"]["body"]["error"]["param"] == "response_format", bad
     watch.check()
+
+
+# A model loaded ahead (engine.load) on WebGPU: while nothing runs, the Worker compiles its prompt steps'
+# pipelines (pyshim.serve.prewarm), so the first request's progress has no "compile" after "ready".
+LOADED_AHEAD_JS = """async (body) => {
+  const { Engine } = await import('/pyshim.js');
+  const progress = [];
+  const engine = new Engine({onProgress: (p) => progress.push(p), device: 'gpu', context: body.context});
+  try {
+    await engine.load(body.model);
+    const stats = async () => { const s = await engine.client.request('stats'); return typeof s === 'string' ? JSON.parse(s) : s; };
+    let prewarm = null;
+    for (let i = 0; i < 1200 && !prewarm?.done; i++) {
+      prewarm = (await stats()).prewarm;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const ready = progress.length;
+    const reply = await engine.chat.completions.create(body.request);
+    return {prewarm, after: progress.slice(ready).map((p) => p.phase), after_stats: (await stats()).prewarm,
+            text: reply.choices[0].message.content, device: engine.stats().device};
+  } finally {
+    engine.terminate();
+  }
+}"""
+
+
+def test_a_model_loaded_ahead_compiles_its_prompt_pipelines_before_the_first_request(api):
+    page, watch, _, _ = api
+    out = page.evaluate(LOADED_AHEAD_JS, {"context": CONTEXT, "model": "smollm2", "request": greedy(QUESTION, 2)})
+    print(out)
+    assert out["device"] == "gpu" and out["prewarm"]["done"] and out["prewarm"]["compiled"] > 0, out
+    assert "prefill" in out["after"] and "compile" not in out["after"], out
+    assert out["after_stats"] is None and out["text"]          # the request stopped it (it had finished)
+    watch.check()

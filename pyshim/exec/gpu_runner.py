@@ -28,6 +28,11 @@ from pyshim.plan.settings import KV_PAGE as PAGE, RunSettings
 
 KEEP_PROGRAMS = 8       # step shapes (other than one token) kept built; more are rebuilt on use
 DECODE_WANTS = (Want.LOGITS, Want.ARGMAX)   # the one-token programs prepare() builds
+# Prompt sizes whose pipelines prewarm() compiles, besides the largest step: a matrix's int8 activations are a
+# uniform while a step's rows fit 64 KiB (pyshim.gpu.ops), so short steps take other variants than long ones,
+# and where that ends depends on the width (the 1.5B's 1536-wide matrices up to 32 tokens, its 8960-wide one
+# up to 5; a 7B's 3584 up to 13). 8 and 32 tokens cover a chat's usual first prompts and follow-ups.
+PREWARM_TOKENS = (8, 32)
 
 
 class GpuRunner:
@@ -81,6 +86,27 @@ class GpuRunner:
         await self._compile(recorded.values(), progress)
         for key, program in recorded.items():
             await self._build(key, program)
+
+    async def prewarm(self) -> int:
+        """Compile, before the first prompt asks for them, the pipelines of prompt steps (of PREWARM_TOKENS and
+        of the largest step, top-k answered, as a sampled reply takes them; prepare() compiles the one-token
+        steps'). The page runs this while the weights stream in from its store, and again once a model is
+        loaded ahead, while the visitor types: the first reply then waits for none of them (on SwiftShader a
+        1.5B's took about 6 s of its first 32-token step). The programs are only recorded (milliseconds; the
+        weights' bytes are not needed), then released; a step that asks for a pipeline under way waits for
+        that compilation (KernelCache). Returns how many it compiled."""
+        top = self.capacity.max_step_tokens
+        sizes = sorted({min(n, top) for n in (*PREWARM_TOKENS, top)} - {1})
+        programs = [self._record(n, Want.TOP_K) for n in sizes]
+        try:
+            kernels = self.ops.kernels
+            missing = [key for key in dict.fromkeys(d.key for p in programs for d in p.dispatches) if key not in kernels]
+            for key in missing:
+                await kernels.get(key)
+            return len(missing)
+        finally:
+            for program in programs:
+                program.release(self.ops.allocator, self.device)
 
     async def _compile(self, programs, progress: Progress | None) -> None:
         """Compile the pipelines `programs` use that are not compiled yet, reporting (0, total) .. (total,

@@ -7,6 +7,7 @@ parses the shaders and compares). Bindings follow the house order: inputs, outpu
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -448,24 +449,39 @@ def matvec_grid(m: int, n: int, reduce: bool = False, rows: int = MATVEC_ROWS, w
 
 
 class KernelCache:
-    """Pipelines by ShaderKey, compiled once per device (WGSL errors surface as ShaderError)."""
+    """Pipelines by ShaderKey, compiled once per device (WGSL errors surface as ShaderError). A key asked for
+    while it compiles waits for that compilation (a step's, or pyshim.exec.gpu_runner.GpuRunner.prewarm's in
+    the background) instead of starting another."""
 
     def __init__(self, device: GPUDevice, sources: Mapping[str, str] | None = None):
         self.device = device
         self.pre = Preprocessor(sources, compiler="naga" if device.caps.face == "native" else "tint")
         self._pipelines: dict[ShaderKey, object] = {}
+        self._compiling: dict[ShaderKey, asyncio.Future] = {}
 
     def source(self, key: ShaderKey) -> str:
         return self.pre.build(key)
 
     async def get(self, key: ShaderKey):
         pipeline = self._pipelines.get(key)
-        if pipeline is None:
-            if key.family not in PARAMS:
-                raise ShaderError(f"unknown shader family {key.family!r}")
+        if pipeline is not None:
+            return pipeline
+        if key.family not in PARAMS:
+            raise ShaderError(f"unknown shader family {key.family!r}")
+        pending = self._compiling.get(key)
+        if pending is None:
+            # a task of its own, so that a waiter cancelled (a background prewarm stopped) leaves it to the others
+            pending = self._compiling[key] = asyncio.ensure_future(self._compile(key))
+            pending.add_done_callback(lambda task: task.cancelled() or task.exception())   # (retrieved: no warning)
+        return await asyncio.shield(pending)
+
+    async def _compile(self, key: ShaderKey):
+        try:
             pipeline = await self.device.pipeline(self.source(key), label=key.label)
             self._pipelines[key] = pipeline
-        return pipeline
+            return pipeline
+        finally:
+            del self._compiling[key]
 
     def __len__(self) -> int:
         return len(self._pipelines)

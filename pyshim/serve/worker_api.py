@@ -35,6 +35,7 @@ import time
 
 from pyshim.errors import BadRequestError, PyshimError
 from pyshim.plan.settings import RunSettings
+from pyshim.serve.prewarm import Prewarm
 from pyshim.serve.protocol import Sampling, validate
 from pyshim.serve.scheduler import Scheduler
 
@@ -43,6 +44,7 @@ HEADER_MAX_ROUNDS = 8
 KERNEL_REPS = 2                  # per-kernel profile in bench: submissions per group (a decode step costs 0.3-2 s on SwiftShader)
 
 _state: dict = {"session": None, "model_id": None, "settings": None, "grammar": None, "engine": None}
+_prewarm = Prewarm()
 _scheduler = Scheduler()
 
 
@@ -134,7 +136,7 @@ def stats() -> str:
     batching = getattr(session.runner, "batch_stats", None) if session is not None else None
     kv = getattr(session.runner, "kv_stats", None) if session is not None else None
     return _dump({"loaded": json.loads(loaded()), **_scheduler.stats(), "batching": batching and batching.as_dict(),
-                  "kv": kv and kv()})
+                  "kv": kv and kv(), "prewarm": _prewarm.stats()})
 
 
 @_boundary
@@ -183,7 +185,9 @@ async def _read_header(store, model_id: str, file_size: int):
 
 
 async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size: int, store, emit) -> float:
-    """Load `model_id` unless it is loaded with these settings; the milliseconds it took (0: it was)."""
+    """Load `model_id` unless it is loaded with these settings; the milliseconds it took (0: it was). Of a
+    request, the background compilation (pyshim.serve.prewarm) runs only while the weights upload."""
+    _prewarm.stop()
     if not model_id:
         raise BadRequestError("name the model by model_id (a stored model's id)", param="model_id")
     if _matches(model_id, settings):
@@ -214,7 +218,11 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     try:
         if isinstance(runner, GpuRunner):
             uploads = [(u.file_offset, u.nbytes, u.buffer, u.buffer_offset) for u in runner.ops.uploads]
-            await store.upload(model_id, runner.device.raw, uploads)
+            _prewarm.start(runner)          # the prompts' pipelines compile while the weights stream in
+            try:
+                await store.upload(model_id, runner.device.raw, uploads)
+            finally:
+                _prewarm.stop()
             for streamed in (runner.ops.expert_cache, runner.ops.layer_stream):
                 if streamed is not None:
                     streamed.fetch = _streamer(store, model_id, runner.device.raw)
@@ -340,6 +348,7 @@ def _key_ranges(header, settings: RunSettings) -> list[tuple[int, int]]:
 
 
 def unload_now() -> None:
+    _prewarm.stop()
     session = _state["session"]
     _state.update(session=None, model_id=None, settings=None, engine=None)
     if session is not None:
@@ -356,7 +365,9 @@ async def load(request_json: str, file_size: int, store, request_id: int, emit) 
     request = validate("load", json.loads(request_json))
 
     async def job(should_stop):
-        return {"load_ms": await _ensure_loaded(request.get("model_id"), _settings(request), file_size, store, emit)}
+        load_ms = await _ensure_loaded(request.get("model_id"), _settings(request), file_size, store, emit)
+        _prewarm.start(_state["session"].runner)     # loaded ahead: its first request comes later
+        return {"load_ms": load_ms}
 
     return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}"), exclusive=True))
 
