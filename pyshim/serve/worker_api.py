@@ -185,8 +185,8 @@ async def _read_header(store, model_id: str, file_size: int):
 
 
 async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size: int, store, emit) -> float:
-    """Load `model_id` unless it is loaded with these settings; the milliseconds it took (0: it was). Of a
-    request, the background compilation (pyshim.serve.prewarm) runs only while the weights upload."""
+    """Load `model_id` unless it is loaded with these settings; the milliseconds it took (0: it was). A
+    request stops the background compilation (pyshim.serve.prewarm): its own steps compile what they need."""
     _prewarm.stop()
     if not model_id:
         raise BadRequestError("name the model by model_id (a stored model's id)", param="model_id")
@@ -218,11 +218,7 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     try:
         if isinstance(runner, GpuRunner):
             uploads = [(u.file_offset, u.nbytes, u.buffer, u.buffer_offset) for u in runner.ops.uploads]
-            _prewarm.start(runner)          # the prompts' pipelines compile while the weights stream in
-            try:
-                await store.upload(model_id, runner.device.raw, uploads)
-            finally:
-                _prewarm.stop()
+            await store.upload(model_id, runner.device.raw, uploads)
             for streamed in (runner.ops.expert_cache, runner.ops.layer_stream):
                 if streamed is not None:
                     streamed.fetch = _streamer(store, model_id, runner.device.raw)
