@@ -98,12 +98,10 @@ class GpuRunner:
         top = self.capacity.max_step_tokens
         sizes = sorted({min(n, top) for n in (*PREWARM_TOKENS, top)} - {1})
         programs = [self._record(n, Want.TOP_K) for n in sizes]
+        before = len(self.ops.kernels)
         try:
-            kernels = self.ops.kernels
-            missing = [key for key in dict.fromkeys(d.key for p in programs for d in p.dispatches) if key not in kernels]
-            for key in missing:
-                await kernels.get(key)
-            return len(missing)
+            await self._compile(programs, None)
+            return len(self.ops.kernels) - before
         finally:
             for program in programs:
                 program.release(self.ops.allocator, self.device)
