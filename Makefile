@@ -7,6 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PORT ?= 8000
 PYTEST_ARGS ?=
+PYTEST_WORKERS ?= 2
 
 .PHONY: serve test test-full venv system-deps setup-test clean
 
@@ -34,10 +35,10 @@ setup-test: system-deps $(VENV)/.installed-test
 	$(VENV)/bin/pyshim setup --test-models
 
 test: setup-test
-	$(VENV)/bin/pytest -q --durations=25 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 test-full: setup-test
-	$(VENV)/bin/pytest -q --durations=25 --full $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25 --full $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) web/vendor

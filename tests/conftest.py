@@ -25,6 +25,17 @@ def pytest_addoption(parser):
                      help="also run the tests marked `full`: the long siblings of default cases (`make test-full`)")
 
 
+def pytest_configure(config):
+    """Under xdist the controller makes the page's pyshim wheel once, before its workers start: each worker's
+    dev_server would otherwise rebuild the same files while another worker's server hands them out."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        if (ROOT / "web" / "vendor" / "manifest.json").is_file():
+            from pyshim.setup import vendoring
+
+            vendoring.refresh_pyshim()
+            os.environ["PYSHIM_WHEEL_FRESH"] = "1"
+
+
 def pytest_collection_modifyitems(config, items):
     """`full` tests repeat a default case at greater length or on another model (every shader variant's
     pipeline, Gemma 3 beside SmolLM2 in the browser...): skipped, and counted as skipped, unless --full."""
@@ -41,9 +52,10 @@ def dev_server():
     if not (ROOT / "web" / "vendor" / "manifest.json").is_file():
         pytest.fail("web/vendor is missing: run `pyshim setup` (the README's test command does it)")
     # The browser installs pyshim from its wheel: rebuild it so the page runs this checkout's code.
-    from pyshim.setup import vendoring
+    if os.environ.get("PYSHIM_WHEEL_FRESH") != "1":
+        from pyshim.setup import vendoring
 
-    vendoring.refresh_pyshim()
+        vendoring.refresh_pyshim()
     with harness.DevServer() as server:
         yield server
 
