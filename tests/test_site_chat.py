@@ -8,6 +8,8 @@ the faster (the last test)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from site_helpers import open_site, shot, smollm2_path, wait_status
@@ -42,14 +44,19 @@ def cpu_reference_reply(kv_type: str = "f32") -> str:
         return pool.submit(asyncio.run, chat).result().text
 
 
-def ask(page, settings: dict) -> str:
-    """A new chat with these settings, QUESTION sent; the reply's text once it has finished."""
-    page.click("#new-chat")
+def set_settings(page, settings: dict) -> None:
+    """The open chat's settings panel filled in, each field's change sent as a visitor's would be."""
     page.click("#settings-toggle")
     for key, value in settings.items():
         page.fill(f"#set-{key}", value) if key not in ("kv_type", "arithmetic", "device") else page.select_option(f"#set-{key}", value)
         page.dispatch_event(f"#set-{key}", "change")
     page.click("#settings-toggle")
+
+
+def ask(page, settings: dict) -> str:
+    """A new chat with these settings, QUESTION sent; the reply's text once it has finished."""
+    page.click("#new-chat")
+    set_settings(page, settings)
     page.fill("#prompt", QUESTION)
     page.click("#send")
     page.wait_for_selector("#stop:not([hidden])")
@@ -58,17 +65,24 @@ def ask(page, settings: dict) -> str:
     return replies.nth(replies.count() - 1).inner_text().strip()
 
 
-# Records each phase the pending reply shows (name, words, bar) until its first token, as a visitor sees them.
+# Records each phase a visitor is shown before the reply's first token, where it is shown: in the pending
+# reply's bubble ("bubble"), or in the notice while the model loads ahead as the message is typed ("notice",
+# ui/chat.js warmAhead). A message sent while that load runs waits for it, and its bubble takes the phases over.
 WATCH_PHASES_JS = """() => {
   window.seenPhases = [];
+  const push = (seen) => {
+    const last = window.seenPhases.at(-1);
+    if (!last || last.phase !== seen.phase || last.detail !== seen.detail || last.where !== seen.where) window.seenPhases.push(seen);
+  };
   new MutationObserver(() => {
     const p = document.querySelector('#messages .phase');
-    if (!p) return;
-    const seen = {phase: p.dataset.phase, label: p.querySelector('.phase-label').textContent,
-                  detail: p.querySelector('.phase-detail').textContent, bar: p.querySelector('.bar > span').style.width};
-    const last = window.seenPhases.at(-1);
-    if (!last || last.phase !== seen.phase || last.detail !== seen.detail) window.seenPhases.push(seen);
+    if (p) push({where: 'bubble', phase: p.dataset.phase, label: p.querySelector('.phase-label').textContent,
+                 detail: p.querySelector('.phase-detail').textContent, bar: p.querySelector('.bar > span').style.width});
   }).observe(document.getElementById('messages'), {subtree: true, childList: true, characterData: true});
+  const notice = document.getElementById('notice');
+  new MutationObserver(() => {
+    if (notice.dataset.phase) push({where: 'notice', phase: notice.dataset.phase, detail: notice.innerText});
+  }).observe(notice, {subtree: true, childList: true, characterData: true, attributes: true});
 }"""
 
 
@@ -83,10 +97,12 @@ def test_greedy_chat_reply_equals_the_cpu_reference(site):
     assert page.evaluate("() => window.pyshimEngine.request('capabilities')")["generate"] is True
     page.evaluate(WATCH_PHASES_JS)
     text = ask(page, {**EXACT, "kv_type": "f32"})
-    # the model's first reply loaded it: the bubble named each phase, with its progress, before the text
+    # typing the question loaded the model (in the notice, or in the bubble once sent): each phase was named
+    # with its progress before the text, the prompt's in the bubble
     seen = page.evaluate("() => window.seenPhases")
     order = list(dict.fromkeys(p["phase"] for p in seen))
     assert [p for p in order if p in ("load", "compile", "prefill")] == ["load", "compile", "prefill"], seen
+    assert any(p["phase"] == "prefill" and p["where"] == "bubble" for p in seen), seen
     for phase, unit in (("load", "MB"), ("compile", "pipelines"), ("prefill", "tokens")):
         details = [p["detail"] for p in seen if p["phase"] == phase]
         assert any(unit in d and " of " in d for d in details), (phase, details)
@@ -96,6 +112,55 @@ def test_greedy_chat_reply_equals_the_cpu_reference(site):
     assert text == cpu_reference_reply().strip()
     assert "Paris" in text
     assert "tok/s" in page.inner_text("#messages")
+    watch.check()
+
+
+def test_the_model_loads_while_the_message_is_typed_or_with_the_reply(site):
+    """Typing starts the load (engine.warm) with the conversation's settings: the notice shows its phases and
+    the reply sent after it starts with the prompt (the load in its stats). A reply that needs another load
+    (here: regenerated after the context changed) shows the load in its own bubble, although the models
+    panel, judging the model again for the new context, redraws the chat meanwhile."""
+    _, page, watch = site
+    page.click("#new-chat")
+    set_settings(page, {**EXACT, "context": "448", "kv_type": "f32"})     # another context: a load of its own
+    page.evaluate(WATCH_PHASES_JS)
+    page.type("#prompt", QUESTION)
+    page.wait_for_function("() => window.seenPhases.some(s => s.phase === 'compile') && !document.getElementById('notice').dataset.phase",
+                           timeout=REPLY_TIMEOUT_MS)
+    seen = page.evaluate("() => window.seenPhases")
+    assert [s["phase"] for s in seen if s["phase"] != "ready"][:1] == ["load"] and {s["where"] for s in seen} == {"notice"}, seen
+    assert any("Loading SmolLM2" in s["detail"] and " MB of " in s["detail"] for s in seen if s["phase"] == "load"), seen
+    assert any(s["phase"] == "compile" for s in seen), seen
+    assert page.is_hidden("#notice")
+    assert page.evaluate("() => window.pyshimEngine.request('stats')")["loaded"]["settings"]["context"] == 448
+    # the visitor is still typing while the Worker compiles the prompt steps' pipelines (pyshim.serve.prewarm)
+    deadline = time.monotonic() + REPLY_TIMEOUT_MS / 1000
+    while not (prewarm := page.evaluate("() => window.pyshimEngine.request('stats')")["prewarm"] or {}).get("done"):
+        assert time.monotonic() < deadline, "the prompt pipelines' compilation did not finish"
+        time.sleep(0.25)
+    assert prewarm["compiled"] > 0, prewarm
+    page.evaluate(WATCH_PHASES_JS)
+    page.click("#send")
+    page.wait_for_selector("#stop:not([hidden])")
+    page.wait_for_selector("#stop", state="hidden", timeout=REPLY_TIMEOUT_MS)
+    seen = page.evaluate("() => window.seenPhases")
+    phases = {p["phase"] for p in seen}
+    assert "prefill" in phases and not phases & {"load", "compile"}, seen
+    assert page.locator("#messages .bubble").last.inner_text().strip() == cpu_reference_reply().strip()
+    assert "loaded in" in page.inner_text("#messages .stats >> nth=-1")
+
+    set_settings(page, {"context": "480"})
+    page.evaluate(WATCH_PHASES_JS)
+    page.click(".msg.assistant:last-child [data-action=regenerate]")
+    page.wait_for_selector("#stop:not([hidden])")
+    page.wait_for_selector("#stop", state="hidden", timeout=REPLY_TIMEOUT_MS)
+    seen = page.evaluate("() => window.seenPhases")
+    order = list(dict.fromkeys(p["phase"] for p in seen))
+    assert [p for p in order if p in ("load", "compile", "prefill")] == ["load", "compile", "prefill"], seen
+    assert {s["where"] for s in seen} == {"bubble"}, seen
+    assert page.locator("#messages .bubble").last.inner_text().strip() == cpu_reference_reply().strip()
+    assert "loaded in" in page.inner_text("#messages .stats >> nth=-1")
+    assert page.evaluate("() => window.pyshimEngine.request('stats')")["loaded"]["settings"]["context"] == 480
     watch.check()
 
 

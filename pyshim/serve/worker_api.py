@@ -357,13 +357,14 @@ def _settings(request: dict) -> RunSettings:
 
 @_boundary
 async def load(request_json: str, file_size: int, store, request_id: int, emit) -> str:
-    """{model_id, settings} onto the GPU now rather than on the first request: {load_ms} (0 when it was)."""
+    """{model_id, settings} onto the GPU now rather than on the first request: {load_ms} (0 when it was),
+    device and device_reason (which engine runs it, and why)."""
     request = validate("load", json.loads(request_json))
 
     async def job(should_stop):
         load_ms = await _ensure_loaded(request.get("model_id"), _settings(request), file_size, store, emit)
         _prewarm.start(_state["session"].runner)     # loaded ahead: its first request comes later
-        return {"load_ms": load_ms}
+        return {"load_ms": load_ms, "device": _state["session"].runner.runs_on, "device_reason": _state["engine"].reason}
 
     return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}"), exclusive=True))
 

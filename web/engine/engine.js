@@ -3,7 +3,8 @@
 // (client.js) and speaks OpenAI's shapes (openai.js).
 //
 //   await engine.load(model, {onProgress, context, signal})   store it (download if needed), then GPU
-//   engine.select(storeId, {context})    use a stored model; it reaches the GPU on the first request
+//   engine.select(storeId, {context})    use a stored model; it reaches the GPU on the first request,
+//   or at once with await engine.warm() -> {load_ms, device, device_reason}
 //   (both also take kvType: "auto" | "f32" | "f16" | "q8" | "q4", the KV cache — auto, the default, with
 //    context null picks both from the GPU budget (pyshim/plan/auto.py) —, and arithmetic: null | "f32" | "int8",
 //    the executor's route — null: the adapter's default; changing either reloads the GPU)
@@ -187,15 +188,24 @@ export class Engine {
     const stored = performance.now();
     this.select(manifest, { context: Math.min(context, manifest.probe?.context_length || context), id: model, kvType, arithmetic });
     if (signal?.aborted) throw abortError();
-    await this.client.request("load", { model_id: manifest.id, settings: this.#settings() }, {
+    await this.warm({ onProgress });
+    this.#loadInfo = { store_ms: stored - t0, gpu_ms: performance.now() - stored };
+    return this.model;
+  }
+
+  // The select()ed model onto the GPU now, with the settings select() gave, so that the first request finds
+  // it there (the site's chat calls it while a message is being typed): {load_ms (0: it was loaded with
+  // them already), device, device_reason}. Its phases go to onProgress, "load" and "compile" then "ready".
+  async warm({ onProgress = this.onProgress } = {}) {
+    if (!this.model) throw new Error("no model selected: call select() or load() first");
+    const result = await this.client.request("load", { model_id: this.model.storeId, settings: this.#settings() }, {
       onEvent: (event, data) => {
         const progress = workerProgress(event, data);
         if (progress) onProgress?.(progress);
       },
     });
-    this.#loadInfo = { store_ms: stored - t0, gpu_ms: performance.now() - stored };
     onProgress?.(progressOf("ready", 1, 1));
-    return this.model;
+    return result;
   }
 
   // Uses stored model `manifest` (or its id) from now on, without loading it yet: the Worker loads

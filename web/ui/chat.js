@@ -22,6 +22,9 @@ export const DEFAULT_SETTINGS = {
 let state = {
   engine: null, unserve: null, canGenerate: false, model: null, running: null, editing: null, download: null,
   conversation: null,
+  warm: null,               // the load ahead in flight, {key, phase}; `warmed` the key last asked for
+  warmed: null,
+  loadedAhead: null,        // what the last load ahead reported ({load_ms, device_reason}), for the next reply's stats
   onSaved: () => {},        // the conversation list redraws (ui/conversations.js)
   selectModel: () => null,  // asks the models panel for a stored model by id (ui/models.js)
 };
@@ -125,6 +128,13 @@ function renderMessages() {
   const list = $("messages");
   const { messages } = state.conversation;
   list.replaceChildren(...messages.map(messageItem));
+  // A reply under way writes to the last bubble, whatever redrew the list meanwhile (the models panel's
+  // refresh re-selects its model): the new one takes over, with the phase the old one showed.
+  const run = state.running;
+  if (run) {     // (none while another conversation is shown: it stops, and must not take this one's text)
+    run.bubble = run.conv === state.conversation ? list.lastElementChild?.querySelector(".bubble") ?? null : null;
+    if (!run.gotText && run.phase) showPhase(run.phase);
+  }
   $("chat-empty").hidden = messages.length > 0;
   $("chat-title").textContent = messages.length ? state.conversation.title : "";
   const scroller = list.parentElement;
@@ -167,10 +177,16 @@ function renderNotice() {
   } else if (state.model.status === "refused") {
     title = `${state.model.name} won't run on this GPU`;
     detail = "The panel above says why; pick another model.";
+  } else if (state.warm && !state.running) {
+    const view = phaseView(state.warm.phase);
+    title = `Loading ${state.model.name} while you type`;
+    detail = view ? [view.label, view.detail].filter(Boolean).join(": ") : "Starting…";
+    kind = "info";
   }
   notice.hidden = !title;
   notice.dataset.kind = kind;
   if (title) notice.append(h("strong", { text: title }), h("p", { text: detail }));
+  notice.dataset.phase = (!state.running && state.warm?.phase?.phase) || "";
   const usable = (state.canGenerate || Boolean(state.model?.remote)) && state.model?.status === "ready";
   state.canSend = usable;
   $("prompt").disabled = !usable;
@@ -186,12 +202,35 @@ function showPhase(p) {
   if (!run || run.gotText || !run.bubble) return;
   const view = phaseView(p);
   if (!view) return;
-  run.phases.push(p.phase);
+  run.phase = p;
   const bar = h("span", { style: `width: ${view.fraction == null ? 100 : (100 * view.fraction).toFixed(1)}%` });
   run.bubble.replaceChildren(h("div", { class: "phase", role: "status", dataset: { phase: p.phase, indeterminate: String(view.fraction == null) } },
     h("span", { class: "phase-label", text: view.label }),
     h("div", { class: "bar" }, bar),
     h("span", { class: "phase-detail", text: view.detail })));
+}
+
+// ---- loading ahead -------------------------------------------------------------------------------------
+
+// The model goes to the GPU while a message is being typed (engine.warm: the weights, then the programs'
+// pipelines), so a reply starts with the conversation instead of with the load. The notice shows the
+// phases; a message sent meanwhile waits for the load and its bubble shows them. One at a time, with the
+// open conversation's settings (those the reply will ask for), and not twice for the same ones.
+function warmAhead() {
+  const model = state.model;
+  if (!state.engine || !state.canGenerate || state.running || state.warm || model?.status !== "ready" || model.remote) return;
+  const setup = setupOf(settings());
+  const key = `${model.id} ${JSON.stringify(setup)}`;
+  if (state.warmed === key) return;
+  const warm = state.warm = { key, phase: null };
+  state.warmed = key;
+  state.engine.select(model, setup);
+  renderNotice();
+  state.engine.warm({ onProgress: (p) => { warm.phase = p; renderNotice(); showPhase(p); } })
+    .then((result) => { if (result.load_ms > 0) state.loadedAhead = result; })
+    // a reply waiting for it reports the same error; otherwise say it now, not on the first message
+    .catch((err) => { if (!state.running) toast("error", `${model.name} did not load: ${err.message}`, err.hint); })
+    .finally(() => { state.warm = null; renderNotice(); });
 }
 
 // ---- sending ------------------------------------------------------------------------------------------
@@ -202,12 +241,10 @@ async function respond() {
   const reply = { role: "assistant", content: "" };
   conv.messages.push(reply);
   conv.model = { id: state.model.id, name: state.model.name };
-  state.running = { stream: null, gotText: false, bubble: null, phases: [] };
-  renderMessages();
+  const run = state.running = { conv, stream: null, gotText: false, bubble: null, phase: null };
+  renderMessages();     // (the reply's bubble: run.bubble from here on)
   renderNotice();
   persist(conv);
-  const bubble = $("messages").lastElementChild.querySelector(".bubble");
-  state.running.bubble = bubble;
   showPhase({ phase: state.model.remote ? "remote" : "queued" });
   const history = [...(s.system ? [{ role: "system", content: s.system }] : []),
     ...conv.messages.slice(0, -1).map(({ role, content }) => ({ role, content }))];
@@ -227,13 +264,14 @@ async function respond() {
       const { delta = {}, finish_reason = null } = chunk.choices?.[0] ?? {};   // a server may send a usage-only chunk
       if (delta.content) {
         reply.content += delta.content;
-        if (state.running) state.running.gotText = true;
-        renderMarkdown(bubble, reply.content);
+        run.gotText = true;
+        if (run.bubble) renderMarkdown(run.bubble, reply.content);
       }
       if (finish_reason) last = chunk;
     }
-    reply.stats = statsLine(last);
-    if (!reply.content) bubble.replaceChildren();
+    reply.stats = statsLine(last, state.loadedAhead);
+    state.loadedAhead = null;
+    if (!reply.content) run.bubble?.replaceChildren();
   } catch (err) {
     conv.messages.splice(conv.messages.indexOf(reply), 1);
     toast("error", err.message, err.hint);
@@ -246,9 +284,14 @@ async function respond() {
   }
 }
 
-function statsLine(last) {
+// `ahead`: the load ahead this reply found done ({load_ms, device_reason}), reported as its own would be.
+function statsLine(last, ahead = null) {
   const finish = last?.choices?.[0]?.finish_reason;
-  const t = last?.pyshim?.timings ?? {};
+  let t = last?.pyshim?.timings ?? {};
+  if (!(t.load_ms > 0) && ahead) {
+    t = { ...t, load_ms: ahead.load_ms };
+    last = { ...last, pyshim: { ...last?.pyshim, device_reason: ahead.device_reason } };
+  }
   const cached = last?.usage?.prompt_tokens_details?.cached_tokens;   // the earlier turns' keys, kept
   // which engine runs the model and why, said when this reply loaded it (the verdict; the measurement
   // behind it is in engine.stats().device_reason)
@@ -379,6 +422,7 @@ export function initChat({ onSaved, selectModel }) {
     $("settings-toggle").setAttribute("aria-expanded", String(open));
   });
   $("composer").addEventListener("submit", (e) => { e.preventDefault(); send(); });
+  $("prompt").addEventListener("input", warmAhead);
   $("prompt").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); send(); }
   });
