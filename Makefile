@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make serve   set everything up (idempotent) and start the dev server on http://127.0.0.1:8000/
-#   make test    set everything up, browser and test models included, and run every test (`full` ones skipped)
+#   make test    set everything up, browser and test models included, and run every test (`full` ones skipped),
+#                in PYTEST_WORKERS xdist workers (default 2; 0: one process), a test module to a worker
 #   make test-full  the same with the `full` tests too (longer siblings of default cases; over an hour here)
 PYTHON ?= python3
 VENV := .venv

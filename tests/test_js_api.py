@@ -425,8 +425,9 @@ LOADED_AHEAD_JS = """async (body) => {
     }
     const ready = progress.length;
     const reply = await engine.chat.completions.create(body.request);
-    return {prewarm, after: progress.slice(ready).map((p) => p.phase), after_stats: (await stats()).prewarm,
-            text: reply.choices[0].message.content, device: engine.stats().device};
+    const after_stats = (await stats()).prewarm;
+    return {prewarm, after: progress.slice(ready).map((p) => p.phase), after_stats,
+            text: reply.choices[0].message.content, device: engine.stats().device, again: await engine.warm()};
   } finally {
     engine.terminate();
   }
@@ -440,4 +441,6 @@ def test_a_model_loaded_ahead_compiles_its_prompt_pipelines_before_the_first_req
     assert out["device"] == "gpu" and out["prewarm"]["done"] and out["prewarm"]["compiled"] > 0, out
     assert "prefill" in out["after"] and "compile" not in out["after"], out
     assert out["after_stats"] is None and out["text"]          # the request stopped it (it had finished)
+    again = out["again"]                                        # warm() with the same settings: nothing to load
+    assert again["load_ms"] == 0 and again["device"] == "gpu" and again["device_reason"] == "the settings ask for the GPU", again
     watch.check()
