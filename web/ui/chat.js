@@ -386,6 +386,7 @@ export function setModel(manifest) {
   $("chat-sub").textContent = manifest ? (sub[manifest.status] ?? "Downloading…") : "Choose a model on the left";
   renderNotice();
   renderMessages();    // which actions a message offers depends on whether it can be sent
+  if ($("prompt").value.trim()) warmAhead();     // typed while it downloaded, or before the settings changed
 }
 
 // The selected model's download progress (ui/models.js), for the notice.
