@@ -132,3 +132,22 @@ def test_model_is_assembled_from_pieces_and_verified(tmp_path, monkeypatch):
     with pytest.raises(ChecksumError, match="not installed"):
         model_files.place(bad, models_dir)
     assert not (models_dir / "t.gguf").exists() and not list(models_dir.glob("*.part"))
+
+
+def _write_wheels(path: str, times: int) -> int:
+    for _ in range(times):
+        vendoring.write_wheel(Path(path), "w", "1.0", {"w/__init__.py": b"x = 1\n" * 2000})
+    return times
+
+
+def test_processes_writing_one_wheel_at_once_each_replace_it_whole(tmp_path):
+    """The test workers (and a benchmark beside them) refresh the page's pyshim wheel in one vendor folder:
+    each writes a file of its own and replaces the wheel whole (a shared ".part" name made one's rename fail)."""
+    import concurrent.futures
+
+    path = tmp_path / "w-1.0-py3-none-any.whl"
+    with concurrent.futures.ProcessPoolExecutor(3) as pool:
+        assert sum(pool.map(_write_wheels, [str(path)] * 3, [40] * 3)) == 120
+    with zipfile.ZipFile(path) as z:
+        assert z.testzip() is None and "w/__init__.py" in z.namelist()
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]         # no temporary file left behind

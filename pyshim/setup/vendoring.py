@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
+import os
 import posixpath
 import re
 import shutil
@@ -128,6 +130,16 @@ def vendor_pyodide_packages(dest: Path = VENDOR_DIR / "pyodide") -> str:
     return ", ".join(sorted(wheels)) + " (SHA-256 match the lock)"
 
 
+_TEMP_IDS = itertools.count()
+
+
+def _temp_beside(path: Path) -> Path:
+    """A temporary name beside `path`, this process's and this call's own: processes refreshing one vendor
+    folder at once (the test workers, a benchmark beside them) each write their own file and replace `path`
+    whole, so a reader (the dev server) sees the old file or the new one, never a part."""
+    return path.with_name(f".{path.name}.{os.getpid()}-{next(_TEMP_IDS)}.part")
+
+
 # --- pure wheels -----------------------------------------------------------------------------------
 
 def _record_hash(data: bytes) -> str:
@@ -144,7 +156,7 @@ def write_wheel(path: Path, name: str, version: str, files: dict[str, bytes]) ->
     entries = {**dict(sorted(files.items())), **meta}
     record = "".join(f"{p},{_record_hash(d)},{len(d)}\n" for p, d in entries.items()) + f"{dist_info}/RECORD,,\n"
     entries[f"{dist_info}/RECORD"] = record.encode()
-    tmp = path.with_suffix(".part")
+    tmp = _temp_beside(path)
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for p, d in entries.items():
             info = zipfile.ZipInfo(p, date_time=(2020, 1, 1, 0, 0, 0))  # fixed time: same input, same bytes
@@ -370,7 +382,7 @@ def write_manifest(vendor: Path = VENDOR_DIR) -> str:
         "pyodide_packages": list(PYODIDE_PACKAGES),
         "wheels": [{"url": f"wheels/{w.name}", "sha256": sha256_file(w), "size": w.stat().st_size} for w in wheels],
     }
-    tmp = vendor / "manifest.json.part"
+    tmp = _temp_beside(vendor / "manifest.json")
     tmp.write_text(json.dumps(manifest, indent=2))
     tmp.replace(vendor / "manifest.json")
     return f"{len(wheels)} wheels"
@@ -387,7 +399,7 @@ def write_definitions(vendor: Path = VENDOR_DIR) -> str:
 
     known = [{"short": m.name, "file": m.file_name, "size": m.size, "sha256": m.sha256} for m in MODELS.values()]
     vendor.mkdir(parents=True, exist_ok=True)
-    tmp = vendor / "definitions.js.part"
+    tmp = _temp_beside(vendor / "definitions.js")
     tmp.write_text(schemas_js() + f"export const KNOWN_FILES = {json.dumps(known, indent=1)};\n")
     tmp.replace(vendor / "definitions.js")
     return f"{len(json.loads(json.dumps(known)))} known model files, request schemas"

@@ -22,7 +22,7 @@ export const DEFAULT_SETTINGS = {
 let state = {
   engine: null, unserve: null, canGenerate: false, model: null, running: null, editing: null, download: null,
   conversation: null,
-  warm: null,               // the load ahead in flight, {key, phase}; `warmed` the key last asked for
+  warm: null,               // the load ahead in flight, {key, phase}; `warmed` the key last loaded or asked for
   warmed: null,
   loadedAhead: null,        // what the last load ahead reported ({load_ms, device_reason}), for the next reply's stats
   onSaved: () => {},        // the conversation list redraws (ui/conversations.js)
@@ -216,11 +216,15 @@ function showPhase(p) {
 // pipelines), so a reply starts with the conversation instead of with the load. The notice shows the
 // phases; a message sent meanwhile waits for the load and its bubble shows them. One at a time, with the
 // open conversation's settings (those the reply will ask for), and not twice for the same ones.
+function warmKey(model, setup) {
+  return `${model.id} ${JSON.stringify(setup)}`;
+}
+
 function warmAhead() {
   const model = state.model;
   if (!state.engine || !state.canGenerate || state.running || state.warm || model?.status !== "ready" || model.remote) return;
   const setup = setupOf(settings());
-  const key = `${model.id} ${JSON.stringify(setup)}`;
+  const key = warmKey(model, setup);
   if (state.warmed === key) return;
   const warm = state.warm = { key, phase: null };
   state.warmed = key;
@@ -253,7 +257,10 @@ async function respond() {
     // The same engine interface pages use (engine/engine.js): the Worker loads the model on first use;
     // a remote model's engine (engine/remote.js) sends the request to its server.
     const engine = state.model.remote ?? state.engine;
-    if (!state.model.remote) engine.select(state.model, setupOf(s));
+    if (!state.model.remote) {
+      engine.select(state.model, setupOf(s));
+      state.warmed = warmKey(state.model, setupOf(s));   // what the Worker holds after this reply
+    }
     const stream = await engine.chat.completions.create({
       messages: history, stream: true, temperature: s.temperature, top_p: s.top_p, top_k: s.top_k, max_tokens: s.max_tokens,
       seed: s.seed === "" ? null : s.seed,
