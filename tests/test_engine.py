@@ -226,6 +226,40 @@ def test_a_model_loaded_ahead_compiles_its_prompt_pipelines_meanwhile(store):
     assert reply["token_ids"] == stopped["token_ids"] and len(reply["token_ids"]) == 3
 
 
+def test_other_settings_of_the_loaded_model_keep_its_weights_on_the_gpu(store):
+    """A settings change that leaves the weights as they are (here the context and KV type) makes a new KV
+    cache only (pyshim.exec.gpu_runner.reload_gpu): nothing is uploaded again, the pipelines compiled stay
+    (only the new cache's are compiled), and the reply is that of the model loaded afresh with those
+    settings. A change of arithmetic lays the weights out otherwise: that loads afresh."""
+    worker_api.unload_now()
+
+    def request(settings):
+        return {"model_id": "smollm2", "prompt": "The capital of France is", "settings": settings,
+                "sampling": {"temperature": 0, "max_tokens": 6, "ignore_eos": True}}
+
+    def compiled(events):
+        totals = [d["total"] for e, d in events if e == "progress" and d["phase"] == "compile"]
+        return totals[0] if totals else 0
+
+    first_events, events = [], []
+    _call(worker_api.complete, request(FAST), store, events=first_events)
+    uploaded = store.uploaded
+    other = {**FAST, "context": 512, "kv_type": "q4"}     # (q4 keys are scaled from the key rows: read again)
+    reloaded = _call(worker_api.complete, request(other), store, events=events)
+    loaded = json.loads(worker_api.loaded())
+    assert loaded["settings"]["context"] == 512 and loaded["settings"]["kv_type"] == "q4" and loaded["weights_kept"]
+    assert store.uploaded == uploaded and reloaded["timings"]["load_ms"] > 0
+    assert 0 < compiled(events) < compiled(first_events), (compiled(events), compiled(first_events))
+    worker_api.unload_now()
+    fresh = _call(worker_api.complete, request(other), store)
+    assert store.uploaded > uploaded and fresh["token_ids"] == reloaded["token_ids"] and len(fresh["token_ids"]) == 6
+    assert not json.loads(worker_api.loaded())["weights_kept"]
+    before = store.uploaded
+    _call(worker_api.complete, request({**other, "arithmetic": "f32"}), store)
+    assert store.uploaded > before and json.loads(worker_api.loaded())["settings"]["arithmetic"] == "f32"
+    worker_api.unload_now()
+
+
 def test_auto_on_a_fallback_adapter_measures_and_loads_the_faster_engine(store):
     """"auto" on lavapipe: the probe times SmolLM2's FFN matrix on both engines, the CPU engine wins and
     loads the model (its weights through the caller, as the page's store does), and the f32 reply is the

@@ -444,3 +444,36 @@ def test_a_model_loaded_ahead_compiles_its_prompt_pipelines_before_the_first_req
     again = out["again"]                                        # warm() with the same settings: nothing to load
     assert again["load_ms"] == 0 and again["device"] == "gpu" and again["device_reason"] == "the settings ask for the GPU", again
     watch.check()
+
+
+# Other settings of the loaded model (a longer context, a q8 cache): the Worker keeps its weights on the
+# GPU and makes a new KV cache (pyshim.exec.gpu_runner.reload_gpu); the reply is that of the model loaded
+# afresh with those settings.
+SETTINGS_CHANGE_JS = """async (body) => {
+  const { Engine } = await import('/pyshim.js');
+  const engine = new Engine({device: 'gpu', context: body.context});
+  const ask = async () => (await engine.chat.completions.create(body.request)).choices[0].message.content;
+  try {
+    await engine.load(body.model);
+    const id = engine.model.storeId, other = {id: engine.model.id, context: 2 * body.context, kvType: 'q8', device: 'gpu'};
+    engine.select(id, other);
+    const changed = await engine.warm();
+    const text = await ask();
+    await engine.unload();
+    engine.select(id, other);
+    const fresh = await engine.warm();
+    return {changed, fresh, text, fresh_text: await ask()};
+  } finally {
+    engine.terminate();
+  }
+}"""
+
+
+def test_other_settings_of_the_loaded_model_keep_its_weights_on_the_gpu(api):
+    page, watch, _, _ = api
+    out = page.evaluate(SETTINGS_CHANGE_JS, {"context": CONTEXT, "model": "smollm2", "request": greedy(QUESTION, 4)})
+    print({k: out[k] for k in ("changed", "fresh")})
+    assert out["changed"]["weights_kept"] and out["changed"]["load_ms"] > 0 and out["changed"]["device"] == "gpu", out
+    assert not out["fresh"]["weights_kept"] and out["fresh"]["load_ms"] > 0, out
+    assert out["text"] and out["text"] == out["fresh_text"], out
+    watch.check()

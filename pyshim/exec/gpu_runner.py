@@ -145,6 +145,16 @@ class GpuRunner:
         if self.owns_device:
             self.device.destroy()
 
+    def _hand_over(self) -> tuple:
+        """Free everything but the weights (programs, KV cache, activations: GpuOps.release_state) and hand
+        over what another runner of the model keeps: (ops, device ownership). This runner is spent."""
+        for program in self._programs.values():
+            self.ops.drop(program)
+        self._programs.clear()
+        self.ops.release_state()
+        owns, self.owns_device = self.owns_device, False
+        return self.ops, owns
+
     async def program(self, n: int, want: Want, batched: bool = False) -> Program:
         """The built program for steps of `n` tokens of one sequence answering `want` (recorded on first
         use; a step that wants nothing runs the logits program and reads nothing back); `batched`: a
@@ -400,3 +410,45 @@ async def load_gpu(path: str | Path | None = None, *, header=None, source=None, 
     runner = GpuRunner(spec, header, ops, model, settings, n_ctx, owns_device=owns_device)
     runner.auto = choice and choice.as_dict()
     return runner
+
+
+async def reload_gpu(runner: GpuRunner, settings: RunSettings) -> GpuRunner | None:
+    """`runner`'s model under other settings that leave its weights as they are — another context, KV type,
+    number of KV pages or parallel sequences, prefill chunk or rope scaling: a runner over the same device,
+    weight buffers and compiled pipelines with a KV cache and programs of its own, so a settings change
+    costs what the KV cache and a few pipelines cost, not a new upload of the weights (minutes for a 7B
+    from the browser's store). `runner` is spent and must not be used or closed again: its KV cache,
+    activations and programs are freed before the new ones are made (both never take memory at once), and
+    if making them fails the device is let go too (when `runner` owned it), as a failed load leaves nothing.
+    None, with `runner` untouched, where the settings change the weights (the arithmetic, layers or experts
+    streamed — "auto" may choose those for a longer context): load the model afresh then.
+
+    A KV cache of scaled keys (q4) reads the key projections from the weight store's byte source, which
+    must hold them (the browser's reads them from its store first)."""
+    from pyshim.gguf.spec import ModelSpec
+    from pyshim.models import build_model
+
+    old = runner.ops
+    spec = settings.spec_for(ModelSpec.from_header(runner.header))
+    settings, choice = auto.resolve(settings, spec, runner.header.tensors)
+    arithmetic = KernelPolicy.for_device(runner.device.caps, settings.arithmetic).arithmetic
+    if (arithmetic is not old.policy.arithmetic or settings.expert_slots != runner.settings.expert_slots
+            or settings.streamed_layers != runner.settings.streamed_layers):
+        return None
+    bound = len(old.slots.slots)
+    ops, owns_device = runner._hand_over()
+    try:
+        n_ctx = settings.context_for(spec.context_length)
+        ops = GpuOps(ops.device, ops.slots.store, spec, n_ctx, ops.policy, kv_type=settings.kv_type,
+                     max_chunk=settings.prefill_chunk, max_seqs=settings.parallel, kv_pages=settings.kv_pages, weights_of=ops)
+        store = ops.slots.store
+        model = build_model(spec, ops, store if settings.scaled_keys else None, settings.rotated_keys)
+        if len(ops.slots.slots) != bound:       # (the same architecture binds the same weights: nothing to upload)
+            raise RuntimeError(f"the model bound {len(ops.slots.slots) - bound} weights it had not bound before")
+    except BaseException:
+        if owns_device:
+            ops.device.destroy()
+        raise
+    new = GpuRunner(spec, runner.header, ops, model, settings, n_ctx, owns_device=owns_device)
+    new.auto = choice and choice.as_dict()
+    return new

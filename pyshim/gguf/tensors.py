@@ -78,6 +78,10 @@ class RangeSource:
         for offset in offsets:
             self._ranges.pop(int(offset), None)
 
+    def has(self, offset: int, nbytes: int) -> bool:
+        data = self._ranges.get(int(offset))
+        return data is not None and data.shape[0] >= nbytes
+
     def read(self, offset: int, nbytes: int) -> np.ndarray:
         data = self._ranges.get(int(offset))
         if data is None or data.shape[0] < nbytes:

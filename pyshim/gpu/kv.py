@@ -144,6 +144,10 @@ class GpuKV:
     def layer(self, il: int) -> LayerKV:
         return self._layers[il]
 
+    def buffers(self) -> list:
+        """Every device buffer the cache holds (its pages, and the scratch page)."""
+        return [b for l in self._layers for b in (l.k, l.v)] + [self._scratch]
+
     @property
     def nbytes(self) -> int:
         return sum(int(l.k.size) + int(l.v.size) for l in self._layers)

@@ -74,7 +74,8 @@ class GpuOps(FusedOps, ExpertOps):
     def __init__(self, device: GPUDevice, store: WeightStore, spec, n_ctx: int, policy: KernelPolicy, *,
                  kv_type: str = "f32", max_chunk: int = PREFILL_CHUNK, max_binding: int | None = None,
                  upload_now: bool = True, kernels: KernelCache | None = None, expert_slots: int | None = None,
-                 streamed_layers: int | None = None, max_seqs: int = 1, kv_pages: int | None = None):
+                 streamed_layers: int | None = None, max_seqs: int = 1, kv_pages: int | None = None,
+                 weights_of: "GpuOps | None" = None):
         """`max_chunk`: most tokens per step (sizes the sliding-window rings); `max_binding` lowers the
         device's storage binding limit (tests force tensors split by rows with it); `upload_now=False`
         leaves the quantized weights' bytes to the caller, who follows `slots.uploads` (the browser's store
@@ -83,20 +84,32 @@ class GpuOps(FusedOps, ExpertOps):
         `streamed_layers`: the last that many layers' matrices are streamed through two rotating sets of
         buffers (pyshim.gpu.layer_stream); `max_seqs`: the sequences the KV cache holds (a batched decode
         step runs one token of each of several); `kv_pages`: the pages of its pool (default: every
-        sequence's whole context)."""
-        self.device, self.spec, self.n_ctx, self.policy = device, spec, n_ctx, policy
-        self.max_chunk = max_chunk
-        self.kernels = kernels or KernelCache(device)
-        self.allocator = Allocator(device)
-        self.max_binding = min(int(device.caps.limits["max_storage_buffer_binding_size"]), max_binding or 1 << 62)
-        self.slots = WeightSlots(device, self.allocator, store, limit=min(self.max_binding, int(device.caps.limits["max_buffer_size"])),
-                                 grouped_types=GROUPED_TYPES if policy.int8 else (), row_group=policy.row_group_for,
-                                 upload_now=upload_now)
-        if expert_slots and streamed_layers:
-            raise UnsupportedError("experts and layers are not streamed together: choose one")
-        self.expert_cache = ExpertCache(self.slots, expert_slots) if expert_slots else None
-        self.layer_stream = LayerStream(self.slots, spec.n_layers, streamed_layers) if streamed_layers else None
-        self._stop_bufs: list = []         # one per MoE layer of a step, when experts are streamed
+        sequence's whole context). `weights_of`: ops of the same model whose weights these take over, with
+        their device, pipelines and binding limit (the store, policy and streaming arguments are then
+        theirs too; pyshim.exec.gpu_runner.reload_gpu) — that one must have released its own state
+        (`release_state`) and is not used again."""
+        self.spec, self.n_ctx, self.max_chunk = spec, n_ctx, max_chunk
+        if weights_of is not None:
+            w = weights_of
+            self.device, self.policy, self.kernels, self.allocator, self.max_binding = w.device, w.policy, w.kernels, w.allocator, w.max_binding
+            self.slots, self.expert_cache, self.layer_stream = w.slots, w.expert_cache, w.layer_stream
+            # made from weights (or shapes) alone: a step's expert ids, the joined biases, a norm's ones
+            self._stop_bufs, self._joined, self._ones = w._stop_bufs, w._joined, w._ones
+        else:
+            self.device, self.policy = device, policy
+            self.kernels = kernels or KernelCache(device)
+            self.allocator = Allocator(device)
+            self.max_binding = min(int(device.caps.limits["max_storage_buffer_binding_size"]), max_binding or 1 << 62)
+            self.slots = WeightSlots(device, self.allocator, store, limit=min(self.max_binding, int(device.caps.limits["max_buffer_size"])),
+                                     grouped_types=GROUPED_TYPES if policy.int8 else (), row_group=policy.row_group_for,
+                                     upload_now=upload_now)
+            if expert_slots and streamed_layers:
+                raise UnsupportedError("experts and layers are not streamed together: choose one")
+            self.expert_cache = ExpertCache(self.slots, expert_slots) if expert_slots else None
+            self.layer_stream = LayerStream(self.slots, spec.n_layers, streamed_layers) if streamed_layers else None
+            self._stop_bufs: list = []         # one per MoE layer of a step, when experts are streamed
+            self._joined: dict[tuple, Any] = {}    # several weights' biases in one buffer (pyshim.gpu.fused)
+            self._ones: dict[int, F32Values] = {}     # f32 ones of each width: the weight of a norm that has none
         self.kv = GpuKV(self.allocator, spec, n_ctx, max_chunk, kv_type, n_seqs=max_seqs, n_pages=kv_pages,
                         max_binding=self.max_binding)
         self.pool = ActivationPool(self.allocator, UNIFORM_X_BYTES)
@@ -107,8 +120,6 @@ class GpuOps(FusedOps, ExpertOps):
         self._quantized: dict[tuple[Tensor, str], tuple[Activation, int]] = {}
         self._groups: dict[Tensor, Activation] = {}
         self._theta: dict[tuple, tuple[Any, float, Any]] = {}
-        self._joined: dict[tuple, Any] = {}    # several weights' biases in one buffer (pyshim.gpu.fused)
-        self._ones: dict[int, F32Values] = {}     # f32 ones of each width: the weight of a norm that has none
 
     @property
     def kv_type(self) -> str:
@@ -117,6 +128,16 @@ class GpuOps(FusedOps, ExpertOps):
     @property
     def uploads(self):
         return self.slots.uploads
+
+    def release_state(self) -> None:
+        """Free what is not the model's weights — the KV cache, the activation pool, the step buffers, the
+        rope tables — so that other ops may take the weights over (`weights_of`) without both states held
+        at once. The programs recorded over these ops must be released first; these ops are spent."""
+        for buf in [*self.kv.buffers(), *(b for _, b in self.pool.buffers), self.tokens_buf, self.positions_buf,
+                    *(buf for buf, _, _ in self._theta.values())]:
+            self.allocator.release(buf)
+        self.pool.buffers, self._theta = [], {}
+        self.kv = None
 
     def memory(self) -> dict[str, int]:
         """Device bytes by kind (buffer sizes as allocated, rounded up to 16)."""

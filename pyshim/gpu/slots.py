@@ -209,9 +209,13 @@ class WeightSlots:
 
     def bind_rows(self, named: Sequence[tuple[str, Sequence[int]]]) -> list[WeightView] | None:
         """Several 2-D weights of one type and width in one slot, their rows one after the other (q, k, v):
-        a view of each, or None where they cannot share one (types or widths differ, one is bound already)."""
+        a view of each, or None where they cannot share one (types or widths differ, one is bound already
+        alone). The same run asked for again (a model recorded again over these slots) gets the same slot."""
         refs = [self.store.checked(name, shape) for name, shape in named]
         first = refs[0]
+        joined = self.slots.get("+".join(r.name for r in refs))
+        if joined is not None:
+            return [WeightView(joined, r, row0, tuple(shape)) for (r, row0), (_, shape) in zip(joined.members, named)]
         if (len(refs) < 2 or any(len(s) != 2 for _, s in named) or any(n in self.slots for n, _ in named)
                 or any(r.qtype != first.qtype or r.shape[1:] != first.shape[1:] for r in refs)):
             return None

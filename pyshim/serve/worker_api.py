@@ -43,7 +43,8 @@ HEADER_FIRST_READ = 1 << 20      # most headers fit; a 262k-token vocabulary nee
 HEADER_MAX_ROUNDS = 8
 KERNEL_REPS = 2                  # per-kernel profile in bench: submissions per group (a decode step costs 0.3-2 s on SwiftShader)
 
-_state: dict = {"session": None, "model_id": None, "settings": None, "grammar": None, "engine": None}
+# weights_kept: the last load kept the weights of the one before (other settings of the same model: _reload)
+_state: dict = {"session": None, "model_id": None, "settings": None, "grammar": None, "engine": None, "weights_kept": False}
 _prewarm = Prewarm()
 _scheduler = Scheduler()
 
@@ -121,13 +122,14 @@ def probe(prefix, request_json: str) -> str:
 
 @_boundary
 def loaded() -> str:
-    """The loaded model {model_id, settings, auto} (settings as loaded: context, KV type and arithmetic
-    resolved; auto: what "auto" chose and why, or null), or null."""
+    """The loaded model {model_id, settings, auto, engine, weights_kept} (settings as loaded: context, KV
+    type and arithmetic resolved; auto: what "auto" chose and why, or null; weights_kept: loaded by a
+    settings change that kept the weights of the load before), or null."""
     session = _state["session"]
     if session is None:
         return "null"
     return _dump({"model_id": _state["model_id"], "settings": _effective(session).as_dict(), "auto": session.runner.auto,
-                  "engine": _state["engine"].as_dict()})
+                  "engine": _state["engine"].as_dict(), "weights_kept": _state["weights_kept"]})
 
 
 @_boundary
@@ -202,6 +204,8 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     from pyshim.serve.session import Session
 
     t0 = time.perf_counter()
+    if _state["model_id"] == model_id and await _reload(settings, store, emit):
+        return 1e3 * (time.perf_counter() - t0)
     unload_now()
     header = await _read_header(store, model_id, int(file_size))
     small = [(t.offset, t.nbytes) for t in header.tensors if len(t.shape) == 1]
@@ -230,9 +234,46 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     except BaseException:
         runner.close()
         raise
-    _state.update(session=session, model_id=model_id, settings=settings, engine=choice)
+    _state.update(session=session, model_id=model_id, settings=settings, engine=choice, weights_kept=False)
     _scheduler.resize(settings.parallel)
     return 1e3 * (time.perf_counter() - t0)
+
+
+async def _reload(settings: RunSettings, store, emit) -> bool:
+    """The loaded model on the GPU under other settings that keep its weights — context, KV type, pages,
+    parallel sequences, rope scaling (pyshim.exec.gpu_runner.reload_gpu): nothing read from the store or
+    uploaded again but a q4 cache's key rows, and the compiled pipelines kept. False, with the model as it
+    was, where the settings change the weights or the engine (then it is loaded afresh). A failure after the
+    old KV cache was freed leaves no model loaded, as a failed load does."""
+    from pyshim.exec.gpu_runner import GpuRunner, reload_gpu
+    from pyshim.serve.batching import BatchingRunner
+    from pyshim.serve.session import Session
+
+    old = _state["session"]
+    runner = getattr(old.runner, "inner", old.runner)
+    if not isinstance(runner, GpuRunner) or settings.device == "cpu":
+        return False
+    source = runner.ops.slots.store.source
+    keys = [r for r in _key_ranges(runner.header, settings) if not source.has(*r)]
+    try:
+        for batch in [keys[i:i + 4] for i in range(0, len(keys), 4)]:
+            pieces = await store.readRanges(_state["model_id"], _dump([[o, n] for o, n in batch]))
+            source.add({offset: _bytes(piece) for (offset, _), piece in zip(batch, pieces)})
+        new = await reload_gpu(runner, settings)
+        if new is None:
+            return False
+        session = Session(BatchingRunner(new) if settings.parallel > 1 else new, tokenizer=old.tokenizer,
+                          template=old.template, grammars=_grammars(_state["model_id"]))
+        _state["session"] = session           # (closed by unload_now if preparing it fails)
+        await session.prepare(_progress(emit, "compile"))
+    except BaseException:
+        unload_now()
+        raise
+    finally:
+        source.drop([o for o, _ in keys])
+    _state.update(settings=settings, weights_kept=True)
+    _scheduler.resize(settings.parallel)
+    return True
 
 
 async def _open_engine(model_id: str, header, source, settings: RunSettings, store):
@@ -358,13 +399,15 @@ def _settings(request: dict) -> RunSettings:
 @_boundary
 async def load(request_json: str, file_size: int, store, request_id: int, emit) -> str:
     """{model_id, settings} onto the GPU now rather than on the first request: {load_ms} (0 when it was),
-    device and device_reason (which engine runs it, and why)."""
+    device and device_reason (which engine runs it, and why), weights_kept (other settings of the model
+    loaded before, its weights kept on the GPU: only its KV cache made again)."""
     request = validate("load", json.loads(request_json))
 
     async def job(should_stop):
         load_ms = await _ensure_loaded(request.get("model_id"), _settings(request), file_size, store, emit)
         _prewarm.start(_state["session"].runner)     # loaded ahead: its first request comes later
-        return {"load_ms": load_ms, "device": _state["session"].runner.runs_on, "device_reason": _state["engine"].reason}
+        return {"load_ms": load_ms, "device": _state["session"].runner.runs_on, "device_reason": _state["engine"].reason,
+                "weights_kept": _state["weights_kept"]}
 
     return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}"), exclusive=True))
 
@@ -409,7 +452,8 @@ def _on_text(emit):
 async def generate(request_json: str, file_size: int, store, request_id: int, emit) -> str:
     """A chat reply: {model_id, messages, settings, sampling} -> {text, token_ids, finish_reason, usage,
     timings: {load_ms, prefill_ms, ttft_ms, decode_ms, decode_tok_per_s, cpu_ms, bytes_per_decode_step},
-    compacted, device ("gpu" or "cpu": which engine ran it), device_reason (why that one)}; "token" events stream the text, "progress" events the loading and the prompt's prefill."""
+    compacted, device ("gpu" or "cpu": which engine ran it), device_reason (why that one), weights_kept (as
+    `load` says)}; "token" events stream the text, "progress" events the loading and the prompt's prefill."""
     request = validate("generate", json.loads(request_json))
     sampling = Sampling.of(request["sampling"])
 
@@ -418,7 +462,8 @@ async def generate(request_json: str, file_size: int, store, request_id: int, em
         with _compiles_reported(emit):
             done = await _state["session"].chat(request["messages"], sampling, on_text=_on_text(emit), should_stop=should_stop,
                                                 on_prefill=_progress(emit, "prefill"))
-        return {**_result(done, load_ms), "device": _state["session"].runner.runs_on, "device_reason": _state["engine"].reason}
+        return {**_result(done, load_ms), "device": _state["session"].runner.runs_on, "device_reason": _state["engine"].reason,
+                "weights_kept": _state["weights_kept"]}
 
     return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))
 
@@ -442,7 +487,7 @@ async def complete(request_json: str, file_size: int, store, request_id: int, em
         return {**_result(done, load_ms), "arithmetic": runner.arithmetic.value, "context": runner.n_ctx,
                 "kv_type": runner.settings.kv_type, "auto": runner.auto, "expert_cache": runner.expert_cache_stats(),
                 "layer_stream": runner.layer_stream_stats(), "device": runner.runs_on, "device_reason": _state["engine"].reason,
-                "threads": getattr(runner, "threads", None),
+                "threads": getattr(runner, "threads", None), "weights_kept": _state["weights_kept"],
                 "relaxed_simd": getattr(runner, "relaxed_simd", None), "wasm64": getattr(runner, "wasm64", None)}
 
     return _dump(await _scheduler.run(job, request_id, lambda: emit("started", "{}")))

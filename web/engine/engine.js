@@ -195,7 +195,8 @@ export class Engine {
 
   // The select()ed model onto the GPU now, with the settings select() gave, so that the first request finds
   // it there (the site's chat calls it while a message is being typed): {load_ms (0: it was loaded with
-  // them already), device, device_reason}. Its phases go to onProgress, "load" and "compile" then "ready".
+  // them already), device, device_reason, weights_kept (true: other settings of the model loaded before,
+  // whose weights stayed on the GPU)}. Its phases go to onProgress, "load" and "compile" then "ready".
   async warm({ onProgress = this.onProgress } = {}) {
     if (!this.model) throw new Error("no model selected: call select() or load() first");
     const result = await this.client.request("load", { model_id: this.model.storeId, settings: this.#settings() }, {
@@ -288,7 +289,7 @@ export class Engine {
     else signal?.addEventListener("abort", () => controller.abort(), { once: true });
     this.#pending.add(controller);
     const extra = (r) => ({ timings: r.timings ?? {}, compacted: Boolean(r.compacted), device: r.device ?? null,
-      device_reason: r.device_reason ?? null });
+      device_reason: r.device_reason ?? null, weights_kept: Boolean(r.weights_kept) });
     const job = (onText) => this.#generate(kind, params, controller, onText).finally(() => this.#pending.delete(controller));
     if (!stream) {
       return job(() => {}).then((r) => whole(base, { text: r.text, finish_reason: r.finish_reason, usage: r.usage,

@@ -24,7 +24,7 @@ let state = {
   conversation: null,
   warm: null,               // the load ahead in flight, {key, phase}; `warmed` the key last loaded or asked for
   warmed: null,
-  loadedAhead: null,        // what the last load ahead reported ({load_ms, device_reason}), for the next reply's stats
+  loadedAhead: null,        // what the last load ahead reported ({load_ms, device_reason, weights_kept}), for the next reply's stats
   onSaved: () => {},        // the conversation list redraws (ui/conversations.js)
   selectModel: () => null,  // asks the models panel for a stored model by id (ui/models.js)
 };
@@ -291,19 +291,22 @@ async function respond() {
   }
 }
 
-// `ahead`: the load ahead this reply found done ({load_ms, device_reason}), reported as its own would be.
+// `ahead`: the load ahead this reply found done ({load_ms, device_reason, weights_kept}), reported as its own would be.
 function statsLine(last, ahead = null) {
   const finish = last?.choices?.[0]?.finish_reason;
   let t = last?.pyshim?.timings ?? {};
   if (!(t.load_ms > 0) && ahead) {
     t = { ...t, load_ms: ahead.load_ms };
-    last = { ...last, pyshim: { ...last?.pyshim, device_reason: ahead.device_reason } };
+    last = { ...last, pyshim: { ...last?.pyshim, device_reason: ahead.device_reason, weights_kept: ahead.weights_kept } };
   }
   const cached = last?.usage?.prompt_tokens_details?.cached_tokens;   // the earlier turns' keys, kept
   // which engine runs the model and why, said when this reply loaded it (the verdict; the measurement
   // behind it is in engine.stats().device_reason)
-  const why = t.load_ms > 0 && last?.pyshim?.device_reason?.split(" (")[0];
-  return [t.load_ms > 0 && `loaded in ${(t.load_ms / 1000).toFixed(1)} s`, why,
+  // (other settings of the model loaded: the Worker kept its weights on the GPU and made a new KV cache)
+  const kept = t.load_ms > 0 && last?.pyshim?.weights_kept;
+  const why = t.load_ms > 0 && !kept && last?.pyshim?.device_reason?.split(" (")[0];
+  const took = `${(t.load_ms / 1000).toFixed(1)} s`;
+  return [t.load_ms > 0 && (kept ? `settings applied in ${took}, the weights kept on the GPU` : `loaded in ${took}`), why,
     t.ttft_ms != null && `first token ${(t.ttft_ms / 1000).toFixed(2)} s`,
     cached > 0 && `${cached} of ${last.usage.prompt_tokens} prompt tokens reused`,
     t.decode_tok_per_s && `${t.decode_tok_per_s.toFixed(1)} tok/s`,
