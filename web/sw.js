@@ -17,7 +17,7 @@
 
 import { handleEndpoint, handleMessage } from "./engine/endpoint.js";
 
-const CACHE_VERSION = "v24";
+const CACHE_VERSION = "v25";
 const CACHE = `pyshim-shell-${CACHE_VERSION}`;
 const CACHE_PREFIX = "pyshim-shell-";
 const SCOPE = new URL(self.registration.scope);
