@@ -180,3 +180,29 @@ def test_the_full_size_families_have_their_models_parameter_counts():
     assert params("gemma3-4b") == pytest.approx(3.88e9, rel=0.005)
     assert params("qwen2.5-1.5b") == pytest.approx(1.54e9, rel=0.005)
     assert params("qwen2.5-7b") == pytest.approx(7.61e9, rel=0.005)
+
+
+def _write_small(path: str) -> bytes:
+    return synthetic.write(SMALL_MOE, model_path("smollm2"), path=path).read_bytes()
+
+
+def test_processes_writing_one_model_at_once_each_replace_it_whole(tmp_path):
+    """A benchmark and a test worker may generate the same model together: each writes its own temporary
+    file and replaces the model whole (one shared `.partial` interleaved their writes). A temporary file
+    left by a writer that was killed is removed by the next one."""
+    import concurrent.futures
+    import multiprocessing
+    import subprocess
+    import sys
+
+    (tmp_path / "alone").mkdir()
+    want = _write_small(str(tmp_path / "alone" / "small-moe.gguf"))       # (the name is in the file)
+    path = tmp_path / "shared" / "small-moe.gguf"
+    path.parent.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    stale = path.with_name(f".{path.name}.{dead.stdout.strip()}.0123abcd.partial")
+    stale.write_bytes(b"\0" * 1000)
+    with concurrent.futures.ProcessPoolExecutor(3, mp_context=multiprocessing.get_context("spawn")) as pool:
+        outs = list(pool.map(_write_small, [str(path)] * 3))
+    assert all(out == want for out in outs) and path.read_bytes() == want
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]

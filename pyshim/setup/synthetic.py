@@ -14,6 +14,8 @@ Files are written tensor by tensor (a 4 GB model never sits in memory) and are d
 
 from __future__ import annotations
 
+import os
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -337,8 +339,9 @@ def write(name: str | Shape, tokenizer_gguf: Path, seed: int = 0, path: Path | N
     needed, and `quant` picks the mix) with the tokenizer of `tokenizer_gguf` (the catalog model its shape
     names: pyshim.setup.catalog.resolve_model passes it) and return its path; an existing file is kept
     (deterministic: the same bytes for the same shape, quant mix, tokenizer and seed)."""
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
+    from gguf import GGUFWriter
 
+    path = None if path is None else Path(path)
     if isinstance(name, Shape):
         s, quant = name, quant or "q4_0"
         name = path.stem
@@ -351,12 +354,44 @@ def write(name: str | Shape, tokenizer_gguf: Path, seed: int = 0, path: Path | N
     vocab = [f for f in _tokenizer_fields(Path(tokenizer_gguf)) if f[0] not in overrides]
     vocab += [(key, value, _value_type(value), None) for key, value in overrides.items()]
     n_vocab = len(next(v for k, v, _, _ in vocab if k == "tokenizer.ggml.tokens"))
-    path = Path(path or path_for(name, seed))
+    path = path or path_for(name, seed)
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    writer = GGUFWriter(str(partial), s.arch)
+    partial = _partial_for(path)
+    try:
+        _write_gguf(GGUFWriter(str(partial), s.arch), s, name, quant, vocab, n_vocab, seed, progress)
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return path
+
+
+def _partial_for(path: Path) -> Path:
+    """This writer's own temporary file beside `path` (processes writing one model at once, a benchmark
+    beside the test workers, each write theirs and replace `path` whole); those of writers that died
+    first (killed: gigabytes otherwise left behind) are removed."""
+    for stale in path.parent.glob(f".{path.name}.*.partial"):
+        pid = stale.name[len(path.name) + 2:].split(".")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            stale.unlink(missing_ok=True)
+    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.partial")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:         # (someone else's process)
+        return True
+    return True
+
+
+def _write_gguf(writer, s: Shape, name: str, quant: str, vocab: list, n_vocab: int, seed: int, progress) -> None:
+    """The model's header, tokenizer and random weights through `writer` (closed at the end)."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
     writer.add_name(f"synthetic {name} (random weights)")
     writer.add_context_length(s.context)
     writer.add_embedding_length(s.n_embd)
@@ -412,5 +447,3 @@ def write(name: str | Shape, tokenizer_gguf: Path, seed: int = 0, path: Path | N
         if progress is not None:
             progress(i + 1, len(tensors))
     writer.close()
-    partial.replace(path)
-    return path
