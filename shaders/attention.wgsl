@@ -156,84 +156,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 }
 #else
-#ifdef GQA
-// CPU adapters: an invocation per (KV head, token, split) runs the GQA query heads that share that KV head
-// (GQA = heads / kv_heads of them), so each key and value row is loaded once for all of them; one
-// invocation per query head loaded it GQA times, and lavapipe loads a storage word lane by lane, which
-// bound the pass (Qwen2.5-1.5B at 560 positions: 77 of a 275 ms step, one core busy: the 12 heads were
-// one workgroup). Invocations are x = split * kv_heads + KV head, in workgroups of WG, so the splits spread
-// over the cores. Each query head's numbers are those of the form below (the same sums in the same order);
-// with SPLITS > 1 its records go to `out` for the COMBINE pass, as there.
-@compute @workgroup_size(WG)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let kvh = gid.x % params.kv_heads;
-    let split = gid.x / params.kv_heads;
-    let t = gid.y;
-    if (split >= SPLITS || t >= params.n) {
-        return;
-    }
-    let h0 = kvh * GQA;                 // its first query head
-    var qv: array<vec4<f32>, GQA * HD4>;
-    let qb = params.q_off / 4u + (t * params.heads + h0) * HD4;
-    for (var i = 0u; i < GQA * HD4; i++) {
-        qv[i] = q[qb + i];
-    }
-    let span = key_span(t, split);
-    let prow = page_row(t);
-    var acc: array<vec4<f32>, GQA * HDV4>;
-    for (var i = 0u; i < GQA * HDV4; i++) {
-        acc[i] = vec4<f32>(0.0);
-    }
-    var m: array<f32, GQA>;
-    var l: array<f32, GQA>;
-    for (var g = 0u; g < GQA; g++) {
-        m[g] = SCORE_FLOOR;
-        l[g] = 0.0;
-    }
-    var dv: array<vec4<f32>, GQA>;
-    var w: array<vec2<f32>, GQA>;
-    for (var j = span.x; j < span.y; j++) {
-        let row = kv_slot(prow, j) * params.kv_heads + kvh;
-        for (var g = 0u; g < GQA; g++) {
-            dv[g] = vec4<f32>(0.0);
-        }
-        for (var i = 0u; i < HD4; i++) {
-            let k = key4(row, i);
-            for (var g = 0u; g < GQA; g++) {
-                dv[g] = fma(qv[g * HD4 + i], k, dv[g]);
-            }
-        }
-        for (var g = 0u; g < GQA; g++) {
-            var mg = m[g];              // (naga's SPIR-V writer fails on a pointer into an array here)
-            var lg = l[g];
-            w[g] = online((dv[g].x + dv[g].y + dv[g].z + dv[g].w) * params.scale, &mg, &lg);
-            m[g] = mg;
-            l[g] = lg;
-        }
-        for (var i = 0u; i < HDV4; i++) {
-            let v = val4(row, i);
-            for (var g = 0u; g < GQA; g++) {
-                acc[g * HDV4 + i] = fma(vec4<f32>(w[g].y), v, acc[g * HDV4 + i] * w[g].x);
-            }
-        }
-    }
-    for (var g = 0u; g < GQA; g++) {
-        let h = h0 + g;
-        if (SPLITS == 1u) {
-            let ob = params.out_off / 4u + (t * params.heads + h) * HDV4;
-            for (var i = 0u; i < HDV4; i++) {
-                out[ob + i] = acc[g * HDV4 + i] / l[g];
-            }
-        } else {
-            let rb = ((t * params.heads + h) * SPLITS + split) * RECORD;
-            out[rb] = vec4<f32>(m[g], l[g], 0.0, 0.0);
-            for (var i = 0u; i < HDV4; i++) {
-                out[rb + 1u + i] = acc[g * HDV4 + i];
-            }
-        }
-    }
-}
-#else
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let h = gid.x;
@@ -305,7 +227,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
 #endif
 }
-#endif
 #endif
 #endif
 

@@ -24,10 +24,6 @@ from pyshim.plan.memory import group_bytes
 from pyshim.plan.settings import KV_TYPES
 
 WG = 64                 # invocations per workgroup for every barrier-free kernel
-# Decode attention's GQA form (CPU adapters): a workgroup is one SIMD pass of lavapipe's (8 lanes of 256
-# bits), and a token's (KV head, split) pairs number 16, so that they fill two passes (two cores) or more.
-ATTN_GQA_WG = 8
-ATTN_GQA_INVOCATIONS = 16
 ARGMAX_CHUNK = 256      # logits scanned per invocation in argmax's first pass
 # Logits per workgroup in the first pass of the subgroup argmax (argmax.wgsl SUBGROUP, GPUs with subgroups):
 # 16 per invocation, and Gemma's 262k vocabulary leaves 256 partials for the one-workgroup second pass.
@@ -364,34 +360,22 @@ def rope_key(neox: bool = False, norm: bool = False, scale: bool = False, rotate
 
 def attention_keys(head_dim: int, head_dim_v: int, softcap: bool, splits: int,
                    kv_type: str = "f32", f16: bool = False, quant: str | None = None,
-                   lanes: int = 0, gqa: int = 0) -> tuple[ShaderKey, ShaderKey | None]:
+                   lanes: int = 0) -> tuple[ShaderKey, ShaderKey | None]:
     """The attention pass (per head, token and split of the keys) and, with splits > 1, the combine pass;
     `f16`: q·k products in halves; `quant` (one split): the output as that int8 activation format's blocks;
     `lanes`: a workgroup of that many invocations per (head, token, split) (real GPUs; no quant), whose
-    grid is attention_grid's; `gqa` (CPU adapters; no f16, no quant): an invocation per (KV head, token,
-    split) running the `gqa` query heads that share its KV head, in workgroups of ATTN_GQA_WG."""
+    grid is attention_grid's."""
     common = dict(WG=WG, HD4=head_dim // 4, HDV4=head_dim_v // 4, SPLITS=splits)
     combine = ShaderKey.of("attention", COMBINE=True, **common) if splits > 1 else None
-    if gqa:
-        return ShaderKey.of("attention", SOFTCAP=softcap, **kv_defines(kv_type), **{**common, "WG": ATTN_GQA_WG}, GQA=gqa), combine
     if lanes:
         return ShaderKey.of("attention", SOFTCAP=softcap, **kv_defines(kv_type), **common, F16=f16, LANES=lanes), combine
     return ShaderKey.of("attention", SOFTCAP=softcap, **kv_defines(kv_type), **common, F16=f16, QUANT=quant is not None,
                         Q8_K=quant == "q8_k"), combine
 
 
-def attention_grid(heads: int, n: int, splits: int, lanes: int = 0, kv_heads: int = 0) -> tuple[int, int, int]:
-    """The attention pass's workgroups: one per (head, token, split) with `lanes`; with `kv_heads` (the GQA
-    form) ATTN_GQA_WG (KV head, split) pairs in one; else WG heads in one."""
-    if kv_heads:
-        return ((kv_heads * splits + ATTN_GQA_WG - 1) // ATTN_GQA_WG, n, 1)
+def attention_grid(heads: int, n: int, splits: int, lanes: int = 0) -> tuple[int, int, int]:
+    """The attention pass's workgroups: one per (head, token, split) with `lanes`, else WG heads in one."""
     return (heads if lanes else groups(heads), n, splits)
-
-
-def attention_gqa_splits(kv_heads: int) -> int:
-    """Key-range splits of the GQA form: ATTN_GQA_INVOCATIONS invocations (KV head, split) a token, at least
-    one split."""
-    return max(1, ATTN_GQA_INVOCATIONS // kv_heads)
 
 
 def attention_combine_grid(heads: int, head_dim_v: int, n: int) -> tuple[int, int, int]:

@@ -28,7 +28,7 @@ from pyshim.gpu.fused import Attention, F32Values, FusedOps, Norm, Rope, drop_un
 from pyshim.gpu.layer_stream import LayerStream
 from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_LANE_TYPES, I8_TOKEN_TYPES, I8_TOKENS, PARAMS, glu_key,
                                 TOPK, TOPK_CHUNK, UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, GROUPED_TYPES, KernelCache,
-                                argmax_keys, argmax_pass1, attention_combine_grid, attention_gqa_splits, attention_grid, attention_keys,
+                                argmax_keys, argmax_pass1, attention_combine_grid, attention_grid, attention_keys,
                                 attention_prefill_grid, attention_prefill_key, attention_record_bytes, embed_key, groups,
                                 i8_pairs, rope_key,
                                 kv_write_grid, kv_write_key, matmul_grid, matmul_key, matvec_grid, matvec_i8_grid,
@@ -456,16 +456,10 @@ class GpuOps(FusedOps, ExpertOps):
         over its own sequence's pages."""
         params = self._attention_params(q, positions, spec, layer, out, n)
         splits, lanes = self.policy.attn_splits, self.policy.attn_lanes
-        gqa = spec.n_heads // spec.n_kv_heads if self.policy.attn_gqa and not lanes else 0
-        if gqa:
-            splits = attention_gqa_splits(spec.n_kv_heads)
         key, combine = attention_keys(spec.head_dim, spec.head_dim_v, spec.softcap > 0, splits, self.kv_type,
-                                      f16=self.policy.f16, lanes=lanes, gqa=gqa)
-        grid = attention_grid(spec.n_heads, n, splits, lanes, kv_heads=spec.n_kv_heads if gqa else 0)
+                                      f16=self.policy.f16, lanes=lanes)
+        grid = attention_grid(spec.n_heads, n, splits, lanes)
         bindings = [q.buf, layer.k, layer.v, positions.buf]
-        if gqa and combine is None:      # (its output is not quantized in the pass)
-            self._record("attention", key, bindings + [out.buf], grid, **params)
-            return
         if combine is None:
             self._record("attention", key, bindings + [out.buf], grid, **params)
             # the int8 route's quantize of this output may be done by the attention pass itself

@@ -146,7 +146,6 @@ class KernelPolicy:
     tiled_attention: bool        # the key-tiled prefill attention for steps of several tokens
     attn_splits: int             # key-range splits of decode attention (1: no combine pass)
     attn_lanes: int = 0          # invocations per (head, token, split) of decode attention (0: one)
-    attn_gqa: bool = False       # decode attention an invocation per (KV head, token, split) (kernels.attention_keys)
     f16: bool = False            # the f32 route's matvecs, tiled matmul, decode attention and activation in f16
     reduce_wg: int = REDUCE_WG   # invocations of a reduction matvec's workgroup
     norm_in_quantize: bool = True   # the int8 route's quantize norms its input itself (one pass fewer a norm)
@@ -237,9 +236,6 @@ class KernelPolicy:
             tiled_attention=not cpu, attn_splits=1 if cpu else ATTN_SPLITS_GPU,
             # (the int8 route keeps one invocation a head: its quantize may be folded into that pass)
             attn_lanes=0 if cpu or (int8 and not reduce) else ATTN_LANES_GPU,
-            # lavapipe: an invocation per KV head, its query heads together (one load of a key for all), the
-            # key range split over the cores (SwiftShader's is unmeasured: it keeps an invocation a head)
-            attn_gqa=cpu and not narrow,
             f16=caps.has_f16 and not cpu, reduce_wg=reduce_wg(caps), norm_in_quantize=narrow,
             token_rows=TOKEN_ROWS_NARROW if narrow else TOKEN_ROWS, i8_lanes=narrow,
             cpu_i8_rows=lavapipe_i8, matvec_wg=CPU_MATVEC_WG if lavapipe_i8 else MATVEC_WG,

@@ -71,9 +71,6 @@ def shader_variants(head_dims: tuple[int, ...] = (64, 128, 256), int8: bool = Tr
         for splits in (1, ATTN_SPLITS_GPU):
             keys += [k for cap in (False, True) for t in KV_TYPES for lanes in (0, ATTN_LANES_GPU)
                      for k in attention_keys(hd, hd, cap, splits, t, lanes=lanes) if k is not None and k not in keys]
-        # the GQA form (CPU adapters): 16 splits (one KV head) to 1 (16 and more), groups of 1 to 8 query heads
-        keys += [k for cap in (False, True) for t in KV_TYPES for splits, gqa in ((16, 1), (8, 6), (2, 4), (1, 8))
-                 for k in attention_keys(hd, hd, cap, splits, t, gqa=gqa) if k is not None and k not in keys]
         keys += [attention_prefill_key(hd, hd, cap, t) for cap in (False, True) for t in KV_TYPES]
         if int8:        # the int8 route's decode attention writing the next matmul's int8 blocks
             keys += [attention_keys(hd, hd, cap, 1, t, quant=fmt)[0] for cap in (False, True) for t in KV_TYPES
