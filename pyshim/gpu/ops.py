@@ -25,10 +25,11 @@ from pyshim.gpu.device import GPUDevice
 from pyshim.gpu.expert_cache import ExpertCache
 from pyshim.gpu.experts import ExpertOps
 from pyshim.gpu.fused import Attention, F32Values, FusedOps, Norm, Rope, drop_unread
+from pyshim.gpu.sampling_ops import SamplingOps
 from pyshim.gpu.layer_stream import LayerStream
 from pyshim.gpu.kernels import (I8_ACTIVATIONS, I8_BLOCKS, I8_LANE_TYPES, I8_TOKEN_TYPES, I8_TOKENS, PARAMS, glu_key,
-                                TOPK, TOPK_CHUNK, UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, GROUPED_TYPES, KernelCache,
-                                argmax_keys, argmax_pass1, attention_combine_grid, attention_grid, attention_keys,
+                                UNIFORM_X_BYTES, UNIFORM_X_VEC4, WG, GROUPED_TYPES, KernelCache,
+                                attention_combine_grid, attention_grid, attention_keys,
                                 attention_prefill_grid, attention_prefill_key, attention_record_bytes, embed_key, groups,
                                 i8_pairs, rope_key,
                                 kv_write_grid, kv_write_key, matmul_grid, matmul_key, matvec_grid, matvec_i8_grid,
@@ -67,7 +68,7 @@ def _addend_params(add: _Addend | None, row0: int) -> dict:
 ROTATE_MAX_HEAD = 512           # rope.wgsl's ROTATE holds a head in workgroup memory
 
 
-class GpuOps(FusedOps, ExpertOps):
+class GpuOps(FusedOps, ExpertOps, SamplingOps):
     """`pyshim.models.ops.Ops` recorded for the GPU. Tensors are `Tensor` handles; weights `WeightSlot`s
     (the mixture-of-experts ops are in pyshim.gpu.experts)."""
 
@@ -502,33 +503,6 @@ class GpuOps(FusedOps, ExpertOps):
     def last(self, x: Tensor) -> Tensor:
         n, d = x.shape
         return Tensor(x.buf, x.off + (n - 1) * d, (1, d))
-
-    # --- sampling on the GPU (recorded after the forward) ---
-    def record_argmax(self, logits: Tensor, rows: int = 1):
-        """Greedy sampling of the last `rows` rows on the GPU (a batched decode step's: one a sequence);
-        returns the result buffer, a word a row."""
-        vocab = logits.shape[-1]
-        off = logits.off + (logits.size // vocab - rows) * vocab
-        subgroup = self.policy.subgroup
-        chunk, parts, grid = argmax_pass1(vocab, subgroup, rows)
-        pass1, pass2 = argmax_keys(subgroup)
-        partial = Activation(rows * parts * 8, "argmax_partial")
-        result = self.allocator.buffer(max(16, 4 * rows), "argmax")
-        self._record("argmax", pass1, [logits.buf, partial], grid, len=vocab, chunk=chunk, x_off=off)
-        self._record("argmax", pass2, [partial, result], (1, rows, 1), len=parts, chunk=0, x_off=0)
-        return result
-
-    def record_topk(self, logits: Tensor):
-        """The TOPK largest logits of the last row as (f32 bits, id) pairs, largest first; returns their buffer."""
-        vocab = logits.shape[-1]
-        off = logits.off + (logits.size // vocab - 1) * vocab
-        parts = groups(vocab, TOPK_CHUNK)
-        partial = Activation(parts * TOPK * 8, "topk_partial")
-        result = self.allocator.buffer(TOPK * 8, "topk")
-        self._record("topk", self._key("topk", K=TOPK, PASS1=True), [logits.buf, partial], (groups(parts), 1, 1),
-                     len=vocab, chunk=TOPK_CHUNK, x_off=off)
-        self._record("topk", self._key("topk", K=TOPK, PASS2=True), [partial, result], (1, 1, 1), len=parts * TOPK, chunk=0, x_off=0)
-        return result
 
     def drop(self, program: Program) -> None:
         """Free the buffers only `program` uses; its activations stay in the shared pool."""

@@ -35,6 +35,7 @@ import time
 
 from pyshim.errors import BadRequestError, PyshimError
 from pyshim.plan.settings import RunSettings
+from pyshim.serve.engine_open import open_engine
 from pyshim.serve.prewarm import Prewarm
 from pyshim.serve.protocol import Sampling, validate
 from pyshim.serve.scheduler import Scheduler
@@ -215,7 +216,7 @@ async def _ensure_loaded(model_id: str | None, settings: RunSettings, file_size:
     for batch in [small] + [keys[i:i + 4] for i in range(0, len(keys), 4)]:
         pieces = await store.readRanges(model_id, _dump([[o, n] for o, n in batch]))
         source.add({offset: _bytes(piece) for (offset, _), piece in zip(batch, pieces)})
-    runner, choice = await _open_engine(model_id, header, source, settings, store)
+    runner, choice = await open_engine(model_id, header, source, settings, store)
     source.drop([o for o, _ in keys])       # read into the key scales: not kept for the model's lifetime
     if getattr(runner, "wasm64", False):
         choice = choice.on_wasm64()
@@ -243,7 +244,7 @@ async def _reload(settings: RunSettings, store, emit) -> bool:
     """The loaded model on the GPU under other settings that keep its weights — context, KV type, pages,
     parallel sequences, rope scaling (pyshim.exec.gpu_runner.reload_gpu): nothing read from the store or
     uploaded again but a q4 cache's key rows, and the compiled pipelines kept. False, with the model as it
-    was, where the settings change the weights or the engine (then it is loaded afresh). A failure after the
+    was, where the settings change the weights or the device asked for (then it is loaded afresh). A failure after the
     old KV cache was freed leaves no model loaded, as a failed load does."""
     from pyshim.exec.gpu_runner import GpuRunner, reload_gpu
     from pyshim.serve.batching import BatchingRunner
@@ -251,7 +252,8 @@ async def _reload(settings: RunSettings, store, emit) -> bool:
 
     old = _state["session"]
     runner = getattr(old.runner, "inner", old.runner)
-    if not isinstance(runner, GpuRunner) or settings.device == "cpu":
+    # (another device asked for — "auto" after "gpu" measures the engines again — loads afresh)
+    if not isinstance(runner, GpuRunner) or settings.device != _state["settings"].device:
         return False
     source = runner.ops.slots.store.source
     keys = [r for r in _key_ranges(runner.header, settings) if not source.has(*r)]
@@ -274,86 +276,6 @@ async def _reload(settings: RunSettings, store, emit) -> bool:
     _state.update(settings=settings, weights_kept=True)
     _scheduler.resize(settings.parallel)
     return True
-
-
-async def _open_engine(model_id: str, header, source, settings: RunSettings, store):
-    """(runner, engine_choice.Choice): the engine the settings name, or for "auto" the one
-    pyshim.serve.engine_choice picks — the CPU engine without an adapter, the GPU on a real one, the faster
-    of the two by a measured probe on a fallback adapter. Weights are not uploaded yet."""
-    from pyshim.errors import GPUUnavailableError
-    from pyshim.exec.gpu_runner import load_gpu
-    from pyshim.exec.wasm_module import PageModule
-    from pyshim.gguf.spec import ModelSpec
-    from pyshim.gpu import open_device
-    from pyshim.serve import engine_choice
-
-    if settings.device == "cpu":
-        return await _load_cpu(header, source, settings, store), engine_choice.named("cpu")
-    try:
-        device = await open_device()
-    except GPUUnavailableError as exc:
-        if settings.device == "gpu":
-            raise
-        return await _load_cpu(header, source, settings, store), engine_choice.no_adapter(exc.message)
-    module = None
-    try:
-        choice = engine_choice.named("gpu") if settings.device == "gpu" else engine_choice.real_gpu(device.caps.summary())
-        if settings.device == "auto":
-            why_not = engine_choice.cpu_can_run(settings.spec_for(ModelSpec.from_header(header)), header, settings,
-                                                wasm64=bool(store.wasm64))
-            if why_not:
-                choice = engine_choice.Choice("gpu", f"WebGPU runs it ({device.caps.summary()}); the CPU engine cannot: {why_not}")
-            else:
-                tensor = engine_choice.probe_tensor(header)
-
-                async def fill_gpu(buffer):
-                    await store.upload(model_id, device.raw, [(tensor.offset, tensor.nbytes, buffer, 0)], True)
-
-                async def fill_cpu(ptr):
-                    await store.uploadCpu(model_id, module.engine, [(tensor.offset, tensor.nbytes, ptr)], True)
-
-                gpu_s = await engine_choice.gpu_matvec_s(device, tensor, fill_gpu, settings.arithmetic)
-                if device.caps.is_fallback or engine_choice.slow(tensor, gpu_s):
-                    module = PageModule(await _cpu_engine(header, settings, store))
-                    choice = engine_choice.decide(device, module, tensor, gpu_s,
-                                                  await engine_choice.cpu_matvec_s(module, tensor, fill_cpu))
-                else:
-                    choice = engine_choice.fast_gpu(device.caps.summary(), tensor, gpu_s)
-        if choice.device == "cpu":
-            device.destroy()
-            device, probed, module = None, module, None       # the probe's engine loads the model (it closes it on failure)
-            return await _load_cpu(header, source, settings, store, probed), choice
-        runner = await load_gpu(header=header, source=source, settings=settings, device=device, upload_now=False)
-        runner.owns_device, device = True, None
-        return runner, choice
-    finally:
-        if module is not None:
-            module.close()
-        if device is not None:
-            device.destroy()
-
-
-async def _load_cpu(header, source, settings: RunSettings, store, module=None):
-    """The WebAssembly engine (web/engine/cpu.js's instance of vendor/pyshim-cpu*.wasm: `module`, or a new
-    one), its matrices placed but not uploaded yet; its helper threads end when loading fails."""
-    from pyshim.exec.wasm_module import PageModule
-    from pyshim.exec.wasm_runner import load_wasm
-
-    module = module or PageModule(await _cpu_engine(header, settings, store))
-    try:
-        return load_wasm(header=header, source=source, settings=settings, module=module, upload_now=False)
-    except BaseException:
-        module.close()
-        raise
-
-
-async def _cpu_engine(header, settings: RunSettings, store):
-    """A fresh CPU engine in the page: its 64-bit build where the model needs more than 4 GiB (cpu.js refuses
-    that, saying so, in a browser without memory64)."""
-    from pyshim.exec.wasm_runner import needs_wide
-    from pyshim.gguf.spec import ModelSpec
-
-    return await store.cpuEngine(settings.threads, needs_wide(settings.spec_for(ModelSpec.from_header(header)), header, settings))
 
 
 def _streamer(store, model_id: str, device):
